@@ -1,0 +1,151 @@
+// The reference interpreter: dispatch through the kernel table, value lifetimes, error context.
+#include "interp/interpreter.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "interp/kernel.h"
+
+namespace terrace {
+
+const KernelTable& kernel_table() {
+  static const KernelTable table = [] {
+    KernelTable t;
+    register_elementwise_kernels(t);
+    register_reduce_kernels(t);
+    register_linalg_kernels(t);
+    register_nn_kernels(t);
+    register_shape_kernels(t);
+    register_control_kernels(t);
+    register_misc_kernels(t);
+    return t;
+  }();
+  return table;
+}
+
+bool has_kernel(Op op) { return kernel_table().fns[size_t(op)] != nullptr; }
+
+const RValue& KernelContext::input_value(size_t i) const {
+  TERRACE_CHECK(has_input(i), InvalidModel, node.describe(), ": input ", i, " is required");
+  return *inputs_[i];
+}
+
+const Tensor& KernelContext::input(size_t i) const {
+  const RValue& v = input_value(i);
+  TERRACE_CHECK(v.kind == ValueKind::Tensor, InvalidModel, node.describe(), ": input ", i,
+                " must be a tensor");
+  return v.tensor;
+}
+
+void KernelContext::set_output(size_t i, Tensor t) { set_output_value(i, RValue(std::move(t))); }
+
+void KernelContext::set_output_value(size_t i, RValue v) {
+  TERRACE_ASSERT(i < outputs_.size(), node.describe(), " has no output ", i);
+  outputs_[i] = std::move(v);
+}
+
+const RValue* Frame::lookup(const std::string& name) const {
+  for (const Frame* f = this; f; f = f->parent) {
+    int id = f->graph->find_value(name);
+    if (id >= 0 && f->env[size_t(id)].defined()) return &f->env[size_t(id)];
+  }
+  return nullptr;
+}
+
+std::vector<RValue> KernelContext::run_subgraph(const Graph& body, std::vector<RValue> in) const {
+  return interpret(body, std::move(in), frame_);
+}
+
+std::vector<RValue> interpret_node(const Node& node, const std::vector<const RValue*>& inputs,
+                                   const Frame* frame) {
+  Kernel k = kernel_table().fns[size_t(node.op)];
+  TERRACE_CHECK(k, NotImplemented, "op ", op_name(node.op),
+                " has no interpreter kernel (node '", node.name, "')");
+  KernelContext ctx(node, inputs, frame);
+  try {
+    k(ctx);
+  } catch (const Error& e) {
+    if (e.message().find(node.describe()) != std::string::npos) throw;
+    throw Error(e.code(), node.describe() + ": " + e.message());
+  } catch (const std::bad_alloc&) {
+    fail(ErrorCode::OutOfMemory, node.describe(), ": out of memory");
+  }
+  for (size_t i = 0; i < node.outputs.size(); ++i)
+    if (node.outputs[i] >= 0)
+      TERRACE_ASSERT(ctx.outputs()[i].defined(), node.describe(), " did not set output ", i);
+  return std::move(ctx.outputs());
+}
+
+namespace {
+std::vector<const Graph*> subgraphs_of(const Attribute& a) {
+  std::vector<const Graph*> r;
+  if (a.kind == Attribute::Kind::Graph && a.g) r.push_back(a.g.get());
+  for (auto& g : a.graphs) r.push_back(g.get());
+  return r;
+}
+}  // namespace
+
+std::vector<RValue> interpret(const Graph& g, std::vector<RValue> inputs, const Frame* parent,
+                              const NodeObserver& observe) {
+  TERRACE_CHECK(inputs.size() == g.inputs.size(), InvalidArgument, "graph '", g.name,
+                "' takes ", g.inputs.size(), " inputs, got ", inputs.size());
+  Frame frame;
+  frame.graph = &g;
+  frame.parent = parent;
+  frame.env.resize(g.values.size());
+  for (auto& [id, t] : g.initializers) frame.env[size_t(id)] = RValue(t);
+  for (size_t i = 0; i < inputs.size(); ++i) frame.env[size_t(g.inputs[i])] = std::move(inputs[i]);
+  for (int id : g.captures) {
+    const RValue* v = parent ? parent->lookup(g.values[size_t(id)].name) : nullptr;
+    TERRACE_CHECK(v, InvalidModel, "graph '", g.name, "' reads '", g.values[size_t(id)].name,
+                  "', which no enclosing graph defines");
+    frame.env[size_t(id)] = *v;
+  }
+
+  // Free each intermediate after its last use, so peak memory follows the live set.
+  std::vector<int> last_use(g.values.size(), -1);
+  for (size_t n = 0; n < g.nodes.size(); ++n)
+    for (int v : g.nodes[n].inputs)
+      if (v >= 0) last_use[size_t(v)] = int(n);
+  for (size_t n = 0; n < g.nodes.size(); ++n)
+    for (auto& [k, a] : g.nodes[n].attrs)  // values a subgraph reads count as used by its node
+      for (const Graph* body : subgraphs_of(a))
+        for (int c : body->captures) {
+          int v = g.find_value(body->values[size_t(c)].name);
+          if (v >= 0) last_use[size_t(v)] = std::max(last_use[size_t(v)], int(n));
+        }
+  for (int v : g.outputs) last_use[size_t(v)] = int(g.nodes.size());
+
+  std::vector<const RValue*> in;
+  for (size_t n = 0; n < g.nodes.size(); ++n) {
+    const Node& node = g.nodes[n];
+    in.clear();
+    for (int v : node.inputs) in.push_back(v >= 0 ? &frame.env[size_t(v)] : nullptr);
+    auto t0 = std::chrono::steady_clock::now();
+    std::vector<RValue> out = interpret_node(node, in, &frame);
+    if (observe)
+      observe(int(n), std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    for (size_t i = 0; i < node.outputs.size(); ++i)
+      if (node.outputs[i] >= 0) frame.env[size_t(node.outputs[i])] = std::move(out[i]);
+    for (int v : node.inputs)
+      if (v >= 0 && last_use[size_t(v)] == int(n) && !g.initializers.count(v))
+        frame.env[size_t(v)] = RValue();
+  }
+
+  std::vector<RValue> result;
+  result.reserve(g.outputs.size());
+  for (int v : g.outputs) {
+    RValue r = frame.env[size_t(v)];
+    if (!r.defined()) {
+      // A graph output may be a captured outer value or an input passed straight through.
+      const RValue* outer = frame.lookup(g.values[size_t(v)].name);
+      TERRACE_CHECK(outer, InvalidModel, "graph '", g.name, "' output '",
+                    g.values[size_t(v)].name, "' is never computed");
+      r = *outer;
+    }
+    result.push_back(std::move(r));
+  }
+  return result;
+}
+
+}  // namespace terrace

@@ -1,0 +1,31 @@
+// Tier 0: runs a graph node by node with the reference kernels.
+#pragma once
+#include <functional>
+#include <vector>
+
+#include "interp/graph.h"
+
+namespace terrace {
+
+// One activation of a graph: the runtime value of each of its values.
+struct Frame {
+  const Graph* graph = nullptr;
+  std::vector<RValue> env;
+  const Frame* parent = nullptr;  // the enclosing graph's frame, for subgraph captures
+  // Finds a value by name here or in an enclosing frame; nullptr if none is set.
+  const RValue* lookup(const std::string& name) const;
+};
+
+// Called after each node with its index and the time it took (for profiling).
+using NodeObserver = std::function<void(int node, double ms)>;
+
+// Runs `graph` on `inputs` (given in graph.inputs order) and returns its outputs in order.
+// Errors name the node that failed. `parent` is set for subgraphs.
+std::vector<RValue> interpret(const Graph& graph, std::vector<RValue> inputs,
+                              const Frame* parent = nullptr, const NodeObserver& observe = {});
+
+// Runs one node on the given inputs (nullptr for absent ones) and returns its outputs.
+std::vector<RValue> interpret_node(const Node& node, const std::vector<const RValue*>& inputs,
+                                   const Frame* frame = nullptr);
+
+}  // namespace terrace

@@ -1,0 +1,240 @@
+// Tensor storage, dtype tables and conversions.
+#include "interp/tensor.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+#include <new>
+
+namespace terrace {
+
+const char* error_code_name(ErrorCode code) {
+  switch (code) {
+#define X(name, text) case ErrorCode::name: return #name;
+    TERRACE_ERROR_CODES(X)
+#undef X
+  }
+  return "Unknown";
+}
+
+const char* dtype_name(DType t) {
+  switch (t) {
+#define TERRACE_DTYPE(name, type, text, onnx, size) case DType::name: return text;
+#include "interp/dtypes.def"
+#undef TERRACE_DTYPE
+  }
+  return "?";
+}
+
+size_t dtype_size(DType t) {
+  switch (t) {
+#define TERRACE_DTYPE(name, type, text, onnx, size) case DType::name: return size;
+#include "interp/dtypes.def"
+#undef TERRACE_DTYPE
+  }
+  return 0;
+}
+
+int dtype_to_onnx(DType t) {
+  switch (t) {
+#define TERRACE_DTYPE(name, type, text, onnx, size) case DType::name: return onnx;
+#include "interp/dtypes.def"
+#undef TERRACE_DTYPE
+  }
+  return 0;
+}
+
+bool dtype_from_onnx(int code, DType* t) {
+  switch (code) {
+#define TERRACE_DTYPE(name, type, text, onnx, size) case onnx: *t = DType::name; return true;
+#include "interp/dtypes.def"
+#undef TERRACE_DTYPE
+  }
+  return false;
+}
+
+bool is_float(DType t) {
+  return t == DType::Float32 || t == DType::Float64 || t == DType::Float16 || t == DType::BFloat16;
+}
+bool is_signed(DType t) {
+  return t == DType::Int8 || t == DType::Int16 || t == DType::Int32 || t == DType::Int64;
+}
+bool is_integer(DType t) {
+  return is_signed(t) || t == DType::UInt8 || t == DType::UInt16 || t == DType::UInt32 ||
+         t == DType::UInt64;
+}
+
+std::string shape_str(std::span<const int64_t> shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? "," : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+int64_t shape_numel(std::span<const int64_t> shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    TERRACE_CHECK(d >= 0, InvalidArgument, "negative dimension in shape ", shape_str(shape));
+    if (d != 0 && n > std::numeric_limits<int64_t>::max() / d)
+      fail(ErrorCode::InvalidArgument, "element count of shape ", shape_str(shape),
+           " overflows int64");
+    n *= d;
+  }
+  return n;
+}
+
+std::vector<int64_t> row_major_strides(std::span<const int64_t> shape) {
+  std::vector<int64_t> s(shape.size(), 1);
+  for (int64_t i = int64_t(shape.size()) - 2; i >= 0; --i) s[i] = s[i + 1] * shape[i + 1];
+  return s;
+}
+
+Tensor::State::~State() {
+  if (dtype == DType::String) {
+    auto* p = static_cast<std::string*>(data);
+    for (int64_t i = 0; i < count; ++i) p[i].~basic_string();
+  }
+  std::free(data);
+}
+
+Tensor Tensor::empty(DType dtype, Shape shape) {
+  Tensor t;
+  t.numel_ = shape_numel(shape);
+  t.dtype_ = dtype;
+  t.shape_ = std::move(shape);
+  auto st = std::make_shared<State>();
+  st->dtype = dtype;
+  st->count = t.numel_;
+  size_t elem = dtype_size(dtype);
+  if (t.numel_ > 0 && size_t(t.numel_) > (std::numeric_limits<size_t>::max() / 2) / elem)
+    fail(ErrorCode::OutOfMemory, "tensor of shape ", shape_str(t.shape_), " is too large");
+  st->bytes = size_t(t.numel_) * elem;
+  size_t alloc = (st->bytes + 63) / 64 * 64;
+  st->data = std::aligned_alloc(64, alloc ? alloc : 64);
+  if (!st->data)
+    fail(ErrorCode::OutOfMemory, "cannot allocate ", st->bytes, " bytes for tensor of shape ",
+         shape_str(t.shape_));
+  if (dtype == DType::String) {
+    auto* p = static_cast<std::string*>(st->data);
+    for (int64_t i = 0; i < t.numel_; ++i) new (p + i) std::string();
+  } else if (dtype == DType::Bool) {
+    std::memset(st->data, 0, st->bytes);
+  }
+  t.state_ = std::move(st);
+  return t;
+}
+
+Tensor Tensor::zeros(DType dtype, Shape shape) {
+  Tensor t = empty(dtype, std::move(shape));
+  if (dtype != DType::String) std::memset(t.raw(), 0, t.nbytes());
+  return t;
+}
+
+void Tensor::check_type(DType want) const {
+  TERRACE_ASSERT(defined(), "access to an undefined tensor");
+  TERRACE_ASSERT(want == dtype_, "tensor holds ", dtype_name(dtype_), ", accessed as ",
+                 dtype_name(want));
+}
+
+Tensor Tensor::reshaped(Shape shape) const {
+  TERRACE_CHECK(shape_numel(shape) == numel_, InvalidArgument, "cannot reshape ",
+                shape_str(shape_), " to ", shape_str(shape));
+  Tensor t = *this;
+  t.shape_ = std::move(shape);
+  return t;
+}
+
+Tensor Tensor::clone() const {
+  if (!defined()) return {};
+  Tensor t = empty(dtype_, shape_);
+  if (dtype_ == DType::String) {
+    for (int64_t i = 0; i < numel_; ++i) t.data<std::string>()[i] = data<std::string>()[i];
+  } else {
+    std::memcpy(t.raw(), raw(), nbytes());
+  }
+  return t;
+}
+
+double Tensor::get_as_double(int64_t i) const {
+  return dispatch_dtype(dtype_, [&](auto tag) -> double {
+    using T = decltype(tag);
+    return double(static_cast<const T*>(raw())[i]);
+  });
+}
+
+int64_t Tensor::get_as_int64(int64_t i) const {
+  TERRACE_CHECK(is_integer(dtype_) || dtype_ == DType::Bool, InvalidArgument,
+                "expected an integer tensor, got ", dtype_name(dtype_));
+  return dispatch_dtype(dtype_, [&](auto tag) -> int64_t {
+    using T = decltype(tag);
+    return int64_t(static_cast<const T*>(raw())[i]);
+  });
+}
+
+std::vector<int64_t> Tensor::to_int64_vector() const {
+  std::vector<int64_t> v(size_t(numel_));
+  for (int64_t i = 0; i < numel_; ++i) v[size_t(i)] = get_as_int64(i);
+  return v;
+}
+
+namespace {
+template <typename To, typename From>
+To convert(From v) {
+  if constexpr (std::is_same_v<To, bool>) {
+    return float(v) != 0.0f || (std::is_integral_v<From> && v != From(0));
+  } else if constexpr (std::is_integral_v<To> && !std::is_integral_v<From>) {
+    // Float to integer: truncate toward zero; NaN and out-of-range values are undefined in ONNX,
+    // we saturate to keep the behaviour deterministic.
+    double d = double(v);
+    if (std::isnan(d)) return To(0);
+    if (d <= double(std::numeric_limits<To>::lowest())) return std::numeric_limits<To>::lowest();
+    if (d >= double(std::numeric_limits<To>::max())) return std::numeric_limits<To>::max();
+    return To(d);
+  } else if constexpr (std::is_same_v<To, Half> || std::is_same_v<To, BFloat16>) {
+    if constexpr (std::is_same_v<From, double>) {
+      // Round double directly to avoid double rounding through float where it matters little;
+      // float's 24 bits keep every half/bfloat16 rounding decision except exact ties.
+      return To(float(v));
+    } else {
+      return To(float(v));
+    }
+  } else if constexpr (std::is_same_v<From, Half> || std::is_same_v<From, BFloat16>) {
+    return To(float(v));
+  } else {
+    return To(v);
+  }
+}
+}  // namespace
+
+Tensor Tensor::cast(DType to) const {
+  Tensor out = empty(to, shape_);
+  if (to == DType::String || dtype_ == DType::String) {
+    TERRACE_CHECK(to == dtype_, NotImplemented, "cast between string and ", dtype_name(to == DType::String ? dtype_ : to));
+    return clone();
+  }
+  dispatch_dtype(dtype_, [&](auto from_tag) {
+    using From = decltype(from_tag);
+    dispatch_dtype(to, [&](auto to_tag) {
+      using To = decltype(to_tag);
+      const From* src = static_cast<const From*>(raw());
+      To* dst = static_cast<To*>(out.raw());
+      for (int64_t i = 0; i < numel_; ++i) dst[i] = convert<To, From>(src[i]);
+    });
+  });
+  return out;
+}
+
+std::string Tensor::str(int64_t max_elems) const {
+  if (!defined()) return "<undefined>";
+  std::ostringstream os;
+  os << dtype_name(dtype_) << shape_str(shape_) << " {";
+  for (int64_t i = 0; i < std::min(numel_, max_elems); ++i) {
+    if (i) os << ", ";
+    if (dtype_ == DType::String) os << '"' << data<std::string>()[i] << '"';
+    else os << get_as_double(i);
+  }
+  if (numel_ > max_elems) os << ", ...";
+  os << "}";
+  return os.str();
+}
+
+}  // namespace terrace

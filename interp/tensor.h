@@ -1,0 +1,126 @@
+// Tensor, DType and Shape: dense row-major tensors with shared, 64-byte-aligned storage.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "interp/error.h"
+#include "interp/half.h"
+
+namespace terrace {
+
+enum class DType : uint8_t {
+#define TERRACE_DTYPE(name, type, text, onnx, size) name,
+#include "interp/dtypes.def"
+#undef TERRACE_DTYPE
+};
+
+const char* dtype_name(DType t);           // "float32"
+size_t dtype_size(DType t);                // bytes per element
+int dtype_to_onnx(DType t);                // TensorProto::DataType code
+bool dtype_from_onnx(int code, DType* t);  // false for codes Terrace does not support
+bool is_float(DType t);                    // float16/bfloat16/float32/float64
+bool is_integer(DType t);                  // signed or unsigned integers (not bool)
+bool is_signed(DType t);
+
+template <typename T> struct dtype_of;
+#define TERRACE_DTYPE(name, type, text, onnx, size) \
+  template <> struct dtype_of<type> { static constexpr DType value = DType::name; };
+#include "interp/dtypes.def"
+#undef TERRACE_DTYPE
+
+using Shape = std::vector<int64_t>;
+std::string shape_str(std::span<const int64_t> shape);  // "[2,3,4]"
+// Number of elements; throws InvalidArgument on a negative dim or int64 overflow.
+int64_t shape_numel(std::span<const int64_t> shape);
+// Row-major strides in elements.
+std::vector<int64_t> row_major_strides(std::span<const int64_t> shape);
+
+class Tensor {
+ public:
+  Tensor() = default;  // undefined: an absent optional input or output
+  // Uninitialised storage (zeroed for strings and bools); throws OutOfMemory if it cannot allocate.
+  static Tensor empty(DType dtype, Shape shape);
+  static Tensor zeros(DType dtype, Shape shape);
+  template <typename T> static Tensor scalar(T v) {
+    Tensor t = empty(dtype_of<T>::value, {});
+    t.data<T>()[0] = v;
+    return t;
+  }
+  template <typename T> static Tensor from_vector(Shape shape, const std::vector<T>& v) {
+    Tensor t = empty(dtype_of<T>::value, std::move(shape));
+    TERRACE_CHECK(int64_t(v.size()) == t.numel(), InvalidArgument, "from_vector: ", v.size(),
+                  " values for shape ", shape_str(t.shape()));
+    for (size_t i = 0; i < v.size(); ++i) t.data<T>()[i] = v[i];
+    return t;
+  }
+
+  bool defined() const { return state_ != nullptr; }
+  DType dtype() const { return dtype_; }
+  const Shape& shape() const { return shape_; }
+  int64_t rank() const { return int64_t(shape_.size()); }
+  int64_t dim(int64_t i) const { return shape_[size_t(i < 0 ? i + rank() : i)]; }
+  int64_t numel() const { return numel_; }
+  size_t nbytes() const { return size_t(numel_) * dtype_size(dtype_); }
+
+  // Typed element access; checks the dtype (an internal error on mismatch).
+  template <typename T> T* data() {
+    check_type(dtype_of<std::remove_const_t<T>>::value);
+    return static_cast<T*>(raw());
+  }
+  template <typename T> const T* data() const {
+    check_type(dtype_of<std::remove_const_t<T>>::value);
+    return static_cast<const T*>(raw());
+  }
+  void* raw() { return state_ ? state_->data : nullptr; }
+  const void* raw() const { return state_ ? state_->data : nullptr; }
+
+  // Same storage, new shape of equal element count.
+  Tensor reshaped(Shape shape) const;
+  // A deep copy.
+  Tensor clone() const;
+  // Element i as double (for printing, comparing and tests); not for strings.
+  double get_as_double(int64_t i) const;
+  // Element i converted to int64 (for shape-like inputs); integers only.
+  int64_t get_as_int64(int64_t i) const;
+  // The whole tensor as int64 values (integer tensors).
+  std::vector<int64_t> to_int64_vector() const;
+  // Converts to another dtype with ONNX Cast semantics.
+  Tensor cast(DType to) const;
+  std::string str(int64_t max_elems = 8) const;  // "float32[2,3] {1, 2, ...}"
+
+ private:
+  struct State;
+  void check_type(DType want) const;
+  DType dtype_ = DType::Float32;
+  Shape shape_;
+  int64_t numel_ = 0;
+  std::shared_ptr<State> state_;
+};
+
+struct Tensor::State {
+  void* data = nullptr;
+  size_t bytes = 0;
+  DType dtype;
+  int64_t count = 0;
+  ~State();
+};
+
+// Calls f(T{}) with T the storage type of dtype; strings are excluded unless AllowString.
+template <bool AllowString = false, typename F>
+decltype(auto) dispatch_dtype(DType dtype, F&& f) {
+  switch (dtype) {
+#define TERRACE_DTYPE(name, type, text, onnx, size) \
+  case DType::name:                                 \
+    if constexpr (AllowString || !std::is_same_v<type, std::string>) return f(type{}); \
+    break;
+#include "interp/dtypes.def"
+#undef TERRACE_DTYPE
+  }
+  fail(ErrorCode::NotImplemented, "dtype ", dtype_name(dtype), " is not supported here");
+}
+
+}  // namespace terrace

@@ -1,0 +1,27 @@
+// Options: what a Session may do (tiers, thresholds, validation, threads, cache).
+#pragma once
+#include <string>
+
+namespace terrace {
+
+enum class Tier { Interp = 0, Cpu = 1, Gpu = 2 };
+const char* tier_name(Tier t);  // "interp", "cpu", "gpu"
+
+enum class ValidateMode { Off, First, Always };
+
+struct Options {
+  Tier max_tier = Tier::Gpu;    // the highest tier regions may be promoted to
+  int hot_threshold = 2;        // calls with one input signature before promotion to tier 1
+  int gpu_threshold = 20;       // calls on tier 1 before promotion to tier 2 (GPU present)
+  ValidateMode validate = ValidateMode::First;
+  int validate_calls = 3;       // shadow-validated calls after each promotion
+  int max_specializations = 8;  // compiled versions per region
+  int interp_threads = 0;       // OpenMP threads for the interpreter; 0 = all cores
+  int compile_threads = 1;      // background compile threads
+  std::string cache_dir;        // empty: $TERRACE_CACHE_DIR or ~/.cache/terrace
+
+  // Options with TERRACE_MAX_TIER and TERRACE_CACHE_DIR applied over the defaults.
+  static Options from_env();
+};
+
+}  // namespace terrace

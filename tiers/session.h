@@ -1,0 +1,53 @@
+// Session: Terrace's public API. Load a model, run it (from any number of threads), report.
+#pragma once
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "interp/graph.h"
+#include "interp/tensor.h"
+#include "tiers/options.h"
+
+namespace terrace {
+
+using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+
+// What one run() call did.
+struct CallRecord {
+  int64_t index = 0;
+  double ms = 0;
+  std::vector<std::string> tiers;  // tiers that ran during the call ("interp", "cpu", "gpu")
+};
+
+class Session {
+ public:
+  // Loads an ONNX model; throws terrace::Error (InvalidModel, IoError, NotImplemented).
+  static std::unique_ptr<Session> load(const std::string& path, Options options = Options::from_env());
+  static std::unique_ptr<Session> load_bytes(std::string_view bytes, Options options = Options::from_env());
+  static std::unique_ptr<Session> from_graph(std::shared_ptr<const Graph> graph,
+                                             Options options = Options::from_env());
+  ~Session();
+
+  // Runs the model. Inputs are matched by name; each graph input must be given once with the
+  // declared dtype, rank and static dims (InvalidArgument naming the input otherwise). Returns
+  // the graph outputs in declaration order. Thread-safe.
+  NamedTensors run(const NamedTensors& inputs);
+
+  // A JSON report: per region (id, ops, tier, calls, compile_ms, ...) and per call.
+  std::string report_json() const;
+  // A short human-readable report.
+  std::string report() const;
+
+  const Graph& graph() const;
+  const Options& options() const;
+  std::vector<CallRecord> calls() const;
+
+  struct Impl;
+
+ private:
+  explicit Session(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace terrace
