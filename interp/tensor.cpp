@@ -171,7 +171,7 @@ int64_t Tensor::get_as_int64(int64_t i) const {
 }
 
 std::vector<int64_t> Tensor::to_int64_vector() const {
-  std::vector<int64_t> v(size_t(numel_));
+  std::vector<int64_t> v(static_cast<size_t>(numel_));
   for (int64_t i = 0; i < numel_; ++i) v[size_t(i)] = get_as_int64(i);
   return v;
 }

@@ -75,8 +75,8 @@ class Tensor {
     check_type(dtype_of<std::remove_const_t<T>>::value);
     return static_cast<const T*>(raw());
   }
-  void* raw() { return state_ ? state_->data : nullptr; }
-  const void* raw() const { return state_ ? state_->data : nullptr; }
+  void* raw();
+  const void* raw() const;
 
   // Same storage, new shape of equal element count.
   Tensor reshaped(Shape shape) const;
@@ -108,6 +108,9 @@ struct Tensor::State {
   int64_t count = 0;
   ~State();
 };
+
+inline void* Tensor::raw() { return state_ ? state_->data : nullptr; }
+inline const void* Tensor::raw() const { return state_ ? state_->data : nullptr; }
 
 // Calls f(T{}) with T the storage type of dtype; strings are excluded unless AllowString.
 template <bool AllowString = false, typename F>

@@ -1,0 +1,33 @@
+// Options defaults and environment overrides.
+#include "tiers/options.h"
+
+#include <cstdlib>
+#include <string>
+
+#include "interp/error.h"
+
+namespace terrace {
+
+const char* tier_name(Tier t) {
+  switch (t) {
+    case Tier::Interp: return "interp";
+    case Tier::Cpu: return "cpu";
+    case Tier::Gpu: return "gpu";
+  }
+  return "?";
+}
+
+Options Options::from_env() {
+  Options o;
+  if (const char* t = std::getenv("TERRACE_MAX_TIER")) {
+    std::string s = t;
+    if (s == "interp" || s == "0") o.max_tier = Tier::Interp;
+    else if (s == "cpu" || s == "1") o.max_tier = Tier::Cpu;
+    else if (s == "gpu" || s == "2") o.max_tier = Tier::Gpu;
+    else fail(ErrorCode::InvalidArgument, "TERRACE_MAX_TIER='", s, "': expected interp, cpu or gpu");
+  }
+  if (const char* d = std::getenv("TERRACE_CACHE_DIR")) o.cache_dir = d;
+  return o;
+}
+
+}  // namespace terrace
