@@ -7,6 +7,7 @@
 
 #include "interp/interpreter.h"
 #include "interp/onnx_import.h"
+#include "tiers/input_check.h"
 
 namespace terrace {
 
@@ -45,21 +46,17 @@ std::vector<CallRecord> Session::calls() const {
 
 NamedTensors Session::run(const NamedTensors& inputs) {
   const Graph& g = *impl_->graph;
-  std::vector<RValue> in(g.inputs.size());
-  for (auto& [name, t] : inputs) {
-    int id = g.find_value(name);
-    size_t k = 0;
-    while (k < g.inputs.size() && g.inputs[k] != id) ++k;
-    TERRACE_CHECK(id >= 0 && k < g.inputs.size(), InvalidArgument, "'", name,
-                  "' is not an input of the model");
-    in[k] = RValue(t);
-  }
+  std::vector<RValue> in = bind_inputs(g, inputs);
   auto t0 = std::chrono::steady_clock::now();
   std::vector<RValue> out = interpret(g, std::move(in));
   double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   NamedTensors result;
-  for (size_t i = 0; i < g.outputs.size(); ++i)
-    result.emplace_back(g.values[size_t(g.outputs[i])].name, out[i].tensor);
+  for (size_t i = 0; i < g.outputs.size(); ++i) {
+    const std::string& name = g.values[size_t(g.outputs[i])].name;
+    TERRACE_CHECK(out[i].kind == ValueKind::Tensor, NotImplemented, "output '", name,
+                  "' is a sequence or optional; Session::run returns tensors only");
+    result.emplace_back(name, out[i].tensor);
+  }
   std::lock_guard<std::mutex> lock(impl_->mu);
   impl_->calls.push_back({int64_t(impl_->calls.size()), ms, {"interp"}});
   return result;

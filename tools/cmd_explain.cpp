@@ -1,6 +1,60 @@
-// terrace explain (placeholder).
-#include "tools/commands.h"
+// terrace explain: prints a model's graph (inputs, outputs, each node with its value shapes).
+#include <cstdio>
+
+#include "interp/onnx_import.h"
+#include "tools/cli_util.h"
 
 namespace terrace::cli {
-int cmd_explain(const Args&) { throw UsageError{"not implemented yet"}; }
+
+namespace {
+std::string value_str(const Graph& g, int id) {
+  if (id < 0) return "-";
+  const Value& v = g.values[size_t(id)];
+  std::string s = v.name + ":";
+  if (v.info.kind == ValueKind::Sequence) s += "seq<";
+  if (v.info.kind == ValueKind::Optional) s += "opt<";
+  s += v.info.dtype ? dtype_name(*v.info.dtype) : "?";
+  if (v.info.shape) {
+    s += "[";
+    for (size_t d = 0; d < v.info.shape->size(); ++d) {
+      int64_t n = (*v.info.shape)[d];
+      const std::string& sym = d < v.info.dim_names.size() ? v.info.dim_names[d] : std::string();
+      s += (d ? "," : "") + (n >= 0 ? std::to_string(n) : sym.empty() ? "?" : sym);
+    }
+    s += "]";
+  }
+  if (v.info.kind != ValueKind::Tensor && v.info.kind != ValueKind::Unknown) s += ">";
+  return s;
+}
+
+void print_graph(const Graph& g, const std::string& indent) {
+  for (int id : g.inputs) std::printf("%sinput  %s\n", indent.c_str(), value_str(g, id).c_str());
+  std::printf("%s%zu initializers, %zu nodes\n", indent.c_str(), g.initializers.size(), g.nodes.size());
+  for (size_t n = 0; n < g.nodes.size(); ++n) {
+    const Node& node = g.nodes[n];
+    std::string ins, outs;
+    for (int v : node.inputs) ins += (ins.empty() ? "" : ", ") + value_str(g, v);
+    for (int v : node.outputs) outs += (outs.empty() ? "" : ", ") + value_str(g, v);
+    std::printf("%s%4zu  %-20s %s -> %s\n", indent.c_str(), n, node.describe().c_str(), ins.c_str(),
+                outs.c_str());
+    for (auto& [k, a] : node.attrs)
+      if (a.kind == Attribute::Kind::Graph && a.g) {
+        std::printf("%s      %s:\n", indent.c_str(), k.c_str());
+        print_graph(*a.g, indent + "        ");
+      }
+  }
+  for (int id : g.outputs) std::printf("%soutput %s\n", indent.c_str(), value_str(g, id).c_str());
+}
+}  // namespace
+
+int cmd_explain(const Args& args) {
+  if (args.size() != 1 || args[0].empty() || args[0][0] == '-')
+    throw UsageError{"usage: terrace explain MODEL"};
+  Model m = load_onnx_file(args[0]);
+  std::printf("model %s (ir %lld, opset %d)\n", args[0].c_str(), (long long)m.ir_version,
+              m.graph->opset);
+  print_graph(*m.graph, "  ");
+  return 0;
+}
+
 }  // namespace terrace::cli
