@@ -1,0 +1,224 @@
+// Kernel IR: small immutable expression and statement nodes with make(), listed in ir_nodes.def.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "interp/tensor.h"
+
+namespace terrace::kernels {
+
+enum class IRNodeKind : uint8_t {
+#define TERRACE_IR_EXPR(name) name,
+#define TERRACE_IR_STMT(name) name,
+#include "kernels/ir_nodes.def"
+};
+const char* ir_node_name(IRNodeKind kind);
+
+enum class Intrinsic : uint8_t {
+#define TERRACE_IR_INTRINSIC(name, arity, returns_bool) name,
+#include "kernels/ir_nodes.def"
+};
+const char* intrinsic_name(Intrinsic fn);  // "Exp"
+int intrinsic_arity(Intrinsic fn);
+bool intrinsic_returns_bool(Intrinsic fn);
+
+enum class UnaryOp : uint8_t { Neg, Not /* logical, bool */, BitNot };
+// Div and Mod on integers truncate toward zero (C semantics); the lowering guarantees b != 0.
+// And/Or/Xor are logical on bools and bitwise on integers.
+enum class BinaryOp : uint8_t { Add, Sub, Mul, Div, Mod, And, Or, Xor, Shl, Shr };
+enum class CmpOp : uint8_t { EQ, NE, LT, LE, GT, GE };
+const char* unary_op_name(UnaryOp op);
+const char* binary_op_name(BinaryOp op);
+const char* cmp_op_name(CmpOp op);
+
+// How a loop runs. Parallel: the outermost loop, whose range the runtime splits across threads
+// (the kernel receives [begin, end) of it). Vectorized: an innermost unit-stride loop. GpuBlock
+// and GpuThread are reserved for the CUDA dialect (the loop variable is the block/thread index).
+enum class ForKind : uint8_t { Serial, Parallel, Vectorized, GpuBlock, GpuThread };
+const char* for_kind_name(ForKind kind);
+
+// A kernel parameter: buffers[slot] viewed as an array of dtype.
+struct Buffer {
+  std::string name;
+  DType dtype = DType::Float32;
+  int slot = 0;
+};
+
+struct IRNode {
+  explicit IRNode(IRNodeKind k) : kind(k) {}
+  virtual ~IRNode() = default;
+  const IRNodeKind kind;
+};
+struct BaseExprNode : IRNode {
+  BaseExprNode(IRNodeKind k, DType t) : IRNode(k), type(t) {}
+  const DType type;
+};
+struct BaseStmtNode : IRNode {
+  using IRNode::IRNode;
+};
+
+// A shared handle to an immutable node; as<T>() is a checked downcast (nullptr on mismatch).
+template <typename Base>
+class IRHandle {
+ public:
+  IRHandle() = default;
+  explicit IRHandle(std::shared_ptr<const Base> node) : node_(std::move(node)) {}
+  bool defined() const { return node_ != nullptr; }
+  IRNodeKind kind() const { return node_->kind; }
+  const Base* get() const { return node_.get(); }
+  const Base* operator->() const { return node_.get(); }
+  bool same_as(const IRHandle& o) const { return node_ == o.node_; }
+  template <typename T> const T* as() const {
+    return node_ && node_->kind == T::kKind ? static_cast<const T*>(node_.get()) : nullptr;
+  }
+
+ private:
+  std::shared_ptr<const Base> node_;
+};
+
+class Expr : public IRHandle<BaseExprNode> {
+ public:
+  using IRHandle::IRHandle;
+  DType type() const { return get()->type; }
+};
+using Stmt = IRHandle<BaseStmtNode>;
+
+// ---- Expressions ----
+struct IntImm final : BaseExprNode {
+  static constexpr IRNodeKind kKind = IRNodeKind::IntImm;
+  int64_t value;
+  IntImm(DType t, int64_t v) : BaseExprNode(kKind, t), value(v) {}
+  static Expr make(DType t, int64_t v);  // integer or bool type
+};
+struct FloatImm final : BaseExprNode {
+  static constexpr IRNodeKind kKind = IRNodeKind::FloatImm;
+  double value;  // may be NaN or +-Inf
+  FloatImm(DType t, double v) : BaseExprNode(kKind, t), value(v) {}
+  static Expr make(DType t, double v);  // float32 or float64
+};
+struct Var final : BaseExprNode {
+  static constexpr IRNodeKind kKind = IRNodeKind::Var;
+  std::string name;
+  Var(DType t, std::string n) : BaseExprNode(kKind, t), name(std::move(n)) {}
+  static Expr make(DType t, std::string name);
+};
+struct Load final : BaseExprNode {
+  static constexpr IRNodeKind kKind = IRNodeKind::Load;
+  Buffer buffer;
+  Expr index;  // int64, in elements
+  Load(Buffer b, Expr i) : BaseExprNode(kKind, b.dtype), buffer(std::move(b)), index(std::move(i)) {}
+  static Expr make(Buffer buffer, Expr index);
+};
+struct Unary final : BaseExprNode {
+  static constexpr IRNodeKind kKind = IRNodeKind::Unary;
+  UnaryOp op;
+  Expr a;
+  Unary(UnaryOp o, Expr x) : BaseExprNode(kKind, x.type()), op(o), a(std::move(x)) {}
+  static Expr make(UnaryOp op, Expr a);
+};
+struct Binary final : BaseExprNode {
+  static constexpr IRNodeKind kKind = IRNodeKind::Binary;
+  BinaryOp op;
+  Expr a, b;
+  Binary(BinaryOp o, Expr x, Expr y)
+      : BaseExprNode(kKind, x.type()), op(o), a(std::move(x)), b(std::move(y)) {}
+  static Expr make(BinaryOp op, Expr a, Expr b);  // a and b of one type
+};
+struct Compare final : BaseExprNode {
+  static constexpr IRNodeKind kKind = IRNodeKind::Compare;
+  CmpOp op;
+  Expr a, b;
+  Compare(CmpOp o, Expr x, Expr y)
+      : BaseExprNode(kKind, DType::Bool), op(o), a(std::move(x)), b(std::move(y)) {}
+  static Expr make(CmpOp op, Expr a, Expr b);
+};
+struct Select final : BaseExprNode {
+  static constexpr IRNodeKind kKind = IRNodeKind::Select;
+  Expr cond, true_value, false_value;
+  Select(Expr c, Expr t, Expr f)
+      : BaseExprNode(kKind, t.type()), cond(std::move(c)), true_value(std::move(t)),
+        false_value(std::move(f)) {}
+  static Expr make(Expr cond, Expr true_value, Expr false_value);
+};
+struct Cast final : BaseExprNode {
+  static constexpr IRNodeKind kKind = IRNodeKind::Cast;
+  Expr value;
+  Cast(DType t, Expr v) : BaseExprNode(kKind, t), value(std::move(v)) {}
+  static Expr make(DType t, Expr value);  // returns value itself when it already has type t
+};
+struct Call final : BaseExprNode {
+  static constexpr IRNodeKind kKind = IRNodeKind::Call;
+  Intrinsic fn;
+  std::vector<Expr> args;
+  Call(DType t, Intrinsic f, std::vector<Expr> a) : BaseExprNode(kKind, t), fn(f), args(std::move(a)) {}
+  static Expr make(Intrinsic fn, std::vector<Expr> args);  // float args of one type
+};
+
+// ---- Statements ----
+struct For final : BaseStmtNode {
+  static constexpr IRNodeKind kKind = IRNodeKind::For;
+  std::string var;  // an int64 loop variable
+  Expr begin, end;  // half-open range, int64
+  ForKind for_kind;
+  Stmt body;
+  For(std::string v, Expr b, Expr e, ForKind k, Stmt s)
+      : BaseStmtNode(kKind), var(std::move(v)), begin(std::move(b)), end(std::move(e)),
+        for_kind(k), body(std::move(s)) {}
+  static Stmt make(std::string var, Expr begin, Expr end, ForKind kind, Stmt body);
+};
+struct Store final : BaseStmtNode {
+  static constexpr IRNodeKind kKind = IRNodeKind::Store;
+  Buffer buffer;
+  Expr index, value;
+  Store(Buffer b, Expr i, Expr v)
+      : BaseStmtNode(kKind), buffer(std::move(b)), index(std::move(i)), value(std::move(v)) {}
+  static Stmt make(Buffer buffer, Expr index, Expr value);
+};
+struct LetStmt final : BaseStmtNode {
+  static constexpr IRNodeKind kKind = IRNodeKind::LetStmt;
+  std::string name;
+  Expr value;
+  Stmt body;
+  LetStmt(std::string n, Expr v, Stmt b)
+      : BaseStmtNode(kKind), name(std::move(n)), value(std::move(v)), body(std::move(b)) {}
+  static Stmt make(std::string name, Expr value, Stmt body);
+};
+struct Block final : BaseStmtNode {
+  static constexpr IRNodeKind kKind = IRNodeKind::Block;
+  std::vector<Stmt> stmts;
+  explicit Block(std::vector<Stmt> s) : BaseStmtNode(kKind), stmts(std::move(s)) {}
+  static Stmt make(std::vector<Stmt> stmts);  // a single statement is returned as is
+};
+struct IfThenElse final : BaseStmtNode {
+  static constexpr IRNodeKind kKind = IRNodeKind::IfThenElse;
+  Expr cond;
+  Stmt then_case, else_case;  // else_case may be undefined
+  IfThenElse(Expr c, Stmt t, Stmt e)
+      : BaseStmtNode(kKind), cond(std::move(c)), then_case(std::move(t)), else_case(std::move(e)) {}
+  static Stmt make(Expr cond, Stmt then_case, Stmt else_case = Stmt());
+};
+
+// One compiled unit: `void name(void** buffers, int64_t begin, int64_t end)`. The body's
+// outermost loop (ForKind::Parallel) runs over [begin, end) of [0, parallel_extent); the runtime
+// splits that range across threads. Var "begin"/"end" (int64) name the range in the body.
+struct LoweredFunc {
+  std::string name;
+  std::vector<Buffer> buffers;  // in slot order
+  Stmt body;
+  int64_t parallel_extent = 1;
+  int64_t work_per_iteration = 1;  // elements computed per outer iteration (sets the grain)
+};
+
+// Small constructors for the lowering's convenience.
+Expr make_index(int64_t v);                   // an int64 constant
+Expr make_const(DType t, double v);           // a constant of any numeric or bool type
+Expr make_zero(DType t);
+Expr make_one(DType t);
+Expr operator+(Expr a, Expr b);
+Expr operator-(Expr a, Expr b);
+Expr operator*(Expr a, Expr b);
+Expr operator/(Expr a, Expr b);
+
+}  // namespace terrace::kernels
