@@ -1,8 +1,159 @@
-// Reference kernels of the 'misc' family (see interp/ops.def).
-#include "interp/ops/common.h"
+// Reference kernels of the 'misc' family (see interp/ops.def): quantisation here; NMS, signal
+// processing, GridSample and random numbers in the other misc_*.cpp files.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "interp/ops/misc_kernels.h"
 
 namespace terrace {
+namespace ops {
 
-void register_misc_kernels(KernelTable&) {}
+DType dtype_attr(const Node& node, const char* name, int64_t def) {
+  int64_t code = node.attr_int(name, def);
+  DType t;
+  TERRACE_CHECK(dtype_from_onnx(int(code), &t), InvalidModel, node.describe(), ": attribute '",
+                name, "' names data type ", code, ", which Terrace does not support");
+  return t;
+}
+
+namespace {
+
+// Where element i of x finds its scale and zero point: one pair for the whole tensor, or one per
+// index along `axis`.
+struct QuantLayout {
+  int64_t axis_dim = 1, inner = 1;
+  bool per_axis = false;
+  int64_t channel(int64_t i) const { return per_axis ? (i / inner) % axis_dim : 0; }
+};
+
+QuantLayout quant_layout(KernelContext& ctx, const Tensor& x, const Tensor& scale) {
+  const Node& node = ctx.node;
+  QuantLayout q;
+  const Tensor* zero = ctx.has_input(2) ? &ctx.input(2) : nullptr;
+  TERRACE_CHECK(!zero || zero->numel() == scale.numel(), InvalidArgument, node.describe(),
+                ": zero point has ", zero ? zero->numel() : 0, " elements, scale has ",
+                scale.numel());
+  if (scale.numel() == 1 && scale.rank() <= 1) return q;
+  const int64_t axis = normalize_axis(node, node.attr_int("axis", 1), x.rank());
+  TERRACE_CHECK(scale.rank() == 1 && scale.numel() == x.dim(axis), InvalidArgument,
+                node.describe(), ": per-axis scale of shape ", shape_str(scale.shape()),
+                " does not match axis ", axis, " of input ", shape_str(x.shape()));
+  q.per_axis = true;
+  q.axis_dim = x.dim(axis);
+  for (int64_t d = axis + 1; d < x.rank(); ++d) q.inner *= x.dim(d);
+  return q;
+}
+
+// Values of a small float or integer parameter tensor (scales, zero points) as float.
+std::vector<float> param_floats(const Tensor& t) {
+  std::vector<float> v(size_t(t.numel()));
+  for (int64_t i = 0; i < t.numel(); ++i) v[size_t(i)] = float(t.get_as_double(i));
+  return v;
+}
+
+// Round half to even, add the zero point, saturate to Q's range.
+template <typename Q>
+Q saturate_quantize(float scaled, float zero) {
+  float r = std::nearbyint(scaled) + zero;
+  r = std::clamp(r, float(std::numeric_limits<Q>::lowest()), float(std::numeric_limits<Q>::max()));
+  return Q(r);
+}
+
+void quantize_linear(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  const Tensor& scale = ctx.input(1);
+  const QuantLayout q = quant_layout(ctx, x, scale);
+  const std::vector<float> s = param_floats(scale);
+  const std::vector<float> z = ctx.has_input(2) ? param_floats(ctx.input(2)) : std::vector<float>(s.size(), 0.f);
+  const DType out_type = ctx.has_input(2) ? ctx.input(2).dtype() : DType::UInt8;
+  TERRACE_CHECK(is_integer(out_type), InvalidArgument, ctx.node.describe(),
+                ": zero point must be an integer type, got ", dtype_name(out_type));
+  TERRACE_CHECK(is_float(x.dtype()) || x.dtype() == DType::Int32, InvalidArgument,
+                ctx.node.describe(), ": cannot quantize ", dtype_name(x.dtype()));
+  Tensor y = Tensor::empty(out_type, x.shape());
+  dispatch_dtype(x.dtype(), [&](auto xt) {
+    using X = decltype(xt);
+    dispatch_dtype(out_type, [&](auto qt) {
+      using Q = decltype(qt);
+      if constexpr (std::is_integral_v<Q> && !std::is_same_v<Q, bool>) {
+        const X* src = x.data<X>();
+        Q* dst = y.data<Q>();
+        const int64_t n = x.numel();
+#pragma omp parallel for schedule(static) if (n > 65536)
+        for (int64_t i = 0; i < n; ++i) {
+          int64_t c = q.channel(i);
+          dst[i] = saturate_quantize<Q>(float(src[i]) / s[size_t(c)], z[size_t(c)]);
+        }
+      }
+    });
+  });
+  ctx.set_output(0, std::move(y));
+}
+
+void dequantize_linear(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  const Tensor& scale = ctx.input(1);
+  const QuantLayout q = quant_layout(ctx, x, scale);
+  const std::vector<float> s = param_floats(scale);
+  const std::vector<float> z = ctx.has_input(2) ? param_floats(ctx.input(2)) : std::vector<float>(s.size(), 0.f);
+  TERRACE_CHECK(is_integer(x.dtype()), InvalidArgument, ctx.node.describe(),
+                ": cannot dequantize ", dtype_name(x.dtype()));
+  TERRACE_CHECK(is_float(scale.dtype()), InvalidArgument, ctx.node.describe(),
+                ": scale must be a float type, got ", dtype_name(scale.dtype()));
+  Tensor y = Tensor::empty(DType::Float32, x.shape());
+  dispatch_dtype(x.dtype(), [&](auto xt) {
+    using X = decltype(xt);
+    const X* src = x.data<X>();
+    float* dst = y.data<float>();
+    const int64_t n = x.numel();
+#pragma omp parallel for schedule(static) if (n > 65536)
+    for (int64_t i = 0; i < n; ++i) {
+      int64_t c = q.channel(i);
+      dst[i] = (float(src[i]) - z[size_t(c)]) * s[size_t(c)];
+    }
+  });
+  ctx.set_output(0, scale.dtype() == DType::Float32 ? std::move(y) : y.cast(scale.dtype()));
+}
+
+// uint8 quantisation whose range covers the data and zero: scale = (max - min) / 255.
+void dynamic_quantize_linear(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  TERRACE_CHECK(x.dtype() == DType::Float32, InvalidArgument, ctx.node.describe(),
+                ": input must be float32, got ", dtype_name(x.dtype()));
+  const float* src = x.data<float>();
+  float lo = 0.f, hi = 0.f;
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    TERRACE_CHECK(!std::isnan(src[i]), InvalidArgument, ctx.node.describe(),
+                  ": input holds NaN");
+    lo = std::min(lo, src[i]);
+    hi = std::max(hi, src[i]);
+  }
+  const float scale = (hi - lo) / 255.f;
+  // All-zero input: any scale works; keep 0 and map everything to the zero point 0.
+  const float zero = scale > 0 ? std::clamp(std::nearbyint(-lo / scale), 0.f, 255.f) : 0.f;
+  Tensor y = Tensor::empty(DType::UInt8, x.shape());
+  uint8_t* dst = y.data<uint8_t>();
+  const int64_t n = x.numel();
+#pragma omp parallel for schedule(static) if (n > 65536)
+  for (int64_t i = 0; i < n; ++i)
+    dst[i] = scale > 0 ? saturate_quantize<uint8_t>(src[i] / scale, zero) : 0;
+  ctx.set_output(0, std::move(y));
+  ctx.set_output(1, Tensor::scalar<float>(scale));
+  ctx.set_output(2, Tensor::scalar<uint8_t>(uint8_t(zero)));
+}
+
+}  // namespace
+}  // namespace ops
+
+void register_misc_kernels(KernelTable& t) {
+  t.add(Op::QuantizeLinear, ops::quantize_linear);
+  t.add(Op::DequantizeLinear, ops::dequantize_linear);
+  t.add(Op::DynamicQuantizeLinear, ops::dynamic_quantize_linear);
+  ops::register_nms_kernel(t);
+  ops::register_signal_kernels(t);
+  ops::register_grid_sample_kernel(t);
+  ops::register_random_kernels(t);
+}
 
 }  // namespace terrace

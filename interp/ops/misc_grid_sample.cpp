@@ -1,0 +1,146 @@
+// GridSample (opset 16, 4-D): bilinear, nearest and bicubic sampling with zeros, border and
+// reflection padding, following PyTorch's grid_sample (which ONNX's test data comes from).
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "interp/ops/misc_kernels.h"
+
+namespace terrace::ops {
+namespace {
+
+enum class Mode { Bilinear, Nearest, Bicubic };
+enum class Padding { Zeros, Border, Reflection };
+
+struct Sampler {
+  Mode mode;
+  Padding padding;
+  bool align_corners;
+
+  // Grid value in [-1, 1] -> pixel coordinate along a dim of `size`.
+  double unnormalize(double g, int64_t size) const {
+    return align_corners ? (g + 1) / 2 * double(size - 1) : ((g + 1) * double(size) - 1) / 2;
+  }
+
+  // Reflects x into [lo2 / 2, hi2 / 2] (bounds given doubled, as PyTorch does).
+  static double reflect(double x, double lo2, double hi2) {
+    if (lo2 == hi2) return 0;
+    double lo = lo2 / 2, span = (hi2 - lo2) / 2;
+    x = std::fabs(x - lo);
+    double extra = std::fmod(x, span);
+    int64_t flips = int64_t(std::floor(x / span));
+    return flips % 2 == 0 ? extra + lo : span - extra + lo;
+  }
+
+  // Applies border or reflection padding to a coordinate (zeros padding leaves it alone).
+  double pad(double x, int64_t size) const {
+    double hi = double(size - 1);
+    if (padding == Padding::Border) return std::clamp(x, 0.0, hi);
+    if (padding == Padding::Reflection) {
+      x = align_corners ? reflect(x, 0, 2 * hi) : reflect(x, -1, 2 * double(size) - 1);
+      return std::clamp(x, 0.0, hi);
+    }
+    return x;
+  }
+};
+
+// Plane value at integer (y, x), or 0 outside it.
+template <typename T>
+double at(const T* plane, int64_t h, int64_t w, int64_t y, int64_t x) {
+  return y >= 0 && y < h && x >= 0 && x < w ? double(plane[y * w + x]) : 0.0;
+}
+
+// Cubic convolution weights of the 4 taps around a fractional offset t (A = -0.75).
+void cubic_weights(double t, double c[4]) {
+  constexpr double A = -0.75;
+  auto near = [](double x) { return ((A + 2) * x - (A + 3)) * x * x + 1; };
+  auto far = [](double x) { return ((A * x - 5 * A) * x + 8 * A) * x - 4 * A; };
+  c[0] = far(t + 1);
+  c[1] = near(t);
+  c[2] = near(1 - t);
+  c[3] = far(2 - t);
+}
+
+template <typename T>
+double sample(const Sampler& s, const T* plane, int64_t h, int64_t w, double gx, double gy) {
+  double x = s.unnormalize(gx, w), y = s.unnormalize(gy, h);
+  if (s.mode == Mode::Bicubic) {  // padding applies to each tap, not to the coordinate
+    double x0 = std::floor(x), y0 = std::floor(y), cx[4], cy[4];
+    cubic_weights(x - x0, cx);
+    cubic_weights(y - y0, cy);
+    double acc = 0;
+    for (int i = 0; i < 4; ++i) {
+      double row = 0;
+      for (int j = 0; j < 4; ++j) {
+        double tx = s.pad(x0 - 1 + j, w), ty = s.pad(y0 - 1 + i, h);
+        row += cx[j] * at(plane, h, w, int64_t(ty), int64_t(tx));
+      }
+      acc += cy[i] * row;
+    }
+    return acc;
+  }
+  x = s.pad(x, w);
+  y = s.pad(y, h);
+  if (s.mode == Mode::Nearest)
+    return at(plane, h, w, int64_t(std::nearbyint(y)), int64_t(std::nearbyint(x)));
+  double x0 = std::floor(x), y0 = std::floor(y), fx = x - x0, fy = y - y0;
+  int64_t ix = int64_t(x0), iy = int64_t(y0);
+  return at(plane, h, w, iy, ix) * (1 - fx) * (1 - fy) + at(plane, h, w, iy, ix + 1) * fx * (1 - fy) +
+         at(plane, h, w, iy + 1, ix) * (1 - fx) * fy + at(plane, h, w, iy + 1, ix + 1) * fx * fy;
+}
+
+Sampler read_sampler(const Node& node) {
+  Sampler s{};
+  std::string mode = node.attr_string("mode", "bilinear");
+  std::string padding = node.attr_string("padding_mode", "zeros");
+  if (mode == "bilinear" || mode == "linear") s.mode = Mode::Bilinear;
+  else if (mode == "nearest") s.mode = Mode::Nearest;
+  else if (mode == "bicubic" || mode == "cubic") s.mode = Mode::Bicubic;
+  else fail(ErrorCode::InvalidModel, node.describe(), ": unknown mode '", mode, "'");
+  if (padding == "zeros") s.padding = Padding::Zeros;
+  else if (padding == "border") s.padding = Padding::Border;
+  else if (padding == "reflection") s.padding = Padding::Reflection;
+  else fail(ErrorCode::InvalidModel, node.describe(), ": unknown padding_mode '", padding, "'");
+  s.align_corners = node.attr_int("align_corners", 0) != 0;
+  return s;
+}
+
+void grid_sample(KernelContext& ctx) {
+  const Node& node = ctx.node;
+  const Tensor& x = ctx.input(0);
+  const Tensor& grid = ctx.input(1);
+  TERRACE_CHECK(x.rank() == 4 && grid.rank() == 4 && grid.dim(0) == x.dim(0) && grid.dim(3) == 2,
+                InvalidArgument, node.describe(), ": X ", shape_str(x.shape()), " and grid ",
+                shape_str(grid.shape()), " must be [N, C, H, W] and [N, H_out, W_out, 2]");
+  TERRACE_CHECK(is_float(x.dtype()) && is_float(grid.dtype()), InvalidArgument, node.describe(),
+                ": X and grid must be float tensors");
+  const Sampler s = read_sampler(node);
+  const int64_t n = x.dim(0), c = x.dim(1), h = x.dim(2), w = x.dim(3);
+  const int64_t ho = grid.dim(1), wo = grid.dim(2);
+  const Tensor g = grid.cast(DType::Float64);
+  const double* gp = g.data<double>();
+  Tensor y = Tensor::empty(x.dtype(), {n, c, ho, wo});
+  dispatch_dtype(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (std::is_floating_point_v<T> || std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
+      const T* src = x.data<T>();
+      T* dst = y.data<T>();
+      const int64_t total = n * c * ho * wo;
+#pragma omp parallel for schedule(static)
+      for (int64_t i = 0; i < total; ++i) {
+        const int64_t p = i % (ho * wo), nc = i / (ho * wo), b = nc / c;
+        const double* gxy = gp + (b * ho * wo + p) * 2;
+        double v = sample(s, src + nc * h * w, h, w, gxy[0], gxy[1]);
+        if constexpr (std::is_same_v<T, double>) dst[i] = v;
+        else dst[i] = T(float(v));
+      }
+    }
+  });
+  ctx.set_output(0, std::move(y));
+}
+
+}  // namespace
+
+void register_grid_sample_kernel(KernelTable& t) { t.add(Op::GridSample, grid_sample); }
+
+}  // namespace terrace::ops

@@ -1,0 +1,16 @@
+// Internals of the 'misc' family: the per-file registration hooks (see interp/ops.def).
+#pragma once
+#include "interp/ops/common.h"
+
+namespace terrace::ops {
+
+void register_nms_kernel(KernelTable& t);          // misc_nms.cpp
+void register_signal_kernels(KernelTable& t);      // misc_signal.cpp: windows, DFT, STFT, mel
+void register_grid_sample_kernel(KernelTable& t);  // misc_grid_sample.cpp
+void register_random_kernels(KernelTable& t);      // misc_random.cpp
+
+// The attribute `name` read as an ONNX TensorProto data type code (e.g. output_datatype, dtype);
+// InvalidModel naming node and attribute for codes Terrace lacks.
+DType dtype_attr(const Node& node, const char* name, int64_t def);
+
+}  // namespace terrace::ops
