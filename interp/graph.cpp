@@ -83,6 +83,25 @@ const Graph& Node::attr_graph(const std::string& k) const {
   return *a.g;
 }
 
+std::vector<const Graph*> Node::subgraphs() const {
+  std::vector<const Graph*> r;
+  for (auto& [k, a] : attrs) {
+    if (a.g) r.push_back(a.g.get());
+    for (auto& g : a.graphs) r.push_back(g.get());
+  }
+  return r;
+}
+
+std::vector<int> Graph::captured_by(const Node& node) const {
+  std::vector<int> out;
+  for (const Graph* body : node.subgraphs())
+    for (int c : body->captures) {
+      int v = find_value(body->values[size_t(c)].name);
+      if (v >= 0) out.push_back(v);
+    }
+  return out;
+}
+
 int Graph::find_value(const std::string& n) const {
   auto it = value_index.find(n);
   return it == value_index.end() ? -1 : it->second;

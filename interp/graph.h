@@ -77,6 +77,8 @@ struct Node {
   const Graph& attr_graph(const std::string& k) const;
   const Attribute* find_attr(const std::string& k) const;
   std::string describe() const;  // "Conv 'conv1'"
+  // The graphs held in this node's attributes (If/Loop/Scan bodies).
+  std::vector<const Graph*> subgraphs() const;
 };
 
 struct Graph {
@@ -93,6 +95,8 @@ struct Graph {
   int find_value(const std::string& name) const;  // -1 if absent
   int add_value(std::string name, ValueInfo info = {});
   const Value& value(int id) const { return values.at(size_t(id)); }
+  // Values of this graph that the subgraphs of `node` read from their enclosing scope.
+  std::vector<int> captured_by(const Node& node) const;
 
   std::unordered_map<std::string, int> value_index;
 };

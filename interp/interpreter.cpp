@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 
 #include "interp/kernel.h"
 
@@ -76,17 +77,7 @@ std::vector<RValue> interpret_node(const Node& node, const std::vector<const RVa
   return std::move(ctx.outputs());
 }
 
-namespace {
-std::vector<const Graph*> subgraphs_of(const Attribute& a) {
-  std::vector<const Graph*> r;
-  if (a.kind == Attribute::Kind::Graph && a.g) r.push_back(a.g.get());
-  for (auto& g : a.graphs) r.push_back(g.get());
-  return r;
-}
-}  // namespace
-
-std::vector<RValue> interpret(const Graph& g, std::vector<RValue> inputs, const Frame* parent,
-                              const NodeObserver& observe) {
+Frame make_frame(const Graph& g, std::vector<RValue> inputs, const Frame* parent) {
   TERRACE_CHECK(inputs.size() == g.inputs.size(), InvalidArgument, "graph '", g.name,
                 "' takes ", g.inputs.size(), " inputs, got ", inputs.size());
   Frame frame;
@@ -101,51 +92,68 @@ std::vector<RValue> interpret(const Graph& g, std::vector<RValue> inputs, const 
                   "', which no enclosing graph defines");
     frame.env[size_t(id)] = *v;
   }
+  return frame;
+}
 
-  // Free each intermediate after its last use, so peak memory follows the live set.
+std::vector<int> last_use_positions(const Graph& g, const std::vector<int>& position) {
   std::vector<int> last_use(g.values.size(), -1);
-  for (size_t n = 0; n < g.nodes.size(); ++n)
-    for (int v : g.nodes[n].inputs)
-      if (v >= 0) last_use[size_t(v)] = int(n);
-  for (size_t n = 0; n < g.nodes.size(); ++n)
-    for (auto& [k, a] : g.nodes[n].attrs)  // values a subgraph reads count as used by its node
-      for (const Graph* body : subgraphs_of(a))
-        for (int c : body->captures) {
-          int v = g.find_value(body->values[size_t(c)].name);
-          if (v >= 0) last_use[size_t(v)] = std::max(last_use[size_t(v)], int(n));
-        }
-  for (int v : g.outputs) last_use[size_t(v)] = int(g.nodes.size());
-
-  std::vector<const RValue*> in;
+  auto use = [&](int v, int pos) {
+    if (v >= 0) last_use[size_t(v)] = std::max(last_use[size_t(v)], pos);
+  };
   for (size_t n = 0; n < g.nodes.size(); ++n) {
-    const Node& node = g.nodes[n];
-    in.clear();
-    for (int v : node.inputs) in.push_back(v >= 0 ? &frame.env[size_t(v)] : nullptr);
-    auto t0 = std::chrono::steady_clock::now();
-    std::vector<RValue> out = interpret_node(node, in, &frame);
-    if (observe)
-      observe(int(n), std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-    for (size_t i = 0; i < node.outputs.size(); ++i)
-      if (node.outputs[i] >= 0) frame.env[size_t(node.outputs[i])] = std::move(out[i]);
-    for (int v : node.inputs)
-      if (v >= 0 && last_use[size_t(v)] == int(n) && !g.initializers.count(v))
-        frame.env[size_t(v)] = RValue();
+    for (int v : g.nodes[n].inputs) use(v, position[n]);
+    for (int v : g.captured_by(g.nodes[n])) use(v, position[n]);
   }
+  for (int v : g.outputs) use(v, std::numeric_limits<int>::max());
+  return last_use;
+}
 
+void run_node(Frame& frame, int n, const NodeObserver& observe) {
+  const Node& node = frame.graph->nodes[size_t(n)];
+  std::vector<const RValue*> in;
+  in.reserve(node.inputs.size());
+  for (int v : node.inputs) in.push_back(v >= 0 ? &frame.env[size_t(v)] : nullptr);
+  auto t0 = std::chrono::steady_clock::now();
+  std::vector<RValue> out = interpret_node(node, in, &frame);
+  if (observe)
+    observe(n, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  for (size_t i = 0; i < node.outputs.size(); ++i)
+    if (node.outputs[i] >= 0) frame.env[size_t(node.outputs[i])] = std::move(out[i]);
+}
+
+void release_dead_inputs(Frame& frame, int n, int pos, const std::vector<int>& last_use) {
+  const Graph& g = *frame.graph;
+  for (int v : g.nodes[size_t(n)].inputs)
+    if (v >= 0 && last_use[size_t(v)] == pos && !g.initializers.count(v)) frame.env[size_t(v)] = RValue();
+}
+
+std::vector<RValue> frame_outputs(const Frame& frame) {
+  const Graph& g = *frame.graph;
   std::vector<RValue> result;
   result.reserve(g.outputs.size());
   for (int v : g.outputs) {
-    RValue r = frame.env[size_t(v)];
-    if (!r.defined()) {
-      // A graph output may be a captured outer value or an input passed straight through.
-      const RValue* outer = frame.lookup(g.values[size_t(v)].name);
-      TERRACE_CHECK(outer, InvalidModel, "graph '", g.name, "' output '",
-                    g.values[size_t(v)].name, "' is never computed");
-      r = *outer;
-    }
-    result.push_back(std::move(r));
+    const RValue* r = &frame.env[size_t(v)];
+    // A graph output may be a captured outer value or an input passed straight through.
+    if (!r->defined()) r = frame.lookup(g.values[size_t(v)].name);
+    TERRACE_CHECK(r, InvalidModel, "graph '", g.name, "' output '", g.values[size_t(v)].name,
+                  "' is never computed");
+    result.push_back(*r);
   }
   return result;
+}
+
+std::vector<RValue> interpret(const Graph& g, std::vector<RValue> inputs, const Frame* parent,
+                              const NodeObserver& observe) {
+  Frame frame = make_frame(g, std::move(inputs), parent);
+  std::vector<int> position(g.nodes.size());
+  for (size_t n = 0; n < position.size(); ++n) position[n] = int(n);
+  // Free each intermediate after its last use, so peak memory follows the live set.
+  std::vector<int> last_use = last_use_positions(g, position);
+  for (int n = 0; n < int(g.nodes.size()); ++n) {
+    run_node(frame, n, observe);
+    release_dead_inputs(frame, n, n, last_use);
+  }
+  return frame_outputs(frame);
 }
 
 }  // namespace terrace

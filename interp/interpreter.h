@@ -24,6 +24,19 @@ using NodeObserver = std::function<void(int node, double ms)>;
 std::vector<RValue> interpret(const Graph& graph, std::vector<RValue> inputs,
                               const Frame* parent = nullptr, const NodeObserver& observe = {});
 
+// The pieces interpret() is made of, for executors that interleave compiled regions (tiers/).
+// A frame for `graph` with initializers, inputs and captured values bound.
+Frame make_frame(const Graph& graph, std::vector<RValue> inputs, const Frame* parent);
+// Runs node `n` of the frame's graph, storing its outputs in the frame.
+void run_node(Frame& frame, int n, const NodeObserver& observe = {});
+// For each value, the largest position (position[node]) of a node that reads it, directly or
+// through a subgraph; graph outputs read at INT_MAX, unread values at -1.
+std::vector<int> last_use_positions(const Graph& graph, const std::vector<int>& position);
+// Drops the values of node `n`'s inputs whose last use is at `pos` (initializers are kept).
+void release_dead_inputs(Frame& frame, int n, int pos, const std::vector<int>& last_use);
+// The graph outputs from a finished frame.
+std::vector<RValue> frame_outputs(const Frame& frame);
+
 // Runs one node on the given inputs (nullptr for absent ones) and returns its outputs.
 std::vector<RValue> interpret_node(const Node& node, const std::vector<const RValue*>& inputs,
                                    const Frame* frame = nullptr);

@@ -1,4 +1,5 @@
-// Session: input checks, dispatch to the interpreter, per-call records, reports.
+// Session: input checks, the plan (regions and graph breaks), execution step by step through the
+// tier manager, per-call records and reports.
 #include "tiers/session.h"
 
 #include <chrono>
@@ -6,14 +7,20 @@
 #include <sstream>
 
 #include "interp/interpreter.h"
+#include "interp/json.h"
 #include "interp/onnx_import.h"
 #include "tiers/input_check.h"
+#include "tiers/tier_manager.h"
 
 namespace terrace {
 
 struct Session::Impl {
   std::shared_ptr<const Graph> graph;
   Options options;
+  Plan plan;
+  std::vector<int> last_use;  // per value: the last step that reads it
+  std::vector<int> step_of_node;
+  std::unique_ptr<TierManager> tiers;
   mutable std::mutex mu;
   std::vector<CallRecord> calls;
 };
@@ -25,6 +32,24 @@ std::unique_ptr<Session> Session::from_graph(std::shared_ptr<const Graph> graph,
   auto impl = std::make_unique<Impl>();
   impl->graph = std::move(graph);
   impl->options = options;
+  std::unique_ptr<Backend> backend;
+  if (options.max_tier >= Tier::Cpu) backend = make_cpu_backend();
+  const Graph& g = *impl->graph;
+  if (backend) {
+    Backend* b = backend.get();
+    impl->plan = partition(g, [b](const Graph& gr, const Node& n) { return b->can_compile(gr, n); });
+  } else {
+    impl->plan = partition(g, [](const Graph&, const Node&) { return std::string("tier 1 is disabled"); });
+  }
+  impl->step_of_node.assign(g.nodes.size(), 0);
+  for (size_t s = 0; s < impl->plan.steps.size(); ++s) {
+    const Step& step = impl->plan.steps[s];
+    if (step.region < 0) impl->step_of_node[size_t(step.node)] = int(s);
+    else
+      for (int n : impl->plan.regions[size_t(step.region)].nodes) impl->step_of_node[size_t(n)] = int(s);
+  }
+  impl->last_use = last_use_positions(g, impl->step_of_node);
+  impl->tiers = std::make_unique<TierManager>(g, impl->plan, options, std::move(backend));
   return std::unique_ptr<Session>(new Session(std::move(impl)));
 }
 
@@ -38,6 +63,8 @@ std::unique_ptr<Session> Session::load_bytes(std::string_view bytes, Options opt
 
 const Graph& Session::graph() const { return *impl_->graph; }
 const Options& Session::options() const { return impl_->options; }
+const Plan& Session::plan() const { return impl_->plan; }
+void Session::wait_for_compiles() { impl_->tiers->wait_idle(); }
 
 std::vector<CallRecord> Session::calls() const {
   std::lock_guard<std::mutex> lock(impl_->mu);
@@ -45,10 +72,30 @@ std::vector<CallRecord> Session::calls() const {
 }
 
 NamedTensors Session::run(const NamedTensors& inputs) {
-  const Graph& g = *impl_->graph;
-  std::vector<RValue> in = bind_inputs(g, inputs);
+  Impl& im = *impl_;
+  const Graph& g = *im.graph;
+  Frame frame = make_frame(g, bind_inputs(g, inputs), nullptr);
+  int64_t call;
+  {
+    std::lock_guard<std::mutex> lock(im.mu);
+    call = int64_t(im.calls.size());
+    im.calls.push_back({call, 0, {}});
+  }
   auto t0 = std::chrono::steady_clock::now();
-  std::vector<RValue> out = interpret(g, std::move(in));
+  bool tiers_used[3] = {false, false, false};
+  for (size_t s = 0; s < im.plan.steps.size(); ++s) {
+    const Step& step = im.plan.steps[s];
+    if (step.region < 0) {
+      run_node(frame, step.node);
+      tiers_used[0] = true;
+      release_dead_inputs(frame, step.node, int(s), im.last_use);
+    } else {
+      tiers_used[int(im.tiers->execute(step.region, frame, call))] = true;
+      for (int n : im.plan.regions[size_t(step.region)].nodes)
+        release_dead_inputs(frame, n, int(s), im.last_use);
+    }
+  }
+  std::vector<RValue> out = frame_outputs(frame);
   double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   NamedTensors result;
   for (size_t i = 0; i < g.outputs.size(); ++i) {
@@ -57,12 +104,49 @@ NamedTensors Session::run(const NamedTensors& inputs) {
                   "' is a sequence or optional; Session::run returns tensors only");
     result.emplace_back(name, out[i].tensor);
   }
-  std::lock_guard<std::mutex> lock(impl_->mu);
-  impl_->calls.push_back({int64_t(impl_->calls.size()), ms, {"interp"}});
+  std::lock_guard<std::mutex> lock(im.mu);
+  CallRecord& rec = im.calls[size_t(call)];
+  rec.ms = ms;
+  for (int t = 0; t < 3; ++t)
+    if (tiers_used[t]) rec.tiers.push_back(tier_name(Tier(t)));
   return result;
 }
 
-std::string Session::report_json() const { return "{}"; }
-std::string Session::report() const { return ""; }
+std::string Session::report_json() const {
+  JsonWriter j;
+  j.begin_object();
+  j.key("regions").begin_array();
+  for (const RegionReport& r : impl_->tiers->report()) {
+    j.begin_object().field("id", r.id).field("ops", r.ops).field("tier", tier_name(r.tier))
+        .field("state", r.state).field("calls", r.calls).field("compile_ms", r.compile_ms)
+        .field("promoted_at_call", r.promoted_at_call).field("deopts", r.deopts)
+        .field("guard_failures", r.guard_failures).field("validation", r.validation)
+        .field("versions", r.versions).end_object();
+  }
+  j.end_array();
+  j.key("graph_breaks").begin_array();
+  for (const Step& s : impl_->plan.steps)
+    if (s.region < 0)
+      j.begin_object().field("node", impl_->graph->nodes[size_t(s.node)].describe())
+          .field("reason", s.reason).end_object();
+  j.end_array();
+  j.key("calls").begin_array();
+  for (const CallRecord& c : calls())
+    j.begin_object().field("index", c.index).field("ms", c.ms).field("tiers", c.tiers).end_object();
+  j.end_array();
+  j.end_object();
+  return j.str();
+}
+
+std::string Session::report() const {
+  std::ostringstream os;
+  for (const RegionReport& r : impl_->tiers->report()) {
+    os << "region " << r.id << " [" << r.ops << "]: " << tier_name(r.tier) << ", " << r.state
+       << ", " << r.calls << " calls, " << r.deopts << " deopts, compile " << r.compile_ms
+       << " ms, validation " << r.validation << "\n";
+    for (auto& gf : r.guard_failures) os << "    guard failed: " << gf << "\n";
+  }
+  return os.str();
+}
 
 }  // namespace terrace

@@ -8,6 +8,7 @@
 #include "interp/graph.h"
 #include "interp/tensor.h"
 #include "tiers/options.h"
+#include "tiers/partition.h"
 
 namespace terrace {
 
@@ -40,6 +41,10 @@ class Session {
   std::string report() const;
 
   const Graph& graph() const;
+  // The execution plan: regions and interpreted nodes (graph breaks) with their reasons.
+  const Plan& plan() const;
+  // Blocks until no background compile is in flight (for tests and benchmarks; run() never waits).
+  void wait_for_compiles();
   const Options& options() const;
   std::vector<CallRecord> calls() const;
 

@@ -1,0 +1,38 @@
+// Backend: what a compiled tier provides to the tier manager (tier 1: CPU, tier 2: GPU).
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "interp/graph.h"
+#include "tiers/options.h"
+#include "tiers/partition.h"
+
+namespace terrace {
+
+// One region compiled for one input signature.
+class CompiledRegion {
+ public:
+  virtual ~CompiledRegion() = default;
+  // Computes the region's outputs (Region::outputs order) from its inputs (Region::inputs order).
+  virtual std::vector<Tensor> run(const std::vector<Tensor>& inputs) = 0;
+  std::string source;    // the generated code, for dumps and repros
+  std::string ir;        // the kernel IR, printed
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual Tier tier() const = 0;
+  // "" when this backend can compile the node inside a region, else the reason it cannot.
+  virtual std::string can_compile(const Graph& graph, const Node& node) const = 0;
+  // Compiles `region` specialised to the dtypes and shapes of `inputs`. Runs on a background
+  // thread; throws Error(CompileFailed) with the compiler's message on failure.
+  virtual std::unique_ptr<CompiledRegion> compile(const Graph& graph, const Region& region,
+                                                  const std::vector<Tensor>& inputs) = 0;
+};
+
+// The tier-1 backend: fused CPU kernels through Clang and LLVM ORC (tiers/cpu_backend.cpp).
+std::unique_ptr<Backend> make_cpu_backend();
+
+}  // namespace terrace

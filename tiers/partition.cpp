@@ -1,0 +1,99 @@
+// Partition by list scheduling: keep extending the open region while a compilable node is ready.
+#include "tiers/partition.h"
+
+#include <set>
+
+namespace terrace {
+
+std::string Region::ops() const {
+  std::string s;
+  for (auto& o : op_names) s += (s.empty() ? "" : ",") + o;
+  return s;
+}
+
+Plan partition(const Graph& g, const CompilablePredicate& can_compile) {
+  const size_t n = g.nodes.size();
+  std::vector<int> producer(g.values.size(), -1);
+  for (size_t i = 0; i < n; ++i)
+    for (int v : g.nodes[i].outputs)
+      if (v >= 0) producer[size_t(v)] = int(i);
+  std::vector<std::string> reason(n);
+  for (size_t i = 0; i < n; ++i) reason[i] = can_compile(g, g.nodes[i]);
+
+  // Dependencies between nodes through values (subgraph captures included).
+  std::vector<std::vector<int>> users(n);
+  std::vector<int> pending(n, 0);
+  for (size_t i = 0; i < n; ++i) {
+    std::set<int> preds;
+    std::vector<int> reads = g.captured_by(g.nodes[i]);
+    reads.insert(reads.end(), g.nodes[i].inputs.begin(), g.nodes[i].inputs.end());
+    for (int v : reads)
+      if (v >= 0 && producer[size_t(v)] >= 0) preds.insert(producer[size_t(v)]);
+    preds.erase(int(i));
+    pending[i] = int(preds.size());
+    for (int p : preds) users[size_t(p)].push_back(int(i));
+  }
+
+  std::set<int> ready_compilable, ready_other;
+  auto make_ready = [&](int i) { (reason[size_t(i)].empty() ? ready_compilable : ready_other).insert(i); };
+  for (size_t i = 0; i < n; ++i)
+    if (pending[i] == 0) make_ready(int(i));
+
+  Plan plan;
+  int open = -1;  // the region being extended
+  std::vector<int> region_of(n, -1);
+  while (!ready_compilable.empty() || !ready_other.empty()) {
+    int i;
+    if (!ready_compilable.empty() && (open >= 0 || ready_other.empty())) {
+      i = *ready_compilable.begin();
+      ready_compilable.erase(ready_compilable.begin());
+      if (open < 0) {
+        open = int(plan.regions.size());
+        plan.regions.push_back(Region{open, {}, {}, {}, {}});
+        plan.steps.push_back(Step{open, -1, ""});
+      }
+      plan.regions[size_t(open)].nodes.push_back(i);
+      plan.regions[size_t(open)].op_names.push_back(op_name(g.nodes[size_t(i)].op));
+      region_of[size_t(i)] = open;
+    } else {
+      i = *ready_other.begin();
+      ready_other.erase(ready_other.begin());
+      open = -1;
+      plan.steps.push_back(Step{-1, i, reason[size_t(i)]});
+    }
+    for (int u : users[size_t(i)])
+      if (--pending[size_t(u)] == 0) make_ready(u);
+  }
+  size_t placed = 0;
+  for (const Step& s : plan.steps) placed += s.region >= 0 ? 0 : 1;
+  for (const Region& r : plan.regions) placed += r.nodes.size();
+  TERRACE_CHECK(placed == n, InvalidModel, "graph '", g.name, "' has a cycle");
+
+  // Region inputs: values read but not produced inside. Outputs: values produced inside and read
+  // outside (by another step, a subgraph, or as a graph output).
+  std::vector<bool> used_outside(g.values.size(), false);
+  for (int v : g.outputs) used_outside[size_t(v)] = true;
+  for (size_t i = 0; i < n; ++i)
+    for (int v : g.nodes[i].inputs)
+      if (v >= 0 && producer[size_t(v)] >= 0 && region_of[size_t(producer[size_t(v)])] != region_of[i])
+        used_outside[size_t(v)] = true;
+  for (size_t i = 0; i < n; ++i)  // values a subgraph captures are read outside any region
+    for (int v : g.captured_by(g.nodes[i]))
+      used_outside[size_t(v)] = true;
+  for (Region& r : plan.regions) {
+    std::set<int> produced;
+    for (int i : r.nodes)
+      for (int v : g.nodes[size_t(i)].outputs)
+        if (v >= 0) produced.insert(v);
+    std::set<int> seen;
+    for (int i : r.nodes) {
+      for (int v : g.nodes[size_t(i)].inputs)
+        if (v >= 0 && !produced.count(v) && seen.insert(v).second) r.inputs.push_back(v);
+      for (int v : g.nodes[size_t(i)].outputs)
+        if (v >= 0 && used_outside[size_t(v)]) r.outputs.push_back(v);
+    }
+  }
+  return plan;
+}
+
+}  // namespace terrace

@@ -1,0 +1,39 @@
+// Partition: splits a graph into regions (convex subgraphs a tier can compile) and graph breaks.
+#pragma once
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "interp/graph.h"
+
+namespace terrace {
+
+struct Region {
+  int id = 0;
+  std::vector<int> nodes;    // node indices, in execution order
+  std::vector<int> inputs;   // value ids the region reads from outside (initializers included)
+  std::vector<int> outputs;  // value ids it produces that are read outside or are graph outputs
+  std::string ops() const;   // filled by describe_ops: "Mul,Sigmoid,Add"
+  std::vector<std::string> op_names;
+};
+
+// One step of execution: a region, or an interpreted node with the reason it is not compiled.
+struct Step {
+  int region = -1;  // index into Plan::regions, or -1
+  int node = -1;    // node index when region == -1
+  std::string reason;
+};
+
+struct Plan {
+  std::vector<Step> steps;  // a topological order of the whole graph
+  std::vector<Region> regions;
+};
+
+// Returns "" when a tier can compile the node, else the reason it cannot ("unsupported op Conv").
+using CompilablePredicate = std::function<std::string(const Graph&, const Node&)>;
+
+// Orders the nodes so that compilable nodes run in as few contiguous runs as possible (each run
+// is convex: a contiguous stretch of a topological order), and makes each run a region.
+Plan partition(const Graph& graph, const CompilablePredicate& can_compile);
+
+}  // namespace terrace

@@ -1,0 +1,20 @@
+// Repro dumps: what a failed validation leaves in TERRACE_DUMP_DIR for a human to replay.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "interp/graph.h"
+#include "tiers/backend.h"
+
+namespace terrace {
+
+// The dump folder (TERRACE_DUMP_DIR), or "" when dumping is off.
+std::string dump_dir();
+
+// Writes a repro of a region whose compiled version disagreed with the interpreter: the region's
+// nodes, its inputs (.pb), the kernel IR, the generated code and the reason. Returns the folder
+// written, or "" when TERRACE_DUMP_DIR is unset or the dump failed (a dump never throws).
+std::string dump_repro(const Graph& graph, const Region& region, const std::vector<Tensor>& inputs,
+                       const CompiledRegion* code, const std::string& why);
+
+}  // namespace terrace

@@ -1,0 +1,251 @@
+// TierManager: the state machine each region goes through (interpreting -> compiling -> compiled,
+// with deopts per call and demotion on a failed validation), and the background compile jobs.
+#include "tiers/tier_manager.h"
+
+#include <tbb/task_arena.h>
+#include <tbb/task_group.h>
+
+#include <chrono>
+
+#include "interp/compare.h"
+#include "interp/log.h"
+#include "tiers/repro.h"
+
+namespace terrace {
+
+namespace {
+constexpr size_t kMaxGuardFailuresKept = 16;
+using VersionList = std::vector<std::shared_ptr<Version>>;
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+}  // namespace
+
+struct TierManager::Jobs {
+  tbb::task_arena arena;
+  tbb::task_group group;
+  explicit Jobs(int threads) : arena(std::max(1, threads)) {}
+};
+
+struct TierManager::RegionState {
+  const Region* region = nullptr;
+  std::shared_ptr<const VersionList> versions = std::make_shared<VersionList>();  // atomic access
+  mutable std::mutex mu;  // guards everything below
+  int64_t calls = 0, deopts = 0;
+  std::map<std::string, int> signature_calls;
+  std::set<std::string> compiling, failed;  // signatures in flight / never to retry
+  std::vector<std::string> guard_failures;
+  std::string validation = "pending";
+  std::string stopped;  // why the region no longer compiles, if it does not
+  double compile_ms = 0;
+  int64_t promoted_at_call = -1;
+
+  std::shared_ptr<const VersionList> load() const { return std::atomic_load(&versions); }
+  void publish(std::shared_ptr<Version> v) {  // caller holds mu
+    auto next = std::make_shared<VersionList>(*load());
+    next->push_back(std::move(v));
+    std::atomic_store(&versions, std::shared_ptr<const VersionList>(std::move(next)));
+  }
+};
+
+TierManager::TierManager(const Graph& graph, const Plan& plan, const Options& options,
+                         std::unique_ptr<Backend> backend)
+    : graph_(graph), plan_(plan), options_(options), backend_(std::move(backend)),
+      jobs_(std::make_unique<Jobs>(options.compile_threads)) {
+  for (const Region& r : plan_.regions) {
+    regions_.push_back(std::make_unique<RegionState>());
+    regions_.back()->region = &r;
+    if (options_.validate == ValidateMode::Off) regions_.back()->validation = "off";
+    if (!backend_) regions_.back()->stopped = "no compiled tier enabled";
+  }
+}
+
+TierManager::~TierManager() { wait_idle(); }
+
+void TierManager::wait_idle() {
+  jobs_->arena.execute([&] { jobs_->group.wait(); });
+}
+
+void TierManager::interpret_region(const Region& region, Frame& frame) const {
+  for (int n : region.nodes) run_node(frame, n);
+}
+
+Tier TierManager::execute(int r, Frame& frame, int64_t call) {
+  RegionState& st = *regions_[size_t(r)];
+  const Region& region = *st.region;
+  std::vector<Tensor> in;
+  in.reserve(region.inputs.size());
+  bool all_tensors = true;
+  for (int v : region.inputs) {
+    const RValue& rv = frame.env[size_t(v)];
+    all_tensors = all_tensors && rv.kind == ValueKind::Tensor && rv.tensor.defined();
+    in.push_back(rv.tensor);
+  }
+
+  std::shared_ptr<Version> chosen;
+  std::optional<GuardFailure> failure;
+  auto versions = st.load();
+  if (all_tensors)
+    for (const auto& v : *versions) {
+      if (v->demoted.load()) continue;
+      auto f = v->guards.check(in);
+      if (!f) { chosen = v; break; }
+      if (!failure) failure = f;
+    }
+
+  if (chosen) {
+    std::vector<Tensor> out;
+    try {
+      out = chosen->code->run(in);
+    } catch (const Error& e) {  // a compiled kernel that fails is demoted, the call deopts
+      chosen->demoted = true;
+      std::lock_guard<std::mutex> lock(st.mu);
+      st.validation = std::string("failed: compiled code raised ") + e.what();
+      log(LogLevel::Warn, "region ", r, ": demoted, compiled code raised: ", e.what());
+      chosen.reset();
+    }
+    if (chosen) {
+      bool check = options_.validate == ValidateMode::Always ||
+                   (options_.validate == ValidateMode::First && chosen->validations_left.fetch_sub(1) > 0);
+      if (!check || validate(st, *chosen, frame, in, out)) {
+        for (size_t i = 0; i < region.outputs.size(); ++i)
+          frame.env[size_t(region.outputs[i])] = RValue(std::move(out[i]));
+        std::lock_guard<std::mutex> lock(st.mu);
+        ++st.calls;
+        return chosen->tier;
+      }
+      // Validation failed: the frame already holds the interpreter's results.
+      std::lock_guard<std::mutex> lock(st.mu);
+      ++st.calls;
+      return Tier::Interp;
+    }
+  }
+
+  interpret_region(region, frame);
+  std::string sig = all_tensors ? signature_of(in) : std::string();
+  std::lock_guard<std::mutex> lock(st.mu);
+  ++st.calls;
+  if (failure) {
+    ++st.deopts;
+    st.guard_failures.insert(st.guard_failures.begin(), failure->describe());
+    if (st.guard_failures.size() > kMaxGuardFailuresKept) st.guard_failures.pop_back();
+    log(LogLevel::Debug, "region ", r, ": deopt, guard failed: ", failure->describe());
+  }
+  if (all_tensors) maybe_promote(st, sig, in, call);
+  return Tier::Interp;
+}
+
+// Caller holds st.mu.
+void TierManager::maybe_promote(RegionState& st, const std::string& sig,
+                                const std::vector<Tensor>& in, int64_t call) {
+  if (!backend_ || !st.stopped.empty()) return;
+  int count = ++st.signature_calls[sig];
+  if (count < options_.hot_threshold || st.compiling.count(sig) || st.failed.count(sig)) return;
+  for (const auto& v : *st.load())
+    if (v->signature == sig) return;  // published (a demoted one is in `failed`)
+  if (int(st.load()->size() + st.compiling.size()) >= options_.max_specializations) {
+    st.stopped = "specialization limit (" + std::to_string(options_.max_specializations) + ") reached";
+    log(LogLevel::Info, "region ", st.region->id, ": stops compiling: ", st.stopped);
+    return;
+  }
+  st.compiling.insert(sig);
+  // The job keeps only shapes and dtypes alive, not the caller's data.
+  std::vector<Tensor> shapes;
+  for (const Tensor& t : in) shapes.push_back(Tensor::empty(t.dtype(), t.shape()));
+  ++in_flight_;
+  RegionState* sp = &st;
+  jobs_->arena.execute([&, sp, sig, shapes, call] {
+    jobs_->group.run([this, sp, sig, shapes, call] { compile_job(*sp, sig, shapes, call); });
+  });
+}
+
+void TierManager::compile_job(RegionState& st, std::string sig, std::vector<Tensor> in, int64_t call) {
+  auto t0 = std::chrono::steady_clock::now();
+  std::unique_ptr<CompiledRegion> code;
+  std::string error;
+  try {
+    if (fault_enabled(std::string("compile-fail:") + tier_name(backend_->tier())))
+      fail(ErrorCode::CompileFailed, "fault injected by TERRACE_FAULT");
+    code = backend_->compile(graph_, *st.region, in);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  double ms = ms_since(t0);
+  std::lock_guard<std::mutex> lock(st.mu);
+  st.compiling.erase(sig);
+  --in_flight_;
+  st.compile_ms += ms;
+  if (!code) {
+    st.failed.insert(sig);  // never retried: a failed compile must not loop
+    log(LogLevel::Warn, "region ", st.region->id, " (", st.region->ops(), "): compile failed for ",
+        sig, ": ", error);
+    if (st.validation == "pending" && st.load()->empty()) st.validation = "off";
+    st.stopped = "compile failed: " + error;
+    return;
+  }
+  auto v = std::make_shared<Version>();
+  v->tier = backend_->tier();
+  v->signature = sig;
+  v->guards = GuardSet::exact(in);
+  v->code = std::move(code);
+  v->compile_ms = ms;
+  v->promoted_at_call = call;
+  v->validations_left = options_.validate == ValidateMode::First ? options_.validate_calls : 0;
+  if (st.promoted_at_call < 0) st.promoted_at_call = call;
+  if (options_.validate != ValidateMode::Off) st.validation = "pending";
+  st.publish(std::move(v));
+  log(LogLevel::Info, "region ", st.region->id, " (", st.region->ops(), "): promoted to ",
+      tier_name(backend_->tier()), " for ", sig, " after call ", call, ", compiled in ", ms, " ms");
+}
+
+bool TierManager::validate(RegionState& st, Version& v, Frame& frame, const std::vector<Tensor>& in,
+                           const std::vector<Tensor>& out) {
+  interpret_region(*st.region, frame);
+  const Region& region = *st.region;
+  for (size_t i = 0; i < region.outputs.size(); ++i) {
+    const Tensor& want = frame.env[size_t(region.outputs[i])].tensor;
+    Comparison c = compare_tensors(want, out[i], Tolerance::for_dtype(want.dtype()));
+    if (c.equal) continue;
+    v.demoted = true;
+    std::string why = "output '" + graph_.values[size_t(region.outputs[i])].name + "': " + c.message;
+    std::string dump = dump_repro(graph_, region, in, v.code.get(), why);
+    std::lock_guard<std::mutex> lock(st.mu);
+    st.failed.insert(v.signature);
+    st.validation = "failed: " + why + (dump.empty() ? "" : " (repro in " + dump + ")");
+    log(LogLevel::Warn, "region ", region.id, ": demoted, validation failed: ", why);
+    return false;
+  }
+  std::lock_guard<std::mutex> lock(st.mu);
+  if (st.validation == "pending" && v.validations_left.load() <= 0) st.validation = "passed";
+  return true;
+}
+
+std::vector<RegionReport> TierManager::report() const {
+  std::vector<RegionReport> out;
+  for (const auto& sp : regions_) {
+    const RegionState& st = *sp;
+    std::lock_guard<std::mutex> lock(st.mu);
+    RegionReport r;
+    r.id = st.region->id;
+    r.ops = st.region->ops();
+    r.calls = st.calls;
+    r.compile_ms = st.compile_ms;
+    r.promoted_at_call = st.promoted_at_call;
+    r.deopts = st.deopts;
+    r.guard_failures = st.guard_failures;
+    r.validation = st.validation;
+    for (const auto& v : *st.load())
+      if (!v->demoted) {
+        r.tier = std::max(r.tier, v->tier);
+        ++r.versions;
+      }
+    if (r.tier == Tier::Interp && st.validation == "pending" && st.compiling.empty()) r.validation = "off";
+    r.state = !st.compiling.empty() ? "compiling"
+              : !st.stopped.empty() ? "stopped: " + st.stopped
+              : r.versions ? "compiled" : "interpreting";
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+}  // namespace terrace
