@@ -54,6 +54,20 @@ int cmd_explain(const Args& args) {
   std::printf("model %s (ir %lld, opset %d)\n", args[0].c_str(), (long long)m.ir_version,
               m.graph->opset);
   print_graph(*m.graph, "  ");
+  auto session = Session::from_graph(m.graph, Options::from_env());
+  const Graph& g = *m.graph;
+  const Plan& plan = session->plan();
+  std::printf("plan: %zu regions, %zu graph breaks\n", plan.regions.size(),
+              plan.steps.size() - plan.regions.size());
+  for (const Step& s : plan.steps) {
+    if (s.region >= 0) {
+      const Region& r = plan.regions[size_t(s.region)];
+      std::printf("  region %d: %zu ops [%s], %zu inputs, %zu outputs\n", r.id, r.nodes.size(),
+                  r.ops().c_str(), r.inputs.size(), r.outputs.size());
+    } else {
+      std::printf("  break  %-24s %s\n", g.nodes[size_t(s.node)].describe().c_str(), s.reason.c_str());
+    }
+  }
   return 0;
 }
 

@@ -61,6 +61,7 @@ int cmd_run(const Args& args) {
       std::printf("call %3lld  %10.3f ms  [%s]\n", (long long)r.index, r.ms, tiers.c_str());
     }
   }
+  if (!quiet) std::fputs(session->report().c_str(), stdout);
   for (auto& [name, t] : outputs)
     std::printf("output %s: %s%s\n", name.c_str(), dtype_name(t.dtype()), shape_str(t.shape()).c_str());
 
