@@ -1,12 +1,295 @@
-// ONNX import (placeholder until the importer lands).
+// ONNX import: parse, validate (Terrace's checks, ONNX's checker, shape inference), convert to Graph.
 #include "interp/onnx_import.h"
 
+#include <algorithm>
+#include <filesystem>
+#include <unordered_map>
+
+#include <onnx/checker.h>
+#include <onnx/defs/data_type_utils.h>
+#include <onnx/shape_inference/implementation.h>
+
+#include "interp/tensor_proto.h"
+#include "interp/verify.h"
+
 namespace terrace {
-Model load_onnx_file(const std::string& path) { fail(ErrorCode::NotImplemented, "ONNX import"); }
-Model load_onnx_bytes(std::string_view, const std::string&) { fail(ErrorCode::NotImplemented, "ONNX import"); }
-Tensor tensor_from_pb_bytes(std::string_view, const std::string&) { fail(ErrorCode::NotImplemented, "pb"); }
-Tensor load_tensor_pb(const std::string&) { fail(ErrorCode::NotImplemented, "pb"); }
-std::string tensor_to_pb_bytes(const Tensor&, const std::string&) { fail(ErrorCode::NotImplemented, "pb"); }
-void save_tensor_pb(const Tensor&, const std::string&, const std::string&) { fail(ErrorCode::NotImplemented, "pb"); }
-RValue load_value_pb(const std::string&, ValueKind) { fail(ErrorCode::NotImplemented, "pb"); }
+
+namespace {
+
+using AttrType = onnx::AttributeProto::AttributeType;
+
+void tensor_type_info(const onnx::TypeProto_Tensor& t, ValueInfo& vi) {
+  DType d;
+  if (t.elem_type() != 0 && dtype_from_onnx(t.elem_type(), &d)) vi.dtype = d;
+  if (!t.has_shape()) return;
+  vi.shape.emplace();
+  for (const auto& dim : t.shape().dim()) {
+    vi.shape->push_back(dim.has_dim_value() ? dim.dim_value() : -1);
+    vi.dim_names.push_back(dim.has_dim_param() ? dim.dim_param() : "");
+  }
+}
+
+// Static facts from an ONNX type; sequences and optionals record their tensors' dtype.
+ValueInfo value_info_from_type(const onnx::TypeProto& t) {
+  ValueInfo vi;
+  const onnx::TypeProto* elem = nullptr;
+  switch (t.value_case()) {
+    case onnx::TypeProto::kTensorType: tensor_type_info(t.tensor_type(), vi); return vi;
+    case onnx::TypeProto::kSequenceType:
+      vi.kind = ValueKind::Sequence;
+      elem = &t.sequence_type().elem_type();
+      break;
+    case onnx::TypeProto::kOptionalType:
+      vi.kind = ValueKind::Optional;
+      elem = &t.optional_type().elem_type();
+      if (elem->has_sequence_type()) elem = &elem->sequence_type().elem_type();
+      break;
+    default: vi.kind = ValueKind::Unknown; return vi;
+  }
+  if (elem->has_tensor_type()) {
+    DType d;
+    if (dtype_from_onnx(elem->tensor_type().elem_type(), &d)) vi.dtype = d;
+  }
+  return vi;
+}
+
+// ONNX's own spelling of a type ("tensor(float)", "seq(tensor(int64))"): TYPE_PROTO attributes
+// (Optional's `type`, ...) become String attributes holding it.
+std::string type_string(const onnx::TypeProto& t, const std::string& what) {
+  try {
+    return *onnx::Utils::DataTypeUtils::ToType(t);
+  } catch (const std::exception& e) {
+    fail(ErrorCode::InvalidModel, what, ": invalid type: ", e.what());
+  }
+}
+
+// Old models leave `type` unset; then the field that holds a value says what it is.
+AttrType attribute_type(const onnx::AttributeProto& a, const std::string& what) {
+  if (a.type() != onnx::AttributeProto::UNDEFINED) return a.type();
+  if (a.has_f()) return onnx::AttributeProto::FLOAT;
+  if (a.has_i()) return onnx::AttributeProto::INT;
+  if (a.has_s()) return onnx::AttributeProto::STRING;
+  if (a.has_t()) return onnx::AttributeProto::TENSOR;
+  if (a.has_g()) return onnx::AttributeProto::GRAPH;
+  if (a.floats_size()) return onnx::AttributeProto::FLOATS;
+  if (a.ints_size()) return onnx::AttributeProto::INTS;
+  if (a.strings_size()) return onnx::AttributeProto::STRINGS;
+  if (a.tensors_size()) return onnx::AttributeProto::TENSORS;
+  if (a.graphs_size()) return onnx::AttributeProto::GRAPHS;
+  fail(ErrorCode::InvalidModel, what, " has neither a type nor a value");
+}
+
+// Converts one (sub)graph; `parent` is the enclosing graph's builder, for captures.
+class GraphBuilder {
+ public:
+  GraphBuilder(const GraphBuilder* parent, int opset) : parent_(parent), opset_(opset) {}
+  std::shared_ptr<Graph> build(const onnx::GraphProto& gp, const std::string& where);
+
+ private:
+  int resolve(const std::string& name, const std::string& what);
+  ValueInfo info_for(const std::string& name) const;
+  std::shared_ptr<Graph> subgraph(const onnx::GraphProto& gp, const std::string& what);
+  Attribute attribute(const onnx::AttributeProto& a, const std::string& what);
+  void add_node(const onnx::NodeProto& np, const std::string& where);
+
+  const GraphBuilder* parent_;
+  int opset_;
+  std::shared_ptr<Graph> g_;
+  std::unordered_map<std::string, const onnx::TypeProto*> types_;
+};
+
+ValueInfo GraphBuilder::info_for(const std::string& name) const {
+  for (const GraphBuilder* b = this; b; b = b->parent_) {
+    auto it = b->types_.find(name);
+    if (it != b->types_.end()) return value_info_from_type(*it->second);
+    int id = b->g_->find_value(name);
+    if (id >= 0) return b->g_->value(id).info;
+  }
+  ValueInfo unknown;  // no type recorded anywhere
+  unknown.kind = ValueKind::Unknown;
+  return unknown;
+}
+
+// The value a name refers to; in a subgraph, a name defined outside becomes a capture.
+int GraphBuilder::resolve(const std::string& name, const std::string& what) {
+  int id = g_->find_value(name);
+  if (id >= 0) return id;
+  TERRACE_CHECK(parent_, InvalidModel, what, " reads '", name, "', which is not defined");
+  id = g_->add_value(name, info_for(name));
+  g_->captures.push_back(id);
+  return id;
+}
+
+std::shared_ptr<Graph> GraphBuilder::subgraph(const onnx::GraphProto& gp, const std::string& what) {
+  std::shared_ptr<Graph> body = GraphBuilder(this, opset_).build(gp, what + ": ");
+  // What the body reads from outside, this graph reads too: from its own values or, in turn,
+  // as its own capture.
+  for (int c : body->captures) resolve(body->value(c).name, what);
+  return body;
+}
+
+Attribute GraphBuilder::attribute(const onnx::AttributeProto& a, const std::string& what) {
+  Attribute r;
+  using K = Attribute::Kind;
+  switch (attribute_type(a, what)) {
+    case onnx::AttributeProto::FLOAT: r.kind = K::Float; r.f = a.f(); break;
+    case onnx::AttributeProto::INT: r.kind = K::Int; r.i = a.i(); break;
+    case onnx::AttributeProto::STRING: r.kind = K::String; r.s = a.s(); break;
+    case onnx::AttributeProto::TENSOR: r.kind = K::Tensor; r.t = tensor_from_proto(a.t(), what); break;
+    case onnx::AttributeProto::GRAPH: r.kind = K::Graph; r.g = subgraph(a.g(), what); break;
+    case onnx::AttributeProto::FLOATS:
+      r.kind = K::Floats;
+      r.floats.assign(a.floats().begin(), a.floats().end());
+      break;
+    case onnx::AttributeProto::INTS:
+      r.kind = K::Ints;
+      r.ints.assign(a.ints().begin(), a.ints().end());
+      break;
+    case onnx::AttributeProto::STRINGS:
+      r.kind = K::Strings;
+      r.strings.assign(a.strings().begin(), a.strings().end());
+      break;
+    case onnx::AttributeProto::TENSORS:
+      r.kind = K::Tensors;
+      for (const auto& t : a.tensors()) r.tensors.push_back(tensor_from_proto(t, what));
+      break;
+    case onnx::AttributeProto::GRAPHS:
+      r.kind = K::Graphs;
+      for (const auto& g : a.graphs()) r.graphs.push_back(subgraph(g, what));
+      break;
+    case onnx::AttributeProto::TYPE_PROTO: r.kind = K::String; r.s = type_string(a.tp(), what); break;
+    case onnx::AttributeProto::TYPE_PROTOS:
+      r.kind = K::Strings;
+      for (const auto& tp : a.type_protos()) r.strings.push_back(type_string(tp, what));
+      break;
+    default:
+      fail(ErrorCode::NotImplemented, what, ": attribute type ",
+           onnx::AttributeProto_AttributeType_Name(a.type()), " is not supported");
+  }
+  return r;
+}
+
+void GraphBuilder::add_node(const onnx::NodeProto& np, const std::string& where) {
+  std::string what = where + "node '" + np.name() + "' (" + np.op_type() + ")";
+  std::optional<Op> op = op_from_name(np.op_type());
+  TERRACE_CHECK(op && is_default_domain(np.domain()), NotImplemented, what, ": op '",
+                np.op_type(), "' of domain '", np.domain(), "' is not supported");
+  Node n;
+  n.op = *op;
+  n.name = np.name();
+  for (const auto& a : np.attribute())
+    n.attrs.emplace(a.name(), attribute(a, what + ", attribute '" + a.name() + "'"));
+  for (const auto& in : np.input()) n.inputs.push_back(in.empty() ? -1 : resolve(in, what));
+  int index = int(g_->nodes.size());
+  for (const auto& out : np.output()) {
+    int id = out.empty() ? -1 : g_->add_value(out, info_for(out));
+    if (id >= 0) g_->values[size_t(id)].producer = index;
+    n.outputs.push_back(id);
+  }
+  g_->nodes.push_back(std::move(n));
+}
+
+std::shared_ptr<Graph> GraphBuilder::build(const onnx::GraphProto& gp, const std::string& where) {
+  g_ = std::make_shared<Graph>();
+  g_->name = gp.name();
+  g_->opset = opset_;
+  for (const auto& v : gp.value_info()) types_[v.name()] = &v.type();
+  for (const auto& v : gp.input()) types_[v.name()] = &v.type();
+  for (const auto& v : gp.output()) types_[v.name()] = &v.type();
+  for (const auto& t : gp.initializer()) {
+    std::string what = where + "initializer '" + t.name() + "'";
+    Tensor value = tensor_from_proto(t, what);
+    ValueInfo info;
+    info.dtype = value.dtype();
+    info.shape = value.shape();
+    info.dim_names.resize(value.shape().size());
+    int id = g_->add_value(t.name(), std::move(info));
+    g_->initializers.emplace(id, std::move(value));
+  }
+  for (const auto& v : gp.input())
+    if (g_->find_value(v.name()) < 0) g_->inputs.push_back(g_->add_value(v.name(), info_for(v.name())));
+  for (const auto& np : gp.node()) add_node(np, where);
+  for (const auto& v : gp.output())
+    g_->outputs.push_back(resolve(v.name(), where + "graph output '" + v.name() + "'"));
+  return g_;
+}
+
+void run_onnx_checker(const onnx::ModelProto& m) {
+  try {
+    onnx::checker::check_model(m);
+  } catch (const std::exception& e) {
+    fail(ErrorCode::InvalidModel, "ONNX checker: ", e.what());
+  }
+}
+
+void collect_graphs(onnx::GraphProto* g, std::vector<onnx::GraphProto*>& out) {
+  out.push_back(g);
+  for (auto& n : *g->mutable_node())
+    for (auto& a : *n.mutable_attribute()) {
+      if (a.has_g()) collect_graphs(a.mutable_g(), out);
+      for (auto& sub : *a.mutable_graphs()) collect_graphs(&sub, out);
+    }
+}
+
+// Fills in value_info for intermediate values. Inference is a best effort: when it fails, every
+// graph's value_info and outputs are restored, so a failure records nothing.
+void infer_shapes(onnx::ModelProto& m) {
+  struct Saved {
+    onnx::GraphProto* g;
+    google::protobuf::RepeatedPtrField<onnx::ValueInfoProto> value_info, outputs;
+  };
+  std::vector<onnx::GraphProto*> graphs;
+  collect_graphs(m.mutable_graph(), graphs);
+  std::vector<Saved> saved;
+  for (onnx::GraphProto* g : graphs) saved.push_back({g, g->value_info(), g->output()});
+  try {
+    onnx::shape_inference::InferShapes(m);
+  } catch (const std::exception&) {
+    for (Saved& s : saved) {
+      s.g->mutable_value_info()->Swap(&s.value_info);
+      s.g->mutable_output()->Swap(&s.outputs);
+    }
+  }
+}
+
+Model convert_model(const onnx::ModelProto& mp, const std::string& base_dir) {
+  Model m;
+  m.ir_version = mp.ir_version();
+  for (const auto& o : mp.opset_import())
+    m.opsets[is_default_domain(o.domain()) ? "" : o.domain()] = o.version();
+  m.producer = mp.producer_name();
+  m.dir = base_dir;
+  // verify_model admits older opsets only where every op means what it means at kMinOpset.
+  int opset = std::max(default_opset(mp), kMinOpset);
+  m.graph = GraphBuilder(nullptr, opset).build(mp.graph(), "");
+  return m;
+}
+
+}  // namespace
+
+Model load_onnx_bytes(std::string_view bytes, const std::string& base_dir) {
+  TERRACE_CHECK(!bytes.empty(), InvalidModel, "the model is empty (0 bytes)");
+  try {
+    onnx::ModelProto mp;
+    TERRACE_CHECK(parse_proto(bytes, &mp), InvalidModel,
+                  "not an ONNX model: the protobuf does not parse (truncated or corrupt?)");
+    verify_model(mp, base_dir);  // before ONNX's checker, which crashes on some malformed models
+    run_onnx_checker(mp);
+    infer_shapes(mp);
+    return convert_model(mp, base_dir);
+  } catch (const std::bad_alloc&) {
+    fail(ErrorCode::OutOfMemory, "out of memory while loading the model");
+  }
+}
+
+Model load_onnx_file(const std::string& path) {
+  std::string bytes = read_file_bytes(path);
+  std::string dir = std::filesystem::path(path).parent_path().string();
+  try {
+    return load_onnx_bytes(bytes, dir.empty() ? "." : dir);
+  } catch (const Error& e) {
+    throw Error(e.code(), path + ": " + e.message());
+  }
+}
+
 }  // namespace terrace

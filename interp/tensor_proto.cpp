@@ -1,0 +1,366 @@
+// TensorProto <-> Tensor conversion, confined external-data loading and bounded proto parsing.
+#include "interp/tensor_proto.h"
+
+#include <cerrno>
+#include <charconv>
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <optional>
+#include <sstream>
+
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
+#include <onnx/onnx-data_pb.h>
+#include <sys/stat.h>
+
+#include "interp/onnx_import.h"
+
+namespace terrace {
+
+DType dtype_from_proto_code(int code, const std::string& what) {
+  DType t;
+  if (dtype_from_onnx(code, &t)) return t;
+  TERRACE_CHECK(code != 0, InvalidModel, what, " has no data type");
+  TERRACE_CHECK(onnx::TensorProto_DataType_IsValid(code), InvalidModel, what,
+                ": unknown data type code ", code);
+  fail(ErrorCode::NotImplemented, what, ": data type ",
+       onnx::TensorProto_DataType_Name(onnx::TensorProto_DataType(code)),
+       " is not supported by Terrace");
+}
+
+namespace {
+
+// Element count of the proto's dims, as InvalidModel errors (shape_numel's are InvalidArgument).
+int64_t proto_numel(const onnx::TensorProto& p, const std::string& what) {
+  int64_t n = 1;
+  for (int64_t d : p.dims()) {
+    TERRACE_CHECK(d >= 0, InvalidModel, what, ": negative dimension ", d);
+    TERRACE_CHECK(d == 0 || n <= INT64_MAX / d, InvalidModel, what,
+                  ": element count of its dims overflows int64");
+    n *= d;
+  }
+  return n;
+}
+
+// How many entries of its typed field a tensor of this dtype stores per element.
+int64_t typed_field_size(const onnx::TensorProto& p, DType t) {
+  switch (t) {
+    case DType::Float32: return p.float_data_size();
+    case DType::Float64: return p.double_data_size();
+    case DType::Int64: return p.int64_data_size();
+    case DType::UInt32:
+    case DType::UInt64: return p.uint64_data_size();
+    case DType::String: return p.string_data_size();
+    default: return p.int32_data_size();  // int8/16/32, uint8/16, bool, float16, bfloat16
+  }
+}
+
+// Copies typed-field values into `out`, converting each with `conv`.
+template <typename T, typename Field, typename Conv>
+void fill_from(T* out, const Field& field, Conv conv) {
+  for (int i = 0; i < field.size(); ++i) out[i] = conv(field.Get(i));
+}
+
+void copy_typed_field(const onnx::TensorProto& p, Tensor& t) {
+  dispatch_dtype<true>(t.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    T* out = t.data<T>();
+    if constexpr (std::is_same_v<T, std::string>) {
+      fill_from(out, p.string_data(), [](const std::string& s) { return s; });
+    } else if constexpr (std::is_same_v<T, float>) {
+      fill_from(out, p.float_data(), [](float v) { return v; });
+    } else if constexpr (std::is_same_v<T, double>) {
+      fill_from(out, p.double_data(), [](double v) { return v; });
+    } else if constexpr (std::is_same_v<T, int64_t>) {
+      fill_from(out, p.int64_data(), [](int64_t v) { return v; });
+    } else if constexpr (std::is_same_v<T, uint32_t> || std::is_same_v<T, uint64_t>) {
+      fill_from(out, p.uint64_data(), [](uint64_t v) { return T(v); });
+    } else if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
+      // 16-bit floats keep their bit pattern in the low half of an int32 entry.
+      fill_from(out, p.int32_data(), [](int32_t v) { T h; h.bits = uint16_t(v); return h; });
+    } else if constexpr (std::is_same_v<T, bool>) {
+      fill_from(out, p.int32_data(), [](int32_t v) { return v != 0; });
+    } else {
+      fill_from(out, p.int32_data(), [](int32_t v) { return T(v); });
+    }
+  });
+}
+
+void copy_raw_data(const std::string& raw, Tensor& t) {
+  if (t.dtype() == DType::Bool) {  // any nonzero byte is true; never store a non-0/1 bool
+    bool* out = t.data<bool>();
+    for (size_t i = 0; i < raw.size(); ++i) out[i] = raw[i] != 0;
+  } else if (!raw.empty()) {
+    std::memcpy(t.raw(), raw.data(), raw.size());
+  }
+}
+
+}  // namespace
+
+void check_tensor_proto(const onnx::TensorProto& p, const std::string& what) {
+  TERRACE_CHECK(p.data_location() != onnx::TensorProto_DataLocation_EXTERNAL, InvalidModel, what,
+                ": external data is not allowed here");
+  TERRACE_CHECK(!p.has_segment(), NotImplemented, what, ": segmented tensors are not supported");
+  DType t = dtype_from_proto_code(p.data_type(), what);
+  int64_t n = proto_numel(p, what);
+  if (p.has_raw_data()) {
+    TERRACE_CHECK(t != DType::String, InvalidModel, what, ": string tensors cannot use raw_data");
+    size_t size = dtype_size(t), bytes = p.raw_data().size();
+    TERRACE_CHECK(uint64_t(n) <= bytes / size && size_t(n) * size == bytes, InvalidModel, what,
+                  ": raw_data holds ", bytes, " bytes, but ", dtype_name(t), " dims ",
+                  shape_str(std::vector<int64_t>(p.dims().begin(), p.dims().end())), " need ",
+                  n, " elements of ", size, " bytes");
+    return;
+  }
+  int64_t have = typed_field_size(p, t);
+  TERRACE_CHECK(have == n, InvalidModel, what, ": holds ", have, " values, but its dims ",
+                shape_str(std::vector<int64_t>(p.dims().begin(), p.dims().end())), " need ", n);
+}
+
+Tensor tensor_from_proto(const onnx::TensorProto& p, const std::string& what) {
+  check_tensor_proto(p, what);
+  DType dt = dtype_from_proto_code(p.data_type(), what);
+  Tensor t = Tensor::empty(dt, Shape(p.dims().begin(), p.dims().end()));
+  if (p.has_raw_data())
+    copy_raw_data(p.raw_data(), t);
+  else
+    copy_typed_field(p, t);
+  return t;
+}
+
+void tensor_to_proto(const Tensor& t, onnx::TensorProto* p, const std::string& name) {
+  TERRACE_CHECK(t.defined(), InvalidArgument, "cannot serialize an undefined tensor");
+  p->Clear();
+  if (!name.empty()) p->set_name(name);
+  p->set_data_type(dtype_to_onnx(t.dtype()));
+  for (int64_t d : t.shape()) p->add_dims(d);
+  if (t.dtype() == DType::String) {
+    const std::string* s = t.data<std::string>();
+    for (int64_t i = 0; i < t.numel(); ++i) p->add_string_data(s[i]);
+  } else {
+    p->set_raw_data(static_cast<const char*>(t.raw()), t.nbytes());
+  }
+}
+
+// ---- external data ----
+
+namespace {
+
+struct ExternalRef {
+  std::string location;
+  uint64_t offset = 0;
+  std::optional<uint64_t> length;
+};
+
+uint64_t parse_u64(const std::string& s, const std::string& key, const std::string& what) {
+  uint64_t v = 0;
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  TERRACE_CHECK(ec == std::errc() && end == s.data() + s.size() && !s.empty(), InvalidModel,
+                what, ": external data '", key, "' is not a non-negative integer: '", s, "'");
+  return v;
+}
+
+ExternalRef parse_external_ref(const onnx::TensorProto& p, const std::string& what) {
+  ExternalRef r;
+  for (const auto& kv : p.external_data()) {
+    if (kv.key() == "location") r.location = kv.value();
+    else if (kv.key() == "offset") r.offset = parse_u64(kv.value(), "offset", what);
+    else if (kv.key() == "length") r.length = parse_u64(kv.value(), "length", what);
+  }
+  TERRACE_CHECK(!r.location.empty(), InvalidModel, what, ": external data has no location");
+  return r;
+}
+
+// Splits a relative path into components, rejecting absolute paths and "..".
+std::vector<std::string> confined_components(const std::string& loc, const std::string& what) {
+  TERRACE_CHECK(loc[0] != '/', InvalidModel, what, ": external data path '", loc,
+                "' is absolute; it must be relative to the model's folder");
+  TERRACE_CHECK(loc.find('\0') == std::string::npos, InvalidModel, what,
+                ": external data path contains a NUL byte");
+  std::vector<std::string> parts;
+  std::stringstream ss(loc);
+  for (std::string part; std::getline(ss, part, '/');) {
+    TERRACE_CHECK(part != "..", InvalidModel, what, ": external data path '", loc,
+                  "' leaves the model's folder ('..')");
+    if (!part.empty() && part != ".") parts.push_back(part);
+  }
+  TERRACE_CHECK(!parts.empty(), InvalidModel, what, ": external data path '", loc, "' names no file");
+  return parts;
+}
+
+std::string real_path(const std::string& path, const std::string& what) {
+  char* r = ::realpath(path.c_str(), nullptr);
+  TERRACE_CHECK(r, InvalidModel, what, ": cannot resolve external data path '", path, "'");
+  std::string s(r);
+  std::free(r);
+  return s;
+}
+
+// Walks the path one component at a time with lstat, so no symlink anywhere is followed; returns
+// the checked file's full path and its stat.
+std::string confined_file(const std::string& base_dir, const std::string& loc,
+                          const std::string& what, struct stat* st) {
+  std::vector<std::string> parts = confined_components(loc, what);
+  std::string path = base_dir;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    path += "/" + parts[i];
+    TERRACE_CHECK(::lstat(path.c_str(), st) == 0, InvalidModel, what, ": external data file '",
+                  loc, "' does not exist in the model's folder");
+    TERRACE_CHECK(!S_ISLNK(st->st_mode), InvalidModel, what, ": external data path '", loc,
+                  "' goes through a symbolic link, which is not allowed");
+    bool last = i + 1 == parts.size();
+    TERRACE_CHECK(last ? S_ISREG(st->st_mode) : S_ISDIR(st->st_mode), InvalidModel, what,
+                  ": external data path '", loc, "' is not a regular file inside a folder");
+  }
+  TERRACE_CHECK(st->st_nlink == 1, InvalidModel, what, ": external data file '", loc,
+                "' has several hard links, which is not allowed");
+  std::string root = real_path(base_dir, what), file = real_path(path, what);
+  TERRACE_CHECK(file.compare(0, root.size() + 1, root + "/") == 0, InvalidModel, what,
+                ": external data file '", loc, "' lies outside the model's folder");
+  return path;
+}
+
+}  // namespace
+
+void load_external_data(onnx::TensorProto& p, const std::string& base_dir, const std::string& what) {
+  if (p.data_location() != onnx::TensorProto_DataLocation_EXTERNAL) return;
+  TERRACE_CHECK(!base_dir.empty(), InvalidModel, what,
+                ": uses external data, but the model was not loaded from a folder");
+  TERRACE_CHECK(!p.has_raw_data(), InvalidModel, what, ": has both raw_data and external data");
+  ExternalRef ref = parse_external_ref(p, what);
+  struct stat st{};
+  std::string path = confined_file(base_dir, ref.location, what, &st);
+  uint64_t size = uint64_t(st.st_size);
+  TERRACE_CHECK(ref.offset <= size, InvalidModel, what, ": external data offset ", ref.offset,
+                " is past the end of '", ref.location, "' (", size, " bytes)");
+  uint64_t length = ref.length.value_or(size - ref.offset);
+  TERRACE_CHECK(length <= size - ref.offset, InvalidModel, what, ": external data range [",
+                ref.offset, ", +", length, ") is past the end of '", ref.location, "' (", size,
+                " bytes)");
+  // Check the claimed size against the dims before reading, so the read is never oversized.
+  DType dt = dtype_from_proto_code(p.data_type(), what);
+  TERRACE_CHECK(dt != DType::String, InvalidModel, what, ": string tensors cannot be external");
+  int64_t n = proto_numel(p, what);
+  TERRACE_CHECK(uint64_t(n) <= length / dtype_size(dt) && uint64_t(n) * dtype_size(dt) == length,
+                InvalidModel, what, ": external data holds ", length, " bytes, but its dims need ",
+                n, " elements of ", dtype_size(dt), " bytes");
+  std::ifstream in(path, std::ios::binary);
+  TERRACE_CHECK(in, IoError, what, ": cannot open external data file '", ref.location, "'");
+  std::string data(size_t(length), '\0');
+  in.seekg(std::streamoff(ref.offset));
+  in.read(data.data(), std::streamsize(length));
+  TERRACE_CHECK(in && uint64_t(in.gcount()) == length, IoError, what,
+                ": short read from external data file '", ref.location, "'");
+  p.set_raw_data(std::move(data));
+  p.clear_external_data();
+  p.set_data_location(onnx::TensorProto_DataLocation_DEFAULT);
+}
+
+// ---- files and parsing ----
+
+bool parse_proto(std::string_view bytes, google::protobuf::MessageLite* msg) {
+  TERRACE_CHECK(bytes.size() < size_t(INT_MAX), InvalidModel, "protobuf message of ",
+                bytes.size(), " bytes exceeds the 2 GiB protobuf limit (use external data)");
+  google::protobuf::io::ArrayInputStream raw(bytes.data(), int(bytes.size()));
+  google::protobuf::io::CodedInputStream in(&raw);
+  in.SetTotalBytesLimit(INT_MAX);
+  return msg->ParseFromCodedStream(&in) && in.ConsumedEntireMessage();
+}
+
+std::string read_file_bytes(const std::string& path) {
+  struct stat st{};
+  TERRACE_CHECK(::stat(path.c_str(), &st) == 0, IoError, "cannot open '", path, "': ",
+                std::strerror(errno));
+  TERRACE_CHECK(S_ISREG(st.st_mode), IoError, "'", path, "' is not a regular file");
+  std::ifstream in(path, std::ios::binary);
+  TERRACE_CHECK(in, IoError, "cannot open '", path, "'");
+  std::string bytes(size_t(st.st_size), '\0');
+  in.read(bytes.data(), std::streamsize(bytes.size()));
+  TERRACE_CHECK(uint64_t(in.gcount()) == bytes.size(), IoError, "short read from '", path, "'");
+  return bytes;
+}
+
+
+// ---- .pb files (declared in onnx_import.h) ----
+
+namespace {
+
+template <typename Proto>
+Proto parse_pb(std::string_view bytes, const std::string& what, const char* kind) {
+  Proto p;
+  TERRACE_CHECK(parse_proto(bytes, &p), InvalidModel, what, ": not a valid ", kind,
+                " (the protobuf does not parse)");
+  return p;
+}
+
+std::vector<Tensor> sequence_from_proto(const onnx::SequenceProto& s, const std::string& what) {
+  TERRACE_CHECK(s.elem_type() == onnx::SequenceProto::TENSOR ||
+                    (s.elem_type() == onnx::SequenceProto::UNDEFINED && s.tensor_values_size() == 0),
+                NotImplemented, what, ": only sequences of tensors are supported");
+  std::vector<Tensor> seq;
+  for (const auto& t : s.tensor_values()) seq.push_back(tensor_from_proto(t, what));
+  return seq;
+}
+
+RValue optional_from_proto(const onnx::OptionalProto& o, const std::string& what) {
+  RValue v;
+  v.kind = ValueKind::Optional;
+  switch (o.elem_type()) {
+    case onnx::OptionalProto::UNDEFINED: break;  // an empty optional of unrecorded type
+    case onnx::OptionalProto::TENSOR:
+      v.has_element = o.has_tensor_value();
+      if (v.has_element) v.tensor = tensor_from_proto(o.tensor_value(), what);
+      break;
+    case onnx::OptionalProto::SEQUENCE:
+      v.elem_kind = ValueKind::Sequence;
+      v.has_element = o.has_sequence_value();
+      if (v.has_element) v.seq = sequence_from_proto(o.sequence_value(), what);
+      break;
+    default: fail(ErrorCode::NotImplemented, what, ": optional of maps or sparse tensors");
+  }
+  return v;
+}
+
+}  // namespace
+
+Tensor tensor_from_pb_bytes(std::string_view bytes, const std::string& what) {
+  return tensor_from_proto(parse_pb<onnx::TensorProto>(bytes, what, "TensorProto"), what);
+}
+
+Tensor load_tensor_pb(const std::string& path) {
+  return tensor_from_pb_bytes(read_file_bytes(path), path);
+}
+
+std::string tensor_to_pb_bytes(const Tensor& t, const std::string& name) {
+  onnx::TensorProto p;
+  tensor_to_proto(t, &p, name);
+  std::string bytes;
+  TERRACE_CHECK(p.SerializeToString(&bytes), InvalidArgument, "tensor ", t.str(2),
+                " is too large to serialize as a TensorProto");
+  return bytes;
+}
+
+void save_tensor_pb(const Tensor& t, const std::string& path, const std::string& name) {
+  std::string bytes = tensor_to_pb_bytes(t, name);
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  TERRACE_CHECK(out, IoError, "cannot create '", path, "'");
+  out.write(bytes.data(), std::streamsize(bytes.size()));
+  TERRACE_CHECK(out.flush(), IoError, "cannot write '", path, "'");
+}
+
+RValue load_value_pb(const std::string& path, ValueKind kind) {
+  std::string bytes = read_file_bytes(path);
+  switch (kind) {
+    case ValueKind::Tensor: return RValue(tensor_from_pb_bytes(bytes, path));
+    case ValueKind::Sequence:
+      return RValue::sequence(
+          sequence_from_proto(parse_pb<onnx::SequenceProto>(bytes, path, "SequenceProto"), path));
+    case ValueKind::Optional:
+      return optional_from_proto(parse_pb<onnx::OptionalProto>(bytes, path, "OptionalProto"), path);
+    default: fail(ErrorCode::InvalidArgument, path, ": cannot read a value of unknown kind");
+  }
+}
+
+}  // namespace terrace

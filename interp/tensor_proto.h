@@ -1,0 +1,39 @@
+// TensorProto <-> Tensor: the one place that reads and writes ONNX tensor data (initializers,
+// tensor attributes, .pb files), plus confined loading of external data and bounded proto parsing.
+#pragma once
+#include <string>
+#include <string_view>
+
+#include <onnx/onnx_pb.h>
+
+#include "interp/tensor.h"
+
+namespace terrace {
+
+// The Terrace dtype of an ONNX TensorProto data-type code. Unknown codes are InvalidModel, valid
+// ONNX types Terrace lacks (complex, ...) NotImplemented; `what` names the offending object.
+DType dtype_from_proto_code(int code, const std::string& what);
+
+// Checks a TensorProto's type, dims and data size against each other without allocating anything
+// proportional to the claimed size, so a hostile file cannot make Terrace allocate.
+void check_tensor_proto(const onnx::TensorProto& p, const std::string& what);
+
+// Converts a TensorProto (checked first) into a new Tensor. External data must already have been
+// moved into raw_data by load_external_data; otherwise it is an InvalidModel error.
+Tensor tensor_from_proto(const onnx::TensorProto& p, const std::string& what);
+
+// Fills `p` with the tensor (raw_data for numbers and bools, string_data for strings).
+void tensor_to_proto(const Tensor& t, onnx::TensorProto* p, const std::string& name = "");
+
+// Replaces a tensor's external data (data_location EXTERNAL) with raw_data read from its file.
+// The file must lie inside `base_dir`: relative path, no "..", no symlink in any component, no
+// hard link, and offset/length inside the file. Tensors without external data are left alone.
+void load_external_data(onnx::TensorProto& p, const std::string& base_dir, const std::string& what);
+
+// Parses a protobuf message from bytes (at most 2 GiB, the protobuf limit); false on failure.
+bool parse_proto(std::string_view bytes, google::protobuf::MessageLite* msg);
+
+// The whole content of a regular file; IoError if it cannot be read.
+std::string read_file_bytes(const std::string& path);
+
+}  // namespace terrace

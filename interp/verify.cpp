@@ -1,0 +1,252 @@
+// Terrace's own model validation: structure, tensors, types, ops, scoping and node order.
+#include "interp/verify.h"
+
+#include <queue>
+#include <set>
+#include <unordered_map>
+#include <unordered_set>
+
+#include <onnx/defs/schema.h>
+
+#include "interp/graph.h"
+#include "interp/tensor_proto.h"
+
+namespace terrace {
+
+bool is_default_domain(const std::string& domain) { return domain.empty() || domain == "ai.onnx"; }
+
+int default_opset(const onnx::ModelProto& m) {
+  for (const auto& o : m.opset_import())
+    if (is_default_domain(o.domain())) return int(o.version());
+  return -1;
+}
+
+namespace {
+
+// The names visible to a graph: its own, then its enclosing graphs'.
+struct Scope {
+  const Scope* parent = nullptr;
+  std::unordered_set<std::string> names;
+  bool defines(const std::string& n) const {
+    for (const Scope* s = this; s; s = s->parent)
+      if (s->names.count(n)) return true;
+    return false;
+  }
+};
+
+std::string node_what(const onnx::NodeProto& n, int index, const std::string& where) {
+  std::string s = where + "node " + std::to_string(index) + " (" + n.op_type();
+  if (!n.name().empty()) s += " '" + n.name() + "'";
+  return s + ")";
+}
+
+void check_type(const onnx::TypeProto& t, const std::string& what) {
+  switch (t.value_case()) {
+    case onnx::TypeProto::kTensorType:
+      if (t.tensor_type().elem_type() != 0) dtype_from_proto_code(t.tensor_type().elem_type(), what);
+      for (const auto& d : t.tensor_type().shape().dim())
+        TERRACE_CHECK(!d.has_dim_value() || d.dim_value() >= 0, InvalidModel, what,
+                      ": negative dimension ", d.dim_value());
+      return;
+    case onnx::TypeProto::kSequenceType:
+      if (t.sequence_type().has_elem_type()) check_type(t.sequence_type().elem_type(), what);
+      return;
+    case onnx::TypeProto::kOptionalType:
+      if (t.optional_type().has_elem_type()) check_type(t.optional_type().elem_type(), what);
+      return;
+    case onnx::TypeProto::VALUE_NOT_SET: return;
+    default: fail(ErrorCode::NotImplemented, what, ": map and sparse-tensor types are not supported");
+  }
+}
+
+class Verifier {
+ public:
+  Verifier(std::string base_dir, int opset) : base_dir_(std::move(base_dir)), opset_(opset) {}
+
+  // Checks a graph and sorts its nodes; returns the names it reads from enclosing graphs.
+  std::set<std::string> graph(onnx::GraphProto& g, const Scope* outer, const std::string& where);
+
+ private:
+  void tensor(onnx::TensorProto& t, const std::string& what) {
+    load_external_data(t, base_dir_, what);
+    check_tensor_proto(t, what);
+  }
+  void op(const onnx::NodeProto& n, const std::string& what);
+  void check_pre_opset7_semantics(const onnx::NodeProto& n, const std::string& what);
+  // Checks a node's attributes; returns the names its subgraphs read from enclosing graphs.
+  std::set<std::string> attributes(onnx::NodeProto& n, const Scope& scope, const std::string& what);
+  void declare(Scope& scope, const std::string& name, const std::string& what);
+
+  std::string base_dir_;
+  int opset_;
+};
+
+// Models of opsets below 7 load when each of their ops means what it means at opset 7 (the same
+// schema version), which holds for many ops and for most old exported models' layers.
+void Verifier::check_pre_opset7_semantics(const onnx::NodeProto& n, const std::string& what) {
+  const onnx::OpSchema* old = onnx::OpSchemaRegistry::Schema(n.op_type(), opset_, "");
+  const onnx::OpSchema* v7 = onnx::OpSchemaRegistry::Schema(n.op_type(), kMinOpset, "");
+  TERRACE_CHECK(old && v7 && old->since_version() == v7->since_version(), NotImplemented, what,
+                ": op '", n.op_type(), "' at opset ", opset_,
+                " differs from its opset-7 form; Terrace implements opsets ", kMinOpset, " to ",
+                kMaxOpset);
+}
+
+void Verifier::op(const onnx::NodeProto& n, const std::string& what) {
+  TERRACE_CHECK(!n.op_type().empty(), InvalidModel, what, " has no op type");
+  TERRACE_CHECK(is_default_domain(n.domain()), NotImplemented, what, ": op '", n.op_type(),
+                "' of domain '", n.domain(), "' is not supported (only the default ONNX domain is)");
+  if (op_from_name(n.op_type())) {
+    if (opset_ < kMinOpset) check_pre_opset7_semantics(n, what);
+    return;
+  }
+  TERRACE_CHECK(!onnx::OpSchemaRegistry::Schema(n.op_type(), opset_, ""), NotImplemented, what,
+                ": ONNX op '", n.op_type(), "' is not implemented by Terrace");
+  fail(ErrorCode::InvalidModel, what, ": unknown op '", n.op_type(), "' (no such ONNX op in opset ",
+       opset_, ")");
+}
+
+std::set<std::string> Verifier::attributes(onnx::NodeProto& n, const Scope& scope,
+                                           const std::string& what) {
+  std::set<std::string> reads;
+  std::unordered_set<std::string> seen;
+  auto subgraph = [&](onnx::GraphProto& g, const std::string& attr_what) {
+    for (const std::string& r : graph(g, &scope, attr_what + ": ")) reads.insert(r);
+  };
+  for (auto& a : *n.mutable_attribute()) {
+    std::string aw = what + ", attribute '" + a.name() + "'";
+    TERRACE_CHECK(!a.name().empty(), InvalidModel, what, " has an attribute without a name");
+    TERRACE_CHECK(seen.insert(a.name()).second, InvalidModel, aw, " is given twice");
+    TERRACE_CHECK(a.ref_attr_name().empty(), InvalidModel, aw,
+                  " refers to a function attribute outside a function");
+    TERRACE_CHECK(!a.has_sparse_tensor() && a.sparse_tensors_size() == 0, NotImplemented, aw,
+                  ": sparse tensors are not supported");
+    if (a.has_t()) tensor(*a.mutable_t(), aw);
+    for (auto& t : *a.mutable_tensors()) tensor(t, aw);
+    if (a.has_tp()) check_type(a.tp(), aw);
+    for (const auto& tp : a.type_protos()) check_type(tp, aw);
+    if (a.has_g()) subgraph(*a.mutable_g(), aw);
+    for (auto& g : *a.mutable_graphs()) subgraph(g, aw);
+  }
+  return reads;
+}
+
+void Verifier::declare(Scope& scope, const std::string& name, const std::string& what) {
+  TERRACE_CHECK(!name.empty(), InvalidModel, what, " has no name");
+  TERRACE_CHECK(scope.names.insert(name).second, InvalidModel, what, ": value '", name,
+                "' is defined more than once (the graph must be in SSA form)");
+}
+
+// Orders nodes so each comes after the producers of everything it reads (explicitly or through
+// its subgraphs); among ready nodes the original order wins, so sorted graphs stay unchanged.
+void sort_nodes(onnx::GraphProto& g, const std::vector<std::set<std::string>>& reads,
+                const std::string& where) {
+  int n = g.node_size();
+  std::unordered_map<std::string, int> producer;
+  for (int i = 0; i < n; ++i)
+    for (const auto& o : g.node(i).output())
+      if (!o.empty()) producer[o] = i;
+  std::vector<std::vector<int>> users(static_cast<size_t>(n));
+  std::vector<int> pending(static_cast<size_t>(n), 0);
+  for (int i = 0; i < n; ++i)
+    for (const std::string& r : reads[size_t(i)]) {
+      auto it = producer.find(r);
+      if (it == producer.end()) continue;
+      users[size_t(it->second)].push_back(i);
+      ++pending[size_t(i)];
+    }
+  std::priority_queue<int, std::vector<int>, std::greater<int>> ready;
+  for (int i = 0; i < n; ++i)
+    if (pending[size_t(i)] == 0) ready.push(i);
+  std::vector<int> order;
+  while (!ready.empty()) {
+    int i = ready.top();
+    ready.pop();
+    order.push_back(i);
+    for (int u : users[size_t(i)])
+      if (--pending[size_t(u)] == 0) ready.push(u);
+  }
+  if (int(order.size()) != n) {
+    int stuck = 0;
+    while (pending[size_t(stuck)] == 0) ++stuck;
+    fail(ErrorCode::InvalidModel, node_what(g.node(stuck), stuck, where),
+         " is part of a cycle: the graph has no topological order");
+  }
+  bool sorted = true;
+  for (int i = 0; i < n; ++i) sorted = sorted && order[size_t(i)] == i;
+  if (sorted) return;
+  std::vector<onnx::NodeProto*> nodes(static_cast<size_t>(n));
+  g.mutable_node()->ExtractSubrange(0, n, nodes.data());
+  for (int i : order) g.mutable_node()->AddAllocated(nodes[size_t(i)]);
+}
+
+std::set<std::string> Verifier::graph(onnx::GraphProto& g, const Scope* outer,
+                                      const std::string& where) {
+  TERRACE_CHECK(g.sparse_initializer_size() == 0, NotImplemented, where,
+                "sparse initializers are not supported");
+  Scope scope{outer, {}};
+  for (auto& t : *g.mutable_initializer()) {
+    std::string what = where + "initializer '" + t.name() + "'";
+    declare(scope, t.name(), what);
+    tensor(t, what);
+  }
+  std::unordered_set<std::string> input_names;
+  for (const auto& v : g.input()) {
+    std::string what = where + "graph input '" + v.name() + "'";
+    TERRACE_CHECK(!v.name().empty() && input_names.insert(v.name()).second, InvalidModel, what,
+                  " is empty or listed twice");
+    scope.names.insert(v.name());  // an input may share an initializer's name (its default)
+    check_type(v.type(), what);
+  }
+  for (int i = 0; i < g.node_size(); ++i)
+    for (const auto& o : g.node(i).output())
+      if (!o.empty()) declare(scope, o, node_what(g.node(i), i, where) + " output");
+  for (const auto& v : g.value_info()) check_type(v.type(), where + "value info '" + v.name() + "'");
+
+  std::set<std::string> free;  // names read here but defined by enclosing graphs
+  auto read = [&](const std::string& name, const std::string& what) {
+    TERRACE_CHECK(scope.defines(name), InvalidModel, what, " reads '", name,
+                  "', which is not defined");
+    if (!scope.names.count(name)) free.insert(name);
+  };
+  std::vector<std::set<std::string>> reads(size_t(g.node_size()));
+  for (int i = 0; i < g.node_size(); ++i) {
+    onnx::NodeProto& n = *g.mutable_node(i);
+    std::string what = node_what(n, i, where);
+    op(n, what);
+    reads[size_t(i)] = attributes(n, scope, what);
+    for (const std::string& r : reads[size_t(i)]) read(r, what);
+    for (const auto& in : n.input())
+      if (!in.empty()) {
+        read(in, what);
+        reads[size_t(i)].insert(in);
+      }
+  }
+  for (const auto& v : g.output()) {
+    std::string what = where + "graph output '" + v.name() + "'";
+    TERRACE_CHECK(!v.name().empty(), InvalidModel, what, " has no name");
+    read(v.name(), what);
+    check_type(v.type(), what);
+  }
+  sort_nodes(g, reads, where);
+  return free;
+}
+
+}  // namespace
+
+void verify_model(onnx::ModelProto& m, const std::string& base_dir) {
+  TERRACE_CHECK(m.has_graph(), InvalidModel, "the model has no graph (is this an ONNX file?)");
+  int opset = default_opset(m);
+  if (opset == -1) {  // fine for a model of other domains only, which Terrace does not support
+    for (const auto& n : m.graph().node())
+      TERRACE_CHECK(is_default_domain(n.domain()), NotImplemented, "op '", n.op_type(),
+                    "' of domain '", n.domain(), "' is not supported (only the default ONNX domain is)");
+    fail(ErrorCode::InvalidModel, "the model imports no opset of the default ONNX domain");
+  }
+  TERRACE_CHECK(opset > 0, InvalidModel, "invalid default-domain opset version ", opset);
+  TERRACE_CHECK(opset <= kMaxOpset, NotImplemented, "default-domain opset ", opset,
+                " is not supported (Terrace supports ", kMinOpset, " to ", kMaxOpset, ")");
+  Verifier(base_dir, opset).graph(*m.mutable_graph(), nullptr, "");
+}
+
+}  // namespace terrace

@@ -1,0 +1,30 @@
+// Terrace's own model validation, run before ONNX's checker and shape inference.
+#pragma once
+#include <string>
+
+#include <onnx/onnx_pb.h>
+
+namespace terrace {
+
+// The default-domain opset versions Terrace implements. Older models load when every op they use
+// has the same meaning (schema version) at their opset as at kMinOpset.
+constexpr int kMinOpset = 7;
+constexpr int kMaxOpset = 17;
+
+// Checks what ONNX 1.12's checker and shape inference would crash on or misjudge, and what would
+// make Terrace allocate without bound: a missing graph, an unsupported opset (above kMaxOpset,
+// or below kMinOpset with an op whose meaning changed since), tensors whose data
+// size disagrees with their dims (checked before any allocation), negative dims, unknown data
+// types, ops Terrace lacks or from other domains, undefined or doubly defined values, and cycles.
+// Along the way it reads external data into raw_data (confined to `base_dir`, see
+// load_external_data) and sorts every graph's nodes topologically (a cycle is InvalidModel), so
+// the model it leaves is self-contained and ordered. Throws terrace::Error naming the problem.
+void verify_model(onnx::ModelProto& m, const std::string& base_dir);
+
+// The default-domain opset version the model imports (after verify_model: always present).
+int default_opset(const onnx::ModelProto& m);
+
+// True for the ONNX default domain ("" or "ai.onnx").
+bool is_default_domain(const std::string& domain);
+
+}  // namespace terrace
