@@ -1,0 +1,134 @@
+// Session behaviour on the interpreter: input checks, thread safety, determinism.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cstring>
+#include <thread>
+
+#include "tests/support/graph_builder.h"
+#include "tiers/session.h"
+
+namespace terrace {
+namespace {
+
+using testing::GraphBuilder;
+using testing::random_tensor;
+
+// y = softmax(x @ w, axis=-1); s = reducesum(y * x2): matmul, a reduction and elementwise ops.
+std::shared_ptr<Graph> small_model() {
+  GraphBuilder b;
+  int x = b.input("x", DType::Float32, {-1, 64});
+  int w = b.constant("w", random_tensor({64, 32}, 7));
+  int mm = b.node(Op::MatMul, {x, w});
+  int sm = b.node(Op::Softmax, {mm}, {{"axis", GraphBuilder::attr_int(-1)}});
+  int sq = b.node(Op::Mul, {sm, sm});
+  int s = b.node(Op::ReduceSum, {sq}, {{"axes", GraphBuilder::attr_ints({1})}, {"keepdims", GraphBuilder::attr_int(0)}});
+  b.output(sm);
+  b.output(s);
+  auto g = b.build();
+  g->opset = 12;  // ReduceSum takes axes as an attribute before opset 13
+  return g;
+}
+
+Options interp_only() {
+  Options o;
+  o.max_tier = Tier::Interp;
+  return o;
+}
+
+TEST(Session, runs_and_returns_outputs_in_declaration_order) {
+  auto s = Session::from_graph(small_model(), interp_only());
+  NamedTensors out = s->run({{"x", random_tensor({3, 64}, 1)}});
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0].second.shape(), (Shape{3, 32}));
+  EXPECT_EQ(out[1].second.shape(), (Shape{3}));
+  for (int r = 0; r < 3; ++r) {
+    double sum = 0;
+    for (int c = 0; c < 32; ++c) sum += out[0].second.data<float>()[r * 32 + c];
+    EXPECT_NEAR(sum, 1.0, 1e-5);
+  }
+}
+
+void expect_invalid_argument(Session& s, const NamedTensors& in, const std::string& mention) {
+  try {
+    s.run(in);
+    FAIL() << "expected an error mentioning " << mention;
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::InvalidArgument) << e.what();
+    EXPECT_NE(std::string(e.what()).find(mention), std::string::npos) << e.what();
+  }
+}
+
+TEST(Session, missing_input_is_an_error_naming_it) {
+  auto s = Session::from_graph(small_model(), interp_only());
+  expect_invalid_argument(*s, {}, "'x' is missing");
+}
+
+TEST(Session, unknown_input_name_is_an_error_naming_it) {
+  auto s = Session::from_graph(small_model(), interp_only());
+  expect_invalid_argument(*s, {{"x", random_tensor({1, 64}, 1)}, {"y", random_tensor({1}, 1)}}, "'y'");
+}
+
+TEST(Session, wrong_dtype_is_an_error_naming_the_input) {
+  auto s = Session::from_graph(small_model(), interp_only());
+  expect_invalid_argument(*s, {{"x", Tensor::zeros(DType::Float64, {1, 64})}}, "input 'x' must be float32");
+}
+
+TEST(Session, wrong_rank_is_an_error_naming_the_input) {
+  auto s = Session::from_graph(small_model(), interp_only());
+  expect_invalid_argument(*s, {{"x", random_tensor({64}, 1)}}, "input 'x' must have rank 2");
+}
+
+TEST(Session, wrong_static_dim_is_an_error_naming_the_input) {
+  auto s = Session::from_graph(small_model(), interp_only());
+  expect_invalid_argument(*s, {{"x", random_tensor({2, 63}, 1)}}, "input 'x' dim 1 must be 64");
+}
+
+TEST(Session, duplicate_input_is_an_error) {
+  auto s = Session::from_graph(small_model(), interp_only());
+  auto x = random_tensor({1, 64}, 1);
+  expect_invalid_argument(*s, {{"x", x}, {"x", x}}, "more than once");
+}
+
+bool bitwise_equal(const Tensor& a, const Tensor& b) {
+  return a.dtype() == b.dtype() && a.shape() == b.shape() && std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
+}
+
+TEST(Session, interpreter_results_are_identical_for_any_thread_count) {
+  auto s = Session::from_graph(small_model(), interp_only());
+  NamedTensors in = {{"x", random_tensor({257, 64}, 3)}};
+  omp_set_num_threads(1);
+  NamedTensors one = s->run(in);
+  for (int threads : {2, 3, 8}) {
+    omp_set_num_threads(threads);
+    NamedTensors many = s->run(in);
+    for (size_t i = 0; i < one.size(); ++i)
+      EXPECT_TRUE(bitwise_equal(one[i].second, many[i].second)) << threads << " threads, output " << i;
+  }
+}
+
+TEST(Session, eight_threads_calling_run_get_the_serial_results) {
+  auto s = Session::from_graph(small_model(), interp_only());
+  std::vector<NamedTensors> inputs, expected;
+  for (int t = 0; t < 8; ++t) {
+    inputs.push_back({{"x", random_tensor({5 + t, 64}, 100 + t)}});
+    expected.push_back(s->run(inputs.back()));
+  }
+  std::vector<int> ok(8, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t)
+    threads.emplace_back([&, t] {
+      bool all = true;
+      for (int rep = 0; rep < 20; ++rep) {
+        NamedTensors out = s->run(inputs[size_t(t)]);
+        for (size_t i = 0; i < out.size(); ++i) all = all && bitwise_equal(out[i].second, expected[size_t(t)][i].second);
+      }
+      ok[size_t(t)] = all;
+    });
+  for (auto& th : threads) th.join();
+  for (int t = 0; t < 8; ++t) EXPECT_TRUE(ok[size_t(t)]) << "thread " << t;
+  EXPECT_EQ(s->calls().size(), 8u + 8u * 20u);
+}
+
+}  // namespace
+}  // namespace terrace
