@@ -28,7 +28,7 @@ TypeClass type_class(Op op) {
     case Op::Neg:
       return TypeClass::Signed;
     case Op::Abs: case Op::Add: case Op::Sub: case Op::Mul: case Op::Div: case Op::Max:
-    case Op::Min: case Op::Sum: case Op::Pow: case Op::Sign: case Op::Clip: case Op::Mod:
+    case Op::Min: case Op::Pow: case Op::Sign: case Op::Clip: case Op::Mod:
     case Op::Relu: case Op::PRelu: case Op::Shrink: case Op::Less: case Op::Greater:
     case Op::LessOrEqual: case Op::GreaterOrEqual:
       return TypeClass::Numeric;
@@ -124,11 +124,14 @@ Expr fold(const Args& args, Expr (*f)(const Expr&, const Expr&)) {
 }
 Expr add(const Expr& a, const Expr& b) { return a + b; }
 
-// y = max(0, min(1, alpha * x + beta)), keeping NaN.
+// std::max / std::min as the interpreter uses them: a NaN second argument loses to the first.
+Expr std_max(const Expr& a, const Expr& b) { return sel(cmp(CmpOp::LT, a, b), b, a); }
+Expr std_min(const Expr& a, const Expr& b) { return sel(cmp(CmpOp::LT, b, a), b, a); }
+
+// y = max(0, min(1, alpha * x + beta)); NaN gives 1, as in the interpreter.
 Expr hard_sigmoid(const Expr& x, double alpha, double beta) {
   Expr v = cst(x, alpha) * x + cst(x, beta);
-  v = sel(cmp(CmpOp::GT, v, cst(x, 1)), cst(x, 1), v);
-  return sel(cmp(CmpOp::LT, v, cst(x, 0)), cst(x, 0), v);
+  return std_max(cst(x, 0), std_min(cst(x, 1), v));
 }
 // log(1 + exp(x)) without overflow: max(x, 0) + log1p(exp(-|x|)).
 Expr softplus(const Expr& x) {
@@ -196,10 +199,12 @@ Expr lower_op(const Node& node, const Args& a) {
     case Op::PRelu: return sel(lt0(), y() * x(), x());
     case Op::ThresholdedRelu:
       return sel(cmp(CmpOp::GT, x(), alpha(1.0)), x(), c(0));
-    case Op::Shrink: {
-      Expr lambd = c(node.attr_float("lambd", 0.5f)), bias = c(node.attr_float("bias", 0.0f));
-      return sel(cmp(CmpOp::LT, x(), c(0) - lambd), x() + bias,
-                 sel(cmp(CmpOp::GT, x(), lambd), x() - bias, c(0)));
+    case Op::Shrink: {  // integers are shifted in double and converted back
+      Expr v = is_fp(x()) ? x() : Cast::make(DType::Float64, x());
+      Expr lambd = cst(v, node.attr_float("lambd", 0.5f)), bias = cst(v, node.attr_float("bias", 0.0f));
+      Expr r = sel(cmp(CmpOp::LT, v, cst(v, 0) - lambd), v + bias,
+                   sel(cmp(CmpOp::GT, v, lambd), v - bias, cst(v, 0)));
+      return Cast::make(x().type(), r);
     }
     case Op::Clip: {
       Expr v = x(), lo = clip_bound(node, a, 1, "min", v), hi = clip_bound(node, a, 2, "max", v);
@@ -219,7 +224,7 @@ Expr lower_op(const Node& node, const Args& a) {
     }
     case Op::Celu: {
       Expr al = alpha(1.0);
-      return sel(cmp(CmpOp::GT, x(), c(0)), x(), al * (exp_(x() / al) - c(1)));
+      return std_max(c(0), x()) + std_min(c(0), al * (exp_(x() / al) - c(1)));
     }
     case Op::Softplus: return softplus(x());
     case Op::Softsign: return x() / (c(1) + abs_of(x()));
@@ -295,9 +300,13 @@ void check_operands(const Node& node, const Args& args) {
       TERRACE_CHECK(args[i].dtype == t, NotImplemented, node.describe(), ": input ", i, " is ",
                     dtype_name(args[i].dtype), ", input ", main, " is ", dtype_name(t));
   }
-  if (node.op == Op::Pow)
-    TERRACE_CHECK(args.size() == 2 && (is_float(args[1].dtype) || is_integer(args[1].dtype)),
-                  NotImplemented, node.describe(), ": exponent dtype");
+  if (node.op == Op::Pow) {  // integer ** integer is exact repeated squaring: not lowered
+    DType e = args.at(1).dtype;
+    bool float_base = is_float(t), int_base = t == DType::Int32 || t == DType::Int64;
+    TERRACE_CHECK((float_base && (is_float(e) || is_integer(e))) || (int_base && is_float(e)),
+                  NotImplemented, node.describe(), ": Pow of ", dtype_name(t), " by ",
+                  dtype_name(e), " not supported by tier 1");
+  }
 }
 
 }  // namespace

@@ -1,0 +1,31 @@
+// CpuKernel: a lowered kernel compiled by the CPU JIT, and its TBB-parallel runner.
+#pragma once
+#include <memory>
+#include <span>
+
+#include "jit/cpu_jit.h"
+#include "kernels/ir.h"
+
+namespace terrace::jit {
+
+struct CpuKernel {
+  std::shared_ptr<CompiledCode> code;  // keeps the machine code loaded
+  CpuKernelFn fn = nullptr;
+  int64_t parallel_extent = 0;         // the range [0, n) the runner splits
+  int64_t work_per_iteration = 1;      // elements per iteration of that range
+  std::string source;                  // the rendered C++ (for dumps and repros)
+
+  double compile_ms() const { return code ? code->timings().total_ms() : 0; }
+};
+
+// Renders `f` as C++ and compiles it. Throws CompileFailed (with Clang's diagnostics).
+CpuKernel compile_cpu_kernel(const kernels::LoweredFunc& f, CpuJit& jit = CpuJit::global());
+
+// Runs the kernel on its buffers (in slot order: the group's inputs, then its outputs). The
+// range is split across the current TBB arena in tasks of at least kMinElementsPerTask elements,
+// so small tensors run on the calling thread. Every output element is written by exactly one
+// task, so the result does not depend on the thread count.
+inline constexpr int64_t kMinElementsPerTask = 1 << 15;
+void run_cpu_kernel(const CpuKernel& kernel, std::span<void* const> buffers);
+
+}  // namespace terrace::jit

@@ -1,0 +1,25 @@
+// The C-family renderer: kernel IR -> one self-contained C++ (tier 1) or CUDA C (tier 2) source.
+#pragma once
+#include <string>
+
+#include "kernels/ir.h"
+
+namespace terrace::kernels {
+
+enum class Dialect { Cpp, Cuda };
+
+// Renders `f` as a translation unit that includes no header (so the compiler parses only a few
+// hundred lines): a prelude of fixed-width typedefs, 16-bit float conversions and branch-free
+// vectorisable float32 math (exp, log, tanh, erf, sigmoid, pow, sin, cos, ...; float64 math goes
+// to libm), then the kernel.
+//   Cpp:  extern "C" void <name>(void** buffers, int64_t begin, int64_t end)
+//         buffers[slot] is the array of buffer `slot`; the outermost loop runs over [begin, end).
+//   Cuda: extern "C" __global__ void <name>(T0* in0, ..., int64_t begin, int64_t end)
+//         with the Parallel loop as a grid-stride loop.
+// Buffers must not overlap (they are declared __restrict).
+std::string render_c(const LoweredFunc& f, Dialect dialect);
+
+// The prelude alone (for tests of the math functions).
+std::string render_prelude(Dialect dialect);
+
+}  // namespace terrace::kernels
