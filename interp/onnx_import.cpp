@@ -7,8 +7,8 @@
 
 #include <onnx/checker.h>
 #include <onnx/defs/data_type_utils.h>
-#include <onnx/shape_inference/implementation.h>
 
+#include "interp/shape_infer.h"
 #include "interp/tensor_proto.h"
 #include "interp/verify.h"
 
@@ -219,36 +219,6 @@ void run_onnx_checker(const onnx::ModelProto& m) {
     onnx::checker::check_model(m);
   } catch (const std::exception& e) {
     fail(ErrorCode::InvalidModel, "ONNX checker: ", e.what());
-  }
-}
-
-void collect_graphs(onnx::GraphProto* g, std::vector<onnx::GraphProto*>& out) {
-  out.push_back(g);
-  for (auto& n : *g->mutable_node())
-    for (auto& a : *n.mutable_attribute()) {
-      if (a.has_g()) collect_graphs(a.mutable_g(), out);
-      for (auto& sub : *a.mutable_graphs()) collect_graphs(&sub, out);
-    }
-}
-
-// Fills in value_info for intermediate values. Inference is a best effort: when it fails, every
-// graph's value_info and outputs are restored, so a failure records nothing.
-void infer_shapes(onnx::ModelProto& m) {
-  struct Saved {
-    onnx::GraphProto* g;
-    google::protobuf::RepeatedPtrField<onnx::ValueInfoProto> value_info, outputs;
-  };
-  std::vector<onnx::GraphProto*> graphs;
-  collect_graphs(m.mutable_graph(), graphs);
-  std::vector<Saved> saved;
-  for (onnx::GraphProto* g : graphs) saved.push_back({g, g->value_info(), g->output()});
-  try {
-    onnx::shape_inference::InferShapes(m);
-  } catch (const std::exception&) {
-    for (Saved& s : saved) {
-      s.g->mutable_value_info()->Swap(&s.value_info);
-      s.g->mutable_output()->Swap(&s.outputs);
-    }
   }
 }
 

@@ -1,0 +1,189 @@
+// Static shape inference: ONNX's per-op inference functions behind guards, with all-or-nothing results.
+#include "interp/shape_infer.h"
+
+#include <algorithm>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include <onnx/defs/schema.h>
+#include <onnx/shape_inference/implementation.h>
+
+#include "interp/tensor_proto.h"
+
+namespace terrace {
+
+namespace {
+
+using onnx::InferenceContext;
+
+// Skips one node's inference: ONNX records the error and carries on with the next node.
+[[noreturn]] void skip(const std::string& op, const std::string& why) {
+  throw onnx::InferenceError("Terrace skipped inference of " + op + ": " + why);
+}
+
+// The rank of input i where inference already knows it, else -1.
+int64_t input_rank(InferenceContext& ctx, size_t i) {
+  if (i >= ctx.getNumInputs()) return -1;
+  const onnx::TypeProto* t = ctx.getInputType(i);
+  if (!t || !t->has_tensor_type() || !t->tensor_type().has_shape()) return -1;
+  return t->tensor_type().shape().dim_size();
+}
+
+const onnx::AttributeProto* attr(InferenceContext& ctx, const char* name) {
+  return ctx.getAttribute(name);
+}
+
+void check_in_range(const std::string& op, const char* name, int64_t v, int64_t lo, int64_t hi) {
+  if (v < lo || v >= hi)
+    skip(op, std::string(name) + " " + std::to_string(v) + " is outside [" + std::to_string(lo) +
+                 ", " + std::to_string(hi) + ")");
+}
+
+// `axis` indexes the first input's dims; Flatten's may equal the rank, OneHot's the output rank.
+void check_axis(const std::string& op, InferenceContext& ctx) {
+  const onnx::AttributeProto* a = attr(ctx, "axis");
+  int64_t r = input_rank(ctx, 0);
+  if (!a || r < 0 || op == "ConcatFromSequence") return;
+  int64_t lo = op == "OneHot" ? -(r + 1) : -r;
+  int64_t hi = op == "OneHot" || op == "Flatten" ? r + 1 : r;
+  check_in_range(op, "axis", a->i(), lo, hi);
+}
+
+void check_axes(const std::string& op, InferenceContext& ctx) {
+  const onnx::AttributeProto* a = attr(ctx, "axes");
+  int64_t r = input_rank(ctx, 0);
+  if (!a || r < 0) return;
+  int64_t out_rank = op == "Unsqueeze" ? r + a->ints_size() : r;
+  for (int64_t v : a->ints()) check_in_range(op, "axes", v, -out_rank, out_rank);
+}
+
+void check_perm(const std::string& op, InferenceContext& ctx) {
+  const onnx::AttributeProto* a = attr(ctx, "perm");
+  int64_t r = input_rank(ctx, 0);
+  if (!a || r < 0) return;
+  if (a->ints_size() != r) skip(op, "perm does not match the input rank");
+  std::vector<bool> seen(size_t(r), false);
+  for (int64_t v : a->ints()) {
+    check_in_range(op, "perm", v, 0, r);
+    if (seen[size_t(v)]) skip(op, "perm repeats an axis");
+    seen[size_t(v)] = true;
+  }
+}
+
+// Convolution and pooling attributes: positive sizes (they divide), one entry per spatial dim.
+void check_spatial(const std::string& op, InferenceContext& ctx) {
+  int64_t r = input_rank(ctx, 0);
+  for (const char* name : {"kernel_shape", "strides", "dilations", "output_padding", "output_shape", "pads"}) {
+    const onnx::AttributeProto* a = attr(ctx, name);
+    if (!a || op == "Pad") continue;  // Pad's old `pads` attribute covers every dim
+    bool positive = std::string(name) != "pads" && std::string(name) != "output_padding";
+    for (int64_t v : a->ints())
+      if (positive && v <= 0) skip(op, std::string(name) + " must be positive");
+    int64_t per_dim = std::string(name) == "pads" ? 2 : 1;
+    if (r >= 2 && a->ints_size() != per_dim * (r - 2))
+      skip(op, std::string(name) + " does not match the input's spatial rank");
+    if (r >= 0 && r < 2) skip(op, "the input has no spatial dims");
+  }
+}
+
+// Counts that inference divides by or multiplies into sizes: positive, and small enough that a
+// blocksize squared cannot overflow to zero.
+void check_counts(const std::string& op, InferenceContext& ctx) {
+  for (const char* name : {"group", "blocksize"}) {
+    const onnx::AttributeProto* a = attr(ctx, name);
+    if (a) check_in_range(op, name, a->i(), 1, int64_t(1) << 20);
+  }
+  const onnx::AttributeProto* b = attr(ctx, "batch_dims");
+  if (b) check_in_range(op, "batch_dims", b->i(), 0, std::max<int64_t>(input_rank(ctx, 0), 1));
+}
+
+// Convolutions index the weights' dims by the data's rank.
+void check_weight_rank(const std::string& op, InferenceContext& ctx) {
+  size_t w = op == "QLinearConv" ? 3 : 1;
+  int64_t r = input_rank(ctx, 0), rw = input_rank(ctx, w);
+  if (r >= 0 && rw >= 0 && r != rw) skip(op, "the weights' rank differs from the input's");
+}
+
+// Inputs that inference divides by when their values are known (Range's delta, Slice's steps).
+void check_nonzero_input(const std::string& op, InferenceContext& ctx, size_t i) {
+  if (i >= ctx.getNumInputs()) return;
+  const onnx::TensorProto* data = ctx.getInputData(i);
+  if (!data) return;
+  Tensor t = tensor_from_proto(*data, op + " input " + std::to_string(i));
+  if (t.dtype() == DType::String) return;
+  for (int64_t k = 0; k < t.numel(); ++k)
+    if (t.get_as_double(k) == 0) skip(op, "input " + std::to_string(i) + " holds a zero");
+}
+
+void check_node(const std::string& op, InferenceContext& ctx) {
+  check_axis(op, ctx);
+  check_axes(op, ctx);
+  check_perm(op, ctx);
+  check_spatial(op, ctx);
+  check_counts(op, ctx);
+  if (op == "Conv" || op == "ConvInteger" || op == "ConvTranspose" || op == "QLinearConv")
+    check_weight_rank(op, ctx);
+  if (op == "Range") check_nonzero_input(op, ctx, 2);
+  if (op == "Slice") check_nonzero_input(op, ctx, 4);
+}
+
+// ONNX's schemas, each with its inference function wrapped in check_node. The wrapped copies are
+// made once per schema and live as long as the process, as ONNX's own schemas do.
+class GuardedRegistry : public onnx::ISchemaRegistry {
+ public:
+  const onnx::OpSchema* GetSchema(const std::string& key, const int version,
+                                  const std::string& domain) const override {
+    const onnx::OpSchema* s = onnx::OpSchemaRegistry::Schema(key, version, domain);
+    if (!s || !s->has_type_and_shape_inference_function()) return s;
+    std::lock_guard<std::mutex> lock(mu_);
+    std::unique_ptr<onnx::OpSchema>& guarded = cache_[s];
+    if (!guarded) {
+      guarded = std::make_unique<onnx::OpSchema>(*s);
+      onnx::InferenceFunction inner = s->GetTypeAndShapeInferenceFunction();
+      guarded->TypeAndShapeInferenceFunction([key, inner](InferenceContext& ctx) {
+        check_node(key, ctx);
+        inner(ctx);
+      });
+    }
+    return guarded.get();
+  }
+
+ private:
+  mutable std::mutex mu_;
+  mutable std::unordered_map<const onnx::OpSchema*, std::unique_ptr<onnx::OpSchema>> cache_;
+};
+
+void collect_graphs(onnx::GraphProto* g, std::vector<onnx::GraphProto*>& out) {
+  out.push_back(g);
+  for (auto& n : *g->mutable_node())
+    for (auto& a : *n.mutable_attribute()) {
+      if (a.has_g()) collect_graphs(a.mutable_g(), out);
+      for (auto& sub : *a.mutable_graphs()) collect_graphs(&sub, out);
+    }
+}
+
+}  // namespace
+
+void infer_shapes(onnx::ModelProto& m) {
+  static GuardedRegistry* registry = new GuardedRegistry();  // never destroyed: see the class
+  struct Saved {
+    onnx::GraphProto* g;
+    google::protobuf::RepeatedPtrField<onnx::ValueInfoProto> value_info, outputs;
+  };
+  std::vector<onnx::GraphProto*> graphs;
+  collect_graphs(m.mutable_graph(), graphs);
+  std::vector<Saved> saved;
+  for (onnx::GraphProto* g : graphs) saved.push_back({g, g->value_info(), g->output()});
+  try {
+    onnx::shape_inference::InferShapes(m, registry);
+  } catch (const std::exception&) {
+    for (Saved& s : saved) {
+      s.g->mutable_value_info()->Swap(&s.value_info);
+      s.g->mutable_output()->Swap(&s.outputs);
+    }
+  }
+}
+
+}  // namespace terrace

@@ -1,0 +1,15 @@
+// Static shape inference for imported models: ONNX's own inference, guarded against hostile input.
+#pragma once
+#include <onnx/onnx_pb.h>
+
+namespace terrace {
+
+// Fills in value_info (dtype and shape) of intermediate values with ONNX's shape inference.
+// ONNX 1.12's per-op inference functions trust attribute values (an out-of-range `axis` indexes
+// past a vector, a zero stride divides by zero), so each op's function runs behind a guard that
+// skips the op when its attributes disagree with its inputs' ranks; the kernels then report the
+// problem cleanly at run time. Inference is a best effort: when it fails as a whole, every graph's
+// value_info and outputs are restored, so a failure records nothing.
+void infer_shapes(onnx::ModelProto& m);
+
+}  // namespace terrace
