@@ -90,8 +90,8 @@ void loop_kernel(KernelContext& ctx) {
 void register_control_kernels(KernelTable& t) {
   t.add(Op::If, ops::if_kernel);
   t.add(Op::Loop, ops::loop_kernel);
-  ops::register_scan_kernel(t);
-  ops::register_sequence_kernels(t);
+  ops::register_control_scan_kernel(t);
+  ops::register_control_sequence_kernels(t);
 }
 
 }  // namespace terrace

@@ -5,8 +5,8 @@
 
 namespace terrace::ops {
 
-void register_scan_kernel(KernelTable& t);       // control_scan.cpp
-void register_sequence_kernels(KernelTable& t);  // control_sequence.cpp: sequences and optionals
+void register_control_scan_kernel(KernelTable& t);       // control_scan.cpp
+void register_control_sequence_kernels(KernelTable& t);  // control_sequence.cpp: sequences and optionals
 
 // Copies `count` elements of src starting at src_off into dst at dst_off (same dtype; strings are
 // copied by value).

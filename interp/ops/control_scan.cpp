@@ -135,6 +135,6 @@ void scan_kernel(KernelContext& ctx) {
 
 }  // namespace
 
-void register_scan_kernel(KernelTable& t) { t.add(Op::Scan, scan_kernel); }
+void register_control_scan_kernel(KernelTable& t) { t.add(Op::Scan, scan_kernel); }
 
 }  // namespace terrace::ops

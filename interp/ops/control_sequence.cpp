@@ -129,6 +129,10 @@ void optional_kernel(KernelContext& ctx) {
     r.elem_kind = v.kind;
     r.tensor = v.tensor;
     r.seq = v.seq;
+  } else {
+    // The importer spells the `type` attribute ONNX's way: "seq(tensor(float))", "tensor(int64)".
+    const std::string type = ctx.node.attr_string("type", "");
+    r.elem_kind = type.rfind("seq(", 0) == 0 ? ValueKind::Sequence : ValueKind::Tensor;
   }
   ctx.set_output_value(0, std::move(r));
 }
@@ -154,7 +158,7 @@ void optional_get_element(KernelContext& ctx) {
 
 }  // namespace
 
-void register_sequence_kernels(KernelTable& t) {
+void register_control_sequence_kernels(KernelTable& t) {
   t.add(Op::SequenceEmpty, sequence_empty);
   t.add(Op::SequenceConstruct, sequence_construct);
   t.add(Op::SequenceAt, sequence_at);

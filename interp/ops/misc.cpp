@@ -150,10 +150,10 @@ void register_misc_kernels(KernelTable& t) {
   t.add(Op::QuantizeLinear, ops::quantize_linear);
   t.add(Op::DequantizeLinear, ops::dequantize_linear);
   t.add(Op::DynamicQuantizeLinear, ops::dynamic_quantize_linear);
-  ops::register_nms_kernel(t);
-  ops::register_signal_kernels(t);
-  ops::register_grid_sample_kernel(t);
-  ops::register_random_kernels(t);
+  ops::register_misc_nms_kernel(t);
+  ops::register_misc_signal_kernels(t);
+  ops::register_misc_grid_sample_kernel(t);
+  ops::register_misc_random_kernels(t);
 }
 
 }  // namespace terrace

@@ -141,6 +141,6 @@ void grid_sample(KernelContext& ctx) {
 
 }  // namespace
 
-void register_grid_sample_kernel(KernelTable& t) { t.add(Op::GridSample, grid_sample); }
+void register_misc_grid_sample_kernel(KernelTable& t) { t.add(Op::GridSample, grid_sample); }
 
 }  // namespace terrace::ops

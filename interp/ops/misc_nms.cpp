@@ -102,6 +102,6 @@ void non_max_suppression(KernelContext& ctx) {
 
 }  // namespace
 
-void register_nms_kernel(KernelTable& t) { t.add(Op::NonMaxSuppression, non_max_suppression); }
+void register_misc_nms_kernel(KernelTable& t) { t.add(Op::NonMaxSuppression, non_max_suppression); }
 
 }  // namespace terrace::ops

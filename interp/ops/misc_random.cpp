@@ -89,7 +89,7 @@ void bernoulli(KernelContext& ctx) {
 
 }  // namespace
 
-void register_random_kernels(KernelTable& t) {
+void register_misc_random_kernels(KernelTable& t) {
   t.add(Op::RandomNormal, random_normal<false>);
   t.add(Op::RandomNormalLike, random_normal<true>);
   t.add(Op::RandomUniform, random_uniform<false>);

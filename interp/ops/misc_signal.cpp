@@ -228,7 +228,7 @@ void mel_weight_matrix(KernelContext& ctx) {
 
 }  // namespace
 
-void register_signal_kernels(KernelTable& t) {
+void register_misc_signal_kernels(KernelTable& t) {
   t.add(Op::HannWindow, hann_window);
   t.add(Op::HammingWindow, hamming_window);
   t.add(Op::BlackmanWindow, blackman_window);
