@@ -1,0 +1,372 @@
+// Conformance engine: test discovery, running one test on a tier, classifying, and forked isolation.
+#include "tools/conformance.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <sstream>
+
+#include "interp/interpreter.h"
+#include "interp/onnx_import.h"
+#include "tiers/session.h"
+
+namespace terrace::conformance {
+namespace fs = std::filesystem;
+
+const char* status_name(Status s) {
+  switch (s) {
+    case Status::Passed: return "passed";
+    case Status::NotImplemented: return "not_implemented";
+    case Status::InvalidModel: return "invalid_model";
+    case Status::LoadError: return "load_error";
+    case Status::RunError: return "run_error";
+    case Status::ResultDiffers: return "result_differs";
+  }
+  return "?";
+}
+
+const char* status_title(Status s) {
+  switch (s) {
+    case Status::Passed: return "Passed";
+    case Status::NotImplemented: return "Not implemented";
+    case Status::InvalidModel: return "Invalid model";
+    case Status::LoadError: return "Load error";
+    case Status::RunError: return "Run error";
+    case Status::ResultDiffers: return "Result differs";
+  }
+  return "?";
+}
+
+std::optional<Status> status_from_name(const std::string& name) {
+  for (Status s : kAllStatuses)
+    if (name == status_name(s)) return s;
+  return std::nullopt;
+}
+
+// ---- discovery ----
+
+std::string resolve_suite_dir(const std::string& arg) {
+  if (fs::is_directory(arg)) return arg;
+  fs::path shipped = fs::path(kDataRoot) / arg;
+  TERRACE_CHECK(arg.find('/') == std::string::npos && fs::is_directory(shipped), InvalidArgument,
+                "'", arg, "' is neither a folder nor a suite under ", kDataRoot);
+  return shipped.string();
+}
+
+namespace {
+
+bool is_test_dir(const fs::path& p) { return fs::is_regular_file(p / "model.onnx"); }
+
+// The N of "<prefix>N<suffix>", or -1 when `name` has another form.
+int64_t numbered(const std::string& name, const std::string& prefix, const std::string& suffix) {
+  if (name.size() <= prefix.size() + suffix.size() || name.rfind(prefix, 0) != 0 ||
+      name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
+    return -1;
+  std::string digits = name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
+  if (!std::all_of(digits.begin(), digits.end(), ::isdigit) || digits.size() > 9) return -1;
+  return std::stoll(digits);
+}
+
+// Entries of `dir` named <prefix>N<suffix>, in N order (not lexicographic: 10 comes after 9).
+std::vector<fs::path> numbered_entries(const fs::path& dir, const std::string& prefix,
+                                       const std::string& suffix) {
+  std::vector<std::pair<int64_t, fs::path>> found;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    int64_t n = numbered(e.path().filename().string(), prefix, suffix);
+    if (n >= 0) found.emplace_back(n, e.path());
+  }
+  std::sort(found.begin(), found.end());
+  std::vector<fs::path> paths;
+  for (auto& [n, p] : found) paths.push_back(p);
+  return paths;
+}
+
+}  // namespace
+
+std::vector<TestCase> discover_tests(const std::vector<std::string>& dirs,
+                                     const std::optional<std::regex>& filter) {
+  std::vector<TestCase> tests;
+  auto add = [&](const fs::path& p) {
+    std::string name = p.filename().string();
+    if (!filter || std::regex_search(name, *filter)) tests.push_back({name, p.string()});
+  };
+  for (const std::string& d : dirs) {
+    fs::path root = fs::path(resolve_suite_dir(d)).lexically_normal();
+    if (root.filename().empty()) root = root.parent_path();  // "node/" names the folder "node"
+    if (is_test_dir(root)) {
+      add(root);
+      continue;
+    }
+    for (const auto& e : fs::directory_iterator(root))
+      if (e.is_directory() && is_test_dir(e.path())) add(e.path());
+  }
+  std::stable_sort(tests.begin(), tests.end(),
+                   [](const TestCase& a, const TestCase& b) { return a.name < b.name; });
+  return tests;
+}
+
+// ---- running one test ----
+
+namespace {
+
+// Where an error happened decides its category (see Status).
+enum class Phase { LoadModel, LoadData, Run };
+
+Status classify(Phase phase, std::optional<ErrorCode> code) {
+  if (code == ErrorCode::NotImplemented) return Status::NotImplemented;
+  if (phase == Phase::LoadModel && code == ErrorCode::InvalidModel) return Status::InvalidModel;
+  return phase == Phase::Run ? Status::RunError : Status::LoadError;
+}
+
+// Runs f; on any exception records its category and message in `r` and returns false.
+template <typename F>
+bool guarded(Phase phase, const std::string& context, TestResult& r, F&& f) {
+  try {
+    f();
+    return true;
+  } catch (const Error& e) {
+    r.status = classify(phase, e.code());
+    r.message = context + e.what();
+  } catch (const std::exception& e) {
+    r.status = classify(phase, std::nullopt);
+    r.message = context + e.what();
+  } catch (...) {
+    r.status = classify(phase, std::nullopt);
+    r.message = context + "unknown exception";
+  }
+  return false;
+}
+
+ValueKind declared_kind(const Graph& g, int id) {
+  ValueKind k = g.value(id).info.kind;
+  return k == ValueKind::Unknown ? ValueKind::Tensor : k;
+}
+
+bool all_tensors(const Graph& g) {
+  auto tensor = [&](int id) { return declared_kind(g, id) == ValueKind::Tensor; };
+  return std::all_of(g.inputs.begin(), g.inputs.end(), tensor) &&
+         std::all_of(g.outputs.begin(), g.outputs.end(), tensor);
+}
+
+// Reads <prefix>_N.pb of a data set as the kinds of the graph values `ids`, in order. A graph
+// input without a file stays undefined (an omitted optional input).
+std::vector<RValue> load_values(const Graph& g, const std::vector<int>& ids, const fs::path& set,
+                                const std::string& prefix) {
+  std::vector<fs::path> files = numbered_entries(set, prefix + "_", ".pb");
+  TERRACE_CHECK(files.size() <= ids.size(), InvalidArgument, set.string(), " has ", files.size(), " ",
+                prefix, " files but the graph has ", ids.size(), " ", prefix, "s");
+  std::vector<RValue> values(ids.size());
+  for (size_t i = 0; i < files.size(); ++i)
+    values[i] = load_value_pb(files[i].string(), declared_kind(g, ids[i]));
+  return values;
+}
+
+// Runs a graph on one tier. The interpreter is called directly for --tier interp and for graphs
+// with sequence or optional inputs/outputs (Session::run carries tensors only); otherwise a
+// Session is called several times, so that versions promoted after the first calls are judged too.
+// Shadow validation is off: the harness must judge the tier's own results, not the fallback's.
+class TierRunner {
+ public:
+  TierRunner(std::shared_ptr<const Graph> graph, Tier tier) : graph_(std::move(graph)) {
+    if (tier == Tier::Interp || !all_tensors(*graph_)) return;
+    Options o = Options::from_env();
+    o.max_tier = tier;
+    o.validate = ValidateMode::Off;
+    calls_ = o.hot_threshold + 2;
+    session_ = Session::from_graph(graph_, o);
+  }
+  int calls() const { return calls_; }
+
+  std::vector<RValue> run(const std::vector<RValue>& inputs) {
+    if (!session_) return interpret(*graph_, inputs);
+    NamedTensors named;
+    for (size_t i = 0; i < inputs.size(); ++i)
+      if (inputs[i].defined()) named.emplace_back(graph_->value(graph_->inputs[i]).name, inputs[i].tensor);
+    std::vector<RValue> out;
+    for (auto& [name, t] : session_->run(named)) out.emplace_back(t);
+    return out;
+  }
+
+ private:
+  std::shared_ptr<const Graph> graph_;
+  std::unique_ptr<Session> session_;
+  int calls_ = 1;
+};
+
+// The first output of `got` that differs from `want`, or nullopt.
+std::optional<std::string> first_mismatch(const Graph& g, const std::vector<RValue>& want,
+                                          const std::vector<RValue>& got, const Tolerance& tol) {
+  if (got.size() != want.size())
+    return detail::concat("expected ", want.size(), " outputs, got ", got.size());
+  for (size_t i = 0; i < want.size(); ++i)
+    if (auto m = compare_values(want[i], got[i], tol))
+      return detail::concat("output ", i, " '", g.value(g.outputs[i]).name, "' ", *m);
+  return std::nullopt;
+}
+
+}  // namespace
+
+TestResult run_test(const TestCase& test, Tier tier, const Tolerance& tol) {
+  auto t0 = std::chrono::steady_clock::now();
+  TestResult r;
+  r.name = test.name;
+  auto done = [&] {
+    r.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    return r;
+  };
+  Model model;
+  if (!guarded(Phase::LoadModel, "", r, [&] { model = load_onnx_file(test.dir + "/model.onnx"); }))
+    return done();
+  const Graph& g = *model.graph;
+  std::unique_ptr<TierRunner> runner;
+  if (!guarded(Phase::LoadModel, "session: ", r,
+               [&] { runner = std::make_unique<TierRunner>(model.graph, tier); }))
+    return done();
+  std::vector<fs::path> sets = numbered_entries(test.dir, "test_data_set_", "");
+  if (sets.empty()) {
+    r.status = Status::LoadError;
+    r.message = "no test_data_set_N folder";
+    return done();
+  }
+  for (const fs::path& set : sets) {
+    std::string where = sets.size() > 1 ? set.filename().string() + ": " : "";
+    std::vector<RValue> inputs, want;
+    if (!guarded(Phase::LoadData, where, r, [&] {
+          inputs = load_values(g, g.inputs, set, "input");
+          want = load_values(g, g.outputs, set, "output");
+        }))
+      return done();
+    for (int call = 0; call < runner->calls(); ++call) {
+      std::string at = where + (runner->calls() > 1 ? detail::concat("call ", call + 1, ": ") : "");
+      std::vector<RValue> got;
+      if (!guarded(Phase::Run, at, r, [&] { got = runner->run(inputs); })) return done();
+      if (auto m = first_mismatch(g, want, got, tol)) {
+        r.status = Status::ResultDiffers;
+        r.message = at + *m;
+        return done();
+      }
+    }
+  }
+  return done();
+}
+
+// ---- isolation ----
+
+namespace {
+
+// A message travels through a pipe that the parent drains only after the child exits, so it
+// must fit the pipe's buffer (64 KiB on Linux).
+constexpr size_t kMaxMessage = 16 * 1024;
+
+struct Child {
+  pid_t pid;
+  int fd;  // read end of the child's result pipe
+  size_t index;
+};
+
+void write_all(int fd, const std::string& s) {
+  for (size_t off = 0; off < s.size();) {
+    ssize_t n = ::write(fd, s.data() + off, s.size() - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    off += size_t(n);
+  }
+}
+
+std::string read_all(int fd) {
+  std::string s;
+  char buf[4096];
+  for (;;) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return s;
+    s.append(buf, size_t(n));
+  }
+}
+
+// The child: runs the test with an alarm as its deadline and sends "status\nms\nmessage".
+[[noreturn]] void child_main(const TestCase& test, Tier tier, int timeout_s, const Tolerance& tol, int fd) {
+  if (timeout_s > 0) alarm(unsigned(timeout_s));
+  TestResult r = run_test(test, tier, tol);
+  if (r.message.size() > kMaxMessage) r.message.resize(kMaxMessage);
+  std::ostringstream os;
+  os << status_name(r.status) << '\n' << r.ms << '\n' << r.message;
+  write_all(fd, os.str());
+  _exit(0);  // no static destructors or atexit handlers: they belong to the parent
+}
+
+Child spawn(const TestCase& test, size_t index, Tier tier, int timeout_s, const Tolerance& tol) {
+  int fds[2];
+  TERRACE_CHECK(::pipe(fds) == 0, IoError, "pipe: ", std::strerror(errno));
+  std::fflush(nullptr);  // or the child would inherit and flush the parent's buffered output
+  pid_t pid = ::fork();
+  TERRACE_CHECK(pid >= 0, IoError, "fork: ", std::strerror(errno));
+  if (pid == 0) {
+    ::close(fds[0]);
+    child_main(test, tier, timeout_s, tol, fds[1]);
+  }
+  ::close(fds[1]);
+  return {pid, fds[0], index};
+}
+
+TestResult collect(const Child& c, int wstatus, const TestCase& test, int timeout_s) {
+  std::string data = read_all(c.fd);
+  ::close(c.fd);
+  TestResult r;
+  r.name = test.name;
+  r.status = Status::RunError;
+  if (WIFSIGNALED(wstatus)) {
+    int sig = WTERMSIG(wstatus);
+    r.message = sig == SIGALRM ? detail::concat("timed out after ", timeout_s, " s")
+                               : detail::concat("crashed: signal ", sig, " (", strsignal(sig), ")");
+    return r;
+  }
+  std::istringstream is(data);
+  std::string status, ms;
+  std::getline(is, status);
+  std::getline(is, ms);
+  std::optional<Status> s = status_from_name(status);
+  if (!s || ms.empty()) {
+    r.message = detail::concat("test process exited with code ", WEXITSTATUS(wstatus), " and no result");
+    return r;
+  }
+  r.status = *s;
+  r.ms = std::stod(ms);
+  r.message = data.substr(std::min(data.size(), status.size() + ms.size() + 2));
+  return r;
+}
+
+}  // namespace
+
+std::vector<TestResult> run_tests_isolated(const std::vector<TestCase>& tests, Tier tier, int jobs,
+                                           int timeout_s, const Tolerance& tol) {
+  std::vector<TestResult> results(tests.size());
+  std::vector<Child> running;
+  size_t next = 0;
+  while (next < tests.size() || !running.empty()) {
+    while (running.size() < size_t(std::max(jobs, 1)) && next < tests.size()) {
+      running.push_back(spawn(tests[next], next, tier, timeout_s, tol));
+      ++next;
+    }
+    int wstatus = 0;
+    pid_t pid = ::waitpid(-1, &wstatus, 0);
+    if (pid < 0) {
+      TERRACE_CHECK(errno == EINTR, Internal, "waitpid: ", std::strerror(errno));
+      continue;
+    }
+    auto it = std::find_if(running.begin(), running.end(), [&](const Child& c) { return c.pid == pid; });
+    if (it == running.end()) continue;  // not one of ours
+    results[it->index] = collect(*it, wstatus, tests[it->index], timeout_s);
+    running.erase(it);
+  }
+  return results;
+}
+
+}  // namespace terrace::conformance

@@ -1,0 +1,67 @@
+// Conformance engine: finds ONNX backend test folders, runs each on a tier, compares with ONNX's data.
+#pragma once
+#include <optional>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "interp/compare.h"
+#include "interp/graph.h"
+#include "tiers/options.h"
+
+namespace terrace::conformance {
+
+// The ONNX backend test data shipped by Debian's libonnx-testdata.
+inline constexpr const char* kDataRoot = "/usr/share/libonnx-testdata/data";
+
+// How a test ended. Every status but Passed is a failure; NotImplemented is reported apart.
+enum class Status { Passed, NotImplemented, InvalidModel, LoadError, RunError, ResultDiffers };
+inline constexpr Status kAllStatuses[] = {Status::Passed,      Status::NotImplemented,
+                                          Status::InvalidModel, Status::LoadError,
+                                          Status::RunError,    Status::ResultDiffers};
+const char* status_name(Status s);   // "passed", "not_implemented", "invalid_model", ...
+const char* status_title(Status s);  // "Passed", "Not implemented", "Invalid model", ...
+std::optional<Status> status_from_name(const std::string& name);
+
+struct TestCase {
+  std::string name;  // the folder name, e.g. "test_abs"
+  std::string dir;   // holds model.onnx and test_data_set_N/
+};
+
+struct TestResult {
+  std::string name;
+  Status status = Status::Passed;
+  std::string message;  // why it failed (empty when passed)
+  double ms = 0;
+};
+
+// ONNX's backend test runner compares floats with numpy's assert_allclose(rtol=1e-3, atol=1e-7);
+// the harness judges every tier against ONNX's data with it (DESIGN.md's tolerances are for a
+// compiled tier against the interpreter).
+inline constexpr Tolerance kOnnxTolerance{1e-3, 1e-7};
+
+// A DIR argument: an existing folder, or a short name for a folder under kDataRoot ("node",
+// "simple", "pytorch-converted", "pytorch-operator"). Throws InvalidArgument if neither.
+std::string resolve_suite_dir(const std::string& arg);
+
+// The tests in `dirs` (each a test folder itself or a folder of test folders) whose names match
+// `filter` (searched, as ctest -R does), sorted by name so that runs are deterministic.
+std::vector<TestCase> discover_tests(const std::vector<std::string>& dirs,
+                                     const std::optional<std::regex>& filter);
+
+// Loads the test's model, runs every data set on `tier` and compares the outputs. Never throws:
+// every error is classified into the result.
+TestResult run_test(const TestCase& test, Tier tier, const Tolerance& tol = kOnnxTolerance);
+
+// run_test in a forked child, so that a crash or a hang (past `timeout_s`) becomes a RunError
+// instead of ending the whole run. Results come back in `tests` order; up to `jobs` children run
+// at once. The parent never runs a kernel, so it never starts OpenMP threads before forking.
+std::vector<TestResult> run_tests_isolated(const std::vector<TestCase>& tests, Tier tier,
+                                           int jobs, int timeout_s, const Tolerance& tol = kOnnxTolerance);
+
+// Empty when `got` matches `expected` (kind, dtype, shape exactly; floats within `tol`, NaNs at
+// the same places, infinities equal; everything else exactly); otherwise the first mismatch.
+std::optional<std::string> compare_values(const RValue& expected, const RValue& got,
+                                          const Tolerance& tol);
+
+}  // namespace terrace::conformance
