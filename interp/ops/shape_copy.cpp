@@ -115,7 +115,7 @@ void copy_view(const Tensor& src, const View& from, Tensor& dst, const View& to,
     const T* s = elems<T>(src) + from.base;
     T* d = elems<T>(dst) + to.base;
     size_t last = p.shape.size() - 1;
-    if (p.from[last] != 1 && p.to[last] == 1 && p.shape[last] >= 4)
+    if (p.from[last] > 1 && p.to[last] == 1 && p.shape[last] >= 4)
       for (size_t k = 0; k < last; ++k)
         if (p.from[k] == 1 && p.shape[k] >= 4) return copy_tiled(s, d, p, k, total);
     copy_rows(s, d, p, total);
