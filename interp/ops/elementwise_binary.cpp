@@ -99,7 +99,9 @@ struct BitShift {
   }
 };
 
+// The slope broadcasts to X's shape (unidirectionally); the kernel checks it.
 struct PRelu {
+  static constexpr bool kSecondBroadcastsToFirst = true;
   template <typename T> static constexpr bool accepts = kIsNumeric<T>;
   template <typename C> C operator()(C x, C slope) const {
     if constexpr (std::is_unsigned_v<C>) return x;
@@ -122,6 +124,10 @@ void binary_kernel(KernelContext& ctx) {
   TERRACE_CHECK(a.dtype() == b.dtype(), InvalidArgument, ctx.node.describe(),
                 ": inputs must have one dtype, got ", dtype_name(a.dtype()), " and ",
                 dtype_name(b.dtype()));
+  if constexpr (requires { Fn::kSecondBroadcastsToFirst; })
+    TERRACE_CHECK(broadcast_all(ctx.node, {a.shape(), b.shape()}) == a.shape(), InvalidArgument,
+                  ctx.node.describe(), ": input 1 of shape ", shape_str(b.shape()),
+                  " does not broadcast to input 0 of shape ", shape_str(a.shape()));
   const Fn fn = make_functor<Fn>(ctx.node);
   dispatch_dtype(a.dtype(), [&](auto tag) {
     using T = decltype(tag);

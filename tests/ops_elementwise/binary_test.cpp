@@ -186,6 +186,12 @@ TEST(PRelu, slope_broadcasts_over_channels) {
   EXPECT_EQ(values_of<float>(run(Op::PRelu, {x, slope})), (std::vector<float>{-0.5f, 2, -0.75f, 4}));
 }
 
+TEST(PRelu, a_slope_larger_than_x_is_rejected) {
+  Tensor x = Tensor::from_vector<float>({2}, {-1, 2});
+  Tensor slope = Tensor::from_vector<float>({2, 2}, {1, 2, 3, 4});
+  EXPECT_EQ(error_of([&] { run(Op::PRelu, {x, slope}); }).code(), ErrorCode::InvalidArgument);
+}
+
 TEST(Variadic, max_min_sum_mean_broadcast_all_inputs) {
   Tensor a = Tensor::from_vector<float>({2, 1}, {1, 6});
   Tensor b = Tensor::from_vector<float>({2}, {3, 4});
