@@ -23,8 +23,8 @@ void range_kernel(KernelContext& ctx) {
          delta = scalar_input(ctx, 2, "delta");
   TERRACE_CHECK(delta != 0, InvalidArgument, ctx.node.describe(), ": delta is 0");
   double count = std::ceil((limit - start) / delta);
-  TERRACE_CHECK(std::isfinite(count), InvalidArgument, ctx.node.describe(),
-                ": the number of elements is not finite");
+  TERRACE_CHECK(std::isfinite(count) && count < 4e18, InvalidArgument, ctx.node.describe(),
+                ": range of ", count, " elements is too large");
   int64_t n = std::max<int64_t>(0, int64_t(count));
   Tensor out = Tensor::empty(start_t.dtype(), {n});
   dispatch_dtype(start_t.dtype(), [&](auto tag) {

@@ -46,6 +46,9 @@ std::vector<int64_t> pads_operand(const KernelContext& ctx, int64_t rank) {
                                                : ctx.node.attr_ints("pads");
   TERRACE_CHECK(int64_t(pads.size()) == 2 * rank, InvalidArgument, ctx.node.describe(), ": ",
                 pads.size(), " pads for an input of rank ", rank, " (need ", 2 * rank, ")");
+  for (int64_t p : pads)  // bounded so that dim + pads cannot overflow
+    TERRACE_CHECK(p > -(int64_t(1) << 48) && p < (int64_t(1) << 48), InvalidArgument,
+                  ctx.node.describe(), ": pad ", p, " is too large");
   return pads;
 }
 
@@ -96,15 +99,16 @@ void pad_kernel(KernelContext& ctx) {
   std::vector<int64_t> pads = pads_operand(ctx, r);
   if (r == 0) return ctx.set_output(0, x);  // nothing to pad
   Shape out(size_t(r), 0);
-  std::vector<std::vector<int64_t>> maps;
   for (int64_t d = 0; d < r; ++d) {
     out[size_t(d)] = x.dim(d) + pads[size_t(d)] + pads[size_t(d + r)];
     TERRACE_CHECK(out[size_t(d)] >= 0, InvalidArgument, ctx.node.describe(), ": pads ",
                   shape_str(pads), " remove more than dim ", d, " of ", shape_str(x.shape()));
-    maps.push_back(source_indices(ctx.node, mode, x.dim(d), pads[size_t(d)], out[size_t(d)]));
   }
+  Tensor result = Tensor::empty(x.dtype(), out);  // first, so absurd pads fail before the maps
+  std::vector<std::vector<int64_t>> maps;
+  for (int64_t d = 0; d < r; ++d)
+    maps.push_back(source_indices(ctx.node, mode, x.dim(d), pads[size_t(d)], out[size_t(d)]));
   Tensor fill = pad_constant(ctx, x.dtype());
-  Tensor result = Tensor::empty(x.dtype(), out);
   dispatch_move(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     pad_rows(elems<T>(x), elems<T>(result), elems<T>(fill)[0], x.shape(), out, maps);

@@ -25,6 +25,13 @@ void transpose_kernel(KernelContext& ctx) {
   TERRACE_CHECK(int64_t(perm.size()) == r, InvalidArgument, ctx.node.describe(), ": perm has ",
                 perm.size(), " entries for an input of rank ", r);
   perm = normalize_axes(ctx.node, perm, r);  // also rejects repeats, so perm is a permutation
+  // Only the order of dims longer than 1 moves data; otherwise share the input's storage.
+  std::vector<int64_t> moved;
+  for (int64_t p : perm)
+    if (x.dim(p) != 1) moved.push_back(p);
+  Shape out;
+  for (int64_t p : perm) out.push_back(x.dim(p));
+  if (std::is_sorted(moved.begin(), moved.end())) return ctx.set_output(0, x.reshaped(out));
   ctx.set_output(0, permute(x, x.shape(), perm));
 }
 
@@ -65,6 +72,7 @@ void space_to_depth_kernel(KernelContext& ctx) {
 void expand_kernel(KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
   Shape out = broadcast_shapes(ctx.node, x.shape(), int_list_input(ctx, 1, "shape"));
+  if (shape_numel(out) == x.numel()) return ctx.set_output(0, x.reshaped(out));  // nothing repeats
   ctx.set_output(0, gather_view(x, {0, broadcast_strides(x.shape(), out)}, out));
 }
 

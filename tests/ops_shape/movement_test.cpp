@@ -43,6 +43,21 @@ TEST(ShapeMovement, TransposeDefaultReversesStrings) {
   EXPECT_EQ(values_of<std::string>(y), (std::vector<std::string>{"a", "c", "b", "d"}));
 }
 
+TEST(ShapeMovement, TransposeOfUnitDimsSharesStorage) {
+  Tensor x = iota({1, 4, 1, 3});
+  Tensor y = run1(Op::Transpose, {x}, {{"perm", i64({2, 1, 0, 3})}});
+  EXPECT_EQ(y.shape(), (Shape{1, 4, 1, 3}));
+  EXPECT_EQ(y.raw(), x.raw());
+}
+
+TEST(ShapeMovement, SliceAndGatherMoveStrings) {
+  Tensor x = Tensor::from_vector<std::string>({4}, {"w", "x", "y", "z"});
+  Tensor s = run1(Op::Slice, {x, ints({1}, {-1}), ints({1}, {0}), ints({1}, {0}), ints({1}, {-2})});
+  EXPECT_EQ(values_of<std::string>(s), (std::vector<std::string>{"z", "x"}));
+  Tensor g = run1(Op::Gather, {x, ints({2}, {2, -4})});
+  EXPECT_EQ(values_of<std::string>(g), (std::vector<std::string>{"y", "w"}));
+}
+
 TEST(ShapeMovement, SliceNegativeStepsAndHugeBounds) {
   constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
   Tensor x = iota({10});
