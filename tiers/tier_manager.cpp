@@ -3,9 +3,10 @@
 #include "tiers/tier_manager.h"
 
 #include <tbb/task_arena.h>
-#include <tbb/task_group.h>
 
 #include <chrono>
+#include <condition_variable>
+#include <thread>
 
 #include "interp/compare.h"
 #include "interp/log.h"
@@ -21,10 +22,30 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
 }
 }  // namespace
 
+// Compiles run on TBB worker threads of their own arena (no slot is reserved for the calling
+// thread, so a job never waits for a run() call to enter the arena).
 struct TierManager::Jobs {
   tbb::task_arena arena;
-  tbb::task_group group;
-  explicit Jobs(int threads) : arena(std::max(1, threads)) {}
+  std::mutex mu;
+  std::condition_variable idle;
+  int in_flight = 0;
+  explicit Jobs(int threads) : arena(std::max(1, threads), 0) {}
+
+  template <typename F> void enqueue(F&& f) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      ++in_flight;
+    }
+    arena.enqueue([this, f = std::forward<F>(f)] {
+      f();
+      std::lock_guard<std::mutex> lock(mu);
+      if (--in_flight == 0) idle.notify_all();
+    });
+  }
+  void wait() {
+    std::unique_lock<std::mutex> lock(mu);
+    idle.wait(lock, [&] { return in_flight == 0; });
+  }
 };
 
 struct TierManager::RegionState {
@@ -62,9 +83,7 @@ TierManager::TierManager(const Graph& graph, const Plan& plan, const Options& op
 
 TierManager::~TierManager() { wait_idle(); }
 
-void TierManager::wait_idle() {
-  jobs_->arena.execute([&] { jobs_->group.wait(); });
-}
+void TierManager::wait_idle() { jobs_->wait(); }
 
 void TierManager::interpret_region(const Region& region, Frame& frame) const {
   for (int n : region.nodes) run_node(frame, n);
@@ -152,11 +171,8 @@ void TierManager::maybe_promote(RegionState& st, const std::string& sig,
   // The job keeps only shapes and dtypes alive, not the caller's data.
   std::vector<Tensor> shapes;
   for (const Tensor& t : in) shapes.push_back(Tensor::empty(t.dtype(), t.shape()));
-  ++in_flight_;
   RegionState* sp = &st;
-  jobs_->arena.execute([&, sp, sig, shapes, call] {
-    jobs_->group.run([this, sp, sig, shapes, call] { compile_job(*sp, sig, shapes, call); });
-  });
+  jobs_->enqueue([this, sp, sig, shapes, call] { compile_job(*sp, sig, shapes, call); });
 }
 
 void TierManager::compile_job(RegionState& st, std::string sig, std::vector<Tensor> in, int64_t call) {
@@ -164,7 +180,10 @@ void TierManager::compile_job(RegionState& st, std::string sig, std::vector<Tens
   std::unique_ptr<CompiledRegion> code;
   std::string error;
   try {
-    if (fault_enabled(std::string("compile-fail:") + tier_name(backend_->tier())))
+    std::string tier = tier_name(backend_->tier());
+    if (fault_enabled("slow-compile:" + tier))  // holds the compile back, for tests of no-waiting
+      std::this_thread::sleep_for(std::chrono::seconds(2));
+    if (fault_enabled("compile-fail:" + tier))
       fail(ErrorCode::CompileFailed, "fault injected by TERRACE_FAULT");
     code = backend_->compile(graph_, *st.region, in);
   } catch (const std::exception& e) {
@@ -173,7 +192,6 @@ void TierManager::compile_job(RegionState& st, std::string sig, std::vector<Tens
   double ms = ms_since(t0);
   std::lock_guard<std::mutex> lock(st.mu);
   st.compiling.erase(sig);
-  --in_flight_;
   st.compile_ms += ms;
   if (!code) {
     st.failed.insert(sig);  // never retried: a failed compile must not loop

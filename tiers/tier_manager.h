@@ -73,7 +73,6 @@ class TierManager {
   std::vector<std::unique_ptr<RegionState>> regions_;
   struct Jobs;  // the background compile arena (TBB), kept out of this header
   std::unique_ptr<Jobs> jobs_;
-  std::atomic<int> in_flight_{0};
 };
 
 }  // namespace terrace

@@ -1,0 +1,244 @@
+// Tiering end to end: promotion, guards and deopts, specialisation, validation and faults.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <limits>
+#include <thread>
+
+#include "interp/compare.h"
+#include "interp/interpreter.h"
+#include "tests/support/graph_builder.h"
+#include "tiers/session.h"
+
+namespace terrace {
+namespace {
+
+using testing::GraphBuilder;
+using testing::random_tensor;
+
+// y = a*sigmoid(a) + b; out = tanh(y)*0.5 + y*y, with b broadcast along rows; then a Softmax,
+// which tier 1 does not compile (a graph break), and a second elementwise region after it.
+std::shared_ptr<Graph> chain_model() {
+  GraphBuilder g;
+  int a = g.input("a", DType::Float32, {-1, -1});
+  int b = g.input("b", DType::Float32, {-1});
+  int half = g.constant("half", Tensor::scalar<float>(0.5f));
+  int y = g.node(Op::Add, {g.node(Op::Mul, {a, g.node(Op::Sigmoid, {a})}), b});
+  int out = g.node(Op::Add, {g.node(Op::Mul, {g.node(Op::Tanh, {y}), half}), g.node(Op::Mul, {y, y})});
+  int sm = g.node(Op::Softmax, {out}, {{"axis", GraphBuilder::attr_int(-1)}});
+  int z = g.node(Op::Relu, {g.node(Op::Sub, {sm, half})});
+  g.output(out);
+  g.output(z);
+  return g.build();
+}
+
+NamedTensors chain_inputs(int64_t rows, int64_t cols, uint64_t seed) {
+  return {{"a", random_tensor({rows, cols}, seed, -4, 4)}, {"b", random_tensor({cols}, seed + 1)}};
+}
+
+// The interpreter's answer for the same inputs: the specification.
+NamedTensors reference(const std::shared_ptr<Graph>& g, const NamedTensors& in) {
+  Options o;
+  o.max_tier = Tier::Interp;
+  return Session::from_graph(g, o)->run(in);
+}
+
+void expect_matches_reference(const NamedTensors& got, const NamedTensors& want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    Comparison c = compare_tensors(want[i].second, got[i].second, Tolerance::for_dtype(want[i].second.dtype()));
+    EXPECT_TRUE(c.equal) << got[i].first << ": " << c.message;
+  }
+}
+
+bool ran_tier(const Session& s, const char* tier) {
+  for (auto& t : s.calls().back().tiers)
+    if (t == tier) return true;
+  return false;
+}
+
+Options tiered() {
+  Options o;
+  o.max_tier = Tier::Cpu;
+  return o;
+}
+
+// Calls run until the region compiles, waiting for the compiler between calls.
+void warm_up(Session& s, const NamedTensors& in, int calls = 3) {
+  for (int i = 0; i < calls; ++i) {
+    s.run(in);
+    s.wait_for_compiles();
+  }
+}
+
+TEST(Tiering, explain_plan_has_regions_and_a_graph_break_with_its_reason) {
+  auto s = Session::from_graph(chain_model(), tiered());
+  ASSERT_EQ(s->plan().regions.size(), 2u);
+  int breaks = 0;
+  for (const Step& st : s->plan().steps)
+    if (st.region < 0) {
+      ++breaks;
+      EXPECT_NE(st.reason.find("Softmax"), std::string::npos) << st.reason;
+    }
+  EXPECT_EQ(breaks, 1);
+}
+
+TEST(Tiering, region_is_promoted_after_the_hot_threshold_and_later_calls_run_on_tier1) {
+  auto g = chain_model();
+  auto s = Session::from_graph(g, tiered());
+  NamedTensors in = chain_inputs(64, 128, 1);
+  s->run(in);
+  s->wait_for_compiles();
+  EXPECT_FALSE(ran_tier(*s, "cpu")) << "promoted before the threshold of 2 calls";
+  s->run(in);  // the second call with this signature makes it hot
+  s->wait_for_compiles();
+  NamedTensors out = s->run(in);
+  EXPECT_TRUE(ran_tier(*s, "cpu"));
+  expect_matches_reference(out, reference(g, in));
+  std::string json = s->report_json();
+  EXPECT_NE(json.find("\"tier\":\"cpu\""), std::string::npos) << json;
+  EXPECT_NE(json.find("\"promoted_at_call\":1"), std::string::npos) << json;
+}
+
+TEST(Tiering, tier1_matches_the_interpreter_with_nan_and_infinities) {
+  auto g = chain_model();
+  auto s = Session::from_graph(g, tiered());
+  warm_up(*s, chain_inputs(33, 77, 2));
+  NamedTensors in = chain_inputs(33, 77, 3);
+  float* a = in[0].second.data<float>();
+  a[0] = std::numeric_limits<float>::quiet_NaN();
+  a[5] = std::numeric_limits<float>::infinity();
+  a[9] = -std::numeric_limits<float>::infinity();
+  a[100] = 88.0f;  // exp overflows inside sigmoid
+  a[101] = -88.0f;
+  NamedTensors out = s->run(in);
+  EXPECT_TRUE(ran_tier(*s, "cpu"));
+  expect_matches_reference(out, reference(g, in));
+}
+
+TEST(Tiering, shape_change_deopts_and_a_new_hot_shape_gets_a_second_version) {
+  auto g = chain_model();
+  auto s = Session::from_graph(g, tiered());
+  warm_up(*s, chain_inputs(16, 32, 4));
+  NamedTensors other = chain_inputs(8, 32, 5);
+  NamedTensors out = s->run(other);  // guard on dim 0 fails: this call deopts
+  expect_matches_reference(out, reference(g, other));
+  std::string json = s->report_json();
+  EXPECT_NE(json.find("\"deopts\":1"), std::string::npos) << json;
+  EXPECT_NE(json.find("input 0 dim 0: expected 16, saw 8"), std::string::npos) << json;
+  s->run(other);  // second call with the new shape: hot
+  s->wait_for_compiles();
+  s->run(other);
+  EXPECT_TRUE(ran_tier(*s, "cpu"));
+  EXPECT_NE(s->report_json().find("\"versions\":2"), std::string::npos) << s->report_json();
+}
+
+TEST(Tiering, past_the_specialization_limit_a_region_stops_compiling_and_says_why) {
+  Options o = tiered();
+  o.max_specializations = 2;
+  auto s = Session::from_graph(chain_model(), o);
+  for (int rows : {4, 5, 6}) warm_up(*s, chain_inputs(rows, 8, 6));
+  std::string json = s->report_json();
+  EXPECT_NE(json.find("specialization limit (2) reached"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"versions\":2"), std::string::npos) << json;
+}
+
+TEST(Tiering, miscompile_is_caught_by_validation_demoted_and_the_caller_gets_the_right_answer) {
+  auto dump = std::filesystem::temp_directory_path() / ("terrace-repro-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dump);
+  setenv("TERRACE_FAULT", "miscompile:cpu", 1);
+  setenv("TERRACE_DUMP_DIR", dump.c_str(), 1);
+  auto g = chain_model();
+  auto s = Session::from_graph(g, tiered());
+  NamedTensors in = chain_inputs(16, 16, 7);
+  warm_up(*s, in, 2);
+  for (int i = 0; i < 4; ++i) expect_matches_reference(s->run(in), reference(g, in));
+  unsetenv("TERRACE_FAULT");
+  unsetenv("TERRACE_DUMP_DIR");
+  std::string json = s->report_json();
+  EXPECT_NE(json.find("\"validation\":\"failed: output"), std::string::npos) << json;
+  EXPECT_EQ(json.find("\"tier\":\"cpu\""), std::string::npos) << "a demoted version is still in use: " << json;
+  EXPECT_FALSE(ran_tier(*s, "cpu"));
+  bool found = false;
+  for (auto& e : std::filesystem::recursive_directory_iterator(dump))
+    found = found || e.path().filename() == "kernel.cpp";
+  EXPECT_TRUE(found) << "no repro with the generated code in " << dump;
+  std::filesystem::remove_all(dump);
+}
+
+TEST(Tiering, compile_failure_leaves_the_region_on_the_interpreter_with_correct_results) {
+  setenv("TERRACE_FAULT", "compile-fail:cpu", 1);
+  auto g = chain_model();
+  auto s = Session::from_graph(g, tiered());
+  NamedTensors in = chain_inputs(16, 16, 8);
+  warm_up(*s, in, 5);
+  unsetenv("TERRACE_FAULT");
+  expect_matches_reference(s->run(in), reference(g, in));
+  EXPECT_FALSE(ran_tier(*s, "cpu"));
+  std::string json = s->report_json();
+  EXPECT_NE(json.find("compile failed"), std::string::npos) << json;
+}
+
+TEST(Tiering, calls_made_while_a_compile_is_in_flight_run_on_the_interpreter_without_waiting) {
+  setenv("TERRACE_FAULT", "slow-compile:cpu", 1);  // every compile takes at least 2 s
+  auto g = chain_model();
+  auto s = Session::from_graph(g, tiered());
+  NamedTensors in = chain_inputs(16, 16, 9);
+  s->run(in);
+  s->run(in);  // hot: a compile starts
+  for (int i = 0; i < 3; ++i) {
+    expect_matches_reference(s->run(in), reference(g, in));
+    EXPECT_FALSE(ran_tier(*s, "cpu"));
+  }
+  // These calls returned while the compile was still running: nothing waited for it.
+  EXPECT_NE(s->report_json().find("\"state\":\"compiling\""), std::string::npos) << s->report_json();
+  unsetenv("TERRACE_FAULT");
+  s->wait_for_compiles();
+  s->run(in);
+  EXPECT_TRUE(ran_tier(*s, "cpu"));
+}
+
+TEST(Tiering, eight_threads_calling_run_through_a_promotion_all_get_correct_results) {
+  auto g = chain_model();
+  auto s = Session::from_graph(g, tiered());
+  std::vector<NamedTensors> inputs, expected;
+  for (int t = 0; t < 8; ++t) {
+    inputs.push_back(chain_inputs(32, 64, 200 + t));  // one signature: promotion mid-run
+    expected.push_back(reference(g, inputs.back()));
+  }
+  std::vector<std::string> errors(8);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t)
+    threads.emplace_back([&, t] {
+      for (int rep = 0; rep < 30; ++rep) {
+        NamedTensors out = s->run(inputs[size_t(t)]);
+        for (size_t i = 0; i < out.size(); ++i) {
+          Comparison c = compare_tensors(expected[size_t(t)][i].second, out[i].second, Tolerance::for_dtype(DType::Float32));
+          if (!c.equal && errors[size_t(t)].empty()) errors[size_t(t)] = c.message;
+        }
+      }
+    });
+  for (auto& th : threads) th.join();
+  for (int t = 0; t < 8; ++t) EXPECT_EQ(errors[size_t(t)], "") << "thread " << t;
+  s->wait_for_compiles();
+  s->run(inputs[0]);
+  EXPECT_TRUE(ran_tier(*s, "cpu"));
+}
+
+TEST(Tiering, validate_always_checks_every_call_and_off_checks_none) {
+  for (ValidateMode mode : {ValidateMode::Always, ValidateMode::Off}) {
+    Options o = tiered();
+    o.validate = mode;
+    auto s = Session::from_graph(chain_model(), o);
+    warm_up(*s, chain_inputs(8, 8, 10));
+    s->run(chain_inputs(8, 8, 11));
+    std::string json = s->report_json();
+    const char* want = mode == ValidateMode::Off ? "\"validation\":\"off\"" : "\"validation\":\"passed\"";
+    EXPECT_NE(json.find(want), std::string::npos) << json;
+  }
+}
+
+}  // namespace
+}  // namespace terrace
