@@ -10,7 +10,6 @@ namespace {
 Shape reshape_target(const Node& node, const Shape& in, std::vector<int64_t> target,
                      bool allowzero) {
   int infer = -1;
-  int64_t known = 1;
   bool has_zero = false;
   for (size_t i = 0; i < target.size(); ++i) {
     int64_t& d = target[i];
@@ -28,10 +27,12 @@ Shape reshape_target(const Node& node, const Shape& in, std::vector<int64_t> tar
     TERRACE_CHECK(d >= 0, InvalidArgument, node.describe(), ": shape ", shape_str(target),
                   " has a negative dim");
     has_zero |= d == 0;
-    known *= d;
   }
   int64_t numel = shape_numel(in);
   if (infer >= 0) {
+    Shape rest = target;
+    rest[size_t(infer)] = 1;
+    int64_t known = shape_numel(rest);  // throws on overflow
     TERRACE_CHECK(!has_zero || !allowzero, InvalidArgument, node.describe(),
                   ": with allowzero, a shape may not hold both 0 and -1");
     TERRACE_CHECK(known != 0 && numel % known == 0, InvalidArgument, node.describe(),

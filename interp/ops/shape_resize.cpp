@@ -164,6 +164,7 @@ double interpolate(const T* in, const std::vector<const std::vector<Tap>*>& taps
 Tensor resample(const Node& node, const ResizeAttrs& a, const Tensor& x, const Shape& out_shape,
                 const std::vector<double>& scales, const std::vector<double>& roi) {
   size_t r = out_shape.size();
+  Tensor out = Tensor::empty(x.dtype(), out_shape);  // first, so absurd sizes fail cleanly
   auto strides = row_major_strides(x.shape());
   std::vector<std::vector<std::vector<Tap>>> table(r);  // [axis][output index] -> taps
   for (size_t d = 0; d < r; ++d) {
@@ -173,7 +174,6 @@ Tensor resample(const Node& node, const ResizeAttrs& a, const Tensor& x, const S
     for (int64_t i = 0; i < out_shape[d]; ++i)
       table[d].push_back(axis_taps(a, i, scales[d], x.shape()[d], strides[d], lo, hi));
   }
-  Tensor out = Tensor::empty(x.dtype(), out_shape);
   int64_t total = out.numel();
   auto run = [&](auto tag, auto&& compute) {
     using T = decltype(tag);
