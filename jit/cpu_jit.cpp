@@ -116,6 +116,7 @@ std::unique_ptr<llvm::Module> CpuJit::Impl::frontend(const std::string& name,
   llvm::raw_string_ostream diag_os(diagnostics);
   auto diag_opts = llvm::makeIntrusiveRefCnt<clang::DiagnosticOptions>();
   clang::CompilerInstance ci;
+  ci.setVerboseOutputStream(diag_os);  // "N warnings generated." goes with the diagnostics
   ci.createDiagnostics(new clang::TextDiagnosticPrinter(diag_os, diag_opts.get()),
                        /*ShouldOwnClient=*/true);
   const std::string file = name + ".cpp";
@@ -210,6 +211,8 @@ std::shared_ptr<CompiledCode> CpuJit::compile(const std::string& name, const std
   llvm::LLVMContext ctx;
   std::unique_ptr<llvm::Module> module = impl_->frontend(name, source, ctx);
   code->timings_.frontend_ms = clock.lap_ms();
+  // Optimisation remarks (a loop that did not vectorise) are not errors: keep them off stderr.
+  ctx.setDiagnosticHandlerCallBack([](const llvm::DiagnosticInfo*, void*) {}, nullptr);
 
   auto tm = take_or_fail(impl_->host.createTargetMachine(), name + ": creating the target machine");
   module->setDataLayout(tm->createDataLayout());

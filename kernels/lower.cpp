@@ -306,7 +306,11 @@ LoweredFunc lower(const FusionGroup& g) {
   for (size_t i = 0; i < g.ops.size(); ++i) {
     std::vector<OperandValue> args;
     for (const Operand& o : g.ops[i].operands) args.push_back(value_of(o));
-    lets.push_back({"v" + std::to_string(i), lower_elementwise(g.ops[i].node, args)});
+    Expr v = lower_elementwise(g.ops[i].node, args);
+    // The interpreter stores each 16-bit result, rounding it; so does the fused kernel.
+    DType t = g.ops[i].result.dtype;
+    if (compute_type(t) != t) v = Cast::make(compute_type(t), Cast::make(t, v));
+    lets.push_back({"v" + std::to_string(i), v});
   }
   std::vector<Stmt> stores;
   for (size_t i = 0; i < g.outputs.size(); ++i) {
