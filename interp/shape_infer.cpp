@@ -106,6 +106,14 @@ void check_weight_rank(const std::string& op, InferenceContext& ctx) {
   if (r >= 0 && rw >= 0 && r != rw) skip(op, "the weights' rank differs from the input's");
 }
 
+// Signal ops index their input's dims without checking its rank.
+void check_signal_rank(const std::string& op, InferenceContext& ctx) {
+  int64_t r = input_rank(ctx, 0);
+  if (r < 0) return;
+  if (op == "STFT" && r != 3) skip(op, "the signal must have rank 3");
+  if (op == "DFT" && r < 2) skip(op, "the input must have rank 2 or more");
+}
+
 // Inputs that inference divides by when their values are known (Range's delta, Slice's steps).
 void check_nonzero_input(const std::string& op, InferenceContext& ctx, size_t i) {
   if (i >= ctx.getNumInputs()) return;
@@ -125,7 +133,9 @@ void check_node(const std::string& op, InferenceContext& ctx) {
   check_counts(op, ctx);
   if (op == "Conv" || op == "ConvInteger" || op == "ConvTranspose" || op == "QLinearConv")
     check_weight_rank(op, ctx);
+  check_signal_rank(op, ctx);
   if (op == "Range") check_nonzero_input(op, ctx, 2);
+  if (op == "STFT") check_nonzero_input(op, ctx, 1);
   if (op == "Slice") check_nonzero_input(op, ctx, 4);
 }
 

@@ -13,7 +13,9 @@
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 #include <onnx/onnx-data_pb.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "interp/onnx_import.h"
 
@@ -222,6 +224,29 @@ std::string confined_file(const std::string& base_dir, const std::string& loc,
   return path;
 }
 
+// Reads [offset, offset + length) of the file checked as `checked`, refusing a file swapped in
+// since the check (O_NOFOLLOW, and the same device and inode).
+std::string read_checked_file(const std::string& path, const struct stat& checked, uint64_t offset,
+                              uint64_t length, const std::string& what) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  TERRACE_CHECK(fd >= 0, IoError, what, ": cannot open external data file '", path, "': ",
+                std::strerror(errno));
+  struct stat st{};
+  bool same = ::fstat(fd, &st) == 0 && st.st_dev == checked.st_dev && st.st_ino == checked.st_ino;
+  std::string data(same ? size_t(length) : 0, '\0');
+  size_t done = 0;
+  while (same && done < data.size()) {
+    ssize_t n = ::pread(fd, data.data() + done, data.size() - done, off_t(offset + done));
+    if (n <= 0) break;
+    done += size_t(n);
+  }
+  ::close(fd);
+  TERRACE_CHECK(same, InvalidModel, what, ": external data file '", path,
+                "' changed while it was being checked");
+  TERRACE_CHECK(done == data.size(), IoError, what, ": short read from external data file '", path, "'");
+  return data;
+}
+
 }  // namespace
 
 void load_external_data(onnx::TensorProto& p, const std::string& base_dir, const std::string& what) {
@@ -246,14 +271,7 @@ void load_external_data(onnx::TensorProto& p, const std::string& base_dir, const
   TERRACE_CHECK(uint64_t(n) <= length / dtype_size(dt) && uint64_t(n) * dtype_size(dt) == length,
                 InvalidModel, what, ": external data holds ", length, " bytes, but its dims need ",
                 n, " elements of ", dtype_size(dt), " bytes");
-  std::ifstream in(path, std::ios::binary);
-  TERRACE_CHECK(in, IoError, what, ": cannot open external data file '", ref.location, "'");
-  std::string data(size_t(length), '\0');
-  in.seekg(std::streamoff(ref.offset));
-  in.read(data.data(), std::streamsize(length));
-  TERRACE_CHECK(in && uint64_t(in.gcount()) == length, IoError, what,
-                ": short read from external data file '", ref.location, "'");
-  p.set_raw_data(std::move(data));
+  p.set_raw_data(read_checked_file(path, st, ref.offset, length, what));
   p.clear_external_data();
   p.set_data_location(onnx::TensorProto_DataLocation_DEFAULT);
 }
