@@ -7,9 +7,16 @@ namespace terrace {
 namespace ops {
 namespace {
 
-// Dropout: the identity (mask all true) unless training_mode is set with a ratio above 0; then a
-// Bernoulli mask drawn from a generator seeded by the 'seed' attribute (default 0), so that the
-// interpreter stays deterministic.
+// Uniform doubles in [0, 1) exactly as numpy's RandomState(seed).uniform draws them: MT19937
+// seeded with init_genrand(seed), two 32-bit outputs per 53-bit double.
+double numpy_uniform(std::mt19937& gen) {
+  uint32_t a = uint32_t(gen()) >> 5, b = uint32_t(gen()) >> 6;
+  return (double(a) * 67108864.0 + double(b)) / 9007199254740992.0;
+}
+
+// Dropout: the identity (mask all true) unless training_mode is set with a ratio above 0. Then
+// element i is kept when the i-th uniform draw of numpy's RandomState(seed) is >= ratio (seed
+// attribute, default 0): deterministic, and the same mask as the ONNX test generator's.
 void dropout_kernel(KernelContext& ctx) {
   const Node& node = ctx.node;
   const Tensor& x = ctx.input(0);
@@ -28,9 +35,8 @@ void dropout_kernel(KernelContext& ctx) {
   } else {
     TERRACE_CHECK(ratio > 0 && ratio < 1, InvalidArgument, node.describe(),
                   ": ratio must be in [0, 1), got ", ratio);
-    std::mt19937_64 gen(uint64_t(node.attr_int("seed", 0)));
-    std::bernoulli_distribution keep(1 - ratio);
-    for (int64_t i = 0; i < mask.numel(); ++i) m[i] = keep(gen);  // serial: a fixed sequence
+    std::mt19937 gen(uint32_t(node.attr_int("seed", 0)));
+    for (int64_t i = 0; i < mask.numel(); ++i) m[i] = numpy_uniform(gen) >= ratio;  // serial
     std::vector<double> v = tensor_to_doubles(x);
     for (size_t i = 0; i < v.size(); ++i) v[i] = m[i] ? v[i] / (1 - ratio) : 0.0;
     ctx.set_output(0, tensor_from_doubles(node, x.dtype(), x.shape(), v));

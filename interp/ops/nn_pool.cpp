@@ -274,7 +274,9 @@ void global_max_pool_kernel(KernelContext& ctx) {
   ctx.set_output(0, std::move(y));
 }
 
-// MaxUnpool: scatters X into zeros at the flat positions Indices names (MaxPool's second output).
+// MaxUnpool: scatters X into zeros at the positions Indices names (MaxPool's second output). The
+// indices are flat over the default output shape; a larger output_shape adds zeros at the end of
+// each spatial dim (as the ONNX node tests expect) without moving the scattered values.
 void max_unpool_kernel(KernelContext& ctx) {
   const Node& node = ctx.node;
   const Tensor& x = ctx.input(0);
@@ -283,33 +285,44 @@ void max_unpool_kernel(KernelContext& ctx) {
   check_shape(node, indices, x.shape(), "input I");
   TERRACE_CHECK(indices.dtype() == DType::Int64, InvalidArgument, node.describe(),
                 ": input I must be int64, got ", dtype_name(indices.dtype()));
-  Shape out_shape;
+  TERRACE_CHECK(node.has_attr("kernel_shape"), InvalidModel, node.describe(),
+                ": attribute 'kernel_shape' is required");
+  std::vector<int64_t> kernel = dims_attr(node, "kernel_shape", n, 1, 1);
+  std::vector<int64_t> strides = dims_attr(node, "strides", n, 1, 1);
+  std::vector<int64_t> pads = dims_attr(node, "pads", 2 * n, 0, 0);
+  Shape inferred = {x.dim(0), x.dim(1)};
+  for (size_t i = 0; i < n; ++i)
+    inferred.push_back((x.dim(int64_t(i) + 2) - 1) * strides[i] + kernel[i] - pads[i] - pads[i + n]);
+  Shape out_shape = inferred;
   if (ctx.has_input(2)) {
     out_shape = ctx.input(2).to_int64_vector();
-    TERRACE_CHECK(out_shape.size() == size_t(x.rank()), InvalidArgument, node.describe(),
-                  ": output_shape ", shape_str(out_shape), " must have rank ", x.rank());
-  } else {
-    TERRACE_CHECK(node.has_attr("kernel_shape"), InvalidModel, node.describe(),
-                  ": attribute 'kernel_shape' is required");
-    std::vector<int64_t> kernel = dims_attr(node, "kernel_shape", n, 1, 1);
-    std::vector<int64_t> strides = dims_attr(node, "strides", n, 1, 1);
-    std::vector<int64_t> pads = dims_attr(node, "pads", 2 * n, 0, 0);
-    out_shape = {x.dim(0), x.dim(1)};
-    for (size_t i = 0; i < n; ++i)
-      out_shape.push_back((x.dim(int64_t(i) + 2) - 1) * strides[i] + kernel[i] - pads[i] -
-                          pads[i + n]);
+    bool fits = out_shape.size() == inferred.size();
+    for (size_t d = 0; fits && d < out_shape.size(); ++d)
+      fits = d < 2 ? out_shape[d] == inferred[d] : out_shape[d] >= inferred[d];
+    TERRACE_CHECK(fits, InvalidArgument, node.describe(), ": output_shape ", shape_str(out_shape),
+                  " cannot hold the unpooled shape ", shape_str(inferred));
   }
-  Tensor y = Tensor::zeros(x.dtype(), out_shape);
   const int64_t* ip = indices.data<int64_t>();
-  int64_t total = y.numel();
+  int64_t total = shape_numel(inferred);
   for (int64_t i = 0; i < x.numel(); ++i)
     TERRACE_CHECK(ip[i] >= 0 && ip[i] < total, InvalidArgument, node.describe(), ": index ",
-                  ip[i], " is outside the output of shape ", shape_str(out_shape));
+                  ip[i], " is outside the unpooled shape ", shape_str(inferred));
+  // Maps a flat index of the inferred shape to the same coordinates in the output shape.
+  std::vector<int64_t> out_strides = row_major_strides(out_shape);
+  auto target = [&](int64_t flat) {
+    int64_t off = 0;
+    for (size_t d = inferred.size(); d-- > 0;) {
+      off += (flat % inferred[d]) * out_strides[d];
+      flat /= inferred[d];
+    }
+    return off;
+  };
+  Tensor y = Tensor::zeros(x.dtype(), out_shape);
   dispatch_dtype(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T* xp = x.data<T>();
     T* yp = y.data<T>();
-    for (int64_t i = 0; i < x.numel(); ++i) yp[ip[i]] = xp[i];  // serial: repeats keep the last
+    for (int64_t i = 0; i < x.numel(); ++i) yp[target(ip[i])] = xp[i];  // serial: last write wins
   });
   ctx.set_output(0, std::move(y));
 }

@@ -1,0 +1,196 @@
+// Behaviour of the nn-family reference kernels on small hand-checked cases.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "interp/interpreter.h"
+
+namespace terrace {
+namespace {
+
+Attribute int_attr(int64_t v) { Attribute a; a.kind = Attribute::Kind::Int; a.i = v; return a; }
+Attribute float_attr(float v) { Attribute a; a.kind = Attribute::Kind::Float; a.f = v; return a; }
+Attribute ints_attr(std::vector<int64_t> v) {
+  Attribute a; a.kind = Attribute::Kind::Ints; a.ints = std::move(v); return a;
+}
+Attribute string_attr(std::string v) {
+  Attribute a; a.kind = Attribute::Kind::String; a.s = std::move(v); return a;
+}
+
+Node make_node(Op op, int outputs, std::map<std::string, Attribute> attrs = {}) {
+  Node n;
+  n.op = op;
+  n.name = "n";
+  for (int i = 0; i < outputs; ++i) n.outputs.push_back(i);
+  n.attrs = std::move(attrs);
+  return n;
+}
+
+// Runs one node; an undefined tensor is an absent optional input.
+std::vector<Tensor> run(const Node& node, const std::vector<Tensor>& inputs) {
+  std::vector<RValue> values(inputs.begin(), inputs.end());
+  std::vector<const RValue*> ptrs;
+  for (auto& v : values) ptrs.push_back(v.defined() ? &v : nullptr);
+  std::vector<Tensor> out;
+  for (RValue& v : interpret_node(node, ptrs)) out.push_back(v.tensor);
+  return out;
+}
+
+std::vector<float> values(const Tensor& t) {
+  return std::vector<float>(t.data<float>(), t.data<float>() + t.numel());
+}
+
+Tensor iota(Shape shape) {
+  Tensor t = Tensor::empty(DType::Float32, shape);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = float(i);
+  return t;
+}
+
+TEST(NnKernels, max_pool_returns_row_and_column_major_indices) {
+  for (int64_t order : {0, 1}) {
+    Node n = make_node(Op::MaxPool, 2, {{"kernel_shape", ints_attr({2, 2})},
+                                        {"storage_order", int_attr(order)}});
+    auto out = run(n, {iota({1, 1, 2, 3})});  // [[0,1,2],[3,4,5]]
+    EXPECT_EQ(out[0].shape(), (Shape{1, 1, 1, 2}));
+    EXPECT_EQ(values(out[0]), (std::vector<float>{4, 5}));
+    std::vector<int64_t> want = order == 0 ? std::vector<int64_t>{4, 5} : std::vector<int64_t>{3, 5};
+    EXPECT_EQ(out[1].to_int64_vector(), want);
+  }
+}
+
+TEST(NnKernels, max_pool_ceil_mode_adds_a_partial_window) {
+  Node n = make_node(Op::MaxPool, 1, {{"kernel_shape", ints_attr({2})}, {"strides", ints_attr({2})},
+                                      {"ceil_mode", int_attr(1)}});
+  auto out = run(n, {iota({1, 1, 5})});
+  EXPECT_EQ(values(out[0]), (std::vector<float>{1, 3, 4}));
+}
+
+TEST(NnKernels, average_pool_count_include_pad_changes_the_divisor) {
+  for (int64_t include : {0, 1}) {
+    Node n = make_node(Op::AveragePool, 1, {{"kernel_shape", ints_attr({3})},
+                                            {"pads", ints_attr({1, 1})},
+                                            {"count_include_pad", int_attr(include)}});
+    auto out = run(n, {iota({1, 1, 3})});  // windows [pad,0,1] [0,1,2] [1,2,pad]
+    std::vector<float> want = include ? std::vector<float>{1.f / 3, 1, 1} : std::vector<float>{0.5, 1, 1.5};
+    EXPECT_EQ(values(out[0]), want);
+  }
+}
+
+TEST(NnKernels, same_upper_pads_keep_the_spatial_size) {
+  Node n = make_node(Op::AveragePool, 1, {{"kernel_shape", ints_attr({2, 2})},
+                                          {"auto_pad", string_attr("SAME_UPPER")}});
+  auto out = run(n, {iota({1, 2, 3, 3})});
+  EXPECT_EQ(out[0].shape(), (Shape{1, 2, 3, 3}));
+  EXPECT_FLOAT_EQ(out[0].data<float>()[8], 8.0f);  // the corner window holds only itself
+}
+
+TEST(NnKernels, global_pools_reduce_every_spatial_dim) {
+  auto avg = run(make_node(Op::GlobalAveragePool, 1), {iota({1, 2, 2, 2})});
+  auto mx = run(make_node(Op::GlobalMaxPool, 1), {iota({1, 2, 2, 2})});
+  EXPECT_EQ(avg[0].shape(), (Shape{1, 2, 1, 1}));
+  EXPECT_EQ(values(avg[0]), (std::vector<float>{1.5, 5.5}));
+  EXPECT_EQ(values(mx[0]), (std::vector<float>{3, 7}));
+}
+
+TEST(NnKernels, max_unpool_scatters_into_zeros) {
+  Tensor x = Tensor::from_vector<float>({1, 1, 1, 2}, {5, 7});
+  Tensor idx = Tensor::from_vector<int64_t>({1, 1, 1, 2}, {1, 6});
+  Node n = make_node(Op::MaxUnpool, 1, {{"kernel_shape", ints_attr({2, 2})},
+                                        {"strides", ints_attr({2, 2})}});
+  auto out = run(n, {x, idx});
+  EXPECT_EQ(out[0].shape(), (Shape{1, 1, 2, 4}));
+  EXPECT_EQ(values(out[0]), (std::vector<float>{0, 5, 0, 0, 0, 0, 7, 0}));
+}
+
+TEST(NnKernels, batch_norm_inference_uses_running_statistics) {
+  Tensor x = Tensor::from_vector<float>({1, 2, 1, 2}, {1, 2, 3, 4});
+  Tensor scale = Tensor::from_vector<float>({2}, {1, 2});
+  Tensor bias = Tensor::from_vector<float>({2}, {0, 1});
+  Tensor mean = Tensor::from_vector<float>({2}, {1, 3});
+  Tensor var = Tensor::from_vector<float>({2}, {4, 1});
+  Node n = make_node(Op::BatchNormalization, 1, {{"epsilon", float_attr(0)}});
+  auto out = run(n, {x, scale, bias, mean, var});
+  EXPECT_EQ(values(out[0]), (std::vector<float>{0, 0.5, 1, 3}));
+}
+
+TEST(NnKernels, layer_norm_outputs_mean_and_inverse_std) {
+  Tensor x = Tensor::from_vector<float>({2, 2}, {1, 3, 2, 2});
+  Tensor scale = Tensor::from_vector<float>({2}, {1, 1});
+  Node n = make_node(Op::LayerNormalization, 3, {{"epsilon", float_attr(0)}});
+  auto out = run(n, {x, scale});
+  EXPECT_EQ(values(out[1]), (std::vector<float>{2, 2}));
+  EXPECT_EQ(out[1].shape(), (Shape{2, 1}));
+  EXPECT_EQ(values(out[0])[0], -1.0f);
+  EXPECT_TRUE(std::isinf(values(out[2])[1]));  // zero variance and epsilon 0
+}
+
+TEST(NnKernels, nll_loss_mean_skips_the_ignored_index) {
+  Tensor logp = Tensor::from_vector<float>({3, 2}, {-1, -2, -3, -4, -5, -6});
+  Tensor target = Tensor::from_vector<int64_t>({3}, {1, -1, 0});
+  Node n = make_node(Op::NegativeLogLikelihoodLoss, 1, {{"ignore_index", int_attr(-1)}});
+  auto out = run(n, {logp, target});
+  EXPECT_EQ(out[0].shape(), Shape{});
+  EXPECT_FLOAT_EQ(values(out[0])[0], 3.5f);
+}
+
+TEST(NnKernels, nll_loss_rejects_a_target_outside_the_classes) {
+  Tensor logp = Tensor::from_vector<float>({1, 2}, {-1, -2});
+  Tensor target = Tensor::from_vector<int64_t>({1}, {2});
+  try {
+    run(make_node(Op::NegativeLogLikelihoodLoss, 1), {logp, target});
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::InvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("NegativeLogLikelihoodLoss"), std::string::npos);
+  }
+}
+
+TEST(NnKernels, pool_without_kernel_shape_is_an_invalid_model) {
+  try {
+    run(make_node(Op::MaxPool, 1), {iota({1, 1, 4, 4})});
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::InvalidModel);
+  }
+}
+
+TEST(NnKernels, dropout_in_inference_is_the_identity_with_a_true_mask) {
+  auto out = run(make_node(Op::Dropout, 2), {iota({2, 3})});
+  EXPECT_EQ(values(out[0]), values(iota({2, 3})));
+  for (int64_t i = 0; i < 6; ++i) EXPECT_TRUE(out[1].data<bool>()[i]);
+}
+
+TEST(NnKernels, rnn_with_identity_weights_accumulates_inputs) {
+  // H_t = Relu(x_t + H_{t-1}) with W = R = 1: a running sum.
+  Tensor x = Tensor::from_vector<float>({3, 1, 1}, {1, 2, 3});
+  Tensor w = Tensor::from_vector<float>({1, 1, 1}, {1});
+  Attribute acts; acts.kind = Attribute::Kind::Strings; acts.strings = {"Relu"};
+  Node n = make_node(Op::RNN, 2, {{"hidden_size", int_attr(1)}, {"activations", acts}});
+  auto out = run(n, {x, w, w});
+  EXPECT_EQ(values(out[0]), (std::vector<float>{1, 3, 6}));
+  EXPECT_EQ(values(out[1]), (std::vector<float>{6}));
+}
+
+// Every kernel here must give the same bits for any thread count.
+TEST(NnKernels, results_do_not_depend_on_the_thread_count) {
+  Tensor x = Tensor::empty(DType::Float32, {2, 8, 9, 9});
+  for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = std::sin(float(i) * 0.37f);
+  std::vector<Node> nodes = {
+      make_node(Op::MaxPool, 2, {{"kernel_shape", ints_attr({3, 3})}, {"strides", ints_attr({2, 2})}}),
+      make_node(Op::AveragePool, 1, {{"kernel_shape", ints_attr({3, 3})}, {"pads", ints_attr({1, 1, 1, 1})}}),
+      make_node(Op::GlobalAveragePool, 1), make_node(Op::MeanVarianceNormalization, 1),
+      make_node(Op::LRN, 1, {{"size", int_attr(3)}})};
+  for (const Node& n : nodes) {
+    omp_set_num_threads(1);
+    auto a = run(n, {x});
+    omp_set_num_threads(4);
+    auto b = run(n, {x});
+    ASSERT_EQ(a[0].nbytes(), b[0].nbytes());
+    EXPECT_EQ(std::memcmp(a[0].raw(), b[0].raw(), a[0].nbytes()), 0) << op_name(n.op);
+  }
+}
+
+}  // namespace
+}  // namespace terrace
