@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "interp/log.h"
+#include "interp/onnx_export.h"
 #include "interp/onnx_import.h"
 
 namespace terrace {
@@ -17,7 +18,7 @@ std::string dump_dir() {
 }
 
 std::string dump_repro(const Graph& graph, const Region& region, const std::vector<Tensor>& inputs,
-                       const CompiledRegion* code, const std::string& why) {
+                       const std::vector<Tensor>& expected, const CompiledRegion* code, const std::string& why) {
   std::string root = dump_dir();
   if (root.empty()) return "";
   static std::atomic<int> counter{0};
@@ -25,7 +26,7 @@ std::string dump_repro(const Graph& graph, const Region& region, const std::vect
   fs::path dir = fs::path(root) / ("repro-region" + std::to_string(region.id) + "-" +
                                     std::to_string(counter++));
   try {
-    fs::create_directories(dir);
+    fs::create_directories(dir / "test_data_set_0");
     std::ofstream(dir / "reason.txt") << why << "\n";
     std::ofstream nodes(dir / "region.txt");
     nodes << "region " << region.id << ": " << region.ops() << "\n";
@@ -41,9 +42,17 @@ std::string dump_repro(const Graph& graph, const Region& region, const std::vect
     }
     for (size_t i = 0; i < region.outputs.size(); ++i)
       nodes << "output " << i << ": " << graph.values[size_t(region.outputs[i])].name << "\n";
+    // Initializers are part of the exported model; the other inputs are test data.
+    int k = 0;
     for (size_t i = 0; i < inputs.size(); ++i)
-      save_tensor_pb(inputs[i], (dir / ("input_" + std::to_string(i) + ".pb")).string(),
-                     graph.values[size_t(region.inputs[i])].name);
+      if (!graph.initializers.count(region.inputs[i]))
+        save_tensor_pb(inputs[i], (dir / "test_data_set_0" / ("input_" + std::to_string(k++) + ".pb")).string(),
+                       graph.values[size_t(region.inputs[i])].name);
+    for (size_t i = 0; i < expected.size(); ++i)
+      save_tensor_pb(expected[i], (dir / "test_data_set_0" / ("output_" + std::to_string(i) + ".pb")).string(),
+                     graph.values[size_t(region.outputs[i])].name);
+    std::ofstream(dir / "model.onnx", std::ios::binary)
+        << export_onnx(graph, region.nodes, region.inputs, inputs, region.outputs, expected);
     if (code) {
       std::ofstream(dir / "kernel_ir.txt") << code->ir;
       std::ofstream(dir / "kernel.cpp") << code->source;

@@ -11,10 +11,12 @@ namespace terrace {
 // The dump folder (TERRACE_DUMP_DIR), or "" when dumping is off.
 std::string dump_dir();
 
-// Writes a repro of a region whose compiled version disagreed with the interpreter: the region's
-// nodes, its inputs (.pb), the kernel IR, the generated code and the reason. Returns the folder
-// written, or "" when TERRACE_DUMP_DIR is unset or the dump failed (a dump never throws).
+// Writes a repro of a region whose compiled version disagreed with the interpreter, in the ONNX
+// test-data layout so `terrace conformance DIR --tier cpu` replays it: model.onnx (the region),
+// test_data_set_0/input_N.pb and output_N.pb (the interpreter's results), plus region.txt, the
+// kernel IR, the generated code and reason.txt. Returns the folder written, or "" when
+// TERRACE_DUMP_DIR is unset or the dump failed (a dump never throws).
 std::string dump_repro(const Graph& graph, const Region& region, const std::vector<Tensor>& inputs,
-                       const CompiledRegion* code, const std::string& why);
+                       const std::vector<Tensor>& expected, const CompiledRegion* code, const std::string& why);
 
 }  // namespace terrace

@@ -118,7 +118,7 @@ std::string Session::report_json() const {
   j.key("regions").begin_array();
   for (const RegionReport& r : impl_->tiers->report()) {
     j.begin_object().field("id", r.id).field("ops", r.ops).field("tier", tier_name(r.tier))
-        .field("state", r.state).field("calls", r.calls).field("compile_ms", r.compile_ms)
+        .field("state", r.state).field("calls", r.calls).field("total_ms", r.total_ms).field("compile_ms", r.compile_ms)
         .field("promoted_at_call", r.promoted_at_call).field("deopts", r.deopts)
         .field("guard_failures", r.guard_failures).field("validation", r.validation)
         .field("versions", r.versions).end_object();

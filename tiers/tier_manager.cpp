@@ -53,6 +53,7 @@ struct TierManager::RegionState {
   std::shared_ptr<const VersionList> versions = std::make_shared<VersionList>();  // atomic access
   mutable std::mutex mu;  // guards everything below
   int64_t calls = 0, deopts = 0;
+  double total_ms = 0;
   std::map<std::string, int> signature_calls;
   std::set<std::string> compiling, failed;  // signatures in flight / never to retry
   std::vector<std::string> guard_failures;
@@ -91,7 +92,18 @@ void TierManager::interpret_region(const Region& region, Frame& frame) const {
 
 Tier TierManager::execute(int r, Frame& frame, int64_t call) {
   RegionState& st = *regions_[size_t(r)];
+  auto t0 = std::chrono::steady_clock::now();
+  Tier tier = dispatch(st, frame, call);
+  double ms = ms_since(t0);
+  std::lock_guard<std::mutex> lock(st.mu);
+  ++st.calls;
+  st.total_ms += ms;
+  return tier;
+}
+
+Tier TierManager::dispatch(RegionState& st, Frame& frame, int64_t call) {
   const Region& region = *st.region;
+  const int r = region.id;
   std::vector<Tensor> in;
   in.reserve(region.inputs.size());
   bool all_tensors = true;
@@ -129,21 +141,15 @@ Tier TierManager::execute(int r, Frame& frame, int64_t call) {
       if (!check || validate(st, *chosen, frame, in, out)) {
         for (size_t i = 0; i < region.outputs.size(); ++i)
           frame.env[size_t(region.outputs[i])] = RValue(std::move(out[i]));
-        std::lock_guard<std::mutex> lock(st.mu);
-        ++st.calls;
         return chosen->tier;
       }
-      // Validation failed: the frame already holds the interpreter's results.
-      std::lock_guard<std::mutex> lock(st.mu);
-      ++st.calls;
-      return Tier::Interp;
+      return Tier::Interp;  // validation failed: the frame holds the interpreter's results
     }
   }
 
   interpret_region(region, frame);
   std::string sig = all_tensors ? signature_of(in) : std::string();
   std::lock_guard<std::mutex> lock(st.mu);
-  ++st.calls;
   if (failure) {
     ++st.deopts;
     st.guard_failures.insert(st.guard_failures.begin(), failure->describe());
@@ -220,13 +226,14 @@ bool TierManager::validate(RegionState& st, Version& v, Frame& frame, const std:
                            const std::vector<Tensor>& out) {
   interpret_region(*st.region, frame);
   const Region& region = *st.region;
+  std::vector<Tensor> expected;
+  for (int v : region.outputs) expected.push_back(frame.env[size_t(v)].tensor);
   for (size_t i = 0; i < region.outputs.size(); ++i) {
-    const Tensor& want = frame.env[size_t(region.outputs[i])].tensor;
-    Comparison c = compare_tensors(want, out[i], Tolerance::for_dtype(want.dtype()));
+    Comparison c = compare_tensors(expected[i], out[i], Tolerance::for_dtype(expected[i].dtype()));
     if (c.equal) continue;
     v.demoted = true;
     std::string why = "output '" + graph_.values[size_t(region.outputs[i])].name + "': " + c.message;
-    std::string dump = dump_repro(graph_, region, in, v.code.get(), why);
+    std::string dump = dump_repro(graph_, region, in, expected, v.code.get(), why);
     std::lock_guard<std::mutex> lock(st.mu);
     st.failed.insert(v.signature);
     st.validation = "failed: " + why + (dump.empty() ? "" : " (repro in " + dump + ")");
@@ -247,6 +254,7 @@ std::vector<RegionReport> TierManager::report() const {
     r.id = st.region->id;
     r.ops = st.region->ops();
     r.calls = st.calls;
+    r.total_ms = st.total_ms;
     r.compile_ms = st.compile_ms;
     r.promoted_at_call = st.promoted_at_call;
     r.deopts = st.deopts;

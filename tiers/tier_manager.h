@@ -35,6 +35,7 @@ struct RegionReport {
   std::string ops;
   Tier tier = Tier::Interp;  // best published, non-demoted tier
   int64_t calls = 0;
+  double total_ms = 0;  // time spent in the region over all calls, on any tier
   double compile_ms = 0;
   int64_t promoted_at_call = -1;
   int64_t deopts = 0;
@@ -61,6 +62,7 @@ class TierManager {
  private:
   struct RegionState;
   void interpret_region(const Region& region, Frame& frame) const;
+  Tier dispatch(RegionState& st, Frame& frame, int64_t call);
   void maybe_promote(RegionState& st, const std::string& sig, const std::vector<Tensor>& in, int64_t call);
   void compile_job(RegionState& st, std::string sig, std::vector<Tensor> in, int64_t call);
   bool validate(RegionState& st, Version& v, Frame& frame, const std::vector<Tensor>& in,

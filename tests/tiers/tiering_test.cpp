@@ -5,10 +5,12 @@
 #include <cstdlib>
 #include <filesystem>
 #include <limits>
+#include <set>
 #include <thread>
 
 #include "interp/compare.h"
 #include "interp/interpreter.h"
+#include "interp/onnx_import.h"
 #include "tests/support/graph_builder.h"
 #include "tiers/session.h"
 
@@ -161,10 +163,27 @@ TEST(Tiering, miscompile_is_caught_by_validation_demoted_and_the_caller_gets_the
   EXPECT_NE(json.find("\"validation\":\"failed: output"), std::string::npos) << json;
   EXPECT_EQ(json.find("\"tier\":\"cpu\""), std::string::npos) << "a demoted version is still in use: " << json;
   EXPECT_FALSE(ran_tier(*s, "cpu"));
-  bool found = false;
-  for (auto& e : std::filesystem::recursive_directory_iterator(dump))
-    found = found || e.path().filename() == "kernel.cpp";
-  EXPECT_TRUE(found) << "no repro with the generated code in " << dump;
+  std::set<std::string> files;
+  for (auto& e : std::filesystem::recursive_directory_iterator(dump)) files.insert(e.path().filename());
+  for (const char* want : {"kernel.cpp", "kernel_ir.txt", "model.onnx", "input_0.pb", "output_0.pb", "reason.txt"})
+    EXPECT_TRUE(files.count(want)) << "the repro in " << dump << " lacks " << want;
+  // The repro replays: its model.onnx loads and reproduces the saved interpreter outputs.
+  for (auto& e : std::filesystem::recursive_directory_iterator(dump)) {
+    if (e.path().filename() != "model.onnx") continue;
+    Options interp;
+    interp.max_tier = Tier::Interp;
+    auto replay = Session::load(e.path().string(), interp);
+    auto data = e.path().parent_path() / "test_data_set_0";
+    NamedTensors replay_in;
+    for (size_t i = 0; i < replay->graph().inputs.size(); ++i)
+      replay_in.emplace_back(replay->graph().values[size_t(replay->graph().inputs[i])].name,
+                             load_tensor_pb((data / ("input_" + std::to_string(i) + ".pb")).string()));
+    NamedTensors got = replay->run(replay_in);
+    for (size_t i = 0; i < got.size(); ++i) {
+      Tensor want = load_tensor_pb((data / ("output_" + std::to_string(i) + ".pb")).string());
+      EXPECT_TRUE(compare_tensors(want, got[i].second, Tolerance::for_dtype(want.dtype())).equal);
+    }
+  }
   std::filesystem::remove_all(dump);
 }
 
