@@ -30,7 +30,12 @@ struct AxisGroups {
   // Calls f(element offset, index within the group) for each element of group g, in a fixed order.
   template <typename F>
   void visit(int64_t g, F&& f) const {
-    int64_t b = base(g), k = 0;
+    int64_t b = base(g);
+    if (outer_shape.empty()) {  // one contiguous run (LayerNorm, InstanceNorm): the hot case
+      for (int64_t j = 0; j < inner; ++j) f(b + j, j);
+      return;
+    }
+    int64_t k = 0;
     for (StridedIter it(outer_shape, {outer_strides}); !it.done(); it.next())
       for (int64_t j = 0; j < inner; ++j) f(b + it.offset(0) + j, k++);
   }

@@ -2,6 +2,7 @@
 #include <array>
 #include <cmath>
 #include <limits>
+#include <utility>
 
 #include "interp/ops/nn.h"
 
@@ -114,21 +115,25 @@ inline int64_t tap_coord(const PoolGeometry& g, int d, int64_t o, int64_t k) {
   return o * g.stride[size_t(d)] - g.pad_begin[size_t(d)] + k * g.dilation[size_t(d)];
 }
 
+// The taps [lo, hi) of slot d's window at output o whose coordinates lie inside the input.
+inline std::pair<int64_t, int64_t> inside_taps(const PoolGeometry& g, int d, int64_t o) {
+  size_t u = size_t(d);
+  int64_t start = tap_coord(g, d, o, 0), dil = g.dilation[u];
+  int64_t lo = start >= 0 ? 0 : ceil_div(-start, dil);
+  int64_t hi = start >= g.in[u] ? 0 : std::min(g.kernel[u], ceil_div(g.in[u] - start, dil));
+  return {lo, std::max(lo, hi)};
+}
+
 // Calls f(i0, i1, i2) for each tap of the window at output (o0, o1, o2) that lies inside the input.
 template <typename F>
 inline void for_each_tap(const PoolGeometry& g, int64_t o0, int64_t o1, int64_t o2, F&& f) {
-  for (int64_t k0 = 0; k0 < g.kernel[0]; ++k0) {
-    int64_t i0 = tap_coord(g, 0, o0, k0);
-    if (i0 < 0 || i0 >= g.in[0]) continue;
-    for (int64_t k1 = 0; k1 < g.kernel[1]; ++k1) {
-      int64_t i1 = tap_coord(g, 1, o1, k1);
-      if (i1 < 0 || i1 >= g.in[1]) continue;
-      for (int64_t k2 = 0; k2 < g.kernel[2]; ++k2) {
-        int64_t i2 = tap_coord(g, 2, o2, k2);
-        if (i2 >= 0 && i2 < g.in[2]) f(i0, i1, i2);
-      }
-    }
-  }
+  auto [lo0, hi0] = inside_taps(g, 0, o0);
+  auto [lo1, hi1] = inside_taps(g, 1, o1);
+  auto [lo2, hi2] = inside_taps(g, 2, o2);
+  for (int64_t k0 = lo0; k0 < hi0; ++k0)
+    for (int64_t k1 = lo1; k1 < hi1; ++k1)
+      for (int64_t k2 = lo2; k2 < hi2; ++k2)
+        f(tap_coord(g, 0, o0, k0), tap_coord(g, 1, o1, k1), tap_coord(g, 2, o2, k2));
 }
 
 // The number of taps of a window that lie inside the padded input (count_include_pad divisor).
