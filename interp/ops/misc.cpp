@@ -19,37 +19,38 @@ DType dtype_attr(const Node& node, const char* name, int64_t def) {
 
 namespace {
 
-// Where element i of x finds its scale and zero point: one pair for the whole tensor, or one per
-// index along `axis`.
-struct QuantLayout {
+// The scale and zero point (inputs 1 and 2) of a Quantize/DequantizeLinear node, as float: one
+// pair for the whole tensor, or one per index along `axis`.
+struct QuantParams {
+  std::vector<float> scale, zero;
   int64_t axis_dim = 1, inner = 1;
-  bool per_axis = false;
-  int64_t channel(int64_t i) const { return per_axis ? (i / inner) % axis_dim : 0; }
+  // The pair that element i of x uses.
+  size_t channel(int64_t i) const { return size_t(scale.size() > 1 ? (i / inner) % axis_dim : 0); }
 };
 
-QuantLayout quant_layout(KernelContext& ctx, const Tensor& x, const Tensor& scale) {
+// Values of a small float or integer parameter tensor as float.
+std::vector<float> param_floats(const Tensor& t) {
+  std::vector<float> v(size_t(t.numel()));
+  for (int64_t i = 0; i < t.numel(); ++i) v[size_t(i)] = float(t.get_as_double(i));
+  return v;
+}
+
+QuantParams quant_params(KernelContext& ctx, const Tensor& x) {
   const Node& node = ctx.node;
-  QuantLayout q;
-  const Tensor* zero = ctx.has_input(2) ? &ctx.input(2) : nullptr;
-  TERRACE_CHECK(!zero || zero->numel() == scale.numel(), InvalidArgument, node.describe(),
-                ": zero point has ", zero ? zero->numel() : 0, " elements, scale has ",
-                scale.numel());
+  const Tensor& scale = ctx.input(1);
+  QuantParams q;
+  q.scale = param_floats(scale);
+  q.zero = ctx.has_input(2) ? param_floats(ctx.input(2)) : std::vector<float>(q.scale.size(), 0.f);
+  TERRACE_CHECK(q.zero.size() == q.scale.size(), InvalidArgument, node.describe(),
+                ": zero point has ", q.zero.size(), " elements, scale has ", q.scale.size());
   if (scale.numel() == 1 && scale.rank() <= 1) return q;
   const int64_t axis = normalize_axis(node, node.attr_int("axis", 1), x.rank());
   TERRACE_CHECK(scale.rank() == 1 && scale.numel() == x.dim(axis), InvalidArgument,
                 node.describe(), ": per-axis scale of shape ", shape_str(scale.shape()),
                 " does not match axis ", axis, " of input ", shape_str(x.shape()));
-  q.per_axis = true;
   q.axis_dim = x.dim(axis);
   for (int64_t d = axis + 1; d < x.rank(); ++d) q.inner *= x.dim(d);
   return q;
-}
-
-// Values of a small float or integer parameter tensor (scales, zero points) as float.
-std::vector<float> param_floats(const Tensor& t) {
-  std::vector<float> v(size_t(t.numel()));
-  for (int64_t i = 0; i < t.numel(); ++i) v[size_t(i)] = float(t.get_as_double(i));
-  return v;
 }
 
 // Round half to even, add the zero point, saturate to Q's range.
@@ -62,10 +63,7 @@ Q saturate_quantize(float scaled, float zero) {
 
 void quantize_linear(KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
-  const Tensor& scale = ctx.input(1);
-  const QuantLayout q = quant_layout(ctx, x, scale);
-  const std::vector<float> s = param_floats(scale);
-  const std::vector<float> z = ctx.has_input(2) ? param_floats(ctx.input(2)) : std::vector<float>(s.size(), 0.f);
+  const QuantParams q = quant_params(ctx, x);
   const DType out_type = ctx.has_input(2) ? ctx.input(2).dtype() : DType::UInt8;
   TERRACE_CHECK(is_integer(out_type), InvalidArgument, ctx.node.describe(),
                 ": zero point must be an integer type, got ", dtype_name(out_type));
@@ -82,8 +80,8 @@ void quantize_linear(KernelContext& ctx) {
         const int64_t n = x.numel();
 #pragma omp parallel for schedule(static) if (n > 65536)
         for (int64_t i = 0; i < n; ++i) {
-          int64_t c = q.channel(i);
-          dst[i] = saturate_quantize<Q>(float(src[i]) / s[size_t(c)], z[size_t(c)]);
+          size_t c = q.channel(i);
+          dst[i] = saturate_quantize<Q>(float(src[i]) / q.scale[c], q.zero[c]);
         }
       }
     });
@@ -94,9 +92,7 @@ void quantize_linear(KernelContext& ctx) {
 void dequantize_linear(KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
   const Tensor& scale = ctx.input(1);
-  const QuantLayout q = quant_layout(ctx, x, scale);
-  const std::vector<float> s = param_floats(scale);
-  const std::vector<float> z = ctx.has_input(2) ? param_floats(ctx.input(2)) : std::vector<float>(s.size(), 0.f);
+  const QuantParams q = quant_params(ctx, x);
   TERRACE_CHECK(is_integer(x.dtype()), InvalidArgument, ctx.node.describe(),
                 ": cannot dequantize ", dtype_name(x.dtype()));
   TERRACE_CHECK(is_float(scale.dtype()), InvalidArgument, ctx.node.describe(),
@@ -109,8 +105,8 @@ void dequantize_linear(KernelContext& ctx) {
     const int64_t n = x.numel();
 #pragma omp parallel for schedule(static) if (n > 65536)
     for (int64_t i = 0; i < n; ++i) {
-      int64_t c = q.channel(i);
-      dst[i] = (float(src[i]) - z[size_t(c)]) * s[size_t(c)];
+      size_t c = q.channel(i);
+      dst[i] = (float(src[i]) - q.zero[c]) * q.scale[c];
     }
   });
   ctx.set_output(0, scale.dtype() == DType::Float32 ? std::move(y) : y.cast(scale.dtype()));

@@ -122,7 +122,7 @@ void grid_sample(KernelContext& ctx) {
   Tensor y = Tensor::empty(x.dtype(), {n, c, ho, wo});
   dispatch_dtype(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    if constexpr (std::is_floating_point_v<T> || std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
+    if constexpr (is_float_storage<T>) {
       const T* src = x.data<T>();
       T* dst = y.data<T>();
       const int64_t total = n * c * ho * wo;
@@ -130,9 +130,7 @@ void grid_sample(KernelContext& ctx) {
       for (int64_t i = 0; i < total; ++i) {
         const int64_t p = i % (ho * wo), nc = i / (ho * wo), b = nc / c;
         const double* gxy = gp + (b * ho * wo + p) * 2;
-        double v = sample(s, src + nc * h * w, h, w, gxy[0], gxy[1]);
-        if constexpr (std::is_same_v<T, double>) dst[i] = v;
-        else dst[i] = T(float(v));
+        dst[i] = from_double<T>(sample(s, src + nc * h * w, h, w, gxy[0], gxy[1]));
       }
     }
   });

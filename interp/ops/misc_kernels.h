@@ -13,4 +13,16 @@ void register_misc_random_kernels(KernelTable& t);      // misc_random.cpp
 // InvalidModel naming node and attribute for codes Terrace lacks.
 DType dtype_attr(const Node& node, const char* name, int64_t def);
 
+// True for the storage types of float dtypes (inside dispatch_dtype lambdas).
+template <typename T>
+constexpr bool is_float_storage = std::is_floating_point_v<T> || std::is_same_v<T, Half> ||
+                                  std::is_same_v<T, BFloat16>;
+
+// A double result stored as float storage type T (through float for the narrower types).
+template <typename T>
+T from_double(double v) {
+  if constexpr (std::is_same_v<T, double>) return v;
+  else return T(float(v));
+}
+
 }  // namespace terrace::ops

@@ -81,18 +81,9 @@ cplx read_complex(const T* p, int64_t idx, bool complex_in) {
 // Writes a complex result as the trailing [.., 2] pair of an output of the input's float type.
 template <typename T>
 void write_complex(T* p, int64_t idx, cplx v) {
-  if constexpr (std::is_same_v<T, double>) {
-    p[2 * idx] = v.real();
-    p[2 * idx + 1] = v.imag();
-  } else {
-    p[2 * idx] = T(float(v.real()));
-    p[2 * idx + 1] = T(float(v.imag()));
-  }
+  p[2 * idx] = from_double<T>(v.real());
+  p[2 * idx + 1] = from_double<T>(v.imag());
 }
-
-template <typename T>
-constexpr bool is_float_storage = std::is_floating_point_v<T> || std::is_same_v<T, Half> ||
-                                  std::is_same_v<T, BFloat16>;
 
 void check_signal(KernelContext& ctx, const Tensor& x) {
   TERRACE_CHECK(is_float(x.dtype()), InvalidArgument, ctx.node.describe(),
