@@ -28,6 +28,11 @@ decltype(auto) dispatch_float(const Node& node, DType dtype, const char* what, F
        " is not supported (floating-point types only)");
 }
 
+// Checks that `dtype` is a floating-point type the kernels support, naming the node and `what`.
+inline void check_float(const Node& node, DType dtype, const char* what) {
+  dispatch_float(node, dtype, what, [](auto) {});
+}
+
 // A floating-point tensor of `dtype` and `shape` holding `values` (computed in double), rounded.
 inline Tensor tensor_from_doubles(const Node& node, DType dtype, Shape shape,
                                   const std::vector<double>& values) {

@@ -77,7 +77,7 @@ Tensor nll(KernelContext& ctx, const LossLayout& l, const std::vector<double>& l
 
 void nll_loss_kernel(KernelContext& ctx) {
   const Tensor& input = ctx.input(0);
-  dispatch_float(ctx.node, input.dtype(), "input", [](auto) {});
+  check_float(ctx.node, input.dtype(), "input");
   LossLayout l = loss_layout(ctx.node, input, ctx.input(1));
   ctx.set_output(0, nll(ctx, l, tensor_to_doubles(input), input.dtype()));
 }
@@ -100,7 +100,7 @@ std::vector<double> log_softmax(const LossLayout& l, const std::vector<double>& 
 
 void softmax_cross_entropy_kernel(KernelContext& ctx) {
   const Tensor& scores = ctx.input(0);
-  dispatch_float(ctx.node, scores.dtype(), "input scores", [](auto) {});
+  check_float(ctx.node, scores.dtype(), "input scores");
   LossLayout l = loss_layout(ctx.node, scores, ctx.input(1));
   std::vector<double> logp = log_softmax(l, tensor_to_doubles(scores));
   ctx.set_output(0, nll(ctx, l, logp, scores.dtype()));

@@ -98,18 +98,14 @@ void map_groups(const AxisGroups& s, const T* x, T* y, F&& f) {
     s.visit(g, [&](int64_t i, int64_t k) { y[i] = T(f(double(x[i]), g, k)); });
 }
 
-// A per-channel (or per-element) parameter tensor read as doubles, checked to hold `n` values.
+// A per-channel parameter tensor read as doubles, checked to hold `n` floating-point values.
 std::vector<double> param_values(const KernelContext& ctx, size_t input, int64_t n,
                                  const char* what) {
   const Tensor& t = ctx.input(input);
-  TERRACE_CHECK(t.numel() == n, InvalidArgument,
-                ctx.node.describe(), ": ", what, " must hold ", n, " values, got shape ",
-                shape_str(t.shape()));
-  TERRACE_CHECK(is_float(t.dtype()), InvalidArgument, ctx.node.describe(), ": ", what,
-                " must be floating-point, got ", dtype_name(t.dtype()));
-  std::vector<double> v(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) v[size_t(i)] = t.get_as_double(i);
-  return v;
+  TERRACE_CHECK(t.numel() == n, InvalidArgument, ctx.node.describe(), ": ", what, " must hold ",
+                n, " values, got shape ", shape_str(t.shape()));
+  check_float(ctx.node, t.dtype(), what);
+  return tensor_to_doubles(t);
 }
 
 // Per (n, c) statistics of an [N, C, ...] tensor (InstanceNorm), or per c (BatchNorm training).
@@ -167,7 +163,9 @@ void batch_norm_kernel(KernelContext& ctx) {
   check_min_rank(node, x, 2, "input X");
   double eps = node.attr_float("epsilon", 1e-5f);
   int64_t channels = x.dim(1);
+  // Opsets 9-13 have no training_mode: asking for the statistics outputs means training.
   bool training = node.attr_int("training_mode", 0) != 0;
+  for (size_t i = 1; i < 5; ++i) training = training || ctx.wants_output(i);
   std::vector<double> mean = param_values(ctx, 3, channels, "input mean");
   std::vector<double> var = param_values(ctx, 4, channels, "input var");
   AxisGroups s = channel_groups(x.shape(), /*per_sample=*/true);
@@ -183,12 +181,20 @@ void batch_norm_kernel(KernelContext& ctx) {
   std::vector<Moments> batch = moments_of(node, per_channel, x);
   normalize_channels(ctx, per_channel, batch, eps, [](int64_t c) { return c; });
   double momentum = node.attr_float("momentum", 0.9f);
+  std::vector<double> batch_mean(mean.size()), batch_var(var.size());
   for (size_t c = 0; c < size_t(channels); ++c) {
+    batch_mean[c] = batch[c].mean;
+    batch_var[c] = batch[c].var;
     mean[c] = mean[c] * momentum + batch[c].mean * (1 - momentum);
     var[c] = var[c] * momentum + batch[c].var * (1 - momentum);
   }
-  if (ctx.wants_output(1)) ctx.set_output(1, tensor_from_doubles(node, ctx.input(3).dtype(), {channels}, mean));
-  if (ctx.wants_output(2)) ctx.set_output(2, tensor_from_doubles(node, ctx.input(4).dtype(), {channels}, var));
+  // Outputs: running mean and variance, then (opsets 9-13 only) the batch's own statistics.
+  const std::vector<double>* stats[] = {&mean, &var, &batch_mean, &batch_var};
+  for (size_t i = 0; i < 4; ++i) {
+    DType dtype = i < 2 ? ctx.input(3 + i).dtype() : x.dtype();  // running stats have type U
+    if (ctx.wants_output(i + 1))
+      ctx.set_output(i + 1, tensor_from_doubles(node, dtype, {channels}, *stats[i]));
+  }
 }
 
 void instance_norm_kernel(KernelContext& ctx) {

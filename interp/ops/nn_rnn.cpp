@@ -107,7 +107,7 @@ RnnProblem make_problem(const KernelContext& ctx, Cell cell) {
   p.cell = cell;
   p.gates = gate_count(cell);
   const Tensor& x = ctx.input(0);
-  dispatch_float(node, x.dtype(), "input X", [](auto) {});
+  check_float(node, x.dtype(), "input X");
   TERRACE_CHECK(x.rank() == 3, InvalidArgument, node.describe(), ": input X must have rank 3, got ",
                 shape_str(x.shape()));
   p.layout_batch_first = node.attr_int("layout", 0) != 0;

@@ -194,3 +194,80 @@ TEST(NnKernels, results_do_not_depend_on_the_thread_count) {
 
 }  // namespace
 }  // namespace terrace
+
+namespace terrace {
+namespace {
+
+TEST(NnKernelsMore, lp_pool_takes_the_p_norm_of_each_window) {
+  Tensor x = Tensor::from_vector<float>({1, 1, 2}, {3, 4});
+  Node n = make_node(Op::LpPool, 1, {{"kernel_shape", ints_attr({2})}, {"p", int_attr(2)}});
+  EXPECT_EQ(values(run(n, {x})[0]), (std::vector<float>{5}));
+}
+
+TEST(NnKernelsMore, lp_normalization_divides_by_the_norm_and_keeps_zero_vectors) {
+  Tensor x = Tensor::from_vector<float>({2, 2}, {3, 4, 0, 0});
+  auto out = run(make_node(Op::LpNormalization, 1), {x});
+  EXPECT_EQ(values(out[0]), (std::vector<float>{0.6f, 0.8f, 0, 0}));
+}
+
+TEST(NnKernelsMore, instance_norm_normalizes_each_sample_and_channel) {
+  Tensor x = Tensor::from_vector<float>({1, 2, 2}, {1, 3, 10, 10});
+  Tensor one = Tensor::from_vector<float>({2}, {1, 1}), zero = Tensor::from_vector<float>({2}, {0, 0});
+  auto out = run(make_node(Op::InstanceNormalization, 1, {{"epsilon", float_attr(0)}}), {x, one, zero});
+  EXPECT_EQ(values(out[0])[0], -1.0f);
+  EXPECT_EQ(values(out[0])[1], 1.0f);
+  EXPECT_TRUE(std::isnan(values(out[0])[2]));  // zero variance, epsilon 0: 0/0
+}
+
+TEST(NnKernelsMore, batch_norm_training_updates_the_running_statistics) {
+  Tensor x = Tensor::from_vector<float>({2, 1}, {1, 3});  // batch mean 2, variance 1
+  Tensor one = Tensor::from_vector<float>({1}, {1}), zero = Tensor::from_vector<float>({1}, {0});
+  Node n = make_node(Op::BatchNormalization, 3, {{"training_mode", int_attr(1)},
+                                                 {"momentum", float_attr(0.5f)},
+                                                 {"epsilon", float_attr(0)}});
+  auto out = run(n, {x, one, zero, zero, one});
+  EXPECT_EQ(values(out[0]), (std::vector<float>{-1, 1}));
+  EXPECT_EQ(values(out[1]), (std::vector<float>{1}));
+  EXPECT_EQ(values(out[2]), (std::vector<float>{1}));
+}
+
+TEST(NnKernelsMore, max_roi_pool_takes_the_max_of_each_bin) {
+  Tensor rois = Tensor::from_vector<float>({1, 5}, {0, 0, 0, 3, 3});  // the whole 4x4 map
+  Node n = make_node(Op::MaxRoiPool, 1, {{"pooled_shape", ints_attr({2, 2})}});
+  auto out = run(n, {iota({1, 1, 4, 4}), rois});
+  EXPECT_EQ(values(out[0]), (std::vector<float>{5, 7, 13, 15}));
+}
+
+TEST(NnKernelsMore, roi_align_averages_bilinear_samples) {
+  // A constant map: every sample is the constant, whatever the RoI.
+  Tensor x = Tensor::from_vector<float>({1, 1, 2, 2}, {7, 7, 7, 7});
+  Tensor rois = Tensor::from_vector<float>({1, 4}, {0, 0, 1, 1});
+  Tensor batch = Tensor::from_vector<int64_t>({1}, {0});
+  auto out = run(make_node(Op::RoiAlign, 1, {{"sampling_ratio", int_attr(2)}}), {x, rois, batch});
+  EXPECT_EQ(out[0].shape(), (Shape{1, 1, 1, 1}));
+  EXPECT_FLOAT_EQ(values(out[0])[0], 7.0f);
+}
+
+TEST(NnKernelsMore, lstm_rejects_weights_of_the_wrong_shape) {
+  Tensor x = Tensor::from_vector<float>({1, 1, 2}, {1, 2});
+  Tensor w = Tensor::zeros(DType::Float32, {1, 4, 3});  // input size 3, X has 2
+  Tensor r = Tensor::zeros(DType::Float32, {1, 4, 1});
+  try {
+    run(make_node(Op::LSTM, 2, {{"hidden_size", int_attr(1)}}), {x, w, r});
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::InvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("input W"), std::string::npos);
+  }
+}
+
+TEST(NnKernelsMore, softmax_cross_entropy_of_uniform_scores_is_log_c) {
+  Tensor scores = Tensor::from_vector<float>({2, 4}, {0, 0, 0, 0, 1, 1, 1, 1});
+  Tensor labels = Tensor::from_vector<int64_t>({2}, {0, 3});
+  auto out = run(make_node(Op::SoftmaxCrossEntropyLoss, 2), {scores, labels});
+  EXPECT_FLOAT_EQ(values(out[0])[0], std::log(4.0f));
+  EXPECT_EQ(out[1].shape(), (Shape{2, 4}));
+}
+
+}  // namespace
+}  // namespace terrace
