@@ -72,6 +72,7 @@ Config parse_args(const Args& args) {
     else if (a == "--min-pass") c.min_pass = parse_count(a, value());
     else if (a == "--isolate") c.isolate = true;
     else if (a == "-j" || a == "--jobs") c.jobs = int(std::max<int64_t>(1, parse_count(a, value())));
+    else if (a.rfind("-j", 0) == 0 && a.size() > 2) c.jobs = int(std::max<int64_t>(1, parse_count("-j", a.substr(2))));
     else if (a == "--timeout") c.timeout_s = int(parse_count(a, value()));
     else if (a == "--rtol") c.tol.rtol = parse_real(a, value());
     else if (a == "--atol") c.tol.atol = parse_real(a, value());
@@ -116,24 +117,44 @@ std::string one_line(const std::string& s, size_t max) {
   return out;
 }
 
+// A generated reason: the status, then the message without its code prefix and model path.
 std::string reason_of(const TestResult& r) {
-  return std::string(conformance::status_name(r.status)) + ": " + one_line(r.message, 200);
+  std::string m = r.message;
+  if (size_t p = m.find("model.onnx: "); p != std::string::npos) m = m.substr(p + 12);
+  if (size_t colon = m.find(": "); colon != std::string::npos && colon < 16 && m.find(' ') > colon)
+    m = m.substr(colon + 2);  // "NotImplemented: ..." -> "..."
+  return std::string(conformance::status_name(r.status)) + ": " + one_line(m, 200);
 }
 
-// Writes the current failures as the new expected list; entries for tests this run did not
-// include (filtered out, other suites) are kept as they were.
+// A reason someone wrote by hand does not start with a status name; regeneration keeps it.
+bool is_generated(const std::string& reason) {
+  size_t colon = reason.find(':');
+  return colon != std::string::npos && conformance::status_from_name(reason.substr(0, colon));
+}
+
+// Writes the current failures as the new expected list. Entries for tests this run did not
+// include (filtered out, other suites) are kept as they were, and so are hand-written reasons
+// of tests that still fail; generated reasons are refreshed from the current messages.
 void write_expectations(const std::string& path, const Expectations& old,
                         const std::vector<TestResult>& results) {
   Expectations merged = old;
   for (const TestResult& r : results) {
-    if (r.status == Status::Passed) merged.erase(r.name);
-    else merged[r.name] = reason_of(r);
+    auto it = merged.find(r.name);
+    if (r.status == Status::Passed) {
+      if (it != merged.end()) merged.erase(it);
+    } else if (it == merged.end() || is_generated(it->second)) {
+      merged[r.name] = reason_of(r);
+    }
   }
   std::ostringstream out;
   out << "# ONNX backend tests Terrace is known to fail: `test_name  reason`, one a line.\n"
-         "# `terrace conformance --expected FILE` treats these failures as expected and reports a\n"
-         "# listed test that passes; regenerate with `terrace conformance --write-expected FILE`.\n";
-  for (auto& [name, reason] : merged) out << name << "  " << reason << "\n";
+         "# `terrace conformance --expected FILE` treats these failures as expected and reports\n"
+         "# listed tests that pass. `--write-expected FILE` regenerates the list from a run: reasons\n"
+         "# that start with a status (`not_implemented: ...`) are refreshed, hand-written ones kept.\n";
+  size_t width = 0;
+  for (auto& [name, reason] : merged) width = std::max(width, name.size());
+  for (auto& [name, reason] : merged)
+    out << name << std::string(width + 2 - name.size(), ' ') << reason << "\n";
   write_text_file(path, out.str());
 }
 
@@ -258,12 +279,9 @@ int cmd_conformance(const Args& args) {
     throw UsageError{e.message()};
   }
   auto t0 = std::chrono::steady_clock::now();
-  std::vector<TestResult> results;
-  if (c.isolate) {
-    results = conformance::run_tests_isolated(tests, c.tier, c.jobs, c.timeout_s, c.tol);
-  } else {
-    for (const auto& t : tests) results.push_back(conformance::run_test(t, c.tier, c.tol));
-  }
+  std::vector<TestResult> results =
+      c.isolate ? conformance::run_tests_isolated(tests, c.tier, c.jobs, c.timeout_s, c.tol)
+                : conformance::run_tests_in_process(tests, c.tier, c.tol);
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   Outcome o = evaluate(std::move(results), expected, seconds);
 

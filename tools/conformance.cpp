@@ -7,11 +7,14 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <csignal>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <sstream>
+
+#include <onnx/defs/schema.h>
 
 #include "interp/interpreter.h"
 #include "interp/onnx_import.h"
@@ -155,6 +158,15 @@ bool all_tensors(const Graph& g) {
          std::all_of(g.outputs.begin(), g.outputs.end(), tensor);
 }
 
+// ONNX 1.12 wrote bfloat16 test data as uint16 tensors holding the bit patterns; a uint16
+// tensor given for a value declared bfloat16 is therefore reinterpreted, bits unchanged.
+Tensor as_bfloat16(const Tensor& t) {
+  if (!t.defined() || t.dtype() != DType::UInt16) return t;
+  Tensor b = Tensor::empty(DType::BFloat16, t.shape());
+  std::memcpy(b.raw(), t.raw(), t.nbytes());
+  return b;
+}
+
 // Reads <prefix>_N.pb of a data set as the kinds of the graph values `ids`, in order. A graph
 // input without a file stays undefined (an omitted optional input).
 std::vector<RValue> load_values(const Graph& g, const std::vector<int>& ids, const fs::path& set,
@@ -163,8 +175,10 @@ std::vector<RValue> load_values(const Graph& g, const std::vector<int>& ids, con
   TERRACE_CHECK(files.size() <= ids.size(), InvalidArgument, set.string(), " has ", files.size(), " ",
                 prefix, " files but the graph has ", ids.size(), " ", prefix, "s");
   std::vector<RValue> values(ids.size());
-  for (size_t i = 0; i < files.size(); ++i)
+  for (size_t i = 0; i < files.size(); ++i) {
     values[i] = load_value_pb(files[i].string(), declared_kind(g, ids[i]));
+    if (g.value(ids[i]).info.dtype == DType::BFloat16) values[i].tensor = as_bfloat16(values[i].tensor);
+  }
   return values;
 }
 
@@ -257,6 +271,38 @@ TestResult run_test(const TestCase& test, Tier tier, const Tolerance& tol) {
   return done();
 }
 
+// ---- in-process runs ----
+
+namespace {
+
+// The test running now, for the crash handler (a fixed buffer: handlers may not allocate).
+char g_current_test[256];
+
+void say_which_test_crashed(int sig) {
+  auto put = [](const char* s) { [[maybe_unused]] ssize_t n = ::write(2, s, std::strlen(s)); };
+  put("\nterrace conformance: crashed (");
+  put(strsignal(sig));
+  put(") while running ");
+  put(g_current_test);
+  put("; --isolate runs each test in its own process\n");
+  std::signal(sig, SIG_DFL);
+  std::raise(sig);
+}
+
+}  // namespace
+
+std::vector<TestResult> run_tests_in_process(const std::vector<TestCase>& tests, Tier tier,
+                                             const Tolerance& tol) {
+  for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT}) std::signal(sig, say_which_test_crashed);
+  std::vector<TestResult> results;
+  for (const TestCase& t : tests) {
+    std::snprintf(g_current_test, sizeof g_current_test, "%s", t.name.c_str());
+    results.push_back(run_test(t, tier, tol));
+  }
+  for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT}) std::signal(sig, SIG_DFL);
+  return results;
+}
+
 // ---- isolation ----
 
 namespace {
@@ -347,6 +393,9 @@ TestResult collect(const Child& c, int wstatus, const TestCase& test, int timeou
 
 std::vector<TestResult> run_tests_isolated(const std::vector<TestCase>& tests, Tier tier, int jobs,
                                            int timeout_s, const Tolerance& tol) {
+  // Build ONNX's operator schema registry (about 100 ms) once here rather than in every child.
+  // It is plain data, so the parent still runs no kernel and starts no OpenMP thread.
+  onnx::OpSchemaRegistry::get_all_schemas_with_history();
   std::vector<TestResult> results(tests.size());
   std::vector<Child> running;
   size_t next = 0;

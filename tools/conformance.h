@@ -53,6 +53,11 @@ std::vector<TestCase> discover_tests(const std::vector<std::string>& dirs,
 // every error is classified into the result.
 TestResult run_test(const TestCase& test, Tier tier, const Tolerance& tol = kOnnxTolerance);
 
+// run_test for each test, in order, in this process (fast). Should a test crash the process, a
+// signal handler names it before the process dies.
+std::vector<TestResult> run_tests_in_process(const std::vector<TestCase>& tests, Tier tier,
+                                             const Tolerance& tol = kOnnxTolerance);
+
 // run_test in a forked child, so that a crash or a hang (past `timeout_s`) becomes a RunError
 // instead of ending the whole run. Results come back in `tests` order; up to `jobs` children run
 // at once. The parent never runs a kernel, so it never starts OpenMP threads before forking.
