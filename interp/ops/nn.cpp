@@ -26,7 +26,8 @@ void dropout_kernel(KernelContext& ctx) {
                   ": input ratio must be a scalar");
     ratio = ctx.input(1).get_as_double(0);
   }
-  bool training = ctx.has_input(2) && ctx.input(2).numel() == 1 && ctx.input(2).get_as_double(0) != 0;
+  bool training =
+      ctx.has_input(2) && ctx.input(2).numel() == 1 && ctx.input(2).get_as_double(0) != 0;
   Tensor mask = Tensor::empty(DType::Bool, x.shape());
   bool* m = mask.data<bool>();
   if (!training || ratio == 0) {

@@ -67,8 +67,8 @@ inline void check_shape(const Node& node, const Tensor& t, const Shape& shape, c
 
 // Checks that two inputs share a dtype, naming the node and the inputs.
 inline void check_same_dtype(const Node& node, const Tensor& a, const Tensor& b, const char* what) {
-  TERRACE_CHECK(a.dtype() == b.dtype(), InvalidArgument, node.describe(), ": ", what,
-                " has dtype ", dtype_name(b.dtype()), ", expected ", dtype_name(a.dtype()));
+  TERRACE_CHECK(a.dtype() == b.dtype(), InvalidArgument, node.describe(), ": ", what, " has dtype ",
+                dtype_name(b.dtype()), ", expected ", dtype_name(a.dtype()));
 }
 
 }  // namespace terrace::ops

@@ -102,8 +102,8 @@ void map_groups(const AxisGroups& s, const T* x, T* y, F&& f) {
 std::vector<double> param_values(const KernelContext& ctx, size_t input, int64_t n,
                                  const char* what) {
   const Tensor& t = ctx.input(input);
-  TERRACE_CHECK(t.numel() == n, InvalidArgument, ctx.node.describe(), ": ", what, " must hold ",
-                n, " values, got shape ", shape_str(t.shape()));
+  TERRACE_CHECK(t.numel() == n, InvalidArgument, ctx.node.describe(), ": ", what, " must hold ", n,
+                " values, got shape ", shape_str(t.shape()));
   check_float(ctx.node, t.dtype(), what);
   return tensor_to_doubles(t);
 }
@@ -210,9 +210,10 @@ void instance_norm_kernel(KernelContext& ctx) {
 std::vector<double> broadcast_param(const KernelContext& ctx, size_t input, const Shape& norm,
                                     const char* what) {
   const Tensor& t = ctx.input(input);
-  TERRACE_CHECK(t.rank() <= int64_t(norm.size()) && broadcast_shapes(ctx.node, t.shape(), norm) == norm,
-                InvalidArgument, ctx.node.describe(), ": ", what, " of shape ",
-                shape_str(t.shape()), " does not broadcast to ", shape_str(norm));
+  TERRACE_CHECK(
+      t.rank() <= int64_t(norm.size()) && broadcast_shapes(ctx.node, t.shape(), norm) == norm,
+      InvalidArgument, ctx.node.describe(), ": ", what, " of shape ", shape_str(t.shape()),
+      " does not broadcast to ", shape_str(norm));
   std::vector<double> v(static_cast<size_t>(shape_numel(norm)));
   for (StridedIter it(norm, {broadcast_strides(t.shape(), norm)}); !it.done(); it.next())
     v[size_t(it.pos())] = t.get_as_double(it.offset(0));
@@ -242,8 +243,7 @@ void layer_norm_kernel(KernelContext& ctx) {
   dispatch_float(node, x.dtype(), "input X", [&](auto tag) {
     using T = decltype(tag);
     map_groups(s, x.data<T>(), y.data<T>(), [&](double v, int64_t g, int64_t k) {
-      return (v - m[size_t(g)].mean) * inv_std[size_t(g)] * scale[size_t(k)] +
-             bias[size_t(k)];
+      return (v - m[size_t(g)].mean) * inv_std[size_t(g)] * scale[size_t(k)] + bias[size_t(k)];
     });
   });
   ctx.set_output(0, std::move(y));
@@ -259,8 +259,8 @@ void layer_norm_kernel(KernelContext& ctx) {
 
 void mvn_kernel(KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
-  AxisGroups s = split_axes(x.shape(), axis_mask(ctx.node, ctx.node.attr_ints("axes", {0, 2, 3}),
-                                                 x.rank()));
+  AxisGroups s =
+      split_axes(x.shape(), axis_mask(ctx.node, ctx.node.attr_ints("axes", {0, 2, 3}), x.rank()));
   std::vector<Moments> m = moments_of(ctx.node, s, x);
   constexpr double kEpsilon = 1e-9;  // the ONNX function body adds it to the standard deviation
   Tensor y = Tensor::empty(x.dtype(), x.shape());
@@ -278,7 +278,8 @@ void lp_norm_kernel(KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
   check_min_rank(node, x, 1, "input X");
   int64_t p = node.attr_int("p", 2);
-  TERRACE_CHECK(p == 1 || p == 2, InvalidModel, node.describe(), ": attribute 'p' must be 1 or 2, got ", p);
+  TERRACE_CHECK(p == 1 || p == 2, InvalidModel, node.describe(),
+                ": attribute 'p' must be 1 or 2, got ", p);
   AxisGroups s = split_axes(x.shape(), axis_mask(node, {node.attr_int("axis", -1)}, x.rank()));
   Tensor y = Tensor::empty(x.dtype(), x.shape());
   dispatch_float(node, x.dtype(), "input X", [&](auto tag) {
@@ -307,7 +308,8 @@ void lrn_kernel(KernelContext& ctx) {
   const Node& node = ctx.node;
   const Tensor& x = ctx.input(0);
   check_min_rank(node, x, 2, "input X");
-  TERRACE_CHECK(node.has_attr("size"), InvalidModel, node.describe(), ": attribute 'size' is required");
+  TERRACE_CHECK(node.has_attr("size"), InvalidModel, node.describe(),
+                ": attribute 'size' is required");
   int64_t size = node.attr_int("size");
   TERRACE_CHECK(size >= 1, InvalidModel, node.describe(), ": attribute 'size' must be >= 1");
   double alpha = node.attr_float("alpha", 1e-4f), beta = node.attr_float("beta", 0.75f);
@@ -329,7 +331,8 @@ void lrn_kernel(KernelContext& ctx) {
           double v = double(xp[(n * channels + k) * plane + i]);
           sq += v * v;
         }
-        yp[nc * plane + i] = T(double(xp[nc * plane + i]) / std::pow(bias + alpha / double(size) * sq, beta));
+        yp[nc * plane + i] =
+            T(double(xp[nc * plane + i]) / std::pow(bias + alpha / double(size) * sq, beta));
       }
     }
   });

@@ -1,4 +1,5 @@
-// Pooling reference kernels: MaxPool (with Indices), AveragePool, LpPool, the Global pools, MaxUnpool.
+// Pooling reference kernels: MaxPool (with Indices), AveragePool, LpPool, the Global pools,
+// MaxUnpool.
 #include <array>
 #include <cmath>
 #include <limits>
@@ -64,7 +65,8 @@ void resolve_dim(const Node& node, const std::string& auto_pad, bool ceil_mode, 
     pe = total - pb;
     return;
   }
-  if (auto_pad == "VALID") pb = pe = 0;
+  if (auto_pad == "VALID")
+    pb = pe = 0;
   else
     TERRACE_CHECK(auto_pad == "NOTSET", InvalidModel, node.describe(), ": unknown auto_pad '",
                   auto_pad, "'");
@@ -164,15 +166,19 @@ void for_each_output(const PoolGeometry& g, F&& f) {
 
 template <typename T>
 T lowest_value() {
-  if constexpr (std::is_integral_v<T>) return std::numeric_limits<T>::lowest();
-  else return T(-std::numeric_limits<float>::infinity());
+  if constexpr (std::is_integral_v<T>)
+    return std::numeric_limits<T>::lowest();
+  else
+    return T(-std::numeric_limits<float>::infinity());
 }
 
 // Max that propagates NaN (as numpy and PyTorch do), keeping the first maximum on ties.
 template <typename T>
 inline bool takes_max(T v, T best) {
-  if constexpr (std::is_integral_v<T>) return v > best;
-  else return v > best || (v != v && best == best);
+  if constexpr (std::is_integral_v<T>)
+    return v > best;
+  else
+    return v > best || (v != v && best == best);
 }
 
 template <typename T>
@@ -213,9 +219,12 @@ void max_pool_kernel(KernelContext& ctx) {
     using T = decltype(tag);
     max_pool<T>(g, x.data<T>(), y.data<T>(), ip, order == 1);
   };
-  if (x.dtype() == DType::Int8) run(int8_t{});
-  else if (x.dtype() == DType::UInt8) run(uint8_t{});
-  else dispatch_float(node, x.dtype(), "input X", run);
+  if (x.dtype() == DType::Int8)
+    run(int8_t{});
+  else if (x.dtype() == DType::UInt8)
+    run(uint8_t{});
+  else
+    dispatch_float(node, x.dtype(), "input X", run);
   ctx.set_output(0, std::move(y));
   if (idx.defined()) ctx.set_output(1, std::move(idx));
 }
@@ -297,7 +306,8 @@ void max_unpool_kernel(KernelContext& ctx) {
   std::vector<int64_t> pads = dims_attr(node, "pads", 2 * n, 0, 0);
   Shape inferred = {x.dim(0), x.dim(1)};
   for (size_t i = 0; i < n; ++i)
-    inferred.push_back((x.dim(int64_t(i) + 2) - 1) * strides[i] + kernel[i] - pads[i] - pads[i + n]);
+    inferred.push_back((x.dim(int64_t(i) + 2) - 1) * strides[i] + kernel[i] - pads[i] -
+                       pads[i + n]);
   Shape out_shape = inferred;
   if (ctx.has_input(2)) {
     out_shape = ctx.input(2).to_int64_vector();
@@ -310,8 +320,8 @@ void max_unpool_kernel(KernelContext& ctx) {
   const int64_t* ip = indices.data<int64_t>();
   int64_t total = shape_numel(inferred);
   for (int64_t i = 0; i < x.numel(); ++i)
-    TERRACE_CHECK(ip[i] >= 0 && ip[i] < total, InvalidArgument, node.describe(), ": index ",
-                  ip[i], " is outside the unpooled shape ", shape_str(inferred));
+    TERRACE_CHECK(ip[i] >= 0 && ip[i] < total, InvalidArgument, node.describe(), ": index ", ip[i],
+                  " is outside the unpooled shape ", shape_str(inferred));
   // Maps a flat index of the inferred shape to the same coordinates in the output shape.
   std::vector<int64_t> out_strides = row_major_strides(out_shape);
   auto target = [&](int64_t flat) {

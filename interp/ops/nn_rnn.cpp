@@ -16,8 +16,19 @@ int activation_count(Cell c) { return c == Cell::Rnn ? 1 : c == Cell::Gru ? 2 : 
 
 // One of the activation functions the recurrent ops accept, with its alpha/beta.
 struct Activation {
-  enum Kind { Sigmoid, Tanh, Relu, Affine, LeakyRelu, ThresholdedRelu, ScaledTanh, HardSigmoid,
-              Elu, Softsign, Softplus } kind = Tanh;
+  enum Kind {
+    Sigmoid,
+    Tanh,
+    Relu,
+    Affine,
+    LeakyRelu,
+    ThresholdedRelu,
+    ScaledTanh,
+    HardSigmoid,
+    Elu,
+    Softsign,
+    Softplus
+  } kind = Tanh;
   double alpha = 0, beta = 0;
 
   double operator()(double x) const {
@@ -41,16 +52,23 @@ struct Activation {
 // Parses the activation names; alphas and betas are consumed in order by the functions that use
 // them (as ONNX Runtime does), the ONNX operators' defaults filling in for missing ones.
 std::vector<Activation> parse_activations(const Node& node, const std::vector<std::string>& names) {
-  struct Info { const char* name; Activation::Kind kind; int params; double alpha, beta; };
-  static const Info kInfos[] = {
-      {"sigmoid", Activation::Sigmoid, 0, 0, 0},       {"tanh", Activation::Tanh, 0, 0, 0},
-      {"relu", Activation::Relu, 0, 0, 0},             {"affine", Activation::Affine, 2, 1, 0},
-      {"leakyrelu", Activation::LeakyRelu, 1, 0.01, 0},
-      {"thresholdedrelu", Activation::ThresholdedRelu, 1, 1, 0},
-      {"scaledtanh", Activation::ScaledTanh, 2, 1, 1},
-      {"hardsigmoid", Activation::HardSigmoid, 2, 0.2, 0.5},
-      {"elu", Activation::Elu, 1, 1, 0},               {"softsign", Activation::Softsign, 0, 0, 0},
-      {"softplus", Activation::Softplus, 0, 0, 0}};
+  struct Info {
+    const char* name;
+    Activation::Kind kind;
+    int params;
+    double alpha, beta;
+  };
+  static const Info kInfos[] = {{"sigmoid", Activation::Sigmoid, 0, 0, 0},
+                                {"tanh", Activation::Tanh, 0, 0, 0},
+                                {"relu", Activation::Relu, 0, 0, 0},
+                                {"affine", Activation::Affine, 2, 1, 0},
+                                {"leakyrelu", Activation::LeakyRelu, 1, 0.01, 0},
+                                {"thresholdedrelu", Activation::ThresholdedRelu, 1, 1, 0},
+                                {"scaledtanh", Activation::ScaledTanh, 2, 1, 1},
+                                {"hardsigmoid", Activation::HardSigmoid, 2, 0.2, 0.5},
+                                {"elu", Activation::Elu, 1, 1, 0},
+                                {"softsign", Activation::Softsign, 0, 0, 0},
+                                {"softplus", Activation::Softplus, 0, 0, 0}};
   std::vector<float> alphas = node.attr_floats("activation_alpha");
   std::vector<float> betas = node.attr_floats("activation_beta");
   size_t next_alpha = 0, next_beta = 0;
@@ -61,7 +79,8 @@ std::vector<Activation> parse_activations(const Node& node, const std::vector<st
     const Info* info = nullptr;
     for (const Info& i : kInfos)
       if (lower == i.name) info = &i;
-    TERRACE_CHECK(info, NotImplemented, node.describe(), ": activation '", name, "' is not supported");
+    TERRACE_CHECK(info, NotImplemented, node.describe(), ": activation '", name,
+                  "' is not supported");
     Activation a{info->kind, info->alpha, info->beta};
     if (info->params >= 1 && next_alpha < alphas.size()) a.alpha = alphas[next_alpha++];
     if (info->params >= 2 && next_beta < betas.size()) a.beta = betas[next_beta++];
@@ -76,7 +95,7 @@ struct RnnProblem {
   int64_t seq = 0, batch = 0, input = 0, hidden = 0, dirs = 1, gates = 1;
   bool layout_batch_first = false, reverse_only = false, linear_before_reset = false;
   bool input_forget = false;
-  double clip = 0;  // 0: no clipping
+  double clip = 0;                            // 0: no clipping
   std::vector<double> x, w, r, b, p, h0, c0;  // per direction blocks, in double
   std::vector<int64_t> lens;
   std::vector<Activation> acts;  // activation_count(cell) per direction
@@ -142,8 +161,8 @@ RnnProblem make_problem(const KernelContext& ctx, Cell cell) {
       TERRACE_CHECK(len >= 0 && len <= p.seq, InvalidArgument, node.describe(),
                     ": sequence length ", len, " is outside [0, ", p.seq, "]");
   }
-  Shape state = p.layout_batch_first ? Shape{p.batch, p.dirs, p.hidden}
-                                     : Shape{p.dirs, p.batch, p.hidden};
+  Shape state =
+      p.layout_batch_first ? Shape{p.batch, p.dirs, p.hidden} : Shape{p.dirs, p.batch, p.hidden};
   p.h0 = optional_input(ctx, 5, state, "input initial_h", 0.0);
   if (cell == Cell::Lstm) {
     p.c0 = optional_input(ctx, 6, state, "input initial_c", 0.0);
@@ -212,7 +231,9 @@ void step(const RnnProblem& p, int64_t d, int64_t n, int64_t t, State& st) {
       const double* peep = &p.p[size_t(d * 3 * H)];
       double* c = &st.c[size_t(n * H)];
       for (int64_t j = 0; j < H; ++j) {
-        auto pre = [&](int64_t gate) { return xin(gate * H + j) + rec(gate * H + j, h_prev.data()); };
+        auto pre = [&](int64_t gate) {
+          return xin(gate * H + j) + rec(gate * H + j, h_prev.data());
+        };
         double i = act[0](clip(pre(0) + peep[j] * c[j]));
         double f = p.input_forget ? 1 - i : act[0](clip(pre(2) + peep[2 * H + j] * c[j]));
         double cand = act[1](clip(pre(3)));
@@ -237,7 +258,7 @@ void recurrent_kernel(KernelContext& ctx, Cell cell) {
         st.h[size_t(n * H + j)] = p.h0[size_t(p.state_off(d, n) + j)];
         if (cell == Cell::Lstm) st.c[size_t(n * H + j)] = p.c0[size_t(p.state_off(d, n) + j)];
       }
-    // Batch entries are independent: each thread steps its own entries through time.
+      // Batch entries are independent: each thread steps its own entries through time.
 #pragma omp parallel for schedule(static)
     for (int64_t n = 0; n < p.batch; ++n) {
       int64_t len = p.lens[size_t(n)];
@@ -251,8 +272,8 @@ void recurrent_kernel(KernelContext& ctx, Cell cell) {
     }
   }
   DType dt = ctx.input(0).dtype();
-  Shape y_shape = p.layout_batch_first ? Shape{p.batch, p.seq, p.dirs, H}
-                                       : Shape{p.seq, p.dirs, p.batch, H};
+  Shape y_shape =
+      p.layout_batch_first ? Shape{p.batch, p.seq, p.dirs, H} : Shape{p.seq, p.dirs, p.batch, H};
   Shape state = p.layout_batch_first ? Shape{p.batch, p.dirs, H} : Shape{p.dirs, p.batch, H};
   if (ctx.wants_output(0)) ctx.set_output(0, tensor_from_doubles(ctx.node, dt, y_shape, y));
   if (ctx.wants_output(1)) ctx.set_output(1, tensor_from_doubles(ctx.node, dt, state, yh));

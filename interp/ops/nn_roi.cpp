@@ -21,8 +21,16 @@ Sample bilinear_sample(double y, double x, int64_t height, int64_t width) {
   y = std::max(y, 0.0);
   x = std::max(x, 0.0);
   int64_t y_low = int64_t(y), x_low = int64_t(x), y_high, x_high;
-  if (y_low >= height - 1) { y_high = y_low = height - 1; y = double(y_low); } else y_high = y_low + 1;
-  if (x_low >= width - 1) { x_high = x_low = width - 1; x = double(x_low); } else x_high = x_low + 1;
+  if (y_low >= height - 1) {
+    y_high = y_low = height - 1;
+    y = double(y_low);
+  } else
+    y_high = y_low + 1;
+  if (x_low >= width - 1) {
+    x_high = x_low = width - 1;
+    x = double(x_low);
+  } else
+    x_high = x_low + 1;
   double ly = y - double(y_low), lx = x - double(x_low), hy = 1 - ly, hx = 1 - lx;
   s.pos[0] = y_low * width + x_low;
   s.pos[1] = y_low * width + x_high;
@@ -52,8 +60,10 @@ std::vector<std::vector<Sample>> roi_samples(const RoiAlignParams& a, const doub
     roi_h = std::max(roi_h, 1.0);
   }
   double bin_h = roi_h / double(a.out_h), bin_w = roi_w / double(a.out_w);
-  int64_t grid_h = a.sampling_ratio > 0 ? a.sampling_ratio : int64_t(std::ceil(roi_h / double(a.out_h)));
-  int64_t grid_w = a.sampling_ratio > 0 ? a.sampling_ratio : int64_t(std::ceil(roi_w / double(a.out_w)));
+  int64_t grid_h =
+      a.sampling_ratio > 0 ? a.sampling_ratio : int64_t(std::ceil(roi_h / double(a.out_h)));
+  int64_t grid_w =
+      a.sampling_ratio > 0 ? a.sampling_ratio : int64_t(std::ceil(roi_w / double(a.out_w)));
   std::vector<std::vector<Sample>> bins(size_t(a.out_h * a.out_w));
   for (int64_t ph = 0; ph < a.out_h; ++ph)
     for (int64_t pw = 0; pw < a.out_w; ++pw)
@@ -88,7 +98,8 @@ double bin_value(const RoiAlignParams& a, const std::vector<Sample>& samples, co
 std::vector<double> checked_rois(const Node& node, const Tensor& rois, int64_t cols,
                                  const std::vector<int64_t>& batch_index, int64_t batch) {
   TERRACE_CHECK(rois.rank() == 2 && rois.dim(1) == cols, InvalidArgument, node.describe(),
-                ": input rois must have shape [num_rois, ", cols, "], got ", shape_str(rois.shape()));
+                ": input rois must have shape [num_rois, ", cols, "], got ",
+                shape_str(rois.shape()));
   for (int64_t b : batch_index)
     TERRACE_CHECK(b >= 0 && b < batch, InvalidArgument, node.describe(), ": batch index ", b,
                   " is outside [0, ", batch, ")");
@@ -106,10 +117,12 @@ void roi_align_kernel(KernelContext& ctx) {
   a.scale = node.attr_float("spatial_scale", 1.0f);
   std::string mode = node.attr_string("mode", "avg");
   std::string ctm = node.attr_string("coordinate_transformation_mode", "half_pixel");
-  TERRACE_CHECK(mode == "avg" || mode == "max", InvalidModel, node.describe(), ": unknown mode '", mode, "'");
+  TERRACE_CHECK(mode == "avg" || mode == "max", InvalidModel, node.describe(), ": unknown mode '",
+                mode, "'");
   TERRACE_CHECK(ctm == "half_pixel" || ctm == "output_half_pixel", InvalidModel, node.describe(),
                 ": unknown coordinate_transformation_mode '", ctm, "'");
-  TERRACE_CHECK(a.out_h >= 1 && a.out_w >= 1, InvalidModel, node.describe(), ": output size must be >= 1");
+  TERRACE_CHECK(a.out_h >= 1 && a.out_w >= 1, InvalidModel, node.describe(),
+                ": output size must be >= 1");
   a.max_mode = mode == "max";
   a.half_pixel = ctm == "half_pixel";
   std::vector<int64_t> batch_index = ctx.input(2).to_int64_vector();

@@ -10,13 +10,29 @@
 namespace terrace {
 namespace {
 
-Attribute int_attr(int64_t v) { Attribute a; a.kind = Attribute::Kind::Int; a.i = v; return a; }
-Attribute float_attr(float v) { Attribute a; a.kind = Attribute::Kind::Float; a.f = v; return a; }
+Attribute int_attr(int64_t v) {
+  Attribute a;
+  a.kind = Attribute::Kind::Int;
+  a.i = v;
+  return a;
+}
+Attribute float_attr(float v) {
+  Attribute a;
+  a.kind = Attribute::Kind::Float;
+  a.f = v;
+  return a;
+}
 Attribute ints_attr(std::vector<int64_t> v) {
-  Attribute a; a.kind = Attribute::Kind::Ints; a.ints = std::move(v); return a;
+  Attribute a;
+  a.kind = Attribute::Kind::Ints;
+  a.ints = std::move(v);
+  return a;
 }
 Attribute string_attr(std::string v) {
-  Attribute a; a.kind = Attribute::Kind::String; a.s = std::move(v); return a;
+  Attribute a;
+  a.kind = Attribute::Kind::String;
+  a.s = std::move(v);
+  return a;
 }
 
 Node make_node(Op op, int outputs, std::map<std::string, Attribute> attrs = {}) {
@@ -50,37 +66,42 @@ Tensor iota(Shape shape) {
 
 TEST(NnKernels, max_pool_returns_row_and_column_major_indices) {
   for (int64_t order : {0, 1}) {
-    Node n = make_node(Op::MaxPool, 2, {{"kernel_shape", ints_attr({2, 2})},
-                                        {"storage_order", int_attr(order)}});
+    Node n = make_node(Op::MaxPool, 2,
+                       {{"kernel_shape", ints_attr({2, 2})}, {"storage_order", int_attr(order)}});
     auto out = run(n, {iota({1, 1, 2, 3})});  // [[0,1,2],[3,4,5]]
     EXPECT_EQ(out[0].shape(), (Shape{1, 1, 1, 2}));
     EXPECT_EQ(values(out[0]), (std::vector<float>{4, 5}));
-    std::vector<int64_t> want = order == 0 ? std::vector<int64_t>{4, 5} : std::vector<int64_t>{3, 5};
+    std::vector<int64_t> want =
+        order == 0 ? std::vector<int64_t>{4, 5} : std::vector<int64_t>{3, 5};
     EXPECT_EQ(out[1].to_int64_vector(), want);
   }
 }
 
 TEST(NnKernels, max_pool_ceil_mode_adds_a_partial_window) {
-  Node n = make_node(Op::MaxPool, 1, {{"kernel_shape", ints_attr({2})}, {"strides", ints_attr({2})},
-                                      {"ceil_mode", int_attr(1)}});
+  Node n = make_node(
+      Op::MaxPool, 1,
+      {{"kernel_shape", ints_attr({2})}, {"strides", ints_attr({2})}, {"ceil_mode", int_attr(1)}});
   auto out = run(n, {iota({1, 1, 5})});
   EXPECT_EQ(values(out[0]), (std::vector<float>{1, 3, 4}));
 }
 
 TEST(NnKernels, average_pool_count_include_pad_changes_the_divisor) {
   for (int64_t include : {0, 1}) {
-    Node n = make_node(Op::AveragePool, 1, {{"kernel_shape", ints_attr({3})},
-                                            {"pads", ints_attr({1, 1})},
-                                            {"count_include_pad", int_attr(include)}});
+    Node n = make_node(Op::AveragePool, 1,
+                       {{"kernel_shape", ints_attr({3})},
+                        {"pads", ints_attr({1, 1})},
+                        {"count_include_pad", int_attr(include)}});
     auto out = run(n, {iota({1, 1, 3})});  // windows [pad,0,1] [0,1,2] [1,2,pad]
-    std::vector<float> want = include ? std::vector<float>{1.f / 3, 1, 1} : std::vector<float>{0.5, 1, 1.5};
+    std::vector<float> want =
+        include ? std::vector<float>{1.f / 3, 1, 1} : std::vector<float>{0.5, 1, 1.5};
     EXPECT_EQ(values(out[0]), want);
   }
 }
 
 TEST(NnKernels, same_upper_pads_keep_the_spatial_size) {
-  Node n = make_node(Op::AveragePool, 1, {{"kernel_shape", ints_attr({2, 2})},
-                                          {"auto_pad", string_attr("SAME_UPPER")}});
+  Node n =
+      make_node(Op::AveragePool, 1,
+                {{"kernel_shape", ints_attr({2, 2})}, {"auto_pad", string_attr("SAME_UPPER")}});
   auto out = run(n, {iota({1, 2, 3, 3})});
   EXPECT_EQ(out[0].shape(), (Shape{1, 2, 3, 3}));
   EXPECT_FLOAT_EQ(out[0].data<float>()[8], 8.0f);  // the corner window holds only itself
@@ -97,8 +118,8 @@ TEST(NnKernels, global_pools_reduce_every_spatial_dim) {
 TEST(NnKernels, max_unpool_scatters_into_zeros) {
   Tensor x = Tensor::from_vector<float>({1, 1, 1, 2}, {5, 7});
   Tensor idx = Tensor::from_vector<int64_t>({1, 1, 1, 2}, {1, 6});
-  Node n = make_node(Op::MaxUnpool, 1, {{"kernel_shape", ints_attr({2, 2})},
-                                        {"strides", ints_attr({2, 2})}});
+  Node n = make_node(Op::MaxUnpool, 1,
+                     {{"kernel_shape", ints_attr({2, 2})}, {"strides", ints_attr({2, 2})}});
   auto out = run(n, {x, idx});
   EXPECT_EQ(out[0].shape(), (Shape{1, 1, 2, 4}));
   EXPECT_EQ(values(out[0]), (std::vector<float>{0, 5, 0, 0, 0, 0, 7, 0}));
@@ -166,7 +187,9 @@ TEST(NnKernels, rnn_with_identity_weights_accumulates_inputs) {
   // H_t = Relu(x_t + H_{t-1}) with W = R = 1: a running sum.
   Tensor x = Tensor::from_vector<float>({3, 1, 1}, {1, 2, 3});
   Tensor w = Tensor::from_vector<float>({1, 1, 1}, {1});
-  Attribute acts; acts.kind = Attribute::Kind::Strings; acts.strings = {"Relu"};
+  Attribute acts;
+  acts.kind = Attribute::Kind::Strings;
+  acts.strings = {"Relu"};
   Node n = make_node(Op::RNN, 2, {{"hidden_size", int_attr(1)}, {"activations", acts}});
   auto out = run(n, {x, w, w});
   EXPECT_EQ(values(out[0]), (std::vector<float>{1, 3, 6}));
@@ -178,8 +201,10 @@ TEST(NnKernels, results_do_not_depend_on_the_thread_count) {
   Tensor x = Tensor::empty(DType::Float32, {2, 8, 9, 9});
   for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = std::sin(float(i) * 0.37f);
   std::vector<Node> nodes = {
-      make_node(Op::MaxPool, 2, {{"kernel_shape", ints_attr({3, 3})}, {"strides", ints_attr({2, 2})}}),
-      make_node(Op::AveragePool, 1, {{"kernel_shape", ints_attr({3, 3})}, {"pads", ints_attr({1, 1, 1, 1})}}),
+      make_node(Op::MaxPool, 2,
+                {{"kernel_shape", ints_attr({3, 3})}, {"strides", ints_attr({2, 2})}}),
+      make_node(Op::AveragePool, 1,
+                {{"kernel_shape", ints_attr({3, 3})}, {"pads", ints_attr({1, 1, 1, 1})}}),
       make_node(Op::GlobalAveragePool, 1), make_node(Op::MeanVarianceNormalization, 1),
       make_node(Op::LRN, 1, {{"size", int_attr(3)}})};
   for (const Node& n : nodes) {
@@ -212,8 +237,10 @@ TEST(NnKernelsMore, lp_normalization_divides_by_the_norm_and_keeps_zero_vectors)
 
 TEST(NnKernelsMore, instance_norm_normalizes_each_sample_and_channel) {
   Tensor x = Tensor::from_vector<float>({1, 2, 2}, {1, 3, 10, 10});
-  Tensor one = Tensor::from_vector<float>({2}, {1, 1}), zero = Tensor::from_vector<float>({2}, {0, 0});
-  auto out = run(make_node(Op::InstanceNormalization, 1, {{"epsilon", float_attr(0)}}), {x, one, zero});
+  Tensor one = Tensor::from_vector<float>({2}, {1, 1}),
+         zero = Tensor::from_vector<float>({2}, {0, 0});
+  auto out =
+      run(make_node(Op::InstanceNormalization, 1, {{"epsilon", float_attr(0)}}), {x, one, zero});
   EXPECT_EQ(values(out[0])[0], -1.0f);
   EXPECT_EQ(values(out[0])[1], 1.0f);
   EXPECT_TRUE(std::isnan(values(out[0])[2]));  // zero variance, epsilon 0: 0/0
@@ -222,9 +249,9 @@ TEST(NnKernelsMore, instance_norm_normalizes_each_sample_and_channel) {
 TEST(NnKernelsMore, batch_norm_training_updates_the_running_statistics) {
   Tensor x = Tensor::from_vector<float>({2, 1}, {1, 3});  // batch mean 2, variance 1
   Tensor one = Tensor::from_vector<float>({1}, {1}), zero = Tensor::from_vector<float>({1}, {0});
-  Node n = make_node(Op::BatchNormalization, 3, {{"training_mode", int_attr(1)},
-                                                 {"momentum", float_attr(0.5f)},
-                                                 {"epsilon", float_attr(0)}});
+  Node n = make_node(
+      Op::BatchNormalization, 3,
+      {{"training_mode", int_attr(1)}, {"momentum", float_attr(0.5f)}, {"epsilon", float_attr(0)}});
   auto out = run(n, {x, one, zero, zero, one});
   EXPECT_EQ(values(out[0]), (std::vector<float>{-1, 1}));
   EXPECT_EQ(values(out[1]), (std::vector<float>{1}));
