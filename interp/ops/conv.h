@@ -53,8 +53,17 @@ void walk_strided_grid(const Shape& from, const Shape& to, const std::vector<int
       const int64_t b = a[size_t(d)] * stride[size_t(d)] + offset[d];
       base = (b < 0 || b >= to[size_t(d)]) ? -1 : base * to[size_t(d)] + b;
     }
-    for (int64_t al = 0, bl = b_first; al < from_last; ++al, bl += s_last)
-      f((base >= 0 && bl >= 0 && bl < to_last) ? base * to_last + bl : int64_t(-1));
+    // Along the last dim, b = b_first + al * s_last lies inside `to` for al in [lo, hi).
+    int64_t lo = 0, hi = 0;
+    if (base >= 0) {
+      lo = b_first >= 0 ? 0 : (-b_first + s_last - 1) / s_last;
+      hi = b_first >= to_last ? 0 : std::min(from_last, (to_last - 1 - b_first) / s_last + 1);
+      lo = std::min(lo, from_last);
+      hi = std::max(hi, lo);
+    }
+    for (int64_t al = 0; al < lo; ++al) f(int64_t(-1));
+    for (int64_t al = lo, b = base * to_last + b_first + lo * s_last; al < hi; ++al, b += s_last) f(b);
+    for (int64_t al = hi; al < from_last; ++al) f(int64_t(-1));
     for (int64_t d = last - 1; d >= 0 && ++a[size_t(d)] == from[size_t(d)]; --d) a[size_t(d)] = 0;
   }
 }
@@ -98,14 +107,14 @@ void conv_forward(const ConvGeometry& g, const T* x, const T* w, Emit&& emit) {
   const int64_t kernel = g.kernel_size();
   // Many small groups (depthwise): run groups in parallel, each GEMM on one thread.
   const bool by_group = g.group >= 8;
-  std::vector<Acc> wpack(size_t(g.group * packed_a_size(M, K)));
+  ScratchBuffer<Acc> wpack(ScratchSlot::A, size_t(g.group * packed_a_size(M, K)));
   for (int64_t grp = 0; grp < g.group; ++grp)
     pack_a_into(wpack.data() + grp * packed_a_size(M, K), w + grp * M * K, M, K, K, int64_t(1));
-  std::vector<Acc> shared_cols(by_group ? 0 : size_t(packed_b_size(K, N)));
+  // The im2col matrix: the calling thread's B slot, or each worker's own when groups run apart.
   parallel_for_catching(g.batch * g.group, by_group, [&](int64_t ng) {
     const int64_t n = ng / g.group, grp = ng % g.group;
-    std::vector<Acc> own_cols(by_group ? size_t(packed_b_size(K, N)) : 0);
-    Acc* cols = by_group ? own_cols.data() : shared_cols.data();
+    ScratchBuffer<Acc> col_buf(ScratchSlot::B, size_t(packed_b_size(K, N)));
+    Acc* cols = col_buf.data();
     const T* xg = x + (n * g.cin + grp * g.cin_g()) * g.in_size();
 #pragma omp parallel for schedule(static) if (!by_group && K * N > (1 << 15))
     for (int64_t k = 0; k < K; ++k)

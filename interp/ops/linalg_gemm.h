@@ -2,10 +2,12 @@
 // packed panels, double (or 64-bit integer) accumulation, each output's sum in fixed k order.
 #pragma once
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <exception>
+#include <memory>
 #include <omp.h>
 #include <type_traits>
 #include <vector>
@@ -49,12 +51,49 @@ inline Acc to_acc(T v) {
 // Register tile of the micro-kernel: MR rows of A by NR columns of B.
 inline constexpr int64_t kGemmMR = 4, kGemmNR = 4;
 
+// Per-thread scratch memory for packed operands, reused from call to call so that the large
+// packing buffers are neither re-zeroed nor page-faulted again on every call (that cost as much
+// as a small GEMM). Contents start uninitialised. Buffers over kKeepBytes are released when
+// their user ends, so one huge product (an LM head) does not pin its memory.
+enum class ScratchSlot { A, B };
+template <typename Acc>
+class ScratchBuffer {
+ public:
+  static constexpr size_t kKeepBytes = size_t(64) << 20;
+  ScratchBuffer(ScratchSlot slot, size_t n) : slot_(&store()[size_t(slot)]) {
+    if (slot_->n < n) {
+      slot_->p.reset();
+      slot_->p.reset(new Acc[n]);
+      slot_->n = n;
+    }
+  }
+  ScratchBuffer(ScratchBuffer&& o) noexcept : slot_(o.slot_) { o.slot_ = nullptr; }
+  ScratchBuffer& operator=(ScratchBuffer&&) = delete;
+  ~ScratchBuffer() {
+    if (slot_ && slot_->n * sizeof(Acc) > kKeepBytes) slot_->p.reset(), slot_->n = 0;
+  }
+  Acc* data() const { return slot_->p.get(); }
+
+ private:
+  struct Slot {
+    std::unique_ptr<Acc[]> p;
+    size_t n = 0;
+  };
+  static std::array<Slot, 2>& store() {
+    thread_local std::array<Slot, 2> slots;
+    return slots;
+  }
+  Slot* slot_;
+};
+
 // A [M,K] packed as panels of MR rows; panel p holds K x MR values, k-major, rows past M zero.
-// B [K,N] packed as panels of NR columns; panel q holds K x NR values, k-major, columns past N zero.
+// B [K,N] packed as panels of NR columns; panel q holds K x NR values, k-major, columns past N
+// zero. A lives in this thread's A scratch slot, B in its B slot: one of each at a time.
 template <typename Acc>
 struct PackedMatrix {
   int64_t rows = 0, cols = 0;  // logical M,K (A) or K,N (B)
-  std::vector<Acc> data;
+  ScratchBuffer<Acc> buf;
+  const Acc* data() const { return buf.data(); }
 };
 inline int64_t packed_a_size(int64_t M, int64_t K) { return (M + kGemmMR - 1) / kGemmMR * kGemmMR * K; }
 inline int64_t packed_b_size(int64_t K, int64_t N) { return (N + kGemmNR - 1) / kGemmNR * kGemmNR * K; }
@@ -94,14 +133,14 @@ void pack_b_into(Acc* dst, const T* b, int64_t K, int64_t N, int64_t rs, int64_t
 
 template <typename Acc, typename T>
 PackedMatrix<Acc> pack_a(const T* a, int64_t M, int64_t K, int64_t rs, int64_t cs) {
-  PackedMatrix<Acc> p{M, K, std::vector<Acc>(size_t(packed_a_size(M, K)))};
-  pack_a_into(p.data.data(), a, M, K, rs, cs);
+  PackedMatrix<Acc> p{M, K, ScratchBuffer<Acc>(ScratchSlot::A, size_t(packed_a_size(M, K)))};
+  pack_a_into(p.buf.data(), a, M, K, rs, cs);
   return p;
 }
 template <typename Acc, typename T>
 PackedMatrix<Acc> pack_b(const T* b, int64_t K, int64_t N, int64_t rs, int64_t cs) {
-  PackedMatrix<Acc> p{K, N, std::vector<Acc>(size_t(packed_b_size(K, N)))};
-  pack_b_into(p.data.data(), b, K, N, rs, cs);
+  PackedMatrix<Acc> p{K, N, ScratchBuffer<Acc>(ScratchSlot::B, size_t(packed_b_size(K, N)))};
+  pack_b_into(p.buf.data(), b, K, N, rs, cs);
   return p;
 }
 
@@ -186,7 +225,7 @@ void gemm_packed(const Acc* A, const Acc* B, int64_t M, int64_t K, int64_t N, Em
 template <typename Acc, typename Emit>
 void gemm_packed(const PackedMatrix<Acc>& A, const PackedMatrix<Acc>& B, Emit&& emit) {
   TERRACE_ASSERT(B.rows == A.cols, "gemm: inner dimensions differ");
-  gemm_packed(A.data.data(), B.data.data(), A.rows, A.cols, B.cols, emit);
+  gemm_packed(A.data(), B.data(), A.rows, A.cols, B.cols, emit);
 }
 
 }  // namespace terrace::ops

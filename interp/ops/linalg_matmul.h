@@ -1,5 +1,7 @@
 // numpy-style batched matrix products on top of the packed GEMM (MatMul and its integer forms).
 #pragma once
+#include <optional>
+
 #include "interp/graph.h"
 #include "interp/ops/linalg_gemm.h"
 
@@ -31,12 +33,14 @@ void run_matmul(const MatMulPlan& p, const TA* a, const TB* b, Emit&& emit) {
     gemm_packed(A, B, emit);
     return;
   }
-  PackedMatrix<Acc> B;
+  std::optional<PackedMatrix<Acc>> B;
   for (int64_t t = 0; t < batches; ++t) {
-    if (t == 0 || p.b_off[size_t(t)] != p.b_off[size_t(t) - 1])
-      B = pack_b<Acc>(b + p.b_off[size_t(t)], p.K, p.N, p.N, 1);
+    if (t == 0 || p.b_off[size_t(t)] != p.b_off[size_t(t) - 1]) {
+      B.reset();
+      B.emplace(pack_b<Acc>(b + p.b_off[size_t(t)], p.K, p.N, p.N, 1));
+    }
     auto A = pack_a<Acc>(a + p.a_off[size_t(t)], p.M, p.K, p.K, 1);
-    gemm_packed(A, B, [&](int64_t i, int64_t j0, int64_t n, const Acc* s) {
+    gemm_packed(A, *B, [&](int64_t i, int64_t j0, int64_t n, const Acc* s) {
       emit(t * p.M + i, j0, n, s);
     });
   }
