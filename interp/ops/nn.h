@@ -1,5 +1,6 @@
 // Shared pieces of the 'nn' family reference kernels (interp/ops/nn*.cpp).
 #pragma once
+#include <exception>
 #include <string>
 
 #include "interp/ops/common.h"
@@ -12,6 +13,24 @@ void register_nn_roi_kernels(KernelTable& t);
 void register_nn_norm_kernels(KernelTable& t);
 void register_nn_rnn_kernels(KernelTable& t);
 void register_nn_loss_kernels(KernelTable& t);
+
+// Runs f(i) for i in [0, n) on OpenMP threads in fixed static chunks; f must write disjoint
+// outputs, so results do not depend on the thread count. No exception may leave an OpenMP region:
+// one thrown by f (in practice only bad_alloc) is caught inside and rethrown after the loop.
+template <typename F>
+void parallel_for(int64_t n, F&& f) {
+  std::exception_ptr error;
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    try {
+      f(i);
+    } catch (...) {
+#pragma omp critical(terrace_nn_parallel_for)
+      if (!error) error = std::current_exception();
+    }
+  }
+  if (error) std::rethrow_exception(error);
+}
 
 // Calls f(T{}) with T the storage type of a floating-point dtype (float, double, Half,
 // BFloat16); NotImplemented naming the node and `what` for any other dtype.

@@ -53,14 +53,13 @@ Tensor nll(KernelContext& ctx, const LossLayout& l, const std::vector<double>& l
     TERRACE_CHECK((has_ignore && v == ignore) || (v >= 0 && v < l.c), InvalidArgument,
                   node.describe(), ": target ", v, " is not a class index in [0, ", l.c, ")");
   std::vector<double> loss(static_cast<size_t>(count)), weight(loss.size());
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < count; ++i) {
+  parallel_for(count, [&](int64_t i) {
     int64_t cls = t[size_t(i)];
-    if (has_ignore && cls == ignore) continue;  // zero loss, zero weight (vectors start at 0)
+    if (has_ignore && cls == ignore) return;  // zero loss, zero weight (vectors start at 0)
     int64_t n = i / l.d, j = i % l.d;
     weight[size_t(i)] = class_weight[size_t(cls)];
     loss[size_t(i)] = -logp[size_t((n * l.c + cls) * l.d + j)] * weight[size_t(i)];
-  }
+  });
   std::vector<double> result = loss;
   Shape shape = l.target_shape;
   if (reduction != "none") {
@@ -85,8 +84,7 @@ void nll_loss_kernel(KernelContext& ctx) {
 // log_softmax over axis 1 of [N, C, D], in double.
 std::vector<double> log_softmax(const LossLayout& l, const std::vector<double>& x) {
   std::vector<double> y(x.size());
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < l.n * l.d; ++i) {
+  parallel_for(l.n * l.d, [&](int64_t i) {
     int64_t base = (i / l.d) * l.c * l.d + i % l.d;
     double mx = -INFINITY;
     for (int64_t c = 0; c < l.c; ++c) mx = std::max(mx, x[size_t(base + c * l.d)]);
@@ -94,7 +92,7 @@ std::vector<double> log_softmax(const LossLayout& l, const std::vector<double>& 
     for (int64_t c = 0; c < l.c; ++c) sum += std::exp(x[size_t(base + c * l.d)] - mx);
     double lse = mx + std::log(sum);
     for (int64_t c = 0; c < l.c; ++c) y[size_t(base + c * l.d)] = x[size_t(base + c * l.d)] - lse;
-  }
+  });
   return y;
 }
 

@@ -93,9 +93,9 @@ Moments group_moments(const AxisGroups& s, const T* x, int64_t g) {
 // Writes y = f(x, group g, index within group) for every element, in parallel over groups.
 template <typename T, typename F>
 void map_groups(const AxisGroups& s, const T* x, T* y, F&& f) {
-#pragma omp parallel for schedule(static)
-  for (int64_t g = 0; g < s.count; ++g)
+  parallel_for(s.count, [&](int64_t g) {
     s.visit(g, [&](int64_t i, int64_t k) { y[i] = T(f(double(x[i]), g, k)); });
+  });
 }
 
 // A per-channel parameter tensor read as doubles, checked to hold `n` floating-point values.
@@ -147,8 +147,7 @@ void normalize_channels(KernelContext& ctx, const AxisGroups& s, const std::vect
 template <typename T>
 std::vector<Moments> all_moments(const AxisGroups& s, const T* x) {
   std::vector<Moments> m(size_t(s.count));
-#pragma omp parallel for schedule(static)
-  for (int64_t g = 0; g < s.count; ++g) m[size_t(g)] = group_moments(s, x, g);
+  parallel_for(s.count, [&](int64_t g) { m[size_t(g)] = group_moments(s, x, g); });
   return m;
 }
 
@@ -286,15 +285,14 @@ void lp_norm_kernel(KernelContext& ctx) {
     using T = decltype(tag);
     const T* xp = x.data<T>();
     std::vector<double> norms(static_cast<size_t>(s.count));
-#pragma omp parallel for schedule(static)
-    for (int64_t g = 0; g < s.count; ++g) {
+    parallel_for(s.count, [&](int64_t g) {
       double acc = 0;
       s.visit(g, [&](int64_t i, int64_t) {
         double v = double(xp[i]);
         acc += p == 1 ? std::fabs(v) : v * v;
       });
       norms[size_t(g)] = p == 1 ? acc : std::sqrt(acc);
-    }
+    });
     // A zero vector stays zero rather than becoming NaN.
     map_groups(s, xp, y.data<T>(), [&](double v, int64_t g, int64_t) {
       return norms[size_t(g)] == 0 ? 0.0 : v / norms[size_t(g)];
@@ -321,8 +319,7 @@ void lrn_kernel(KernelContext& ctx) {
     using T = decltype(tag);
     const T* xp = x.data<T>();
     T* yp = y.data<T>();
-#pragma omp parallel for schedule(static)
-    for (int64_t nc = 0; nc < x.dim(0) * channels; ++nc) {
+    parallel_for(x.dim(0) * channels, [&](int64_t nc) {
       int64_t n = nc / channels, c = nc % channels;
       int64_t lo = std::max<int64_t>(0, c - before), hi = std::min(channels - 1, c + after);
       for (int64_t i = 0; i < plane; ++i) {
@@ -334,7 +331,7 @@ void lrn_kernel(KernelContext& ctx) {
         yp[nc * plane + i] =
             T(double(xp[nc * plane + i]) / std::pow(bias + alpha / double(size) * sq, beta));
       }
-    }
+    });
   });
   ctx.set_output(0, std::move(y));
 }

@@ -155,13 +155,12 @@ int64_t padded_taps(const PoolGeometry& g, const Dims3& o) {
 // Calls f(plane, flat output index, o0, o1, o2) for every output, in parallel over planes.
 template <typename F>
 void for_each_output(const PoolGeometry& g, F&& f) {
-#pragma omp parallel for schedule(static)
-  for (int64_t p = 0; p < g.planes; ++p) {
+  parallel_for(g.planes, [&](int64_t p) {
     int64_t o = p * g.out_size();
     for (int64_t o0 = 0; o0 < g.out[0]; ++o0)
       for (int64_t o1 = 0; o1 < g.out[1]; ++o1)
         for (int64_t o2 = 0; o2 < g.out[2]; ++o2) f(p, o++, o0, o1, o2);
-  }
+  });
 }
 
 template <typename T>

@@ -191,8 +191,8 @@ struct State {
   std::vector<double> h, c;
 };
 
-// One time step of direction d for batch entry n at time t; updates st.h/st.c for that entry and
-// returns nothing (the driver copies H into Y). `act` points at this direction's activations.
+// One time step of direction d for batch entry n at time t: updates that entry's hidden (and
+// cell) state in st from its previous value, following the ONNX equations of each cell.
 void step(const RnnProblem& p, int64_t d, int64_t n, int64_t t, State& st) {
   int64_t H = p.hidden, gh = p.gates * H;
   const double* x = &p.x[size_t(p.x_off(t, n))];
@@ -259,8 +259,7 @@ void recurrent_kernel(KernelContext& ctx, Cell cell) {
         if (cell == Cell::Lstm) st.c[size_t(n * H + j)] = p.c0[size_t(p.state_off(d, n) + j)];
       }
       // Batch entries are independent: each thread steps its own entries through time.
-#pragma omp parallel for schedule(static)
-    for (int64_t n = 0; n < p.batch; ++n) {
+    parallel_for(p.batch, [&](int64_t n) {
       int64_t len = p.lens[size_t(n)];
       for (int64_t s = 0; s < len; ++s) {
         int64_t t = p.reversed(d) ? len - 1 - s : s;
@@ -269,7 +268,7 @@ void recurrent_kernel(KernelContext& ctx, Cell cell) {
       }
       std::copy_n(&st.h[size_t(n * H)], H, &yh[size_t(p.state_off(d, n))]);
       std::copy_n(&st.c[size_t(n * H)], H, &yc[size_t(p.state_off(d, n))]);
-    }
+    });
   }
   DType dt = ctx.input(0).dtype();
   Shape y_shape =

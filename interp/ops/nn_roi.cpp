@@ -133,15 +133,14 @@ void roi_align_kernel(KernelContext& ctx) {
   std::vector<double> xv = tensor_to_doubles(x);
   std::vector<double> y(static_cast<size_t>(num * channels * a.out_h * a.out_w));
   int64_t bins = a.out_h * a.out_w;
-#pragma omp parallel for schedule(static)
-  for (int64_t n = 0; n < num; ++n) {
+  parallel_for(num, [&](int64_t n) {
     std::vector<std::vector<Sample>> samples = roi_samples(a, &rois[size_t(n * 4)], height, width);
     for (int64_t c = 0; c < channels; ++c) {
       const double* plane = &xv[size_t((batch_index[size_t(n)] * channels + c) * height * width)];
       for (int64_t b = 0; b < bins; ++b)
         y[size_t((n * channels + c) * bins + b)] = bin_value(a, samples[size_t(b)], plane);
     }
-  }
+  });
   ctx.set_output(0, tensor_from_doubles(node, x.dtype(), {num, channels, a.out_h, a.out_w}, y));
 }
 
@@ -162,8 +161,7 @@ void max_roi_pool_kernel(KernelContext& ctx) {
   int64_t channels = x.dim(1), height = x.dim(2), width = x.dim(3), ph = pooled[0], pw = pooled[1];
   std::vector<double> xv = tensor_to_doubles(x);
   std::vector<double> y(static_cast<size_t>(num * channels * ph * pw));
-#pragma omp parallel for schedule(static)
-  for (int64_t nc = 0; nc < num * channels; ++nc) {
+  parallel_for(num * channels, [&](int64_t nc) {
     int64_t n = nc / channels, c = nc % channels;
     const double* roi = &rois[size_t(n * 5)];
     int64_t x0 = int64_t(std::round(roi[1] * scale)), y0 = int64_t(std::round(roi[2] * scale));
@@ -185,7 +183,7 @@ void max_roi_pool_kernel(KernelContext& ctx) {
           for (int64_t w = ws; w < we; ++w) best = std::max(best, plane[h * width + w]);
         y[size_t((nc * ph + i) * pw + j)] = best;
       }
-  }
+  });
   ctx.set_output(0, tensor_from_doubles(node, x.dtype(), {num, channels, ph, pw}, y));
 }
 
