@@ -173,7 +173,10 @@ RnnProblem make_problem(const KernelContext& ctx, Cell cell) {
       {"Tanh"}, {"Sigmoid", "Tanh"}, {"Sigmoid", "Tanh", "Tanh"}};
   size_t per_dir = size_t(activation_count(cell));
   std::vector<std::string> names = node.attr_strings("activations", kDefaults[int(cell)]);
-  if (names.size() == per_dir && p.dirs == 2) names.insert(names.end(), names.begin(), names.end());
+  if (names.size() == per_dir && p.dirs == 2) {  // one list serves both directions
+    std::vector<std::string> once = names;
+    names.insert(names.end(), once.begin(), once.end());
+  }
   TERRACE_CHECK(names.size() == per_dir * size_t(p.dirs), InvalidModel, node.describe(),
                 ": expected ", per_dir * size_t(p.dirs), " activations, got ", names.size());
   p.acts = parse_activations(node, names);

@@ -298,3 +298,26 @@ TEST(NnKernelsMore, softmax_cross_entropy_of_uniform_scores_is_log_c) {
 
 }  // namespace
 }  // namespace terrace
+
+namespace terrace {
+namespace {
+
+TEST(NnKernelsMore, bidirectional_rnn_runs_the_reverse_direction_backwards) {
+  // W = R = 1, default Tanh for both directions: H_t = tanh(x_t + H_prev).
+  Tensor x = Tensor::from_vector<float>({3, 1, 1}, {1, 2, 3});
+  Tensor w = Tensor::from_vector<float>({2, 1, 1}, {1, 1});
+  Node n = make_node(Op::RNN, 2, {{"hidden_size", int_attr(1)},
+                                  {"direction", string_attr("bidirectional")}});
+  auto out = run(n, {x, w, w});
+  ASSERT_EQ(out[0].shape(), (Shape{3, 2, 1, 1}));
+  float f1 = std::tanh(1.0f), f2 = std::tanh(2 + f1), f3 = std::tanh(3 + f2);
+  float r3 = std::tanh(3.0f), r2 = std::tanh(2 + r3), r1 = std::tanh(1 + r2);
+  std::vector<float> y = values(out[0]);
+  std::vector<float> want = {f1, r1, f2, r2, f3, r3};
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(y[i], want[i], 1e-6) << i;
+  EXPECT_NEAR(values(out[1])[0], f3, 1e-6);
+  EXPECT_NEAR(values(out[1])[1], r1, 1e-6);
+}
+
+}  // namespace
+}  // namespace terrace
