@@ -1,0 +1,78 @@
+// Importer tests of shape inference: hostile attributes skip a node's inference instead of crashing.
+#include "tests/import/import_util.h"
+
+namespace terrace::test {
+namespace {
+
+// Loads the model; ONNX 1.12's unguarded inference would crash on each of these.
+Model load_text(const char* text) { return load_onnx_bytes(bytes_of(parse_model(text))); }
+
+bool has_shape(const Model& m, const std::string& name) {
+  return m.graph->value(m.graph->find_value(name)).info.shape.has_value();
+}
+
+TEST(ShapeInfer, out_of_range_axis_skips_inference_of_that_node) {
+  Model m = load_text(R"(
+<ir_version: 8, opset_import: ["" : 17]>
+g (float[2,3,5] X, float[5] W) => (float[2,3,5] Y)
+{
+  n = LayerNormalization<axis = -536870915>(X, W)
+  Y = Relu(n)
+}
+)");
+  EXPECT_FALSE(has_shape(m, "n"));
+}
+
+TEST(ShapeInfer, valid_axis_still_infers) {
+  Model m = load_text(R"(
+<ir_version: 8, opset_import: ["" : 17]>
+g (float[2,3,5] X, float[5] W) => (float[2,3,5] Y)
+{
+  n = LayerNormalization<axis = -1>(X, W)
+  Y = Relu(n)
+}
+)");
+  EXPECT_TRUE(has_shape(m, "n"));
+}
+
+TEST(ShapeInfer, conv_weights_of_another_rank_do_not_crash) {
+  EXPECT_NO_THROW(load_text(R"(
+<ir_version: 8, opset_import: ["" : 17]>
+g (float[1,1,3] X, float[1,1,2,2] W) => (float[1,1,2] Y)
+{ Y = Conv(X, W) }
+)"));
+}
+
+TEST(ShapeInfer, zero_stride_does_not_divide_by_zero) {
+  EXPECT_NO_THROW(load_text(R"(
+<ir_version: 8, opset_import: ["" : 17]>
+g (float[1,1,4,4] X) => (float[1,1,2,2] Y)
+{ Y = MaxPool<kernel_shape = [2, 2], strides = [0, 0]>(X) }
+)"));
+}
+
+TEST(ShapeInfer, blocksize_whose_square_overflows_does_not_divide_by_zero) {
+  EXPECT_NO_THROW(load_text(R"(
+<ir_version: 8, opset_import: ["" : 17]>
+g (float[1,4,2,2] X) => (float[1,1,4,4] Y)
+{ Y = DepthToSpace<blocksize = 4294967296>(X) }
+)"));
+}
+
+TEST(ShapeInfer, negative_batch_dims_do_not_crash) {
+  EXPECT_NO_THROW(load_text(R"(
+<ir_version: 8, opset_import: ["" : 17]>
+g (float[2,2] X, int64[2,1] I) => (float[2] Y)
+{ Y = GatherND<batch_dims = -3>(X, I) }
+)"));
+}
+
+TEST(ShapeInfer, newer_ir_version_passes_the_checker) {
+  onnx::ModelProto p = parse_model(kSmallModel);
+  p.set_ir_version(9);
+  Model m = load_onnx_bytes(bytes_of(p));
+  EXPECT_EQ(m.ir_version, 9);
+}
+
+}  // namespace
+}  // namespace terrace::test
