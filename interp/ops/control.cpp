@@ -92,6 +92,7 @@ void register_control_kernels(KernelTable& t) {
   t.add(Op::Loop, ops::loop_kernel);
   ops::register_control_scan_kernel(t);
   ops::register_control_sequence_kernels(t);
+  ops::register_control_sequence_map_kernel(t);
 }
 
 }  // namespace terrace

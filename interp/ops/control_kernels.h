@@ -7,6 +7,7 @@ namespace terrace::ops {
 
 void register_control_scan_kernel(KernelTable& t);       // control_scan.cpp
 void register_control_sequence_kernels(KernelTable& t);  // control_sequence.cpp: sequences and optionals
+void register_control_sequence_map_kernel(KernelTable& t);  // control_sequence_map.cpp
 
 // Copies `count` elements of src starting at src_off into dst at dst_off (same dtype; strings are
 // copied by value).
