@@ -79,18 +79,31 @@ AttrType attribute_type(const onnx::AttributeProto& a, const std::string& what) 
   fail(ErrorCode::InvalidModel, what, " has neither a type nor a value");
 }
 
-// Converts one (sub)graph; `parent` is the enclosing graph's builder, for captures.
+// Frees a field's storage (clear() would keep its capacity).
+template <typename Field> void free_field(Field* f) { Field().Swap(f); }
+
+void release_data(onnx::TensorProto& t) {
+  delete t.release_raw_data();
+  free_field(t.mutable_float_data());
+  free_field(t.mutable_int32_data());
+  free_field(t.mutable_int64_data());
+  free_field(t.mutable_double_data());
+  free_field(t.mutable_uint64_data());
+  free_field(t.mutable_string_data());
+}
+
+// Converts one (sub)graph (releasing its initializers' data as it goes); `parent` is the enclosing graph's builder, for captures.
 class GraphBuilder {
  public:
   GraphBuilder(const GraphBuilder* parent, int opset) : parent_(parent), opset_(opset) {}
-  std::shared_ptr<Graph> build(const onnx::GraphProto& gp, const std::string& where);
+  std::shared_ptr<Graph> build(onnx::GraphProto& gp, const std::string& where);
 
  private:
   int resolve(const std::string& name, const std::string& what);
   ValueInfo info_for(const std::string& name) const;
-  std::shared_ptr<Graph> subgraph(const onnx::GraphProto& gp, const std::string& what);
-  Attribute attribute(const onnx::AttributeProto& a, const std::string& what);
-  void add_node(const onnx::NodeProto& np, const std::string& where);
+  std::shared_ptr<Graph> subgraph(onnx::GraphProto& gp, const std::string& what);
+  Attribute attribute(onnx::AttributeProto& a, const std::string& what);
+  void add_node(onnx::NodeProto& np, const std::string& where);
 
   const GraphBuilder* parent_;
   int opset_;
@@ -120,7 +133,7 @@ int GraphBuilder::resolve(const std::string& name, const std::string& what) {
   return id;
 }
 
-std::shared_ptr<Graph> GraphBuilder::subgraph(const onnx::GraphProto& gp, const std::string& what) {
+std::shared_ptr<Graph> GraphBuilder::subgraph(onnx::GraphProto& gp, const std::string& what) {
   std::shared_ptr<Graph> body = GraphBuilder(this, opset_).build(gp, what + ": ");
   // What the body reads from outside, this graph reads too: from its own values or, in turn,
   // as its own capture.
@@ -128,7 +141,7 @@ std::shared_ptr<Graph> GraphBuilder::subgraph(const onnx::GraphProto& gp, const 
   return body;
 }
 
-Attribute GraphBuilder::attribute(const onnx::AttributeProto& a, const std::string& what) {
+Attribute GraphBuilder::attribute(onnx::AttributeProto& a, const std::string& what) {
   Attribute r;
   using K = Attribute::Kind;
   switch (attribute_type(a, what)) {
@@ -136,7 +149,7 @@ Attribute GraphBuilder::attribute(const onnx::AttributeProto& a, const std::stri
     case onnx::AttributeProto::INT: r.kind = K::Int; r.i = a.i(); break;
     case onnx::AttributeProto::STRING: r.kind = K::String; r.s = a.s(); break;
     case onnx::AttributeProto::TENSOR: r.kind = K::Tensor; r.t = tensor_from_proto(a.t(), what); break;
-    case onnx::AttributeProto::GRAPH: r.kind = K::Graph; r.g = subgraph(a.g(), what); break;
+    case onnx::AttributeProto::GRAPH: r.kind = K::Graph; r.g = subgraph(*a.mutable_g(), what); break;
     case onnx::AttributeProto::FLOATS:
       r.kind = K::Floats;
       r.floats.assign(a.floats().begin(), a.floats().end());
@@ -155,7 +168,7 @@ Attribute GraphBuilder::attribute(const onnx::AttributeProto& a, const std::stri
       break;
     case onnx::AttributeProto::GRAPHS:
       r.kind = K::Graphs;
-      for (const auto& g : a.graphs()) r.graphs.push_back(subgraph(g, what));
+      for (auto& g : *a.mutable_graphs()) r.graphs.push_back(subgraph(g, what));
       break;
     case onnx::AttributeProto::TYPE_PROTO: r.kind = K::String; r.s = type_string(a.tp(), what); break;
     case onnx::AttributeProto::TYPE_PROTOS:
@@ -169,7 +182,7 @@ Attribute GraphBuilder::attribute(const onnx::AttributeProto& a, const std::stri
   return r;
 }
 
-void GraphBuilder::add_node(const onnx::NodeProto& np, const std::string& where) {
+void GraphBuilder::add_node(onnx::NodeProto& np, const std::string& where) {
   std::string what = where + "node '" + np.name() + "' (" + np.op_type() + ")";
   std::optional<Op> op = op_from_name(np.op_type());
   TERRACE_CHECK(op && is_default_domain(np.domain()), NotImplemented, what, ": op '",
@@ -177,7 +190,7 @@ void GraphBuilder::add_node(const onnx::NodeProto& np, const std::string& where)
   Node n;
   n.op = *op;
   n.name = np.name();
-  for (const auto& a : np.attribute())
+  for (auto& a : *np.mutable_attribute())
     n.attrs.emplace(a.name(), attribute(a, what + ", attribute '" + a.name() + "'"));
   for (const auto& in : np.input()) n.inputs.push_back(in.empty() ? -1 : resolve(in, what));
   int index = int(g_->nodes.size());
@@ -189,16 +202,17 @@ void GraphBuilder::add_node(const onnx::NodeProto& np, const std::string& where)
   g_->nodes.push_back(std::move(n));
 }
 
-std::shared_ptr<Graph> GraphBuilder::build(const onnx::GraphProto& gp, const std::string& where) {
+std::shared_ptr<Graph> GraphBuilder::build(onnx::GraphProto& gp, const std::string& where) {
   g_ = std::make_shared<Graph>();
   g_->name = gp.name();
   g_->opset = opset_;
   for (const auto& v : gp.value_info()) types_[v.name()] = &v.type();
   for (const auto& v : gp.input()) types_[v.name()] = &v.type();
   for (const auto& v : gp.output()) types_[v.name()] = &v.type();
-  for (const auto& t : gp.initializer()) {
+  for (auto& t : *gp.mutable_initializer()) {
     std::string what = where + "initializer '" + t.name() + "'";
     Tensor value = tensor_from_proto(t, what);
+    release_data(t);  // the proto's copy is no longer needed: peak memory stays near one copy
     ValueInfo info;
     info.dtype = value.dtype();
     info.shape = value.shape();
@@ -208,7 +222,7 @@ std::shared_ptr<Graph> GraphBuilder::build(const onnx::GraphProto& gp, const std
   }
   for (const auto& v : gp.input())
     if (g_->find_value(v.name()) < 0) g_->inputs.push_back(g_->add_value(v.name(), info_for(v.name())));
-  for (const auto& np : gp.node()) add_node(np, where);
+  for (auto& np : *gp.mutable_node()) add_node(np, where);
   for (const auto& v : gp.output())
     g_->outputs.push_back(resolve(v.name(), where + "graph output '" + v.name() + "'"));
   return g_;
@@ -220,16 +234,17 @@ std::shared_ptr<Graph> GraphBuilder::build(const onnx::GraphProto& gp, const std
 void run_onnx_checker(onnx::ModelProto& m) {
   int64_t ir_version = m.ir_version();
   if (ir_version > onnx::IR_VERSION) m.set_ir_version(onnx::IR_VERSION);
+  std::string error;
   try {
     onnx::checker::check_model(m);
   } catch (const std::exception& e) {
-    m.set_ir_version(ir_version);
-    fail(ErrorCode::InvalidModel, "ONNX checker: ", e.what());
+    error = e.what();
   }
   m.set_ir_version(ir_version);
+  TERRACE_CHECK(error.empty(), InvalidModel, "ONNX checker: ", error);
 }
 
-Model convert_model(const onnx::ModelProto& mp, const std::string& base_dir) {
+Model convert_model(onnx::ModelProto& mp, const std::string& base_dir) {
   Model m;
   m.ir_version = mp.ir_version();
   for (const auto& o : mp.opset_import())
@@ -238,7 +253,7 @@ Model convert_model(const onnx::ModelProto& mp, const std::string& base_dir) {
   m.dir = base_dir;
   // verify_model admits older opsets only where every op means what it means at kMinOpset.
   int opset = std::max(default_opset(mp), kMinOpset);
-  m.graph = GraphBuilder(nullptr, opset).build(mp.graph(), "");
+  m.graph = GraphBuilder(nullptr, opset).build(*mp.mutable_graph(), "");
   return m;
 }
 
