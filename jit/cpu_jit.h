@@ -17,6 +17,9 @@ struct CompileTimings {
   double optimize_ms = 0;  // the O3 module pipeline (loop and SLP vectorisation included)
   double codegen_ms = 0;   // machine code into an in-memory object file
   double link_ms = 0;      // JIT linking and symbol lookup
+  // CPU time of the compiling thread over all phases: the wall times above include waiting for
+  // the CPU on a loaded machine, this does not.
+  double cpu_ms = 0;
   double total_ms() const { return frontend_ms + optimize_ms + codegen_ms + link_ms; }
 };
 

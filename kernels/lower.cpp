@@ -231,6 +231,11 @@ Shape check_group(const FusionGroup& g) {
 bool can_lower(const Node& node, std::span<const DType> input_dtypes) {
   if (std::string(op_family(node.op)) != "elementwise") return false;
   if (node.outputs.size() != 1 || input_dtypes.size() < node.inputs.size()) return false;
+  // Integer Div and Mod by zero raise InvalidArgument in the interpreter; a kernel cannot raise,
+  // it would write 0. Until a guard checks divisors, they stay in the interpreter.
+  if ((node.op == Op::Div || node.op == Op::Mod) && !input_dtypes.empty() &&
+      is_integer(input_dtypes[0]))
+    return false;
   std::vector<std::optional<DType>> dtypes;
   for (size_t i = 0; i < node.inputs.size(); ++i)
     dtypes.push_back(node.inputs[i] >= 0 ? std::optional(input_dtypes[i]) : std::nullopt);

@@ -9,7 +9,8 @@ namespace terrace::kernels {
 
 // True when lower() handles `node` (an elementwise op of interp/ops.def) with these input dtypes,
 // one per entry of node.inputs (entries of absent inputs, node.inputs[i] < 0, are ignored). The
-// partitioner uses it to decide what joins a fusion group.
+// partitioner uses it to decide what joins a fusion group. Integer Div/Mod answer false: lower()
+// compiles them (a zero divisor gives 0), but the interpreter raises an error there.
 bool can_lower(const Node& node, std::span<const DType> input_dtypes);
 
 // The result signature of group.ops[op]: its dtype by the op's type rule, its shape by numpy

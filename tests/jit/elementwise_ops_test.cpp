@@ -95,6 +95,8 @@ TEST(ElementwiseOps, CanLowerAnswersByOpAndDtype) {
   EXPECT_FALSE(kernels::can_lower(node(Op::MatMul, 2), f32)) << "not elementwise";
   EXPECT_FALSE(kernels::can_lower(node(Op::Add, 2), std::vector<DType>{DType::String, DType::String}));
   EXPECT_FALSE(kernels::can_lower(node(Op::Pow, 2), i32)) << "integer ** integer is not lowered";
+  EXPECT_FALSE(kernels::can_lower(node(Op::Div, 2), i32)) << "the interpreter raises on x / 0";
+  EXPECT_TRUE(kernels::can_lower(node(Op::Div, 2), f32));
   Node clip = node(Op::Clip, 3);
   clip.inputs[1] = -1;  // no lower bound
   EXPECT_TRUE(kernels::can_lower(clip, std::vector<DType>{DType::Float32, DType::Float32, DType::Float32}));
