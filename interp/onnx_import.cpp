@@ -275,10 +275,10 @@ Model load_onnx_bytes(std::string_view bytes, const std::string& base_dir) {
 }
 
 Model load_onnx_file(const std::string& path) {
-  std::string bytes = read_file_bytes(path);
+  MappedFile file(path);
   std::string dir = std::filesystem::path(path).parent_path().string();
   try {
-    return load_onnx_bytes(bytes, dir.empty() ? "." : dir);
+    return load_onnx_bytes(file.bytes(), dir.empty() ? "." : dir);
   } catch (const Error& e) {
     throw Error(e.code(), path + ": " + e.message());
   }

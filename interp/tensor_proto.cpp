@@ -14,6 +14,7 @@
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 #include <onnx/onnx-data_pb.h>
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -300,6 +301,25 @@ std::string read_file_bytes(const std::string& path) {
   return bytes;
 }
 
+
+MappedFile::MappedFile(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  TERRACE_CHECK(fd >= 0, IoError, "cannot open '", path, "': ", std::strerror(errno));
+  struct stat st{};
+  bool regular = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+  size_ = regular ? size_t(st.st_size) : 0;
+  if (size_ > 0) {
+    data_ = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (data_ == MAP_FAILED) data_ = nullptr;
+  }
+  ::close(fd);
+  TERRACE_CHECK(regular, IoError, "'", path, "' is not a regular file");
+  TERRACE_CHECK(size_ == 0 || data_, IoError, "cannot map '", path, "': ", std::strerror(errno));
+}
+
+MappedFile::~MappedFile() {
+  if (data_) ::munmap(data_, size_);
+}
 
 // ---- .pb files (declared in onnx_import.h) ----
 

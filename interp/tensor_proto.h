@@ -36,4 +36,18 @@ bool parse_proto(std::string_view bytes, google::protobuf::MessageLite* msg);
 // The whole content of a regular file; IoError if it cannot be read.
 std::string read_file_bytes(const std::string& path);
 
+// A regular file mapped read-only into memory (large models parse from it without a copy).
+class MappedFile {
+ public:
+  explicit MappedFile(const std::string& path);  // IoError if it cannot be opened or mapped
+  ~MappedFile();
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+  std::string_view bytes() const { return {static_cast<const char*>(data_), size_}; }
+
+ private:
+  void* data_ = nullptr;
+  size_t size_ = 0;
+};
+
 }  // namespace terrace
