@@ -3,6 +3,7 @@
 #include <array>
 #include <cmath>
 #include <limits>
+#include <span>
 #include <utility>
 
 #include "interp/ops/nn.h"
@@ -18,6 +19,7 @@ using Dims3 = std::array<int64_t, kMaxSpatial>;
 struct PoolGeometry {
   int64_t planes = 0;  // N * C
   int spatial = 0;     // number of real spatial dims
+  bool global = false;  // one window over all spatial dims, folded into the last slot
   Dims3 in{1, 1, 1}, out{1, 1, 1}, kernel{1, 1, 1}, stride{1, 1, 1}, dilation{1, 1, 1};
   Dims3 pad_begin{0, 0, 0}, pad_end{0, 0, 0};
 
@@ -25,7 +27,9 @@ struct PoolGeometry {
   int64_t out_size() const { return out[0] * out[1] * out[2]; }
   Shape out_shape(const Shape& x) const {
     Shape s{x[0], x[1]};
-    for (int i = kMaxSpatial - spatial; i < kMaxSpatial; ++i) s.push_back(out[size_t(i)]);
+    if (global) s.resize(x.size(), 1);
+    for (int i = kMaxSpatial - spatial; !global && i < kMaxSpatial; ++i)
+      s.push_back(out[size_t(i)]);
     return s;
   }
 };
@@ -78,26 +82,31 @@ void resolve_dim(const Node& node, const std::string& auto_pad, bool ceil_mode, 
   if (ceil_mode && (out - 1) * stride >= in + pb) --out;
 }
 
+// Global pools of any rank: X seen as [N, C, S] with S the product of the spatial dims.
+PoolGeometry global_geometry(const Node& node, const Tensor& x) {
+  check_min_rank(node, x, 3, "input X");
+  PoolGeometry g;
+  g.global = true;
+  g.spatial = int(x.rank()) - 2;
+  g.planes = x.dim(0) * x.dim(1);
+  g.in[2] = g.kernel[2] = shape_numel(std::span<const int64_t>(x.shape()).subspan(2));
+  return g;
+}
+
 PoolGeometry pool_geometry(const Node& node, const Tensor& x, bool global = false) {
+  if (global) return global_geometry(node, x);
   PoolGeometry g;
   g.spatial = spatial_rank(node, x);
   size_t n = size_t(g.spatial);
   g.planes = x.dim(0) * x.dim(1);
-  std::vector<int64_t> kernel, strides(n, 1), dilations(n, 1), pads(2 * n, 0);
-  std::string auto_pad = "NOTSET";
-  bool ceil_mode = false;
-  if (global) {
-    kernel.assign(x.shape().begin() + 2, x.shape().end());
-  } else {
-    TERRACE_CHECK(node.has_attr("kernel_shape"), InvalidModel, node.describe(),
-                  ": attribute 'kernel_shape' is required");
-    kernel = dims_attr(node, "kernel_shape", n, 1, 1);
-    strides = dims_attr(node, "strides", n, 1, 1);
-    dilations = dims_attr(node, "dilations", n, 1, 1);
-    pads = dims_attr(node, "pads", 2 * n, 0, 0);
-    auto_pad = node.attr_string("auto_pad", "NOTSET");
-    ceil_mode = node.attr_int("ceil_mode", 0) != 0;
-  }
+  TERRACE_CHECK(node.has_attr("kernel_shape"), InvalidModel, node.describe(),
+                ": attribute 'kernel_shape' is required");
+  std::vector<int64_t> kernel = dims_attr(node, "kernel_shape", n, 1, 1);
+  std::vector<int64_t> strides = dims_attr(node, "strides", n, 1, 1);
+  std::vector<int64_t> dilations = dims_attr(node, "dilations", n, 1, 1);
+  std::vector<int64_t> pads = dims_attr(node, "pads", 2 * n, 0, 0);
+  std::string auto_pad = node.attr_string("auto_pad", "NOTSET");
+  bool ceil_mode = node.attr_int("ceil_mode", 0) != 0;
   for (size_t i = 0; i < n; ++i) {
     size_t s = size_t(kMaxSpatial) - n + i;
     g.in[s] = x.dim(int64_t(i) + 2);

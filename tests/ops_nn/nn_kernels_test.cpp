@@ -321,3 +321,15 @@ TEST(NnKernelsMore, bidirectional_rnn_runs_the_reverse_direction_backwards) {
 
 }  // namespace
 }  // namespace terrace
+
+namespace terrace {
+namespace {
+
+TEST(NnKernelsMore, global_pools_accept_more_than_three_spatial_dims) {
+  auto out = run(make_node(Op::GlobalAveragePool, 1), {iota({1, 2, 2, 1, 2, 1, 2})});
+  EXPECT_EQ(out[0].shape(), (Shape{1, 2, 1, 1, 1, 1, 1}));
+  EXPECT_EQ(values(out[0]), (std::vector<float>{3.5, 11.5}));
+}
+
+}  // namespace
+}  // namespace terrace
