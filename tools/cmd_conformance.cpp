@@ -37,10 +37,15 @@ struct Config {
   Tolerance tol = conformance::kOnnxTolerance;
 };
 
-// The source tree's expected-failures file, found next to this source file, if it is there.
-std::string default_expected_file() {
-  fs::path p = fs::path(__FILE__).parent_path().parent_path() / "tests" / "conformance_expected.txt";
-  return fs::is_regular_file(p) ? p.string() : "";
+// The source tree's expected-failures file for `tier`, found next to this source file:
+// tests/conformance_expected_<tier>.txt where a compiled tier has its own list, else
+// tests/conformance_expected.txt (the interpreter's); empty if neither is there.
+std::string default_expected_file(Tier tier) {
+  fs::path tests = fs::path(__FILE__).parent_path().parent_path() / "tests";
+  fs::path own = tests / (std::string("conformance_expected_") + tier_name(tier) + ".txt");
+  if (tier != Tier::Interp && fs::is_regular_file(own)) return own.string();
+  fs::path shared = tests / "conformance_expected.txt";
+  return fs::is_regular_file(shared) ? shared.string() : "";
 }
 
 // Parses --rtol/--atol's value.
@@ -55,7 +60,7 @@ double parse_real(const std::string& option, const std::string& text) {
 
 Config parse_args(const Args& args) {
   Config c;
-  c.expected_path = default_expected_file();
+  std::optional<std::string> expected_path;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     auto value = [&]() -> const std::string& { return next_value(args, i); };
@@ -67,7 +72,7 @@ Config parse_args(const Args& args) {
         throw UsageError{"--filter: bad regular expression: " + std::string(e.what())};
       }
     } else if (a == "--json") c.json_path = value();
-    else if (a == "--expected") c.expected_path = value();
+    else if (a == "--expected") expected_path = value();
     else if (a == "--write-expected") c.write_expected_path = value();
     else if (a == "--min-pass") c.min_pass = parse_count(a, value());
     else if (a == "--isolate") c.isolate = true;
@@ -80,6 +85,7 @@ Config parse_args(const Args& args) {
     else if (a.size() > 1 && a[0] == '-') throw UsageError{"unknown option '" + a + "'\nusage: terrace " + kUsage};
     else c.dirs.push_back(a);
   }
+  c.expected_path = expected_path ? *expected_path : default_expected_file(c.tier);
   if (c.jobs > 1) c.isolate = true;  // parallel runs happen in forked children only
   if (c.dirs.empty()) c.dirs.push_back("node");
   return c;
