@@ -21,22 +21,37 @@ using kernels::Operand;
 
 constexpr int64_t kElems = 16 << 20;  // 64 MiB per float32 tensor
 
-// The chain as a fusion group: inputs a, b; constant 0.5; ops in order.
-FusionGroup make_chain_group() {
+// A group over inputs a, b (16M float32 each) and the constant 0.5.
+FusionGroup make_group(const char* name) {
   FusionGroup g;
-  g.name = "bench_chain";
+  g.name = name;
   g.inputs = {{DType::Float32, {kElems}}, {DType::Float32, {kElems}}};
   g.constants = {Tensor::scalar<float>(0.5f)};
-  auto add = [&](Op op, std::vector<Operand> operands) {
-    FusedOp f;
-    f.node.op = op;
-    f.node.outputs = {0};
-    f.node.inputs.assign(operands.size(), 0);
-    f.operands = std::move(operands);
-    g.ops.push_back(f);
-    g.ops.back().result = kernels::infer_result(g, int(g.ops.size() - 1));
-    return Operand::result(int(g.ops.size() - 1));
-  };
+  return g;
+}
+
+Operand add_op(FusionGroup& g, Op op, std::vector<Operand> operands) {
+  FusedOp f;
+  f.node.op = op;
+  f.node.outputs = {0};
+  f.node.inputs.assign(operands.size(), 0);
+  f.operands = std::move(operands);
+  g.ops.push_back(f);
+  g.ops.back().result = kernels::infer_result(g, int(g.ops.size() - 1));
+  return Operand::result(int(g.ops.size() - 1));
+}
+
+// out = a + b: the same bytes as the chain with almost no arithmetic.
+FusionGroup make_add_group() {
+  FusionGroup g = make_group("bench_add");
+  g.outputs = {add_op(g, Op::Add, {Operand::input(0), Operand::input(1)}).index};
+  return g;
+}
+
+// The chain; ops in order.
+FusionGroup make_chain_group() {
+  FusionGroup g = make_group("bench_chain");
+  auto add = [&](Op op, std::vector<Operand> operands) { return add_op(g, op, std::move(operands)); };
   Operand a = Operand::input(0), b = Operand::input(1), half = Operand::constant(0);
   Operand y = add(Op::Add, {add(Op::Mul, {a, add(Op::Sigmoid, {a})}), b});
   Operand out = add(Op::Add, {add(Op::Mul, {add(Op::Tanh, {y}), half}), add(Op::Mul, {y, y})});
@@ -118,6 +133,14 @@ void BM_Tier1Chain(benchmark::State& state) {
   state.counters["compile_ms"] = chain_kernel().compile_ms();
 }
 
+void BM_Tier1Add(benchmark::State& state) {
+  static jit::CpuKernel k = jit::compile_cpu_kernel(kernels::lower(make_add_group()));
+  Data& d = data();
+  void* buffers[] = {d.a.raw(), d.b.raw(), d.out.raw()};
+  for (auto _ : state) jit::run_cpu_kernel(k, buffers);
+  set_bytes(state, 3);
+}
+
 // The copy baseline: a parallel memcpy of a into out (reads 64 MiB, writes 64 MiB).
 void BM_Memcpy(benchmark::State& state) {
   Data& d = data();
@@ -126,6 +149,22 @@ void BM_Memcpy(benchmark::State& state) {
     tbb::parallel_for(int64_t(0), kElems / chunk, [&](int64_t c) {
       std::memcpy(d.out.data<float>() + c * chunk, d.a.data<float>() + c * chunk, chunk * sizeof(float));
     });
+    benchmark::ClobberMemory();
+  }
+  set_bytes(state, 2);
+}
+
+// One thread each, timed in CPU time: robust to a loaded machine, and the per-core cost.
+void BM_Tier1ChainOneThread(benchmark::State& state) {
+  Data& d = data();
+  void* buffers[] = {d.a.raw(), d.b.raw(), d.out.raw()};
+  for (auto _ : state) chain_kernel().fn(buffers, 0, chain_kernel().parallel_extent);
+  set_bytes(state, 3);
+}
+void BM_MemcpyOneThread(benchmark::State& state) {
+  Data& d = data();
+  for (auto _ : state) {
+    std::memcpy(d.out.data<float>(), d.a.data<float>(), kElems * sizeof(float));
     benchmark::ClobberMemory();
   }
   set_bytes(state, 2);
@@ -148,7 +187,10 @@ void BM_CompileChain(benchmark::State& state) {
 
 BENCHMARK(BM_Interpreter)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_Tier1Chain)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_Tier1Add)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_Memcpy)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_Tier1ChainOneThread)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_MemcpyOneThread)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_CompileChain)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 }  // namespace

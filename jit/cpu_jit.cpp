@@ -59,14 +59,15 @@ class Stopwatch {
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
 };
 
-// TERRACE_DUMP_DIR: the generated source, for reading and for repros. Best effort: a dump that
+// TERRACE_DUMP_DIR: the generated source and object file, for reading and for repros. Best effort: a dump that
 // cannot be written must not fail the compile.
-void dump_source(const std::string& name, const std::string& source) {
+void dump_file(const std::string& file, llvm::StringRef bytes) {
   const char* dir = std::getenv("TERRACE_DUMP_DIR");
   if (!dir || !*dir) return;
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
-  std::ofstream(std::filesystem::path(dir) / (name + ".cpp")) << source;
+  std::ofstream(std::filesystem::path(dir) / file, std::ios::binary)
+      .write(bytes.data(), std::streamsize(bytes.size()));
 }
 
 void initialize_llvm_once() {
@@ -208,7 +209,7 @@ std::string CpuJit::target_description() const {
 
 std::shared_ptr<CompiledCode> CpuJit::compile(const std::string& name, const std::string& source,
                                               const std::vector<std::string>& symbols) {
-  dump_source(name, source);
+  dump_file(name + ".cpp", source);
   if (fault_enabled("compile-fail:cpu"))
     fail(ErrorCode::CompileFailed, name, ": injected by TERRACE_FAULT=compile-fail:cpu");
 
@@ -232,6 +233,7 @@ std::shared_ptr<CompiledCode> CpuJit::compile(const std::string& name, const std
   code->timings_.optimize_ms = clock.lap_ms();
   std::unique_ptr<llvm::MemoryBuffer> object = impl_->codegen(name, *module, *tm);
   code->timings_.codegen_ms = clock.lap_ms();
+  dump_file(name + ".o", object->getBuffer());
 
   {
     std::lock_guard<std::mutex> lock(impl_->link_mutex);

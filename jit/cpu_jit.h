@@ -61,7 +61,7 @@ class CpuJit {
   // Compiles `source` (C++20; no #include needed) named `name` and looks up `symbols`
   // (extern "C" names). Thread-safe: any number of compiles run concurrently; only linking is
   // serialised. Throws CompileFailed carrying Clang's diagnostics. Honours TERRACE_DUMP_DIR
-  // (writes <dir>/<name>.cpp) and TERRACE_FAULT=compile-fail:cpu (fails every compile).
+  // (writes <dir>/<name>.cpp, and <name>.o once compiled) and TERRACE_FAULT=compile-fail:cpu (fails every compile).
   std::shared_ptr<CompiledCode> compile(const std::string& name, const std::string& source,
                                         const std::vector<std::string>& symbols);
 
