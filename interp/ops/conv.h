@@ -97,12 +97,37 @@ void im2col_row_packed(const ConvGeometry& g, const T* xc, int64_t kpos, Acc* pa
   for (; lane != 0 && lane < kGemmNR; ++lane) panel[lane] = Acc(0);
 }
 
+// Convolution with one input channel per group (depthwise), computed directly: a GEMM would
+// have K = kernel size and mostly padding rows. Each output still sums its K products in
+// kernel order from zero, padded taps included as w * 0, exactly as the GEMM path does.
+template <typename Acc, typename T, typename Emit>
+void conv_depthwise(const ConvGeometry& g, const T* x, const T* w, Emit&& emit) {
+  const int64_t N = g.out_size(), kernel = g.kernel_size();
+  parallel_for_catching(g.batch * g.cout, g.batch * g.cout > 1, [&](int64_t nc) {
+    const int64_t n = nc / g.cout, co = nc % g.cout, ci = co / g.cout_g();
+    ScratchBuffer<Acc> plane_buf(ScratchSlot::B, size_t(N));
+    Acc* plane = plane_buf.data();
+    std::fill(plane, plane + N, Acc(0));
+    const T* xc = x + (n * g.cin + ci) * g.in_size();
+    for (int64_t kpos = 0; kpos < kernel; ++kpos) {
+      const Acc wv = to_acc<Acc>(w[co * kernel + kpos]);
+      const Coords off = kernel_offsets(g.kernel, g.dilations, g.pads_begin, kpos);
+      Acc* dst = plane;
+      walk_strided_grid(g.out, g.in, g.strides, off.data(), [&](int64_t i) {
+        *dst++ += wv * (i >= 0 ? to_acc<Acc>(xc[i]) : Acc(0));
+      });
+    }
+    emit(n, co, int64_t(0), N, static_cast<const Acc*>(plane));
+  });
+}
+
 // The forward convolution y = w * x as one GEMM per (image, group): W_g [cout_g, K] times the
 // im2col matrix [K, out_size] with K = cin_g * kernel_size, accumulated in Acc.
 // emit(n, co, j0, count, const Acc* sums) receives output channel co's sums for positions
 // [j0, j0+count) of image n (from worker threads; it must not throw).
 template <typename Acc, typename T, typename Emit>
 void conv_forward(const ConvGeometry& g, const T* x, const T* w, Emit&& emit) {
+  if (g.cin_g() == 1 && g.group > 1) return conv_depthwise<Acc>(g, x, w, emit);
   const int64_t K = g.cin_g() * g.kernel_size(), N = g.out_size(), M = g.cout_g();
   const int64_t kernel = g.kernel_size();
   // Many small groups (depthwise): run groups in parallel, each GEMM on one thread.
