@@ -1,6 +1,8 @@
 // Terrace's own model validation: structure, tensors, types, ops, scoping and node order.
 #include "interp/verify.h"
 
+#include <algorithm>
+#include <climits>
 #include <queue>
 #include <set>
 #include <unordered_map>
@@ -16,8 +18,8 @@ namespace terrace {
 bool is_default_domain(const std::string& domain) { return domain.empty() || domain == "ai.onnx"; }
 
 int default_opset(const onnx::ModelProto& m) {
-  for (const auto& o : m.opset_import())
-    if (is_default_domain(o.domain())) return int(o.version());
+  for (const auto& o : m.opset_import())  // clamped, so a huge version cannot wrap into range
+    if (is_default_domain(o.domain())) return int(std::clamp<int64_t>(o.version(), 0, INT_MAX));
   return -1;
 }
 
@@ -243,7 +245,7 @@ void verify_model(onnx::ModelProto& m, const std::string& base_dir) {
                     "' of domain '", n.domain(), "' is not supported (only the default ONNX domain is)");
     fail(ErrorCode::InvalidModel, "the model imports no opset of the default ONNX domain");
   }
-  TERRACE_CHECK(opset > 0, InvalidModel, "invalid default-domain opset version ", opset);
+  TERRACE_CHECK(opset > 0, InvalidModel, "the default-domain opset version must be positive");
   TERRACE_CHECK(opset <= kMaxOpset, NotImplemented, "default-domain opset ", opset,
                 " is not supported (Terrace supports ", kMinOpset, " to ", kMaxOpset, ")");
   Verifier(base_dir, opset).graph(*m.mutable_graph(), nullptr, "");

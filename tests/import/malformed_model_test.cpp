@@ -166,6 +166,12 @@ TEST(Malformed, opset_zero_is_invalid_model) {
   expect_load_error(bytes_of(m), ErrorCode::InvalidModel, "opset");
 }
 
+TEST(Malformed, opset_that_wraps_around_int_is_not_implemented) {
+  onnx::ModelProto m = small();
+  m.mutable_opset_import(0)->set_version((int64_t(1) << 32) + 17);
+  expect_load_error(bytes_of(m), ErrorCode::NotImplemented, "opset");
+}
+
 TEST(Malformed, old_opset_op_whose_meaning_changed_is_not_implemented) {
   onnx::ModelProto m = small();
   m.mutable_opset_import(0)->set_version(6);  // Add at opset 6 has the legacy broadcast attribute
