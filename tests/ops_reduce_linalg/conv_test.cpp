@@ -63,6 +63,12 @@ TEST(Conv, depthwise_convolution_matches_direct_convolution) {
   expect_direct_conv(run1(Op::Conv, {x, w}, c.attrs()), x, w, nullptr, c);
 }
 
+TEST(Conv, many_groups_of_several_channels_run_group_parallel_and_match) {
+  Conv2d c{.group = 8, .stride_h = 2, .stride_w = 2, .pad_t = 1, .pad_l = 0, .pad_b = 1, .pad_r = 2};
+  Tensor x = random_tensor({2, 16, 9, 9}, 16), w = random_tensor({24, 2, 3, 3}, 17), b = random_tensor({24}, 18);
+  expect_direct_conv(run1(Op::Conv, {x, w, b}, c.attrs()), x, w, &b, c);
+}
+
 TEST(Conv, result_is_identical_for_any_thread_count) {
   Tensor x = random_tensor({1, 8, 30, 30}, 6), w = random_tensor({12, 8, 3, 3}, 7);
   auto one = with_threads(1, [&] { return values_of<float>(run1(Op::Conv, {x, w})); });
@@ -94,6 +100,21 @@ TEST(ConvTranspose, scatters_each_input_through_the_kernel) {
   Tensor padded = run1(Op::ConvTranspose, {x, w},
                        {{"strides", ints_attr({2})}, {"pads", ints_attr({1, 2})}, {"output_padding", ints_attr({1})}});
   EXPECT_EQ(values_of<float>(padded), (std::vector<float>{10, 102, 20, 203, 30}));
+}
+
+TEST(ConvTranspose, groups_act_as_independent_transposed_convolutions) {
+  Tensor x = random_tensor({1, 4, 5}, 19), w = random_tensor({4, 3, 3}, 20);
+  const std::map<std::string, Attribute> attrs{{"group", int_attr(2)}, {"strides", ints_attr({2})},
+                                               {"dilations", ints_attr({2})}};
+  Tensor y = run1(Op::ConvTranspose, {x, w}, attrs);
+  ASSERT_EQ(y.shape(), (Shape{1, 6, 13}));
+  for (int64_t grp = 0; grp < 2; ++grp) {
+    Tensor xg = Tensor::empty(DType::Float32, {1, 2, 5}), wg = Tensor::empty(DType::Float32, {2, 3, 3});
+    std::copy_n(x.data<float>() + grp * 10, 10, xg.data<float>());
+    std::copy_n(w.data<float>() + grp * 18, 18, wg.data<float>());
+    Tensor yg = run1(Op::ConvTranspose, {xg, wg}, {{"strides", ints_attr({2})}, {"dilations", ints_attr({2})}});
+    EXPECT_EQ(values_of<float>(yg), std::vector<float>(y.data<float>() + grp * 39, y.data<float>() + (grp + 1) * 39));
+  }
 }
 
 TEST(ConvTranspose, output_shape_larger_than_natural_pads_the_end) {
