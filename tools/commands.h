@@ -11,6 +11,7 @@ using Args = std::vector<std::string>;
 int cmd_run(const Args& args);
 int cmd_explain(const Args& args);
 int cmd_conformance(const Args& args);
+int cmd_bench(const Args& args);
 
 // Thrown for a usage error; main prints the message and exits 2.
 struct UsageError {

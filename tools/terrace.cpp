@@ -11,7 +11,8 @@ static const char* kUsage =
     "usage: terrace <command> [args]\n"
     "  run MODEL [--input NAME=FILE.pb]... [--random-inputs] [--repeat N] [--json FILE]\n"
     "  explain MODEL\n"
-    "  conformance [DIR...] [--tier interp|cpu|gpu] [--filter REGEX] [--json FILE]\n";
+    "  conformance [DIR...] [--tier interp|cpu|gpu] [--filter REGEX] [--json FILE]\n"
+    "  bench MODEL [--calls N] [--tier interp|cpu|gpu] [--batch N] [--json FILE] [--plot FILE]\n";
 
 int main(int argc, char** argv) {
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
@@ -24,6 +25,7 @@ int main(int argc, char** argv) {
     if (cmd == "run") return cmd_run(args);
     if (cmd == "explain") return cmd_explain(args);
     if (cmd == "conformance") return cmd_conformance(args);
+    if (cmd == "bench") return cmd_bench(args);
     std::fprintf(stderr, "terrace: unknown command '%s'\n%s", cmd.c_str(), kUsage);
     return 2;
   } catch (const UsageError& e) {

@@ -1,0 +1,386 @@
+// terrace bench: runs a model N times from a cold start and reports the warm-up timeline.
+#include <google/protobuf/struct.pb.h>
+#include <google/protobuf/util/json_util.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <optional>
+
+#include "interp/compare.h"
+#include "interp/json.h"
+#include "interp/onnx_import.h"
+#include "tools/cli_util.h"
+
+#ifndef TERRACE_SOURCE_DIR
+#define TERRACE_SOURCE_DIR "."
+#endif
+
+namespace terrace::cli {
+
+namespace {
+const char* kBenchUsage =
+    "terrace bench MODEL [--calls N] [--tier interp|cpu|gpu] [--batch N] [--baseline-calls N]\n"
+    "                    [--input NAME=FILE.pb]... [--expect NAME=FILE.pb]... [--json FILE] [--plot FILE.png]\n"
+    "                    [--quiet]";
+
+struct BenchArgs {
+  std::string model, json_path, plot_path;
+  int64_t calls = 20;
+  int64_t baseline_calls = -1;  // -1: min(calls, 20)
+  int64_t batch = 0;            // 0: random inputs get batch 1
+  bool quiet = false;
+  std::vector<std::pair<std::string, std::string>> input_files, expect_files;
+  Options options = Options::from_env();
+};
+
+BenchArgs parse_args(const Args& args) {
+  BenchArgs b;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "--calls") b.calls = parse_count(a, next_value(args, i));
+    else if (a == "--baseline-calls") b.baseline_calls = parse_count(a, next_value(args, i));
+    else if (a == "--batch") b.batch = parse_count(a, next_value(args, i));
+    else if (a == "--tier") b.options.max_tier = parse_tier(next_value(args, i));
+    else if (a == "--input") b.input_files.push_back(split_assignment(a, next_value(args, i)));
+    else if (a == "--expect") b.expect_files.push_back(split_assignment(a, next_value(args, i)));
+    else if (a == "--json") b.json_path = next_value(args, i);
+    else if (a == "--plot") b.plot_path = next_value(args, i);
+    else if (a == "--quiet") b.quiet = true;
+    else if (!a.empty() && a[0] == '-') throw UsageError{"unknown option '" + a + "'\n" + kBenchUsage};
+    else if (b.model.empty()) b.model = a;
+    else throw UsageError{"more than one model given\n" + std::string(kBenchUsage)};
+  }
+  if (b.model.empty()) throw UsageError{std::string("no model given\n") + kBenchUsage};
+  if (b.calls < 1) throw UsageError{"--calls must be at least 1"};
+  if (b.baseline_calls < 0) b.baseline_calls = std::min<int64_t>(b.calls, 20);
+  if (b.baseline_calls < 1) throw UsageError{"--baseline-calls must be at least 1"};
+  // A zoo folder stands for its model.onnx.
+  if (std::filesystem::is_directory(b.model)) b.model += "/model.onnx";
+  return b;
+}
+
+// Random inputs (the symbolic dim `batch` set by --batch), each replaced by --input's file.
+NamedTensors bench_inputs(const Graph& graph, const BenchArgs& b) {
+  std::vector<std::pair<std::string, int64_t>> dims;
+  if (b.batch > 0) dims.emplace_back("batch", b.batch);
+  NamedTensors inputs = random_inputs(graph, 42, dims);
+  for (auto& [name, file] : b.input_files) {
+    auto it = std::find_if(inputs.begin(), inputs.end(), [&](auto& p) { return p.first == name; });
+    TERRACE_CHECK(it != inputs.end(), InvalidArgument, "--input names '", name, "', which is not a graph input");
+    it->second = load_tensor_pb(file);
+  }
+  return inputs;
+}
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// A progress line on a terminal's stderr, shown once a run has taken more than a second.
+class Progress {
+ public:
+  Progress(std::string label, int64_t total) : label_(std::move(label)), total_(total) {}
+  void update(int64_t done, double last_ms) {
+    double now = ms_since(start_);
+    if (!tty_ || now < 1000 || now - shown_ < 250) return;
+    shown_ = now;
+    std::fprintf(stderr, "\r%s: call %lld/%lld, last %.3f ms, %.1f s elapsed   ", label_.c_str(),
+                 (long long)done, (long long)total_, last_ms, now / 1000);
+    std::fflush(stderr);
+  }
+  ~Progress() {
+    if (shown_ > 0) std::fprintf(stderr, "\r%*s\r", int(label_.size()) + 60, "");
+  }
+
+ private:
+  std::string label_;
+  int64_t total_;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+  double shown_ = 0;
+  bool tty_ = isatty(STDERR_FILENO);
+};
+
+// A region as the benchmark sees it: from Session::report_json, plus the first call that could
+// use its compiled code (polled after every call, since the report knows only the trigger call).
+struct RegionTimeline {
+  int64_t id = 0;
+  std::string ops, tier, state;
+  double compile_ms = 0;
+  int64_t promoted_at_call = -1;  // the call that triggered the compile
+  int64_t ready_at_call = -1;     // the first call after the compiled version was published
+};
+
+google::protobuf::Struct parse_json(const std::string& json) {
+  google::protobuf::Struct s;
+  auto status = google::protobuf::util::JsonStringToMessage(json, &s);
+  TERRACE_ASSERT(status.ok(), "report_json is not valid JSON: ", status.ToString());
+  return s;
+}
+
+// Refreshes `regions` from a report taken after call `call`.
+void update_regions(std::vector<RegionTimeline>& regions, const std::string& report_json, int64_t call) {
+  google::protobuf::Struct report = parse_json(report_json);
+  const auto& list = report.fields().at("regions").list_value().values();
+  regions.resize(size_t(list.size()));
+  for (int i = 0; i < list.size(); ++i) {
+    const auto& f = list[i].struct_value().fields();
+    RegionTimeline& r = regions[size_t(i)];
+    r.id = int64_t(f.at("id").number_value());
+    r.ops = f.at("ops").string_value();
+    r.tier = f.at("tier").string_value();
+    r.state = f.at("state").string_value();
+    r.compile_ms = f.at("compile_ms").number_value();
+    r.promoted_at_call = int64_t(f.at("promoted_at_call").number_value());
+    if (r.ready_at_call < 0 && f.at("versions").number_value() > 0) r.ready_at_call = call + 1;
+  }
+}
+
+struct TimedRun {
+  double load_ms = 0;
+  std::vector<CallRecord> calls;
+  std::vector<RegionTimeline> regions;
+  NamedTensors outputs;  // the last call's
+  std::string report_json;
+  int validate_calls = 0;  // shadow-validated calls after each promotion
+};
+
+// Loads the model into a new Session (a cold start) and runs it `calls` times.
+TimedRun timed_run(const BenchArgs& b, Options options, int64_t calls, NamedTensors& inputs) {
+  TimedRun run;
+  auto t0 = std::chrono::steady_clock::now();
+  auto session = Session::load(b.model, options);
+  run.load_ms = ms_since(t0);
+  if (inputs.empty()) inputs = bench_inputs(session->graph(), b);
+  Progress progress(std::string("bench ") + tier_name(options.max_tier), calls);
+  for (int64_t c = 0; c < calls; ++c) {
+    run.outputs = session->run(inputs);
+    if (options.max_tier != Tier::Interp) update_regions(run.regions, session->report_json(), c);
+    progress.update(c + 1, session->calls().back().ms);
+  }
+  session->wait_for_compiles();  // compile times of jobs still in flight belong in the report
+  run.report_json = session->report_json();
+  update_regions(run.regions, run.report_json, calls - 1);  // ready_at_call == calls: after the run
+  run.calls = session->calls();
+  if (options.validate == ValidateMode::First) run.validate_calls = options.validate_calls;
+  return run;
+}
+
+struct Stats {
+  int64_t first_call = 0, count = 0;
+  double median = 0, p90 = 0, p99 = 0, mean = 0;
+};
+
+// Nearest-rank percentiles over calls [first, end) (as ONNX Runtime's perf test reports them).
+Stats stats_from(const std::vector<double>& ms, int64_t first) {
+  Stats s;
+  s.first_call = first;
+  std::vector<double> v(ms.begin() + first, ms.end());
+  s.count = int64_t(v.size());
+  if (v.empty()) return s;
+  std::sort(v.begin(), v.end());
+  auto rank = [&](double p) { return v[size_t(std::max(0.0, std::ceil(p * double(v.size())) - 1))]; };
+  s.median = rank(0.5), s.p90 = rank(0.9), s.p99 = rank(0.99);
+  for (double x : v) s.mean += x / double(v.size());
+  return s;
+}
+
+std::vector<double> latencies(const std::vector<CallRecord>& calls) {
+  std::vector<double> ms;
+  for (auto& c : calls) ms.push_back(c.ms);
+  return ms;
+}
+
+// Steady state starts after the last region became ready and its shadow-validated calls; if the
+// run is too short for that, after the last promotion; if there was none, after call 0.
+int64_t steady_start(const TimedRun& run) {
+  int64_t n = int64_t(run.calls.size()), last_ready = -1;
+  for (auto& r : run.regions) last_ready = std::max(last_ready, r.ready_at_call);
+  for (int64_t first : {last_ready + run.validate_calls, last_ready, int64_t(1)})
+    if (first >= 1 && first < n) return first;
+  return 0;
+}
+
+// The first call from which the tiered run's cumulative time (compile time charged when the code
+// became ready) stays below the interpreter's. Interpreter calls past the baseline's length are
+// estimated by its steady median. nullopt: never within the run.
+std::optional<int64_t> break_even(const TimedRun& run, const std::vector<double>& interp_ms,
+                                  double interp_median) {
+  size_t n = run.calls.size();
+  std::vector<double> cost = latencies(run.calls);
+  for (auto& r : run.regions) {
+    int64_t at = r.ready_at_call >= 0 ? r.ready_at_call : std::max<int64_t>(r.promoted_at_call, 0);
+    cost[std::min(size_t(at), n - 1)] += r.compile_ms;
+  }
+  std::optional<int64_t> found;
+  double tiered = 0, interp = 0;
+  for (size_t k = 0; k < n; ++k) {
+    tiered += cost[k];
+    interp += k < interp_ms.size() ? interp_ms[k] : interp_median;
+    if (tiered >= interp) found.reset();
+    else if (!found) found = int64_t(k);
+  }
+  return found;
+}
+
+struct Check {
+  std::string output, against;  // "interp" or the --expect file
+  Comparison result;
+};
+
+// Compares output `name` with `want` (DESIGN.md's tolerances); prints a mismatch.
+Check check_output(const NamedTensors& got, const std::string& name, const Tensor& want, std::string against) {
+  auto it = std::find_if(got.begin(), got.end(), [&](auto& p) { return p.first == name; });
+  if (it == got.end()) throw UsageError{"--expect names '" + name + "', which is not an output"};
+  Check c{name, std::move(against), compare_tensors(want, it->second, Tolerance::for_dtype(want.dtype()))};
+  if (!c.result.equal)
+    std::printf("check %s: DIFFERS from %s: %s\n", name.c_str(), c.against.c_str(), c.result.message.c_str());
+  return c;
+}
+
+// The last call's outputs against the interpreter baseline's and the --expect files.
+std::vector<Check> check_outputs(const BenchArgs& b, const NamedTensors& got, const NamedTensors& interp) {
+  std::vector<Check> checks;
+  for (auto& [name, t] : interp) checks.push_back(check_output(got, name, t, "interp"));
+  for (auto& [name, file] : b.expect_files) checks.push_back(check_output(got, name, load_tensor_pb(file), file));
+  return checks;
+}
+
+std::string joined(const std::vector<std::string>& parts) {
+  std::string s;
+  for (auto& p : parts) s += (s.empty() ? "" : "+") + p;
+  return s;
+}
+
+void write_stats(JsonWriter& j, const Stats& s) {
+  j.begin_object().field("first_call", s.first_call).field("count", s.count).field("median_ms", s.median)
+      .field("p90_ms", s.p90).field("p99_ms", s.p99).field("mean_ms", s.mean).end_object();
+}
+
+// The whole result as JSON: the schema tools/plot_bench.py and bench/compare.py read.
+std::string result_json(const BenchArgs& b, const NamedTensors& inputs, const TimedRun& run,
+                        const Stats& steady, const TimedRun& base, const Stats& base_steady,
+                        std::optional<int64_t> even, const std::vector<Check>& checks) {
+  JsonWriter j;
+  j.begin_object().field("model", b.model).field("tier", tier_name(b.options.max_tier));
+  j.key("inputs").begin_array();
+  for (auto& [name, t] : inputs)
+    j.begin_object().field("name", name).field("dtype", dtype_name(t.dtype())).field("shape", t.shape()).end_object();
+  j.end_array();
+  j.field("load_ms", run.load_ms).field("first_call_ms", run.calls[0].ms)
+      .field("time_to_first_result_ms", run.load_ms + run.calls[0].ms);
+  j.key("calls").begin_array();
+  for (auto& c : run.calls) j.begin_object().field("index", c.index).field("ms", c.ms).field("tiers", c.tiers).end_object();
+  j.end_array();
+  j.key("regions").begin_array();
+  for (auto& r : run.regions)
+    j.begin_object().field("id", r.id).field("ops", r.ops).field("tier", r.tier).field("state", r.state)
+        .field("compile_ms", r.compile_ms).field("promoted_at_call", r.promoted_at_call)
+        .field("ready_at_call", r.ready_at_call).end_object();
+  j.end_array();
+  j.key("steady");
+  write_stats(j, steady);
+  j.key("baseline").begin_object().field("tier", "interp").field("load_ms", base.load_ms);
+  j.key("calls_ms").begin_array();
+  for (auto& c : base.calls) j.value(c.ms);
+  j.end_array().key("steady");
+  write_stats(j, base_steady);
+  j.end_object();
+  j.field("speedup", base_steady.median / steady.median);
+  if (even) j.field("break_even_call", *even);
+  else j.field("break_even_call", "never");
+  j.key("checks").begin_array();
+  for (const Check& c : checks)
+    j.begin_object().field("output", c.output).field("against", c.against).field("equal", c.result.equal)
+        .field("max_abs_err", c.result.max_abs_err).field("max_rel_err", c.result.max_rel_err)
+        .field("message", c.result.message).end_object();
+  j.end_array();
+  j.key("report").raw(run.report_json);
+  j.end_object();
+  return j.str();
+}
+
+void print_timeline(const TimedRun& run) {
+  const auto& calls = run.calls;
+  for (size_t i = 0; i < calls.size(); ++i) {
+    // Long runs show the start, every change of tiers and the end.
+    bool changed = i > 0 && calls[i].tiers != calls[i - 1].tiers;
+    bool show = calls.size() <= 30 || i < 5 || changed || i + 1 == calls.size();
+    if (!show) {
+      if (i > 0 && (i == 5 || changed)) std::printf("   ...\n");
+      continue;
+    }
+    std::printf("call %4lld  %10.3f ms  [%s]\n", (long long)calls[i].index, calls[i].ms, joined(calls[i].tiers).c_str());
+  }
+  for (auto& r : run.regions) {
+    std::printf("region %lld [%s]: %s, %s, compile %.1f ms", (long long)r.id, r.ops.c_str(), r.tier.c_str(),
+                r.state.c_str(), r.compile_ms);
+    if (r.promoted_at_call >= 0) std::printf(", promoted at call %lld", (long long)r.promoted_at_call);
+    if (r.ready_at_call >= 0) std::printf(", ready from call %lld", (long long)r.ready_at_call);
+    std::printf("\n");
+  }
+}
+
+void print_summary(const TimedRun& run, const Stats& steady, const Stats& base_steady,
+                   std::optional<int64_t> even) {
+  std::printf("load %.1f ms, first call %.3f ms, time to first result %.1f ms\n", run.load_ms,
+              run.calls[0].ms, run.load_ms + run.calls[0].ms);
+  std::printf("steady state (calls %lld.., n=%lld): median %.3f ms, p90 %.3f ms, p99 %.3f ms\n",
+              (long long)steady.first_call, (long long)steady.count, steady.median, steady.p90, steady.p99);
+  std::printf("interpreter: median %.3f ms (n=%lld); speedup %.2fx\n", base_steady.median,
+              (long long)base_steady.count, base_steady.median / steady.median);
+  if (even) std::printf("break-even: call %lld (compile time included)\n", (long long)*even);
+  else std::printf("break-even: never within %zu calls (compile time included)\n", run.calls.size());
+}
+
+std::string shell_quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+// Runs tools/plot_bench.py on the JSON; it writes FILE and FILE with an .svg extension.
+void plot(const std::string& json_path, const std::string& plot_path) {
+  std::string script = std::string(TERRACE_SOURCE_DIR) + "/tools/plot_bench.py";
+  std::string cmd = "/usr/bin/python3 " + shell_quote(script) + " " + shell_quote(json_path) + " --out " +
+                    shell_quote(plot_path);
+  std::fflush(stdout);  // the script's output comes after ours
+  TERRACE_CHECK(std::system(cmd.c_str()) == 0, IoError, "plotting failed: ", cmd);
+}
+}  // namespace
+
+int cmd_bench(const Args& args) {
+  BenchArgs b = parse_args(args);
+  NamedTensors inputs;
+  TimedRun run = timed_run(b, b.options, b.calls, inputs);
+  // The interpreter baseline, same inputs; a run on the interpreter is its own baseline.
+  Options interp = b.options;
+  interp.max_tier = Tier::Interp;
+  TimedRun base = b.options.max_tier == Tier::Interp ? run : timed_run(b, interp, b.baseline_calls, inputs);
+  Stats steady = stats_from(latencies(run.calls), steady_start(run));
+  Stats base_steady = stats_from(latencies(base.calls), base.calls.size() > 1 ? 1 : 0);
+  auto even = break_even(run, latencies(base.calls), base_steady.median);
+  std::vector<Check> checks = check_outputs(b, run.outputs, base.outputs);
+
+  if (!b.quiet) print_timeline(run);
+  print_summary(run, steady, base_steady, even);
+  bool ok = std::all_of(checks.begin(), checks.end(), [](auto& c) { return c.result.equal; });
+  std::printf("check: outputs %s the interpreter%s\n", ok ? "match" : "DIFFER from",
+              b.expect_files.empty() ? "" : " and the --expect files");
+
+  std::string json_path = b.json_path;
+  if (json_path.empty() && !b.plot_path.empty())
+    json_path = std::filesystem::path(b.plot_path).replace_extension(".json").string();
+  for (const std::string& file : {json_path, b.plot_path})
+    if (auto dir = std::filesystem::path(file).parent_path(); !file.empty() && !dir.empty())
+      std::filesystem::create_directories(dir);
+  if (!json_path.empty())
+    write_text_file(json_path, result_json(b, inputs, run, steady, base, base_steady, even, checks));
+  if (!b.plot_path.empty()) plot(json_path, b.plot_path);
+  return ok ? 0 : 1;
+}
+
+}  // namespace terrace::cli
