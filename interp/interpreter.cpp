@@ -53,6 +53,8 @@ const RValue* Frame::lookup(const std::string& name) const {
   return nullptr;
 }
 
+int KernelContext::opset() const { return frame_ && frame_->graph ? frame_->graph->opset : 17; }
+
 std::vector<RValue> KernelContext::run_subgraph(const Graph& body, std::vector<RValue> in) const {
   return interpret(body, std::move(in), frame_);
 }

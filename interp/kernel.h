@@ -29,6 +29,9 @@ class KernelContext {
   void set_output_value(size_t i, RValue v);
   std::vector<RValue>& outputs() { return outputs_; }
 
+  // The default-domain opset of the graph this node belongs to (17 outside any graph).
+  int opset() const;
+
   // Runs a subgraph attribute (If/Loop/Scan bodies) with the given inputs, in the scope of this
   // node's graph so the body can read enclosing values; returns the body's outputs.
   std::vector<RValue> run_subgraph(const Graph& body, std::vector<RValue> inputs) const;

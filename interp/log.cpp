@@ -32,11 +32,19 @@ void log_line(LogLevel level, const std::string& line) {
   std::fprintf(stderr, "[terrace %s] %s\n", kNames[int(level)], line.c_str());
 }
 
-bool fault_enabled(const std::string& fault) {
-  const char* v = std::getenv("TERRACE_FAULT");
-  if (!v) return false;
-  std::string s = std::string(",") + v + ",";
-  return s.find("," + fault + ",") != std::string::npos;
+bool fault_enabled(std::string_view fault) {
+  const char* env = std::getenv("TERRACE_FAULT");
+  std::string_view list = env ? env : "";
+  while (!list.empty()) {
+    size_t comma = list.find(',');
+    std::string_view entry = list.substr(0, comma);
+    while (!entry.empty() && entry.front() == ' ') entry.remove_prefix(1);
+    while (!entry.empty() && entry.back() == ' ') entry.remove_suffix(1);
+    if (entry == fault) return true;
+    if (comma == std::string_view::npos) break;
+    list.remove_prefix(comma + 1);
+  }
+  return false;
 }
 
 }  // namespace terrace

@@ -1,6 +1,7 @@
 // Levelled logging to stderr, set by TERRACE_LOG (error, warn, info, debug, trace; default warn).
 #pragma once
 #include <string>
+#include <string_view>
 
 #include "interp/error.h"
 
@@ -17,7 +18,8 @@ void log(LogLevel level, const Args&... args) {
 }
 
 // True when TERRACE_FAULT (a comma-separated list, e.g. "miscompile:cpu,compile-fail:cpu") names
-// `fault`. Fault injection for tests; inert unless the variable is set.
-bool fault_enabled(const std::string& fault);
+// `fault`. Fault injection for tests; inert unless the variable is set. Read on every call, so
+// tests may set and unset the variable at run time.
+bool fault_enabled(std::string_view fault);
 
 }  // namespace terrace

@@ -5,7 +5,7 @@
 #include <cstring>
 
 #include "jit/cpu_kernel.h"
-#include "jit/fault.h"
+#include "interp/log.h"
 #include "kernels/lower.h"
 #include "kernels/printer.h"
 #endif

@@ -189,8 +189,6 @@ void TierManager::compile_job(RegionState& st, std::string sig, std::vector<Tens
     std::string tier = tier_name(backend_->tier());
     if (fault_enabled("slow-compile:" + tier))  // holds the compile back, for tests of no-waiting
       std::this_thread::sleep_for(std::chrono::seconds(2));
-    if (fault_enabled("compile-fail:" + tier))
-      fail(ErrorCode::CompileFailed, "fault injected by TERRACE_FAULT");
     code = backend_->compile(graph_, *st.region, in);
   } catch (const std::exception& e) {
     error = e.what();

@@ -7,10 +7,9 @@
 namespace terrace::ops {
 namespace {
 
-// Whether the node follows the opset < 13 definition (default axis 1, 2-D view). Kernels cannot
-// see the graph's opset yet (KernelContext::opset() is wished for), so all graphs get opset 13+
-// semantics, which current exporters and the ONNX node tests use.
-bool legacy_2d_form(const KernelContext&) { return false; }
+// Whether the node follows the opset < 13 definition: default axis 1, and the input viewed as 2-D
+// (dims before `axis` flattened into rows, the rest into one lane).
+bool legacy_2d_form(const KernelContext& ctx) { return ctx.opset() < 13; }
 
 enum class Kind { Softmax, LogSoftmax, Hardmax };
 

@@ -7,7 +7,7 @@
 
 #include "interp/error.h"
 #include "jit/cpu_jit.h"
-#include "jit/fault.h"
+#include "interp/log.h"
 
 namespace terrace::jit {
 namespace {
