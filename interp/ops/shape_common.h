@@ -58,6 +58,14 @@ inline int64_t checked_index(const Node& node, int64_t idx, int64_t dim, const c
   return idx < 0 ? idx + dim : idx;
 }
 
+// a * b for sizes; InvalidArgument naming the node when it overflows int64.
+inline int64_t checked_mul(const Node& node, int64_t a, int64_t b) {
+  int64_t r = 0;
+  TERRACE_CHECK(!__builtin_mul_overflow(a, b, &r), InvalidArgument, node.describe(), ": size ",
+                a, " * ", b, " overflows int64");
+  return r;
+}
+
 // An index tensor's values; InvalidArgument naming the node unless it is int32 or int64.
 std::vector<int64_t> index_values(const Node& node, const Tensor& t, const char* what);
 

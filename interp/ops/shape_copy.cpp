@@ -122,7 +122,11 @@ void copy_view(const Tensor& src, const View& from, Tensor& dst, const View& to,
   });
 }
 
-View dense_view(const Shape& shape, int64_t base) { return {base, row_major_strides(shape)}; }
+View dense_view(const Shape& shape, int64_t base) {
+  // An empty tensor may have dims whose strides overflow; nothing is ever read through them.
+  if (shape_numel(shape) == 0) return {base, std::vector<int64_t>(shape.size(), 0)};
+  return {base, row_major_strides(shape)};
+}
 
 Tensor gather_view(const Tensor& src, const View& from, const Shape& shape) {
   Tensor out = Tensor::empty(src.dtype(), shape);

@@ -54,7 +54,7 @@ void gather_elements_kernel(KernelContext& ctx) {
   std::vector<int64_t> idx = index_values(ctx.node, indices, "indices");
   for (int64_t& i : idx) i = checked_index(ctx.node, i, data.shape()[axis], "GatherElements");
   // Offsets of each output element in data: its own position on every axis but `axis`.
-  auto strides = row_major_strides(data.shape());
+  auto strides = dense_view(data.shape()).strides;
   std::vector<int64_t> base = strides;
   base[axis] = 0;
   for (size_t d = 0; d < base.size(); ++d)
@@ -88,7 +88,7 @@ NdIndex nd_index(const Node& node, const Tensor& data, const Tensor& indices, in
   nd.out_shape.assign(indices.shape().begin(), indices.shape().end() - 1);
   nd.out_shape.insert(nd.out_shape.end(), ds.begin() + batch + k, ds.end());
   nd.slice = shape_numel(std::span(ds).subspan(size_t(batch + k)));
-  auto strides = row_major_strides(ds);
+  auto strides = dense_view(ds).strides;
   int64_t per_batch = shape_numel(std::span(ds).subspan(size_t(batch)));
   int64_t tuples = indices.numel() / k;
   int64_t batches = shape_numel(std::span(ds).first(size_t(batch)));
@@ -140,7 +140,7 @@ void nonzero_kernel(KernelContext& ctx) {
   });
   int64_t r = x.rank(), n = int64_t(hits.size());
   Tensor out = Tensor::empty(DType::Int64, {r, n});
-  auto strides = row_major_strides(x.shape());
+  auto strides = dense_view(x.shape()).strides;
   for (int64_t j = 0; j < n; ++j)
     for (int64_t d = 0; d < r; ++d)
       out.data<int64_t>()[d * n + j] = hits[size_t(j)] / strides[size_t(d)] % x.dim(d);

@@ -83,7 +83,9 @@ void eye_like_kernel(KernelContext& ctx) {
   if (ctx.node.has_attr("dtype"))
     TERRACE_CHECK(dtype_from_onnx(int(ctx.node.attr_int("dtype")), &dtype), InvalidModel,
                   ctx.node.describe(), ": unsupported dtype ", ctx.node.attr_int("dtype"));
-  int64_t k = ctx.node.attr_int("k", 0), rows = x.dim(0), cols = x.dim(1);
+  int64_t rows = x.dim(0), cols = x.dim(1);
+  // Beyond [-rows, cols] every k leaves the matrix all zeros; clamping keeps i + k from overflowing.
+  int64_t k = std::clamp<int64_t>(ctx.node.attr_int("k", 0), -rows, cols);
   Tensor out = Tensor::empty(dtype, x.shape());
   fill_from(out, one_element(dtype, 0.0f));
   Tensor one = one_element(dtype, 1.0f);

@@ -71,7 +71,7 @@ void pad_rows(const T* src, T* dst, const T& fill, const Shape& in, const Shape&
   int64_t inner = out[r - 1];
   if (inner == 0) return;
   int64_t rows = shape_numel(out) / inner;
-  auto in_strides = row_major_strides(in);
+  auto in_strides = dense_view(in).strides;
   const std::vector<int64_t>& m = maps[r - 1];
 #pragma omp parallel for schedule(static) if (rows * inner >= (1 << 15))
   for (int64_t row = 0; row < rows; ++row) {

@@ -165,7 +165,7 @@ Tensor resample(const Node& node, const ResizeAttrs& a, const Tensor& x, const S
                 const std::vector<double>& scales, const std::vector<double>& roi) {
   size_t r = out_shape.size();
   Tensor out = Tensor::empty(x.dtype(), out_shape);  // first, so absurd sizes fail cleanly
-  auto strides = row_major_strides(x.shape());
+  auto strides = dense_view(x.shape()).strides;
   std::vector<std::vector<std::vector<Tap>>> table(r);  // [axis][output index] -> taps
   for (size_t d = 0; d < r; ++d) {
     TERRACE_CHECK(x.shape()[d] > 0 || out_shape[d] == 0, InvalidArgument, node.describe(),

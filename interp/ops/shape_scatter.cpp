@@ -82,7 +82,7 @@ void scatter_elements_kernel(KernelContext& ctx) {
                   ctx.node.describe(), ": indices ", shape_str(indices.shape()), " exceed data ",
                   shape_str(data.shape()), " on axis ", d);
   std::vector<int64_t> idx = index_values(ctx.node, indices, "indices");
-  auto strides = row_major_strides(data.shape());
+  auto strides = dense_view(data.shape()).strides;
   std::vector<int64_t> base = strides;
   base[axis] = 0;
   std::vector<int64_t> to(idx.size());

@@ -91,16 +91,19 @@ std::vector<int64_t> split_sizes(const KernelContext& ctx, int64_t dim) {
   else sizes = ctx.node.attr_ints("split");
   if (sizes.empty()) {
     int64_t parts = ctx.node.attr_int("num_outputs", int64_t(ctx.num_outputs()));
-    TERRACE_CHECK(parts > 0, InvalidModel, ctx.node.describe(), ": no outputs to split into");
+    TERRACE_CHECK(parts > 0 && parts == int64_t(ctx.num_outputs()), InvalidModel,
+                  ctx.node.describe(), ": num_outputs ", parts, " differs from the ",
+                  ctx.num_outputs(), " outputs");
     int64_t each = (dim + parts - 1) / parts;
     for (int64_t p = 0; p < parts; ++p) sizes.push_back(std::clamp<int64_t>(dim - p * each, 0, each));
   }
-  int64_t sum = 0;
+  int64_t left = dim;  // counts down, so huge sizes cannot overflow a sum
   for (int64_t s : sizes) {
-    TERRACE_CHECK(s >= 0, InvalidArgument, ctx.node.describe(), ": split sizes must be >= 0");
-    sum += s;
+    TERRACE_CHECK(s >= 0 && s <= left, InvalidArgument, ctx.node.describe(), ": split ",
+                  shape_str(sizes), " does not cut a dim of ", dim);
+    left -= s;
   }
-  TERRACE_CHECK(sum == dim && sizes.size() == ctx.num_outputs(), InvalidArgument,
+  TERRACE_CHECK(left == 0 && sizes.size() == ctx.num_outputs(), InvalidArgument,
                 ctx.node.describe(), ": split ", shape_str(sizes), " does not cut a dim of ", dim,
                 " into ", ctx.num_outputs(), " outputs");
   return sizes;

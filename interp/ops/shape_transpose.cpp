@@ -6,7 +6,7 @@ namespace {
 
 // x read as `shape` (same element count), with its dims permuted by `perm`.
 Tensor permute(const Tensor& x, const Shape& shape, const std::vector<int64_t>& perm) {
-  auto strides = row_major_strides(shape);
+  auto strides = dense_view(shape).strides;
   Shape out(perm.size());
   View v;
   for (size_t d = 0; d < perm.size(); ++d) {
@@ -51,13 +51,15 @@ Blocked blocked_input(const KernelContext& ctx) {
 
 void depth_to_space_kernel(KernelContext& ctx) {
   Blocked b = blocked_input(ctx);
-  TERRACE_CHECK(b.c % (b.bs * b.bs) == 0, InvalidArgument, ctx.node.describe(), ": channels ",
-                b.c, " are not divisible by blocksize^2");
-  int64_t c = b.c / (b.bs * b.bs);
+  int64_t bs2 = checked_mul(ctx.node, b.bs, b.bs);
+  TERRACE_CHECK(b.c % bs2 == 0, InvalidArgument, ctx.node.describe(), ": channels ", b.c,
+                " are not divisible by blocksize^2");
+  int64_t c = b.c / bs2;
   bool crd = ctx.node.attr_string("mode", "DCR") == "CRD";
   Tensor out = crd ? permute(ctx.input(0), {b.n, c, b.bs, b.bs, b.h, b.w}, {0, 1, 4, 2, 5, 3})
                    : permute(ctx.input(0), {b.n, b.bs, b.bs, c, b.h, b.w}, {0, 3, 4, 1, 5, 2});
-  ctx.set_output(0, out.reshaped({b.n, c, b.h * b.bs, b.w * b.bs}));
+  ctx.set_output(0, out.reshaped({b.n, c, checked_mul(ctx.node, b.h, b.bs),
+                                  checked_mul(ctx.node, b.w, b.bs)}));
 }
 
 void space_to_depth_kernel(KernelContext& ctx) {
@@ -66,7 +68,8 @@ void space_to_depth_kernel(KernelContext& ctx) {
                 ": height and width must be divisible by blocksize ", b.bs);
   int64_t h = b.h / b.bs, w = b.w / b.bs;
   Tensor out = permute(ctx.input(0), {b.n, b.c, h, b.bs, w, b.bs}, {0, 3, 5, 1, 2, 4});
-  ctx.set_output(0, out.reshaped({b.n, b.c * b.bs * b.bs, h, w}));
+  int64_t bs2 = checked_mul(ctx.node, b.bs, b.bs);
+  ctx.set_output(0, out.reshaped({b.n, checked_mul(ctx.node, b.c, bs2), h, w}));
 }
 
 void expand_kernel(KernelContext& ctx) {
@@ -82,7 +85,7 @@ void tile_kernel(KernelContext& ctx) {
   std::vector<int64_t> repeats = int_list_input(ctx, 1, "repeats");
   TERRACE_CHECK(int64_t(repeats.size()) == x.rank(), InvalidArgument, ctx.node.describe(),
                 ": repeats has ", repeats.size(), " entries for an input of rank ", x.rank());
-  auto strides = row_major_strides(x.shape());
+  auto strides = dense_view(x.shape()).strides;
   Shape pairs, out;
   View v;
   for (size_t d = 0; d < repeats.size(); ++d) {
@@ -90,7 +93,7 @@ void tile_kernel(KernelContext& ctx) {
                   "] is negative");
     pairs.insert(pairs.end(), {repeats[d], x.shape()[d]});
     v.strides.insert(v.strides.end(), {0, strides[d]});
-    out.push_back(repeats[d] * x.shape()[d]);
+    out.push_back(checked_mul(ctx.node, repeats[d], x.shape()[d]));
   }
   ctx.set_output(0, gather_view(x, v, pairs).reshaped(out));
 }

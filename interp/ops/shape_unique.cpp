@@ -86,7 +86,7 @@ void reverse_sequence_kernel(KernelContext& ctx) {
   for (int64_t l : lens)
     TERRACE_CHECK(l >= 0 && l <= steps, InvalidArgument, ctx.node.describe(),
                   ": sequence length ", l, " is outside [0, ", steps, "]");
-  int64_t inner = x.dim(0) ? x.numel() / (x.dim(0) * x.dim(1)) : 0;
+  int64_t inner = steps * batches != 0 ? x.numel() / (steps * batches) : 0;
   // Output block (t, b) reads input step len-1-t of batch b while t < len, else step t.
   std::vector<int64_t> from;
   for (int64_t i0 = 0; i0 < x.dim(0); ++i0)
