@@ -99,11 +99,11 @@ void check_counts(const std::string& op, InferenceContext& ctx) {
   if (b) check_in_range(op, "batch_dims", b->i(), 0, std::max<int64_t>(input_rank(ctx, 0), 1));
 }
 
-// Convolutions index the weights' dims by the data's rank.
-void check_weight_rank(const std::string& op, InferenceContext& ctx) {
-  size_t w = op == "QLinearConv" ? 3 : 1;
-  int64_t r = input_rank(ctx, 0), rw = input_rank(ctx, w);
-  if (r >= 0 && rw >= 0 && r != rw) skip(op, "the weights' rank differs from the input's");
+// Convolutions index the weights' dims, and MaxUnpool the indices' dims, by the data's rank.
+void check_same_rank(const std::string& op, InferenceContext& ctx, size_t other) {
+  int64_t r = input_rank(ctx, 0), ro = input_rank(ctx, other);
+  if (r >= 0 && ro >= 0 && r != ro)
+    skip(op, "input " + std::to_string(other) + " has another rank than input 0");
 }
 
 // Signal ops index their input's dims without checking its rank.
@@ -131,8 +131,9 @@ void check_node(const std::string& op, InferenceContext& ctx) {
   check_perm(op, ctx);
   check_spatial(op, ctx);
   check_counts(op, ctx);
-  if (op == "Conv" || op == "ConvInteger" || op == "ConvTranspose" || op == "QLinearConv")
-    check_weight_rank(op, ctx);
+  if (op == "Conv" || op == "ConvInteger" || op == "ConvTranspose" || op == "MaxUnpool")
+    check_same_rank(op, ctx, 1);
+  if (op == "QLinearConv") check_same_rank(op, ctx, 3);
   check_signal_rank(op, ctx);
   if (op == "Range") check_nonzero_input(op, ctx, 2);
   if (op == "STFT") check_nonzero_input(op, ctx, 1);

@@ -43,6 +43,14 @@ g (float[1,1,3] X, float[1,1,2,2] W) => (float[1,1,2] Y)
 )"));
 }
 
+TEST(ShapeInfer, max_unpool_indices_of_another_rank_do_not_crash) {
+  EXPECT_NO_THROW(load_text(R"(
+<ir_version: 8, opset_import: ["" : 17]>
+g (float[1,1,2,2] X, int64[2] I) => (float[1,1,4,4] Y)
+{ Y = MaxUnpool<kernel_shape = [2, 7], strides = [2, 2]>(X, I) }
+)"));
+}
+
 TEST(ShapeInfer, zero_stride_does_not_divide_by_zero) {
   EXPECT_NO_THROW(load_text(R"(
 <ir_version: 8, opset_import: ["" : 17]>
