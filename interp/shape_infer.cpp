@@ -140,6 +140,38 @@ void check_node(const std::string& op, InferenceContext& ctx) {
   if (op == "Slice") check_nonzero_input(op, ctx, 4);
 }
 
+// The context the guards see: the node's attributes, with the schema's defaults filling in
+// absent ones (an absent `axis` of -1 is as out of range for a scalar as an explicit one).
+class WithDefaults final : public InferenceContext {
+ public:
+  WithDefaults(InferenceContext& ctx, const onnx::OpSchema& schema) : ctx_(ctx), schema_(schema) {}
+  const onnx::AttributeProto* getAttribute(const std::string& name) const override {
+    if (const onnx::AttributeProto* a = ctx_.getAttribute(name)) return a;
+    auto it = schema_.attributes().find(name);
+    if (it == schema_.attributes().end()) return nullptr;
+    const onnx::AttributeProto& d = it->second.default_value;
+    return d.type() == onnx::AttributeProto::UNDEFINED ? nullptr : &d;
+  }
+  size_t getNumInputs() const override { return ctx_.getNumInputs(); }
+  const onnx::TypeProto* getInputType(size_t i) const override { return ctx_.getInputType(i); }
+  const onnx::TensorProto* getInputData(size_t i) const override { return ctx_.getInputData(i); }
+  size_t getNumOutputs() const override { return ctx_.getNumOutputs(); }
+  onnx::TypeProto* getOutputType(size_t i) override { return ctx_.getOutputType(i); }
+  onnx::GraphInferencer* getGraphAttributeInferencer(const std::string& name) override {
+    return ctx_.getGraphAttributeInferencer(name);
+  }
+  const onnx::SparseTensorProto* getInputSparseData(size_t i) const override {
+    return ctx_.getInputSparseData(i);
+  }
+  const onnx::TensorShapeProto* getSymbolicInput(size_t i) const override {
+    return ctx_.getSymbolicInput(i);
+  }
+
+ private:
+  InferenceContext& ctx_;
+  const onnx::OpSchema& schema_;
+};
+
 // ONNX's schemas, each with its inference function wrapped in check_node. The wrapped copies are
 // made once per schema and live as long as the process, as ONNX's own schemas do.
 class GuardedRegistry : public onnx::ISchemaRegistry {
@@ -153,8 +185,9 @@ class GuardedRegistry : public onnx::ISchemaRegistry {
     if (!guarded) {
       guarded = std::make_unique<onnx::OpSchema>(*s);
       onnx::InferenceFunction inner = s->GetTypeAndShapeInferenceFunction();
-      guarded->TypeAndShapeInferenceFunction([key, inner](InferenceContext& ctx) {
-        check_node(key, ctx);
+      guarded->TypeAndShapeInferenceFunction([key, inner, s](InferenceContext& ctx) {
+        WithDefaults seen(ctx, *s);
+        check_node(key, seen);
         inner(ctx);
       });
     }

@@ -23,6 +23,14 @@ g (float[2,3,5] X, float[5] W) => (float[2,3,5] Y)
   EXPECT_FALSE(has_shape(m, "n"));
 }
 
+TEST(ShapeInfer, default_axis_out_of_range_for_a_scalar_does_not_crash) {
+  EXPECT_NO_THROW(load_text(R"(
+<ir_version: 8, opset_import: ["" : 17]>
+g (float X, float[5] W) => (float Y)
+{ Y = LayerNormalization(X, W) }
+)"));
+}
+
 TEST(ShapeInfer, valid_axis_still_infers) {
   Model m = load_text(R"(
 <ir_version: 8, opset_import: ["" : 17]>
