@@ -1,5 +1,8 @@
 // Importer robustness: mutated valid models either load or fail with terrace::Error, never crash.
+#include <filesystem>
+#include <fstream>
 #include <random>
+#include <sstream>
 
 #include "tests/import/import_util.h"
 
@@ -68,6 +71,59 @@ TEST(Fuzz, mutated_small_models_load_or_throw_terrace_errors) {
 
 TEST(Fuzz, mutated_control_flow_models_load_or_throw_terrace_errors) {
   fuzz(bytes_of(parse_model(kRichModel)), 2, 500);
+}
+
+// Values that break naive index arithmetic: negative, zero, past any rank, overflowing.
+int64_t hostile_int(std::mt19937& rng) {
+  static const int64_t kValues[] = {INT64_MIN, -(int64_t(1) << 40), -100, -5, -3, -2, -1, 0, 1,
+                                    2, 3, 5, 7, 100, int64_t(1) << 40, INT64_MAX};
+  return kValues[rng() % (sizeof kValues / sizeof kValues[0])];
+}
+
+// Replaces one int attribute value, or one dim of one graph input (sometimes its whole rank).
+void mutate_semantics(onnx::GraphProto& g, std::mt19937& rng) {
+  if (rng() % 2 == 0 && g.node_size() > 0) {
+    onnx::NodeProto& n = *g.mutable_node(int(rng() % g.node_size()));
+    if (n.attribute_size() == 0) return;
+    onnx::AttributeProto& a = *n.mutable_attribute(int(rng() % n.attribute_size()));
+    if (a.has_i()) a.set_i(hostile_int(rng));
+    if (a.ints_size() > 0) a.set_ints(int(rng() % a.ints_size()), hostile_int(rng));
+    if (a.has_g()) mutate_semantics(*a.mutable_g(), rng);
+  } else if (g.input_size() > 0) {
+    auto* shape = g.mutable_input(int(rng() % g.input_size()))
+                      ->mutable_type()->mutable_tensor_type()->mutable_shape();
+    if (shape->dim_size() > 0 && rng() % 2)
+      shape->mutable_dim(int(rng() % shape->dim_size()))->set_dim_value(int64_t(rng() % 6));
+    else {
+      shape->clear_dim();
+      for (int r = int(rng() % 6); r > 0; --r) shape->add_dim()->set_dim_value(int64_t(rng() % 5));
+    }
+  }
+}
+
+// Shape inference is where hostile attribute values and ranks used to crash ONNX 1.12.
+TEST(Fuzz, hostile_attributes_and_ranks_in_node_test_models_never_crash) {
+  namespace fs = std::filesystem;
+  fs::path node = "/usr/share/libonnx-testdata/data/node";
+  if (!fs::is_directory(node)) GTEST_SKIP() << node << " is not installed";
+  std::mt19937 rng(3);
+  int models = 0;
+  for (const auto& test : fs::directory_iterator(node)) {
+    std::ifstream in(test.path() / "model.onnx", std::ios::binary);
+    std::stringstream bytes;
+    bytes << in.rdbuf();
+    onnx::ModelProto base;
+    if (!base.ParseFromString(bytes.str())) continue;
+    for (int i = 0; i < 3; ++i, ++models) {
+      onnx::ModelProto m = base;
+      mutate_semantics(*m.mutable_graph(), rng);
+      try {
+        load_onnx_bytes(bytes_of(m));
+      } catch (const Error&) {
+      }
+    }
+  }
+  EXPECT_GT(models, 1000);
 }
 
 }  // namespace
