@@ -13,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 #include <sstream>
+#include <tuple>
 
 #include <onnx/defs/schema.h>
 
@@ -110,8 +111,20 @@ std::vector<TestCase> discover_tests(const std::vector<std::string>& dirs,
     for (const auto& e : fs::directory_iterator(root))
       if (e.is_directory() && is_test_dir(e.path())) add(e.path());
   }
-  std::stable_sort(tests.begin(), tests.end(),
-                   [](const TestCase& a, const TestCase& b) { return a.name < b.name; });
+  std::sort(tests.begin(), tests.end(), [](const TestCase& a, const TestCase& b) {
+    return std::tie(a.name, a.dir) < std::tie(b.name, b.dir);
+  });
+  // A folder named twice runs once; equal names from different suites become "suite/name".
+  tests.erase(std::unique(tests.begin(), tests.end(),
+                          [](const TestCase& a, const TestCase& b) {
+                            return fs::weakly_canonical(a.dir) == fs::weakly_canonical(b.dir);
+                          }),
+              tests.end());
+  std::vector<bool> clash(tests.size());
+  for (size_t i = 1; i < tests.size(); ++i)
+    if (tests[i - 1].name == tests[i].name) clash[i - 1] = clash[i] = true;
+  for (size_t i = 0; i < tests.size(); ++i)
+    if (clash[i]) tests[i].name = fs::path(tests[i].dir).parent_path().filename().string() + "/" + tests[i].name;
   return tests;
 }
 
