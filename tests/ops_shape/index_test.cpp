@@ -1,4 +1,8 @@
 // Gather, GatherElements, GatherND, Scatter*, Compress, NonZero, OneHot, Trilu, Unique, Resize.
+#include <omp.h>
+
+#include <cstring>
+
 #include "tests/ops_shape/shape_runner.h"
 
 namespace terrace {
@@ -78,6 +82,23 @@ TEST(ShapeIndex, ResizeLinearHalfPixelUpsample) {
   Tensor y = run1(Op::Resize, {Tensor::from_vector<float>({1, 2}, {0, 4}), Tensor(), scales},
                   {{"mode", "linear"}});
   EXPECT_EQ(values_of<float>(y), (std::vector<float>{0, 1, 3, 4}));
+}
+
+TEST(ShapeIndex, ResizeCubicIsBitIdenticalForAnyThreadCount) {
+  Tensor x = iota({2, 3, 40, 50});
+  for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = float(i % 17) * 0.37f;
+  Tensor sizes = ints({4}, {2, 3, 97, 61});
+  auto resize = [&] {
+    return run1(Op::Resize, {x, Tensor(), Tensor(), sizes}, {{"mode", "cubic"}});
+  };
+  int saved = omp_get_max_threads();
+  omp_set_num_threads(1);
+  Tensor one = resize();
+  omp_set_num_threads(4);
+  Tensor four = resize();
+  omp_set_num_threads(saved);
+  ASSERT_EQ(one.shape(), four.shape());
+  EXPECT_EQ(std::memcmp(one.raw(), four.raw(), one.nbytes()), 0);
 }
 
 TEST(ShapeIndex, UpsampleNearestRepeats) {
