@@ -23,7 +23,7 @@ namespace terrace::cli {
 
 namespace {
 const char* kBenchUsage =
-    "terrace bench MODEL [--calls N] [--tier interp|cpu|gpu] [--batch N] [--baseline-calls N]\n"
+    "terrace bench MODEL [--calls N] [--steady-calls N] [--tier interp|cpu|gpu] [--batch N] [--baseline-calls N]\n"
     "                    [--input NAME=FILE.pb]... [--expect NAME=FILE.pb]... [--json FILE] [--plot FILE.png]\n"
     "                    [--quiet]";
 
@@ -31,6 +31,7 @@ struct BenchArgs {
   std::string model, json_path, plot_path;
   int64_t calls = 20;
   int64_t baseline_calls = -1;  // -1: min(calls, 20)
+  int64_t steady_calls = 0;     // calls to run after the warm-up, beyond --calls if need be
   int64_t batch = 0;            // 0: random inputs get batch 1
   bool quiet = false;
   std::vector<std::pair<std::string, std::string>> input_files, expect_files;
@@ -42,6 +43,7 @@ BenchArgs parse_args(const Args& args) {
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a == "--calls") b.calls = parse_count(a, next_value(args, i));
+    else if (a == "--steady-calls") b.steady_calls = parse_count(a, next_value(args, i));
     else if (a == "--baseline-calls") b.baseline_calls = parse_count(a, next_value(args, i));
     else if (a == "--batch") b.batch = parse_count(a, next_value(args, i));
     else if (a == "--tier") b.options.max_tier = parse_tier(next_value(args, i));
@@ -149,23 +151,42 @@ struct TimedRun {
 };
 
 // Loads the model into a new Session (a cold start) and runs it `calls` times.
-TimedRun timed_run(const BenchArgs& b, Options options, int64_t calls, NamedTensors& inputs) {
+// The first call of the steady state: after the last region became ready and its shadow-validated
+// calls (never call 0, which pays for first-touch allocations).
+int64_t steady_from(const TimedRun& run) {
+  int64_t last_ready = -1;
+  for (auto& r : run.regions) last_ready = std::max(last_ready, r.ready_at_call);
+  return std::max<int64_t>(1, last_ready + run.validate_calls);
+}
+
+// Loads the model into a new Session (a cold start) and runs it `calls` times; then, while fewer
+// than `steady_calls` of them are steady (or a compile is in flight), more, for at most 5 minutes.
+TimedRun timed_run(const BenchArgs& b, Options options, int64_t calls, int64_t steady_calls,
+                   NamedTensors& inputs) {
   TimedRun run;
+  if (options.validate == ValidateMode::First) run.validate_calls = options.validate_calls;
   auto t0 = std::chrono::steady_clock::now();
   auto session = Session::load(b.model, options);
   run.load_ms = ms_since(t0);
   if (inputs.empty()) inputs = bench_inputs(session->graph(), b);
   Progress progress(std::string("bench ") + tier_name(options.max_tier), calls);
-  for (int64_t c = 0; c < calls; ++c) {
+  auto warming = [&](int64_t done) {
+    bool compiling = std::any_of(run.regions.begin(), run.regions.end(), [](auto& r) { return r.state == "compiling"; });
+    return compiling || done - steady_from(run) < steady_calls;
+  };
+  int64_t c = 0;
+  auto call = [&] {
     run.outputs = session->run(inputs);
     if (options.max_tier != Tier::Interp) update_regions(run.regions, session->report_json(), c);
-    progress.update(c + 1, session->calls().back().ms);
-  }
+    progress.update(++c, session->calls().back().ms);
+  };
+  while (c < calls) call();
+  auto extra = std::chrono::steady_clock::now();
+  while (steady_calls > 0 && warming(c) && ms_since(extra) < 300e3) call();
   session->wait_for_compiles();  // compile times of jobs still in flight belong in the report
   run.report_json = session->report_json();
-  update_regions(run.regions, run.report_json, calls - 1);  // ready_at_call == calls: after the run
+  update_regions(run.regions, run.report_json, c - 1);  // ready_at_call == c: after the run
   run.calls = session->calls();
-  if (options.validate == ValidateMode::First) run.validate_calls = options.validate_calls;
   return run;
 }
 
@@ -194,12 +215,12 @@ std::vector<double> latencies(const std::vector<CallRecord>& calls) {
   return ms;
 }
 
-// Steady state starts after the last region became ready and its shadow-validated calls; if the
-// run is too short for that, after the last promotion; if there was none, after call 0.
+// steady_from, or if the run is too short for that, the calls after the last region became ready;
+// failing that, all calls after call 0.
 int64_t steady_start(const TimedRun& run) {
   int64_t n = int64_t(run.calls.size()), last_ready = -1;
   for (auto& r : run.regions) last_ready = std::max(last_ready, r.ready_at_call);
-  for (int64_t first : {last_ready + run.validate_calls, last_ready, int64_t(1)})
+  for (int64_t first : {steady_from(run), last_ready, int64_t(1)})
     if (first >= 1 && first < n) return first;
   return 0;
 }
@@ -355,11 +376,11 @@ void plot(const std::string& json_path, const std::string& plot_path) {
 int cmd_bench(const Args& args) {
   BenchArgs b = parse_args(args);
   NamedTensors inputs;
-  TimedRun run = timed_run(b, b.options, b.calls, inputs);
+  TimedRun run = timed_run(b, b.options, b.calls, b.steady_calls, inputs);
   // The interpreter baseline, same inputs; a run on the interpreter is its own baseline.
   Options interp = b.options;
   interp.max_tier = Tier::Interp;
-  TimedRun base = b.options.max_tier == Tier::Interp ? run : timed_run(b, interp, b.baseline_calls, inputs);
+  TimedRun base = b.options.max_tier == Tier::Interp ? run : timed_run(b, interp, b.baseline_calls, 0, inputs);
   Stats steady = stats_from(latencies(run.calls), steady_start(run));
   Stats base_steady = stats_from(latencies(base.calls), base.calls.size() > 1 ? 1 : 0);
   auto even = break_even(run, latencies(base.calls), base_steady.median);

@@ -1,0 +1,269 @@
+#!/usr/bin/env python3
+"""Runs the zoo models in Terrace and its peers side by side and writes one table (markdown + JSON).
+
+  bench/compare.py [--models mlp,resnet50] [--batch 1] [--calls 50] [--device cpu|cuda]
+                   [--tiers interp,cpu] [--terrace build/tools/terrace] [--small] [--out bench-out]
+
+Peers: PyTorch eager (the real nn.Module, rebuilt by tools/make_models.py with the zoo's seed),
+TorchScript (torch.jit.trace), torch.compile (default, reduce-overhead, max-autotune) where the
+installed torch has it, and ONNX Runtime (CPU) where it is installed; Terrace runs as
+`terrace bench --json` per tier. Every peer is timed the same way: the first call after setup
+separately, then `--warmup` calls, then the median (and p90) of `--calls` calls, each a wall clock
+around a synchronised call (CUDA events when torch runs on a GPU). Outputs are checked against eager
+PyTorch (Terrace's through `terrace bench --expect`, with DESIGN.md's tolerances).
+"""
+import argparse
+import datetime
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "tools"))
+import make_models  # noqa: E402  (tools/ is not a package)
+
+RTOL, ATOL = 1e-3, 1e-5  # DESIGN.md's fp32 tolerances, as Terrace's own checks use
+COMPILE_MODES = ["default", "reduce-overhead", "max-autotune"]
+
+
+def zoo_model(name, models_dir, small):
+    """make_models.export is the one definition of a zoo model (weights, input, output); run it with
+    its file writes intercepted, exporting ONNX only when the file is missing. Returns the module,
+    the input name, the saved input, and the ONNX path."""
+    folder = os.path.join(models_dir, name + ("_small" if small else ""))
+    onnx_path = os.path.join(folder, "model.onnx")
+    seen = {}
+    real_export, real_save = make_models.torch.onnx.export, make_models.save_pb
+
+    def export(model, args, path, **kwargs):
+        seen["model"], seen["input_name"] = model, kwargs["input_names"][0]
+        if not os.path.exists(path):
+            real_export(model, args, path, **kwargs)
+
+    def save_pb(array, path, pb_name):
+        seen.setdefault("input", array)  # input first, then output
+        if not os.path.exists(path):
+            real_save(array, path, pb_name)
+
+    make_models.torch.onnx.export, make_models.save_pb = export, save_pb
+    try:
+        make_models.export(name, models_dir, small)
+    finally:
+        make_models.torch.onnx.export, make_models.save_pb = real_export, real_save
+    return seen["model"], seen["input_name"], seen["input"], onnx_path
+
+
+def model_input(saved, batch, small):
+    """The zoo's saved input when its batch matches, else a fresh one of the same kind."""
+    if batch == saved.shape[0]:
+        return saved
+    rng = np.random.default_rng(1)
+    shape = (batch,) + saved.shape[1:]
+    if saved.dtype == np.int64:
+        return rng.integers(0, 100 if small else 1000, shape, dtype=np.int64)
+    return rng.standard_normal(shape, dtype=np.float32)
+
+
+def time_calls(fn, calls, warmup, cuda):
+    """(first call ms, [ms per timed call]) with synchronised calls."""
+    def timed():
+        if cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            out = fn()
+            end.record()
+            end.synchronize()
+            return start.elapsed_time(end), out
+        t0 = time.perf_counter()
+        out = fn()
+        return (time.perf_counter() - t0) * 1e3, out
+    first, out = timed()
+    for _ in range(warmup):
+        timed()
+    return first, [timed()[0] for _ in range(calls)], out
+
+
+def summary(first_ms, setup_ms, times):
+    times = sorted(times)
+    return {"setup_ms": setup_ms, "first_call_ms": first_ms, "first_result_ms": setup_ms + first_ms,
+            "median_ms": statistics.median(times), "p90_ms": times[max(0, int(np.ceil(0.9 * len(times))) - 1)],
+            "calls": len(times)}
+
+
+def agreement(out, want):
+    """(agrees, max abs err) of a peer's output against eager PyTorch's."""
+    got = out.detach().cpu().numpy() if isinstance(out, torch.Tensor) else np.asarray(out)
+    if got.shape != want.shape:
+        return False, float("inf")
+    err = np.abs(got.astype(np.float64) - want)
+    return bool(np.all(err <= ATOL + RTOL * np.abs(want))), float(err.max())
+
+
+def torch_peers(module, x_np, args):
+    """Yields (peer, setup_ms, callable or reason-unavailable)."""
+    dev = torch.device(args.device)
+    module = module.to(dev).eval()
+    x = torch.from_numpy(x_np).to(dev)
+    yield "pytorch-eager", 0.0, lambda: module(x)
+    t0 = time.perf_counter()
+    traced = torch.jit.trace(module, (x,))
+    yield "torchscript", (time.perf_counter() - t0) * 1e3, lambda: traced(x)
+    for mode in COMPILE_MODES:
+        peer = f"torch.compile-{mode}"
+        if not hasattr(torch, "compile"):
+            yield peer, 0.0, f"unavailable (torch {torch.__version__} has no torch.compile)"
+            continue
+        compiled = torch.compile(module, mode=mode)  # compiles lazily: the first call pays
+        yield peer, 0.0, lambda c=compiled: c(x)
+
+
+def ort_peer(onnx_path, input_name, x_np):
+    try:
+        import onnxruntime as ort
+    except ImportError as e:
+        return "onnxruntime", 0.0, f"unavailable ({e})"
+    t0 = time.perf_counter()
+    sess = ort.InferenceSession(onnx_path, providers=["CPUExecutionProvider"])
+    setup = (time.perf_counter() - t0) * 1e3
+    return f"onnxruntime-{ort.__version__}-cpu", setup, lambda: sess.run(None, {input_name: x_np})[0]
+
+
+def run_terrace(tier, onnx_path, input_name, in_pb, want_pb, args, out_dir, model):
+    json_path = os.path.join(out_dir, f"terrace_{model}_{tier}.json")
+    # As many steady calls as the peers get, however long the warm-up (compiles) takes.
+    cmd = [args.terrace, "bench", onnx_path, "--tier", tier, "--calls", str(1 + args.warmup + args.calls),
+           "--steady-calls", str(args.calls),
+           "--baseline-calls", str(min(5, args.calls)), "--input", f"{input_name}={in_pb}",
+           "--expect", f"output={want_pb}", "--json", json_path, "--quiet"]
+    print("compare:", " ".join(cmd), flush=True)
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+    except OSError as e:
+        return {"status": f"failed: {e}"}
+    if not os.path.exists(json_path) or proc.returncode not in (0, 1):
+        return {"status": f"failed (exit {proc.returncode}): {proc.stderr.strip()[-300:]}"}
+    with open(json_path) as f:
+        r = json.load(f)
+    expect = [c for c in r["checks"] if c["against"] != "interp"]
+    row = {"setup_ms": r["load_ms"], "first_call_ms": r["first_call_ms"],
+           "first_result_ms": r["time_to_first_result_ms"], "median_ms": r["steady"]["median_ms"],
+           "p90_ms": r["steady"]["p90_ms"], "calls": r["steady"]["count"], "status": "ok",
+           "agrees": all(c["equal"] for c in expect), "max_abs_err": max(c["max_abs_err"] for c in expect),
+           "break_even_call": r["break_even_call"]}
+    for c in r["checks"]:
+        if not c["equal"]:
+            print(f"compare: MISMATCH terrace-{tier} {model} vs {c['against']}: {c['message']}")
+    return row
+
+
+def compare_model(name, args):
+    module, input_name, saved, onnx_path = zoo_model(name, args.models_dir, args.small)
+    x = model_input(saved, args.batch, args.small)
+    with torch.no_grad():
+        want = module(torch.from_numpy(x)).numpy().astype(np.float64)
+    out_dir = args.out
+    in_pb, want_pb = (os.path.join(out_dir, f"{name}_{k}.pb") for k in ("input", "expected"))
+    make_models.save_pb(x, in_pb, input_name)
+    make_models.save_pb(want.astype(np.float32), want_pb, "output")
+    rows = []
+    base = {"model": name + ("_small" if args.small else ""), "batch": args.batch, "input": list(x.shape)}
+
+    def measure(peer, setup_ms, fn):
+        row = dict(base, peer=peer)
+        if isinstance(fn, str):
+            rows.append(dict(row, status=fn))
+            return
+        print(f"compare: {base['model']} on {peer}", flush=True)
+        try:
+            with torch.no_grad():
+                first, times, out = time_calls(fn, args.calls, args.warmup, args.device == "cuda")
+        except Exception as e:  # a peer that cannot run this model is a row, not the end of the run
+            rows.append(dict(row, status=f"failed: {type(e).__name__}: {str(e)[:200]}"))
+            return
+        ok, err = agreement(out, want)
+        if not ok:
+            print(f"compare: MISMATCH {peer} {base['model']}: max abs err {err:.3g} vs eager PyTorch")
+        rows.append(dict(row, status="ok", agrees=ok, max_abs_err=err, **summary(first, setup_ms, times)))
+
+    with torch.no_grad():
+        for peer in torch_peers(module, x, args):
+            measure(*peer)
+    measure(*ort_peer(onnx_path, input_name, x))
+    for tier in args.tiers:
+        rows.append(dict(base, peer=f"terrace-{tier}",
+                         **run_terrace(tier, onnx_path, input_name, in_pb, want_pb, args, out_dir, name)))
+    add_ratios(rows, args.tiers)
+    return rows
+
+
+def add_ratios(rows, tiers):
+    """ratio_<tier> = Terrace's steady median on that tier / the peer's (below 1: Terrace is faster)."""
+    for tier in tiers:
+        t = next((r for r in rows if r["peer"] == f"terrace-{tier}" and r.get("median_ms")), None)
+        for r in rows:
+            if t and r.get("median_ms"):
+                r[f"ratio_{tier}"] = t["median_ms"] / r["median_ms"]
+
+
+def fmt(v, digits=3):
+    if v is None:
+        return ""
+    if isinstance(v, bool):
+        return "yes" if v else "NO"
+    return f"{v:.{digits}g}" if isinstance(v, float) else str(v)
+
+
+def markdown(table, tiers):
+    cols = ["model", "peer", "setup_ms", "first_call_ms", "median_ms", "p90_ms", "calls", "agrees"] + \
+           [f"ratio_{t}" for t in tiers]
+    head = ["model", "peer", "setup ms", "first call ms", "median ms", "p90 ms", "n", "agrees"] + \
+           [f"Terrace {t} / peer" for t in tiers]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in table["rows"]:
+        cells = [fmt(r.get(c)) for c in cols]
+        if r["status"] != "ok":
+            cells[2:] = [r["status"]] + [""] * (len(cols) - 3)
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--models", default="mlp", help="comma-separated zoo names (%s)" % ",".join(make_models.MODELS))
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--calls", type=int, default=50, help="timed calls after warm-up (the issue asks for >= 50)")
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    p.add_argument("--tiers", default=None, help="Terrace tiers (default interp,cpu; plus gpu with --device cuda)")
+    p.add_argument("--terrace", default=os.path.join(ROOT, "build", "tools", "terrace"))
+    p.add_argument("--models-dir", default=os.path.join(ROOT, "models"))
+    p.add_argument("--small", action="store_true", help="the zoo's reduced models (for tests)")
+    p.add_argument("--out", default="bench-out")
+    args = p.parse_args()
+    args.tiers = (args.tiers or ("interp,cpu,gpu" if args.device == "cuda" else "interp,cpu")).split(",")
+    os.makedirs(args.out, exist_ok=True)
+    table = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "host": platform.node(),
+             "cpu": platform.processor() or platform.machine(), "torch": torch.__version__,
+             "torch_threads": torch.get_num_threads(), "device": args.device, "batch": args.batch,
+             "calls": args.calls, "warmup": args.warmup, "command": " ".join(sys.argv), "rows": []}
+    for name in args.models.split(","):
+        table["rows"] += compare_model(name, args)
+    with open(os.path.join(args.out, "compare.json"), "w") as f:
+        json.dump(table, f, indent=1)
+    md = markdown(table, args.tiers)
+    with open(os.path.join(args.out, "compare.md"), "w") as f:
+        f.write(md)
+    print(md)
+    bad = [r for r in table["rows"] if r.get("agrees") is False]
+    sys.exit(1 if bad else 0)
+
+
+if __name__ == "__main__":
+    main()

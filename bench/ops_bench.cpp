@@ -1,0 +1,203 @@
+// Micro-benchmarks of single ops through Session, per tier: softmax, layernorm, GEMM (+bias +GELU),
+// conv (+bias +ReLU). Each checks its result against a double-precision reference computed here and
+// reports FLOP/s or bytes/s as a fraction of the machine's measured ceilings (bench/ceilings.h).
+#include <benchmark/benchmark.h>
+
+#include <chrono>
+#include <cmath>
+#include <functional>
+#include <map>
+
+#include "bench/ceilings.h"
+#include "interp/compare.h"
+#include "tests/support/graph_builder.h"
+#include "tiers/session.h"
+
+namespace terrace::bench {
+namespace {
+
+using testing::GraphBuilder;
+using testing::random_tensor;
+
+// One benchmark case: a small graph, its inputs, the reference output, and the work per call.
+struct OpCase {
+  std::shared_ptr<Graph> graph;
+  NamedTensors inputs;
+  Tensor expected;
+  double bytes = 0;  // bytes a call must move at least (inputs + outputs), for memory-bound ops
+  double flops = 0;  // for compute-bound ops
+};
+
+int64_t rows_of(const Tensor& t) { return t.numel() / t.shape().back(); }
+
+// Fills a float tensor of `like`'s shape from `f(row, col)`, rows over the last dimension.
+Tensor reference_rows(const Tensor& like, const std::function<void(int64_t, float*)>& row_fn) {
+  Tensor out = Tensor::empty(DType::Float32, like.shape());
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows_of(like); ++r) row_fn(r, out.data<float>() + r * like.shape().back());
+  return out;
+}
+
+OpCase softmax_case(int64_t rows, int64_t cols) {
+  GraphBuilder g;
+  int x = g.input("x", DType::Float32, {rows, cols});
+  g.output(g.node(Op::Softmax, {x}, {{"axis", GraphBuilder::attr_int(-1)}}));
+  Tensor xt = random_tensor({rows, cols}, 1, -4, 4);
+  Tensor ref = reference_rows(xt, [&](int64_t r, float* out) {
+    const float* in = xt.data<float>() + r * cols;
+    double mx = in[0], sum = 0;
+    for (int64_t c = 0; c < cols; ++c) mx = std::max(mx, double(in[c]));
+    for (int64_t c = 0; c < cols; ++c) sum += std::exp(double(in[c]) - mx);
+    for (int64_t c = 0; c < cols; ++c) out[c] = float(std::exp(double(in[c]) - mx) / sum);
+  });
+  return {g.build(), {{"x", xt}}, ref, 2.0 * 4 * double(xt.numel()), 0};
+}
+
+OpCase layernorm_case(int64_t rows, int64_t cols) {
+  GraphBuilder g;
+  Tensor xt = random_tensor({rows, cols}, 2), scale = random_tensor({cols}, 3), bias = random_tensor({cols}, 4);
+  int x = g.input("x", DType::Float32, {rows, cols});
+  int node = g.node(Op::LayerNormalization, {x, g.constant("scale", scale), g.constant("bias", bias)},
+                    {{"axis", GraphBuilder::attr_int(-1)}, {"epsilon", GraphBuilder::attr_float(1e-5f)}});
+  g.output(node);
+  Tensor ref = reference_rows(xt, [&](int64_t r, float* out) {
+    const float* in = xt.data<float>() + r * cols;
+    double mean = 0, var = 0;
+    for (int64_t c = 0; c < cols; ++c) mean += in[c];
+    mean /= double(cols);
+    for (int64_t c = 0; c < cols; ++c) var += (in[c] - mean) * (in[c] - mean);
+    double inv = 1.0 / std::sqrt(var / double(cols) + double(1e-5f));
+    for (int64_t c = 0; c < cols; ++c)
+      out[c] = float((in[c] - mean) * inv * scale.data<float>()[c] + bias.data<float>()[c]);
+  });
+  return {g.build(), {{"x", xt}}, ref, 2.0 * 4 * double(xt.numel()), 0};
+}
+
+// GELU as PyTorch exports it (opset 17 has no Gelu op): x * 0.5 * (1 + erf(x / sqrt(2))).
+int gelu(GraphBuilder& g, int x) {
+  auto c = [&](const char* name, float v) { return g.constant(name, Tensor::scalar<float>(v)); };
+  int erf = g.node(Op::Erf, {g.node(Op::Div, {x, c("sqrt2", float(M_SQRT2))})});
+  return g.node(Op::Mul, {g.node(Op::Mul, {x, g.node(Op::Add, {erf, c("one", 1.f)})}), c("half", 0.5f)});
+}
+double gelu_ref(double v) { return v * 0.5 * (1.0 + std::erf(v / M_SQRT2)); }
+
+OpCase gemm_case(int64_t m, int64_t k, int64_t n) {
+  GraphBuilder g;
+  Tensor a = random_tensor({m, k}, 5), b = random_tensor({k, n}, 6), bias = random_tensor({n}, 7);
+  int x = g.input("a", DType::Float32, {m, k});
+  g.output(gelu(g, g.node(Op::Gemm, {x, g.constant("b", b), g.constant("bias", bias)})));
+  Tensor ref = Tensor::empty(DType::Float32, {m, n});
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < m; ++i) {
+    std::vector<double> acc(size_t(n), 0.0);
+    for (int64_t p = 0; p < k; ++p) {
+      double av = a.data<float>()[i * k + p];
+      const float* brow = b.data<float>() + p * n;
+      for (int64_t j = 0; j < n; ++j) acc[size_t(j)] += av * brow[j];
+    }
+    for (int64_t j = 0; j < n; ++j)
+      ref.data<float>()[i * n + j] = float(gelu_ref(float(acc[size_t(j)] + bias.data<float>()[j])));
+  }
+  return {g.build(), {{"a", a}}, ref, 0, 2.0 * double(m) * double(k) * double(n)};
+}
+
+// 3x3 convolution, stride 1, padding 1, then bias and ReLU (a ResNet layer).
+OpCase conv_case(int64_t batch, int64_t ch, int64_t hw) {
+  GraphBuilder g;
+  Tensor xt = random_tensor({batch, ch, hw, hw}, 8), w = random_tensor({ch, ch, 3, 3}, 9, -0.1f, 0.1f),
+         bias = random_tensor({ch}, 10);
+  int x = g.input("x", DType::Float32, {batch, ch, hw, hw});
+  int conv = g.node(Op::Conv, {x, g.constant("w", w), g.constant("bias", bias)},
+                    {{"pads", GraphBuilder::attr_ints({1, 1, 1, 1})}});
+  g.output(g.node(Op::Relu, {conv}));
+  Tensor ref = Tensor::empty(DType::Float32, {batch, ch, hw, hw});
+  const float *in = xt.data<float>(), *wt = w.data<float>();
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t o = 0; o < ch; ++o)
+      for (int64_t y = 0; y < hw; ++y)
+        for (int64_t xx = 0; xx < hw; ++xx) {
+          double acc = bias.data<float>()[o];
+          for (int64_t c = 0; c < ch; ++c)
+            for (int64_t ky = 0; ky < 3; ++ky)
+              for (int64_t kx = 0; kx < 3; ++kx) {
+                int64_t iy = y + ky - 1, ix = xx + kx - 1;
+                if (iy < 0 || iy >= hw || ix < 0 || ix >= hw) continue;
+                acc += double(in[((b * ch + c) * hw + iy) * hw + ix]) * wt[((o * ch + c) * 3 + ky) * 3 + kx];
+              }
+          ref.data<float>()[((b * ch + o) * hw + y) * hw + xx] = float(std::max(acc, 0.0));
+        }
+  return {g.build(), {{"x", xt}}, ref, 0, 2.0 * double(batch * ch * ch * 9 * hw * hw)};
+}
+
+// Cases are built once, on first use (their references take a while).
+const OpCase& get_case(const std::string& name) {
+  static std::map<std::string, OpCase> cache;
+  static const std::map<std::string, std::function<OpCase()>> makers = {
+      {"softmax", [] { return softmax_case(4096, 4096); }},
+      {"layernorm", [] { return layernorm_case(8192, 1024); }},
+      {"gemm_bias_gelu", [] { return gemm_case(1024, 1024, 1024); }},
+      {"conv_bias_relu", [] { return conv_case(4, 64, 56); }},
+  };
+  auto it = cache.find(name);
+  if (it == cache.end()) it = cache.emplace(name, makers.at(name)()).first;
+  return it->second;
+}
+
+// Runs the case on a session limited to `tier`: warms up until compiles are done and the
+// promoted code is validated, checks the result, then times calls.
+void run_case(benchmark::State& state, const std::string& name, Tier tier) {
+  const OpCase& c = get_case(name);
+  Options options = Options::from_env();
+  options.max_tier = tier;
+  auto session = Session::from_graph(c.graph, options);
+  for (int i = 0; i < 3; ++i) session->run(c.inputs);
+  session->wait_for_compiles();
+  NamedTensors out;
+  for (int i = 0; i <= options.validate_calls; ++i) out = session->run(c.inputs);
+  Comparison cmp = compare_tensors(c.expected, out.at(0).second, Tolerance::for_dtype(DType::Float32));
+  if (!cmp.equal) {
+    state.SkipWithError(("result differs from the double-precision reference: " + cmp.message).c_str());
+    return;
+  }
+  auto t0 = std::chrono::steady_clock::now();
+  for (auto _ : state) benchmark::DoNotOptimize(session->run(c.inputs));
+  // The fraction of the ceiling is a plain number, so it is computed here rather than as a rate.
+  double per_s = double(state.iterations()) /
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const Ceilings& peak = machine_ceilings();
+  if (c.flops > 0) {
+    state.counters["FLOP/s"] = benchmark::Counter(c.flops, benchmark::Counter::kIsIterationInvariantRate);
+    state.counters["of_gemm_peak"] = c.flops * per_s / peak.gemm_flop_per_s;
+  } else {
+    state.SetBytesProcessed(int64_t(c.bytes) * state.iterations());
+    state.counters["of_copy_peak"] = c.bytes * per_s / peak.copy_bytes_per_s;
+  }
+  CallRecord last = session->calls().back();  // a copy: calls() returns a temporary
+  std::string tiers;
+  for (auto& t : last.tiers) tiers += (tiers.empty() ? "" : "+") + t;
+  state.SetLabel("ran on " + tiers);
+}
+
+void register_all() {
+  for (const char* name : {"softmax", "layernorm", "gemm_bias_gelu", "conv_bias_relu"})
+    for (Tier tier : {Tier::Interp, Tier::Cpu})
+      benchmark::RegisterBenchmark((std::string(name) + "/" + tier_name(tier)).c_str(),
+                                   [name = std::string(name), tier](benchmark::State& s) { run_case(s, name, tier); })
+          ->UseRealTime()
+          ->Unit(benchmark::kMillisecond);
+}
+
+}  // namespace
+}  // namespace terrace::bench
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  terrace::bench::register_all();
+  const auto& peak = terrace::bench::machine_ceilings();
+  benchmark::AddCustomContext("copy_GBps", std::to_string(peak.copy_bytes_per_s / 1e9));
+  benchmark::AddCustomContext("dnnl_sgemm_GFLOPs", std::to_string(peak.gemm_flop_per_s / 1e9));
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
