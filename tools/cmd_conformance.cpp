@@ -141,7 +141,7 @@ bool is_generated(const std::string& reason) {
 // Writes the current failures as the new expected list. Entries for tests this run did not
 // include (filtered out, other suites) are kept as they were, and so are hand-written reasons
 // of tests that still fail; generated reasons are refreshed from the current messages.
-void write_expectations(const std::string& path, const Expectations& old,
+void write_expectations(const std::string& path, Tier tier, const Expectations& old,
                         const std::vector<TestResult>& results) {
   Expectations merged = old;
   for (const TestResult& r : results) {
@@ -153,7 +153,8 @@ void write_expectations(const std::string& path, const Expectations& old,
     }
   }
   std::ostringstream out;
-  out << "# ONNX backend tests Terrace is known to fail: `test_name  reason`, one a line.\n"
+  out << "# ONNX backend tests Terrace is known to fail on --tier " << tier_name(tier)
+      << ": `test_name  reason`, one a line.\n"
          "# `terrace conformance --expected FILE` treats these failures as expected and reports\n"
          "# listed tests that pass. `--write-expected FILE` regenerates the list from a run: reasons\n"
          "# that start with a status (`not_implemented: ...`) are refreshed, hand-written ones kept.\n";
@@ -294,7 +295,7 @@ int cmd_conformance(const Args& args) {
   print_test_lines(o, expected, c.verbose);
   print_summary(o, c);
   if (!c.json_path.empty()) write_json(c.json_path, o, c, expected);
-  if (!c.write_expected_path.empty()) write_expectations(c.write_expected_path, expected, o.results);
+  if (!c.write_expected_path.empty()) write_expectations(c.write_expected_path, c.tier, expected, o.results);
 
   bool below_floor = c.min_pass && o.count(Status::Passed) < *c.min_pass;
   if (below_floor)
