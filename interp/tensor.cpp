@@ -84,7 +84,10 @@ int64_t shape_numel(std::span<const int64_t> shape) {
 
 std::vector<int64_t> row_major_strides(std::span<const int64_t> shape) {
   std::vector<int64_t> s(shape.size(), 1);
-  for (int64_t i = int64_t(shape.size()) - 2; i >= 0; --i) s[i] = s[i + 1] * shape[i + 1];
+  // An empty tensor may have huge other dims; its strides are never used to address memory, so
+  // they saturate instead of overflowing.
+  for (int64_t i = int64_t(shape.size()) - 2; i >= 0; --i)
+    if (__builtin_mul_overflow(s[i + 1], shape[i + 1], &s[i])) s[i] = std::numeric_limits<int64_t>::max();
   return s;
 }
 
@@ -103,7 +106,6 @@ Tensor Tensor::empty(DType dtype, Shape shape) {
   t.shape_ = std::move(shape);
   auto st = std::make_shared<State>();
   st->dtype = dtype;
-  st->count = t.numel_;
   size_t elem = dtype_size(dtype);
   if (t.numel_ > 0 && size_t(t.numel_) > (std::numeric_limits<size_t>::max() / 2) / elem)
     fail(ErrorCode::OutOfMemory, "tensor of shape ", shape_str(t.shape_), " is too large");
@@ -115,7 +117,8 @@ Tensor Tensor::empty(DType dtype, Shape shape) {
          shape_str(t.shape_));
   if (dtype == DType::String) {
     auto* p = static_cast<std::string*>(st->data);
-    for (int64_t i = 0; i < t.numel_; ++i) new (p + i) std::string();
+    // count grows with each constructed string, so ~State destroys exactly those on any failure.
+    for (int64_t i = 0; i < t.numel_; ++i, ++st->count) new (p + i) std::string();
   } else if (dtype == DType::Bool) {
     std::memset(st->data, 0, st->bytes);
   }
