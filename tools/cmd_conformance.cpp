@@ -173,6 +173,11 @@ struct Outcome {
   std::map<Status, std::vector<std::string>> by_status;
   std::vector<std::string> expected_failures, unexpected_failures, unexpectedly_passing;
   int64_t count(Status s) const { return by_status.count(s) ? int64_t(by_status.at(s).size()) : 0; }
+  int64_t ran_on(const std::string& tier) const {
+    return std::count_if(results.begin(), results.end(), [&](const TestResult& r) {
+      return std::find(r.tiers.begin(), r.tiers.end(), tier) != r.tiers.end();
+    });
+  }
   int64_t failed() const { return int64_t(results.size()) - count(Status::Passed) - count(Status::NotImplemented); }
 };
 
@@ -194,12 +199,19 @@ Outcome evaluate(std::vector<TestResult> results, const Expectations& expected, 
 
 // ---- text report, in the manner of ONNX Runtime's onnx_test_runner ----
 
+std::string join_tiers(const std::vector<std::string>& tiers) {
+  std::string out;
+  for (const std::string& t : tiers) out += (out.empty() ? "" : "+") + t;
+  return out;
+}
+
 void print_test_lines(const Outcome& o, const Expectations& expected, bool verbose) {
   for (const TestResult& r : o.results) {
     bool listed = expected.count(r.name) != 0;
     if (r.status == Status::Passed) {
       if (listed) std::printf("[ XPASS ] %s: passes but is listed as an expected failure\n", r.name.c_str());
-      else if (verbose) std::printf("[  PASS ] %s (%.1f ms)\n", r.name.c_str(), r.ms);
+      else if (verbose) std::printf("[  PASS ] %s (%.1f ms, last call on %s)\n", r.name.c_str(), r.ms,
+                                    join_tiers(r.tiers).c_str());
       continue;
     }
     std::printf("[%s] %s: %s: %s\n", listed ? " XFAIL " : " FAIL  ", r.name.c_str(),
@@ -233,6 +245,9 @@ void print_summary(const Outcome& o, const Config& c) {
               c.expected_path.empty() ? "" : " (listed in ", c.expected_path.empty() ? "" : (c.expected_path + ")").c_str());
   std::printf("  Unexpected failures: %zu\n  Unexpectedly passing: %zu\n",
               o.unexpected_failures.size(), o.unexpectedly_passing.size());
+  if (c.tier != Tier::Interp)
+    std::printf("  Ran on %s (last call): %lld; the rest stayed in the interpreter\n", tier_name(c.tier),
+                (long long)o.ran_on(tier_name(c.tier)));
   if (c.min_pass) std::printf("  Pass floor: %lld\n", (long long)*c.min_pass);
   for (Status s : conformance::kAllStatuses)
     if (s != Status::Passed && o.by_status.count(s))
@@ -256,6 +271,7 @@ void write_json(const std::string& path, const Outcome& o, const Config& c, cons
   js.field("unexpected_failures", o.unexpected_failures);
   js.field("unexpectedly_passing", o.unexpectedly_passing);
   if (c.min_pass) js.field("min_pass", *c.min_pass);
+  js.field("ran_on_tier", o.ran_on(tier_name(c.tier)));
   js.key("categories").begin_object();
   for (auto& [s, names] : o.by_status) js.field(conformance::status_name(s), names);
   js.end_object();
@@ -266,6 +282,7 @@ void write_json(const std::string& path, const Outcome& o, const Config& c, cons
   for (const TestResult& r : o.results) {
     js.key(r.name).begin_object();
     js.field("status", conformance::status_name(r.status)).field("ms", r.ms).field("message", r.message);
+    js.field("tiers", r.tiers);
     if (auto it = expected.find(r.name); it != expected.end()) js.field("expected_reason", it->second);
     js.end_object();
   }

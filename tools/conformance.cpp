@@ -196,8 +196,9 @@ std::vector<RValue> load_values(const Graph& g, const std::vector<int>& ids, con
 }
 
 // Runs a graph on one tier. The interpreter is called directly for --tier interp and for graphs
-// with sequence or optional inputs/outputs (Session::run carries tensors only); otherwise a
-// Session is called several times, so that versions promoted after the first calls are judged too.
+// with sequence or optional inputs/outputs (Session::run carries tensors only). Otherwise a
+// Session promotes after one call per tier and is called once more per tier, waiting for its
+// background compiles between calls, so each tier up to `tier` produces results that are judged.
 // Shadow validation is off: the harness must judge the tier's own results, not the fallback's.
 class TierRunner {
  public:
@@ -206,7 +207,9 @@ class TierRunner {
     Options o = Options::from_env();
     o.max_tier = tier;
     o.validate = ValidateMode::Off;
-    calls_ = o.hot_threshold + 2;
+    o.hot_threshold = 1;
+    o.gpu_threshold = 1;
+    calls_ = int(tier) + 2;  // interp, then one call per compiled tier, then one more at the top
     session_ = Session::from_graph(graph_, o);
   }
   int calls() const { return calls_; }
@@ -218,7 +221,15 @@ class TierRunner {
       if (inputs[i].defined()) named.emplace_back(graph_->value(graph_->inputs[i]).name, inputs[i].tensor);
     std::vector<RValue> out;
     for (auto& [name, t] : session_->run(named)) out.emplace_back(t);
+    session_->wait_for_compiles();
     return out;
+  }
+
+  // The tiers the last call ran on ("interp" alone for the interpreter path).
+  std::vector<std::string> last_tiers() const {
+    if (!session_) return {"interp"};
+    std::vector<CallRecord> calls = session_->calls();
+    return calls.empty() ? std::vector<std::string>{} : calls.back().tiers;
   }
 
  private:
@@ -226,6 +237,12 @@ class TierRunner {
   std::unique_ptr<Session> session_;
   int calls_ = 1;
 };
+
+std::string join(const std::vector<std::string>& parts, const char* sep) {
+  std::string out;
+  for (size_t i = 0; i < parts.size(); ++i) out += (i ? sep : "") + parts[i];
+  return out;
+}
 
 // The first output of `got` that differs from `want`, or nullopt.
 std::optional<std::string> first_mismatch(const Graph& g, const std::vector<RValue>& want,
@@ -274,9 +291,10 @@ TestResult run_test(const TestCase& test, Tier tier, const Tolerance& tol) {
       std::string at = where + (runner->calls() > 1 ? detail::concat("call ", call + 1, ": ") : "");
       std::vector<RValue> got;
       if (!guarded(Phase::Run, at, r, [&] { got = runner->run(inputs); })) return done();
+      r.tiers = runner->last_tiers();
       if (auto m = first_mismatch(g, want, got, tol)) {
         r.status = Status::ResultDiffers;
-        r.message = at + *m;
+        r.message = at + "ran on " + join(r.tiers, "+") + ": " + *m;
         return done();
       }
     }
@@ -350,13 +368,13 @@ std::string read_all(int fd) {
   }
 }
 
-// The child: runs the test with an alarm as its deadline and sends "status\nms\nmessage".
+// The child: runs the test with an alarm as its deadline and sends "status\nms\ntiers\nmessage".
 [[noreturn]] void child_main(const TestCase& test, Tier tier, int timeout_s, const Tolerance& tol, int fd) {
   if (timeout_s > 0) alarm(unsigned(timeout_s));
   TestResult r = run_test(test, tier, tol);
   if (r.message.size() > kMaxMessage) r.message.resize(kMaxMessage);
   std::ostringstream os;
-  os << status_name(r.status) << '\n' << r.ms << '\n' << r.message;
+  os << status_name(r.status) << '\n' << r.ms << '\n' << join(r.tiers, ",") << '\n' << r.message;
   write_all(fd, os.str());
   _exit(0);  // no static destructors or atexit handlers: they belong to the parent
 }
@@ -388,9 +406,10 @@ TestResult collect(const Child& c, int wstatus, const TestCase& test, int timeou
     return r;
   }
   std::istringstream is(data);
-  std::string status, ms;
+  std::string status, ms, tiers, tier;
   std::getline(is, status);
   std::getline(is, ms);
+  std::getline(is, tiers);
   std::optional<Status> s = status_from_name(status);
   if (!s || ms.empty()) {
     r.message = detail::concat("test process exited with code ", WEXITSTATUS(wstatus), " and no result");
@@ -398,7 +417,8 @@ TestResult collect(const Child& c, int wstatus, const TestCase& test, int timeou
   }
   r.status = *s;
   r.ms = std::stod(ms);
-  r.message = data.substr(std::min(data.size(), status.size() + ms.size() + 2));
+  r.message = data.substr(std::min(data.size(), status.size() + ms.size() + tiers.size() + 3));
+  for (std::istringstream ts(tiers); std::getline(ts, tier, ',');) r.tiers.push_back(tier);
   return r;
 }
 

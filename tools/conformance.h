@@ -32,6 +32,7 @@ struct TestResult {
   std::string name;
   Status status = Status::Passed;
   std::string message;  // why it failed (empty when passed)
+  std::vector<std::string> tiers;  // tiers the last call ran on ("interp", "cpu", "gpu")
   double ms = 0;
 };
 
