@@ -43,8 +43,12 @@ def log_scale_plain(ax):
     ax.set_yscale("log")
     plain = matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}")
     ax.yaxis.set_major_formatter(plain)
-    ax.yaxis.set_minor_formatter(plain)
-    ax.tick_params(axis="y", which="minor", labelsize=7)
+    lo, hi = ax.get_ylim()
+    if hi / lo < 30:  # over a wider range, labelled minor ticks crowd each other
+        ax.yaxis.set_minor_formatter(plain)
+        ax.tick_params(axis="y", which="minor", labelsize=7)
+    else:
+        ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
 
 
 def model_label(path):
@@ -74,10 +78,10 @@ def plot_timeline(ax, run, line_style):
     base = run["baseline"]["steady"]["median_ms"]
     if run["tier"] != "interp" and base:
         ax.axhline(base, color="tab:blue", linestyle=":", linewidth=1,
-                   label=f"interpreter median {base:.3g} ms")
+                   label=f"interpreter median {base:.4g} ms")
     steady = run["steady"]
     ax.axvspan(steady["first_call"] - 0.5, x[-1] + 0.5, color="0.9", zorder=0,
-               label=f"steady: median {steady['median_ms']:.3g} ms, p90 {steady['p90_ms']:.3g} ms")
+               label=f"steady: median {steady['median_ms']:.4g} ms, p90 {steady['p90_ms']:.4g} ms")
 
 
 def timeline_figure(runs, out):
@@ -85,6 +89,7 @@ def timeline_figure(runs, out):
     for k, run in enumerate(runs):
         plot_timeline(ax, run, "-" if k == 0 else "--")
     log_scale_plain(ax)
+    ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
     ax.set_xlabel("call")
     ax.set_ylabel("latency (ms, log scale)")
     first = runs[0]
