@@ -120,14 +120,17 @@ def comparison_figure(table, out):
                 xs.append(m + (p - (len(peers) - 1) / 2) * width)
                 ys.append(hit[0]["median_ms"])
         bars = ax.bar(xs, ys, width, label=peer, color=cmap(p % 10))
-        ax.bar_label(bars, fmt="%.3g", fontsize=6, rotation=90, padding=2)
+        ax.bar_label(bars, labels=[f"{y:.4g}" for y in ys], fontsize=6, rotation=90, padding=2)
     ax.set_xticks(range(len(models)))
     ax.set_xticklabels(models)
+    top = max(r["median_ms"] for r in rows)
+    ax.set_yscale("log")
+    ax.set_ylim(top=top * 4)  # room for the bar labels under the title
     log_scale_plain(ax)
     ax.set_ylabel("steady-state median latency (ms, log scale)")
     ax.set_title(f"Steady state against peers ({table.get('device', 'cpu')}, batch {table.get('batch', 1)})",
                  fontsize=10)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
     ax.grid(True, which="both", axis="y", alpha=0.3)
     save(fig, out)
 
