@@ -58,6 +58,8 @@ double parse_real(const std::string& option, const std::string& text) {
   return v;
 }
 
+int parse_jobs(const std::string& text) { return int(std::clamp<int64_t>(parse_count("-j", text), 1, 1024)); }
+
 Config parse_args(const Args& args) {
   Config c;
   std::optional<std::string> expected_path;
@@ -76,8 +78,8 @@ Config parse_args(const Args& args) {
     else if (a == "--write-expected") c.write_expected_path = value();
     else if (a == "--min-pass") c.min_pass = parse_count(a, value());
     else if (a == "--isolate") c.isolate = true;
-    else if (a == "-j" || a == "--jobs") c.jobs = int(std::max<int64_t>(1, parse_count(a, value())));
-    else if (a.rfind("-j", 0) == 0 && a.size() > 2) c.jobs = int(std::max<int64_t>(1, parse_count("-j", a.substr(2))));
+    else if (a == "-j" || a == "--jobs") c.jobs = parse_jobs(value());
+    else if (a.rfind("-j", 0) == 0) c.jobs = parse_jobs(a.substr(2));  // -j4
     else if (a == "--timeout") c.timeout_s = int(parse_count(a, value()));
     else if (a == "--rtol") c.tol.rtol = parse_real(a, value());
     else if (a == "--atol") c.tol.atol = parse_real(a, value());
