@@ -11,7 +11,9 @@ static const char* kUsage =
     "usage: terrace <command> [args]\n"
     "  run MODEL [--input NAME=FILE.pb]... [--random-inputs] [--repeat N] [--json FILE]\n"
     "  explain MODEL\n"
-    "  conformance [DIR...] [--tier interp|cpu|gpu] [--filter REGEX] [--json FILE]\n"
+    "  conformance [DIR...] [--tier interp|cpu|gpu] [--filter REGEX] [--json FILE] [--expected FILE]\n"
+    "              [--write-expected FILE] [--min-pass N] [--isolate] [-j N] [--timeout S]\n"
+    "              [--rtol X] [--atol X] [-v]\n"
     "  bench MODEL [--calls N] [--tier interp|cpu|gpu] [--batch N] [--json FILE] [--plot FILE]\n";
 
 int main(int argc, char** argv) {
