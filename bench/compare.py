@@ -251,7 +251,7 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     table = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "host": platform.node(),
              "cpu": platform.processor() or platform.machine(), "torch": torch.__version__,
-             "torch_threads": torch.get_num_threads(), "device": args.device, "batch": args.batch,
+             "torch_threads": torch.get_num_threads(), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"), "device": args.device, "batch": args.batch,
              "calls": args.calls, "warmup": args.warmup, "command": " ".join(sys.argv), "rows": []}
     for name in args.models.split(","):
         table["rows"] += compare_model(name, args)
