@@ -9,6 +9,7 @@ Full-size models: mlp, resnet50, mobilenetv2, bert (BERT-base encoder), gpt2 (GP
 --small exports reduced versions of the same architectures (fewer layers, smaller widths) for tests.
 """
 import argparse
+import inspect
 import math
 import os
 import sys
@@ -153,9 +154,11 @@ def export(name, out_dir, small):
     folder = os.path.join(out_dir, name + ("_small" if small else ""))
     data = os.path.join(folder, "test_data_set_0")
     os.makedirs(data, exist_ok=True)
+    # Newer torch exports through dynamo by default, at opsets beyond 17: keep the classic exporter.
+    legacy = {"dynamo": False} if "dynamo" in inspect.signature(torch.onnx.export).parameters else {}
     torch.onnx.export(model, (x,), os.path.join(folder, "model.onnx"), opset_version=OPSET,
                       input_names=[input_name], output_names=["output"],
-                      dynamic_axes={input_name: {0: "batch"}, "output": {0: "batch"}})
+                      dynamic_axes={input_name: {0: "batch"}, "output": {0: "batch"}}, **legacy)
     save_pb(x.numpy(), os.path.join(data, "input_0.pb"), input_name)
     save_pb(y.numpy(), os.path.join(data, "output_0.pb"), "output")
     print(f"make_models: wrote {folder} ({input_name}{list(shape)} -> output{list(y.shape)})")
