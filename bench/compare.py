@@ -2,7 +2,7 @@
 """Runs the zoo models in Terrace and its peers side by side and writes one table (markdown + JSON).
 
   bench/compare.py [--models mlp,resnet50] [--batch 1] [--calls 50] [--device cpu|cuda]
-                   [--tiers interp,cpu] [--terrace build/tools/terrace] [--small] [--out bench-out]
+                   [--threads N] [--tiers interp,cpu] [--terrace build/tools/terrace] [--small] [--out bench-out]
 
 Peers: PyTorch eager (the real nn.Module, rebuilt by tools/make_models.py with the zoo's seed),
 TorchScript (torch.jit.trace), torch.compile (default, reduce-overhead, max-autotune) where the
@@ -241,6 +241,8 @@ def main():
     p.add_argument("--calls", type=int, default=50, help="timed calls after warm-up (the issue asks for >= 50)")
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    p.add_argument("--threads", type=int, default=os.cpu_count(),
+                   help="CPU threads for every peer (torch.set_num_threads, OMP_NUM_THREADS; default all cores)")
     p.add_argument("--tiers", default=None, help="Terrace tiers (default interp,cpu; plus gpu with --device cuda)")
     p.add_argument("--terrace", default=os.path.join(ROOT, "build", "tools", "terrace"))
     p.add_argument("--models-dir", default=os.path.join(ROOT, "models"))
@@ -249,6 +251,9 @@ def main():
     args = p.parse_args()
     args.tiers = (args.tiers or ("interp,cpu,gpu" if args.device == "cuda" else "interp,cpu")).split(",")
     os.makedirs(args.out, exist_ok=True)
+    # Same threads for all: Debian's torch otherwise starts with one, Terrace's OpenMP with all cores.
+    torch.set_num_threads(args.threads)
+    os.environ["OMP_NUM_THREADS"] = str(args.threads)  # inherited by the terrace subprocesses
     table = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "host": platform.node(),
              "cpu": platform.processor() or platform.machine(), "torch": torch.__version__,
              "torch_threads": torch.get_num_threads(), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"), "device": args.device, "batch": args.batch,
