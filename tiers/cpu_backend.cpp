@@ -1,4 +1,5 @@
-// Tier 1 backend: a region of elementwise ops -> one fusion group -> kernel IR -> C++ -> Clang/ORC.
+// Tier 1 backend: a region of elementwise ops -> fusion groups (one per iteration domain) -> kernel
+// IR -> C++ -> Clang/ORC.
 #include "tiers/backend.h"
 
 #ifdef TERRACE_HAVE_CPU_JIT
@@ -8,6 +9,7 @@
 #include "interp/log.h"
 #include "kernels/lower.h"
 #include "kernels/printer.h"
+#include "kernels/split.h"
 #endif
 
 namespace terrace {
@@ -21,23 +23,36 @@ namespace {
 
 class CpuRegion : public CompiledRegion {
  public:
-  CpuRegion(jit::CpuKernel kernel, std::vector<kernels::TensorSig> outputs, bool perturb)
-      : kernel_(std::move(kernel)), outputs_(std::move(outputs)), perturb_(perturb) {
-    source = kernel_.source;
+  struct Part {
+    jit::CpuKernel kernel;
+    std::vector<int> slots;  // the kernel's buffers (inputs, then outputs) in the slot table
+  };
+  // `slots`: the region's inputs, its outputs, then intermediates (kernels::SplitGroup).
+  CpuRegion(std::vector<Part> parts, std::vector<kernels::TensorSig> slots, size_t n_inputs,
+            size_t n_outputs, bool perturb)
+      : parts_(std::move(parts)), slots_(std::move(slots)), n_inputs_(n_inputs),
+        n_outputs_(n_outputs), perturb_(perturb) {
+    for (const Part& p : parts_) source += p.kernel.source;
   }
 
   std::vector<Tensor> run(const std::vector<Tensor>& inputs) override {
-    std::vector<Tensor> out;
-    std::vector<void*> buffers;
-    buffers.reserve(inputs.size() + outputs_.size());
-    for (const Tensor& t : inputs) buffers.push_back(const_cast<void*>(t.raw()));
-    for (const auto& sig : outputs_) {
-      out.push_back(Tensor::empty(sig.dtype, sig.shape));
-      buffers.push_back(out.back().raw());
+    std::vector<Tensor> owned;  // outputs, then intermediates
+    std::vector<void*> table;
+    table.reserve(slots_.size());
+    for (const Tensor& t : inputs) table.push_back(const_cast<void*>(t.raw()));
+    for (size_t s = n_inputs_; s < slots_.size(); ++s) {
+      owned.push_back(Tensor::empty(slots_[s].dtype, slots_[s].shape));
+      table.push_back(owned.back().raw());
     }
-    jit::run_cpu_kernel(kernel_, buffers);
-    if (perturb_) perturb(out);
-    return out;
+    std::vector<void*> buffers;
+    for (const Part& p : parts_) {
+      buffers.clear();
+      for (int s : p.slots) buffers.push_back(table[size_t(s)]);
+      jit::run_cpu_kernel(p.kernel, buffers);
+    }
+    owned.resize(n_outputs_);
+    if (perturb_) perturb(owned);
+    return owned;
   }
 
  private:
@@ -52,8 +67,9 @@ class CpuRegion : public CompiledRegion {
       else if (t.dtype() == DType::Int64) t.data<int64_t>()[0] += 1;
     }
   }
-  jit::CpuKernel kernel_;
-  std::vector<kernels::TensorSig> outputs_;
+  std::vector<Part> parts_;
+  std::vector<kernels::TensorSig> slots_;
+  size_t n_inputs_, n_outputs_;
   bool perturb_;
 };
 
@@ -104,18 +120,26 @@ class CpuBackend : public Backend {
                     node.outputs.size(), " outputs; tier 1 fuses single-output ops");
       where.emplace_back(node.outputs[0], kernels::Operand::result(index));
     }
-    std::vector<kernels::TensorSig> outputs;
     for (int v : region.outputs) {
       kernels::Operand op = operand_of(v);
       TERRACE_ASSERT(op.kind == kernels::Operand::Kind::Result, "region output is not computed in it");
       group.outputs.push_back(op.index);
-      outputs.push_back(group.ops[size_t(op.index)].result);
     }
-    kernels::LoweredFunc f = kernels::lower(group);
-    jit::CpuKernel kernel = jit::compile_cpu_kernel(f);
-    auto compiled = std::make_unique<CpuRegion>(std::move(kernel), std::move(outputs),
+    // One kernel per iteration domain: a region may hold independent chains of unrelated shapes.
+    kernels::SplitGroup split = kernels::split_by_domain(group);
+    std::vector<CpuRegion::Part> parts;
+    std::string ir;
+    for (const kernels::KernelPart& p : split.parts) {
+      kernels::LoweredFunc f = kernels::lower(p.group);
+      CpuRegion::Part part{jit::compile_cpu_kernel(f), p.input_slots};
+      part.slots.insert(part.slots.end(), p.output_slots.begin(), p.output_slots.end());
+      parts.push_back(std::move(part));
+      ir += kernels::to_string(f);
+    }
+    auto compiled = std::make_unique<CpuRegion>(std::move(parts), std::move(split.slots),
+                                                region.inputs.size(), region.outputs.size(),
                                                 fault_enabled("miscompile:cpu"));
-    compiled->ir = kernels::to_string(f);
+    compiled->ir = std::move(ir);
     return compiled;
   }
 };

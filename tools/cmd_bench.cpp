@@ -150,13 +150,17 @@ struct TimedRun {
   int validate_calls = 0;  // shadow-validated calls after each promotion
 };
 
-// Loads the model into a new Session (a cold start) and runs it `calls` times.
+// The call from which the last region's compiled code was usable; -1 if none was.
+int64_t last_ready(const TimedRun& run) {
+  int64_t last = -1;
+  for (auto& r : run.regions) last = std::max(last, r.ready_at_call);
+  return last;
+}
+
 // The first call of the steady state: after the last region became ready and its shadow-validated
 // calls (never call 0, which pays for first-touch allocations).
 int64_t steady_from(const TimedRun& run) {
-  int64_t last_ready = -1;
-  for (auto& r : run.regions) last_ready = std::max(last_ready, r.ready_at_call);
-  return std::max<int64_t>(1, last_ready + run.validate_calls);
+  return std::max<int64_t>(1, last_ready(run) + run.validate_calls);
 }
 
 // Loads the model into a new Session (a cold start) and runs it `calls` times; then, while fewer
@@ -171,7 +175,8 @@ TimedRun timed_run(const BenchArgs& b, Options options, int64_t calls, int64_t s
   if (inputs.empty()) inputs = bench_inputs(session->graph(), b);
   Progress progress(std::string("bench ") + tier_name(options.max_tier), calls);
   auto warming = [&](int64_t done) {
-    bool compiling = std::any_of(run.regions.begin(), run.regions.end(), [](auto& r) { return r.state == "compiling"; });
+    bool compiling =
+        std::any_of(run.regions.begin(), run.regions.end(), [](auto& r) { return r.state == "compiling"; });
     return compiling || done - steady_from(run) < steady_calls;
   };
   int64_t c = 0;
@@ -218,9 +223,8 @@ std::vector<double> latencies(const std::vector<CallRecord>& calls) {
 // steady_from, or if the run is too short for that, the calls after the last region became ready;
 // failing that, all calls after call 0.
 int64_t steady_start(const TimedRun& run) {
-  int64_t n = int64_t(run.calls.size()), last_ready = -1;
-  for (auto& r : run.regions) last_ready = std::max(last_ready, r.ready_at_call);
-  for (int64_t first : {steady_from(run), last_ready, int64_t(1)})
+  int64_t n = int64_t(run.calls.size());
+  for (int64_t first : {steady_from(run), last_ready(run), int64_t(1)})
     if (first >= 1 && first < n) return first;
   return 0;
 }

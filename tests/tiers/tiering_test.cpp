@@ -56,7 +56,8 @@ void expect_matches_reference(const NamedTensors& got, const NamedTensors& want)
 }
 
 bool ran_tier(const Session& s, const char* tier) {
-  for (auto& t : s.calls().back().tiers)
+  std::vector<CallRecord> calls = s.calls();  // a copy: ranging over calls().back() would dangle
+  for (auto& t : calls.back().tiers)
     if (t == tier) return true;
   return false;
 }
@@ -102,6 +103,31 @@ TEST(Tiering, region_is_promoted_after_the_hot_threshold_and_later_calls_run_on_
   std::string json = s->report_json();
   EXPECT_NE(json.find("\"tier\":\"cpu\""), std::string::npos) << json;
   EXPECT_NE(json.find("\"promoted_at_call\":1"), std::string::npos) << json;
+}
+
+// GPT-2's shape: one region holds two independent chains whose shapes do not broadcast together
+// (an attention bias [1,4,6] and a causal mask [4,4]). Tier 1 compiles one kernel per domain.
+TEST(Tiering, a_region_of_chains_with_unrelated_shapes_compiles_one_kernel_per_shape) {
+  GraphBuilder gb;
+  int a = gb.input("a", DType::Float32, {1, 4, 6});
+  int b = gb.input("b", DType::Float32, {6});
+  int m = gb.input("m", DType::Float32, {4, 4});
+  int zero = gb.constant("zero", Tensor::scalar<float>(0.0f));
+  int biased = gb.node(Op::Add, {a, b});
+  int mask = gb.node(Op::Not, {gb.node(Op::Greater, {m, zero}, {}, 1, DType::Bool)});
+  gb.output(gb.node(Op::Relu, {biased}));
+  gb.output(gb.node(Op::Cast, {mask}, {{"to", GraphBuilder::attr_int(1)}}, 1, DType::Float32));  // ONNX FLOAT
+  auto g = gb.build();
+  auto s = Session::from_graph(g, tiered());
+  std::string breaks;
+  for (const Step& step : s->plan().steps) breaks += step.reason + "; ";
+  ASSERT_EQ(s->plan().regions.size(), 1u) << breaks;
+  NamedTensors in = {{"a", random_tensor({1, 4, 6}, 7)}, {"b", random_tensor({6}, 8)},
+                     {"m", random_tensor({4, 4}, 9)}};
+  warm_up(*s, in);
+  NamedTensors out = s->run(in);
+  EXPECT_TRUE(ran_tier(*s, "cpu")) << s->report_json();
+  expect_matches_reference(out, reference(g, in));
 }
 
 TEST(Tiering, tier1_matches_the_interpreter_with_nan_and_infinities) {
