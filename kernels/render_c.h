@@ -1,6 +1,7 @@
 // The C-family renderer: kernel IR -> one self-contained C++ (tier 1) or CUDA C (tier 2) source.
 #pragma once
 #include <string>
+#include <string_view>
 
 #include "kernels/ir.h"
 
@@ -19,7 +20,10 @@ enum class Dialect { Cpp, Cuda };
 // Buffers must not overlap (they are declared __restrict).
 std::string render_c(const LoweredFunc& f, Dialect dialect);
 
-// The prelude alone (for tests of the math functions).
+// The whole prelude (for tests of the math functions).
 std::string render_prelude(Dialect dialect);
+// The dialect's header and only those prelude functions that `code` calls, directly or through
+// another prelude function: a kernel that uses tanh parses exp and abs, not erf or pow.
+std::string render_prelude(Dialect dialect, std::string_view code);
 
 }  // namespace terrace::kernels

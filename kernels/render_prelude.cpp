@@ -2,7 +2,11 @@
 // branch-free float32 math, written once for both dialects (a short per-dialect header maps
 // TR_FN, bit casts and libm names). Every function is a chain of selects so that the loop
 // vectoriser can widen it; NaN and +-Inf follow C's libm (the interpreter's std:: functions).
+#include <cctype>
+#include <set>
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include "kernels/render_c.h"
 
@@ -264,10 +268,101 @@ TR_FN bool tr_isnan_f64(double x) { return x != x; }
 TR_FN bool tr_isinf_f64(double x) { return tr_abs_f64(x) == (1.0 / 0.0); }
 )";
 
+// A top-level item of kMath (a function, a template or a macro, with the comment above it) and
+// the names it defines.
+struct PreludeItem {
+  std::string text;
+  std::vector<std::string> defines;
+};
+
+bool is_ident_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
+
+// Every identifier in `text` that starts with "tr_" or "TR_".
+std::set<std::string> names_used(std::string_view text) {
+  std::set<std::string> names;
+  for (size_t i = 0; i < text.size(); ++i) {
+    bool prefixed = text.compare(i, 3, "tr_") == 0 || text.compare(i, 3, "TR_") == 0;
+    if (!prefixed || (i > 0 && is_ident_char(text[i - 1]))) continue;
+    size_t j = i;
+    while (j < text.size() && is_ident_char(text[j])) ++j;
+    names.emplace(text.substr(i, j - i));
+    i = j;
+  }
+  return names;
+}
+
+// The identifier that starts at `at`, or the first "tr_" one after it ("tr_exp_f32" in
+// "TR_FN float tr_exp_f32(...").
+std::string name_at(const std::string& line, size_t at, bool first_tr_after) {
+  size_t i = first_tr_after ? line.find("tr_", at) : at;
+  if (i == std::string::npos) return "";
+  size_t j = i;
+  while (j < line.size() && is_ident_char(line[j])) ++j;
+  return line.substr(i, j - i);
+}
+
+// Splits kMath at the lines that start a definition; comments go with the definition below them.
+std::vector<PreludeItem> prelude_items() {
+  std::vector<PreludeItem> items;
+  std::string pending;        // comment and blank lines waiting for their definition
+  bool open_template = false;  // a "template <...>" line waits for its function
+  std::istringstream in(kMath);
+  for (std::string line; std::getline(in, line);) {
+    line += '\n';
+    bool fn = line.rfind("TR_FN ", 0) == 0, define = line.rfind("#define ", 0) == 0;
+    bool libm = line.rfind("TR_F64_LIBM(", 0) == 0, tmpl = line.rfind("template", 0) == 0;
+    if (!fn && !define && !libm && !tmpl) {
+      // A body line belongs to the open item; comments and blank lines between items wait.
+      bool between = items.empty() || line == "\n" || line.rfind("//", 0) == 0;
+      (between ? pending : items.back().text) += line;
+      continue;
+    }
+    if (!(fn && open_template)) items.push_back({pending, {}});
+    open_template = tmpl;
+    pending.clear();
+    PreludeItem& item = items.back();
+    item.text += line;
+    if (libm) {
+      for (size_t at = 0; (at = line.find("TR_F64_LIBM(", at)) != std::string::npos;) {
+        at += 12;
+        item.defines.push_back("tr_" + line.substr(at, line.find(',', at) - at) + "_f64");
+      }
+    } else if (define) {
+      item.defines.push_back(name_at(line, 8, false));
+    } else if (fn) {
+      item.defines.push_back(name_at(line, 6, true));
+    }
+  }
+  return items;
+}
+
 }  // namespace
 
 std::string render_prelude(Dialect dialect) {
   return std::string(dialect == Dialect::Cpp ? kCppHeader : kCudaHeader) + kMath;
+}
+
+std::string render_prelude(Dialect dialect, std::string_view code) {
+  static const std::vector<PreludeItem> items = prelude_items();
+  // Names needed: those of `code`, then, to a fixed point, those of the items that define them.
+  std::set<std::string> needed = names_used(code);
+  std::vector<bool> take(items.size(), false);
+  for (bool grew = true; grew;) {
+    grew = false;
+    for (size_t i = 0; i < items.size(); ++i) {
+      if (take[i]) continue;
+      for (const std::string& d : items[i].defines)
+        if (needed.count(d)) take[i] = true;
+      if (!take[i]) continue;
+      grew = true;
+      std::set<std::string> more = names_used(items[i].text);
+      needed.insert(more.begin(), more.end());
+    }
+  }
+  std::string out = dialect == Dialect::Cpp ? kCppHeader : kCudaHeader;
+  for (size_t i = 0; i < items.size(); ++i)
+    if (take[i]) out += items[i].text;
+  return out;
 }
 
 }  // namespace terrace::kernels

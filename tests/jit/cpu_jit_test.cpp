@@ -1,6 +1,7 @@
 // The CPU JIT itself: errors, fault injection, code removal, concurrent compiles, dumps.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <thread>
@@ -8,6 +9,7 @@
 #include "interp/error.h"
 #include "jit/cpu_jit.h"
 #include "interp/log.h"
+#include "kernels/render_c.h"
 
 namespace terrace::jit {
 namespace {
@@ -102,6 +104,35 @@ TEST(CpuJit, LibmSymbolsResolveFromTheProcess) {
   auto code = CpuJit::global().compile("call_fmod", src, {"call_fmod"});
   auto fn = reinterpret_cast<double (*)(double, double)>(code->symbol("call_fmod"));
   EXPECT_EQ(fn(7.5, 2.0), 1.5);
+}
+
+// Each kernel parses only the prelude functions it calls, with what they call in turn.
+TEST(CpuJit, PreludeHoldsOnlyTheFunctionsAKernelCalls) {
+  const std::string kernel = R"(extern "C" void uses_tanh(void** b, int64_t begin, int64_t end) {
+  float* x = (float*)b[0];
+  int32_t* y = (int32_t*)b[1];
+  double* z = (double*)b[2];
+  for (int64_t i = begin; i < end; ++i) {
+    x[i] = tr_tanh_f32(x[i]);
+    y[i] = tr_sat_cast<int32_t, float>(x[i], -2147483648.0f, 2147483520.0f, -2147483647 - 1, 2147483647);
+    z[i] = tr_erf_f64(z[i]);
+  }
+})";
+  std::string prelude = kernels::render_prelude(kernels::Dialect::Cpp, kernel);
+  for (const char* wanted : {"tr_tanh_f32", "tr_exp_f32", "tr_abs_f32", "tr_sat_cast", "TR_F64_LIBM(erf, erf)"})
+    EXPECT_NE(prelude.find(wanted), std::string::npos) << wanted;
+  for (const char* unwanted : {"tr_erf_f32", "tr_pow_f32", "tr_log_f32", "tr_f2h", "tr_pow_f64"})
+    EXPECT_EQ(prelude.find(unwanted), std::string::npos) << unwanted;
+  EXPECT_LT(prelude.size(), kernels::render_prelude(kernels::Dialect::Cpp).size() / 3);
+  auto code = CpuJit::global().compile("uses_tanh", prelude + kernel, {"uses_tanh"});
+  float x[1] = {0.5f};
+  int32_t y[1] = {0};
+  double z[1] = {0.5};
+  void* buffers[3] = {x, y, z};
+  code->kernel("uses_tanh")(buffers, 0, 1);
+  EXPECT_NEAR(x[0], std::tanh(0.5f), 1e-6);
+  EXPECT_EQ(y[0], 0);
+  EXPECT_DOUBLE_EQ(z[0], std::erf(0.5));
 }
 
 }  // namespace
