@@ -1,6 +1,9 @@
 // compile_cpu_kernel and run_cpu_kernel: render -> CpuJit, and tbb::parallel_for over the range.
 #include "jit/cpu_kernel.h"
 
+#include <map>
+#include <mutex>
+
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
 
@@ -8,13 +11,47 @@
 
 namespace terrace::jit {
 
+namespace {
+
+// Every kernel is rendered under this one symbol, so kernels that compute the same thing over the
+// same shapes (a transformer's twelve identical layers) have the same source and share one
+// compiled copy while any of them lives.
+constexpr const char* kSymbol = "terrace_kernel";
+
+struct SharedCode {
+  std::mutex mu;
+  std::map<std::pair<const CpuJit*, std::string>, std::weak_ptr<CompiledCode>> by_source;
+};
+
+SharedCode& shared_code() {
+  static SharedCode s;
+  return s;
+}
+
+}  // namespace
+
 CpuKernel compile_cpu_kernel(const kernels::LoweredFunc& f, CpuJit& jit) {
+  kernels::LoweredFunc named = f;
+  named.name = kSymbol;
   CpuKernel k;
-  k.source = kernels::render_c(f, kernels::Dialect::Cpp);
-  k.code = jit.compile(f.name, k.source, {f.name});
-  k.fn = k.code->kernel(f.name);
+  k.source = kernels::render_c(named, kernels::Dialect::Cpp);
   k.parallel_extent = f.parallel_extent;
   k.work_per_iteration = f.work_per_iteration;
+  SharedCode& shared = shared_code();
+  auto key = std::make_pair(static_cast<const CpuJit*>(&jit), k.source);
+  {
+    std::lock_guard<std::mutex> lock(shared.mu);
+    auto it = shared.by_source.find(key);
+    if (it != shared.by_source.end()) k.code = it->second.lock();
+  }
+  if (!k.code) {
+    // Two threads may compile the same source at once; both results work, the later is kept.
+    k.code = jit.compile(f.name, k.source, {kSymbol});
+    std::lock_guard<std::mutex> lock(shared.mu);
+    std::erase_if(shared.by_source, [](const auto& entry) { return entry.second.expired(); });
+    shared.by_source[key] = k.code;
+  }
+  k.fn = k.code->kernel(kSymbol);
   return k;
 }
 

@@ -18,7 +18,9 @@ struct CpuKernel {
   double compile_ms() const { return code ? code->timings().total_ms() : 0; }
 };
 
-// Renders `f` as C++ and compiles it. Throws CompileFailed (with Clang's diagnostics).
+// Renders `f` as C++ and compiles it, or reuses the code of a live kernel with the same source
+// (kernels render under one symbol name, so equal kernels of different regions share code).
+// Throws CompileFailed (with Clang's diagnostics).
 CpuKernel compile_cpu_kernel(const kernels::LoweredFunc& f, CpuJit& jit = CpuJit::global());
 
 // Runs the kernel on its buffers (in slot order: the group's inputs, then its outputs). The

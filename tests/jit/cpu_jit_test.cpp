@@ -9,6 +9,8 @@
 #include "interp/error.h"
 #include "jit/cpu_jit.h"
 #include "interp/log.h"
+#include "jit/cpu_kernel.h"
+#include "kernels/lower.h"
 #include "kernels/render_c.h"
 
 namespace terrace::jit {
@@ -133,6 +135,35 @@ TEST(CpuJit, PreludeHoldsOnlyTheFunctionsAKernelCalls) {
   EXPECT_NEAR(x[0], std::tanh(0.5f), 1e-6);
   EXPECT_EQ(y[0], 0);
   EXPECT_DOUBLE_EQ(z[0], std::erf(0.5));
+}
+
+// Equal kernels of two regions (a transformer's identical layers) share one compiled copy while
+// either lives; another kernel (here another dtype) compiles anew.
+TEST(CpuJit, KernelsWithTheSameSourceShareCompiledCode) {
+  auto group = [](const std::string& name, DType dtype) {
+    kernels::FusionGroup g;
+    g.name = name;
+    g.inputs = {{dtype, {64}}};
+    kernels::FusedOp relu;
+    relu.node.op = Op::Relu;
+    relu.operands = {kernels::Operand::input(0)};
+    relu.result = {dtype, {64}};
+    g.ops = {relu};
+    g.outputs = {0};
+    return kernels::lower(g);
+  };
+  std::unique_ptr<CpuJit> jit = CpuJit::create();
+  CpuKernel a = compile_cpu_kernel(group("layer0", DType::Float32), *jit);
+  CpuKernel b = compile_cpu_kernel(group("layer1", DType::Float32), *jit);
+  CpuKernel c = compile_cpu_kernel(group("layer2", DType::Float64), *jit);
+  EXPECT_EQ(a.code, b.code);
+  EXPECT_EQ(a.fn, b.fn);
+  EXPECT_NE(a.code, c.code);
+  float x[64], y[64];
+  for (int i = 0; i < 64; ++i) x[i] = float(i - 32);
+  void* buffers[2] = {x, y};
+  run_cpu_kernel(b, buffers);
+  for (int i = 0; i < 64; ++i) EXPECT_EQ(y[i], std::max(0.0f, x[i])) << i;
 }
 
 }  // namespace
