@@ -2,7 +2,8 @@
 """Runs the zoo models in Terrace and its peers side by side and writes one table (markdown + JSON).
 
   bench/compare.py [--models mlp,resnet50] [--batch 1] [--calls 50] [--device cpu|cuda]
-                   [--threads N] [--tiers interp,cpu] [--terrace build/tools/terrace] [--small] [--out bench-out]
+                   [--threads N] [--tiers interp,cpu] [--peers pytorch-eager,onnxruntime]
+                   [--terrace build/tools/terrace] [--small] [--out bench-out]
 
 Peers: PyTorch eager (the real nn.Module, rebuilt by tools/make_models.py with the zoo's seed),
 TorchScript (torch.jit.trace), torch.compile (default, reduce-overhead, max-autotune) where the
@@ -176,6 +177,8 @@ def compare_model(name, args):
     base = {"model": name + ("_small" if args.small else ""), "batch": args.batch, "input": list(x.shape)}
 
     def measure(peer, setup_ms, fn):
+        if args.peers and not any(peer.startswith(p) for p in args.peers):
+            return
         row = dict(base, peer=peer)
         if isinstance(fn, str):
             rows.append(dict(row, status=fn))
@@ -244,11 +247,15 @@ def main():
     p.add_argument("--threads", type=int, default=os.cpu_count(),
                    help="CPU threads for every peer (torch.set_num_threads, OMP_NUM_THREADS; default all cores)")
     p.add_argument("--tiers", default=None, help="Terrace tiers (default interp,cpu; plus gpu with --device cuda)")
+    p.add_argument("--peers", default="",
+                   help="comma-separated peers to run (prefixes: pytorch-eager, torchscript, torch.compile-default, "
+                        "torch.compile-reduce-overhead, torch.compile-max-autotune, onnxruntime); default all")
     p.add_argument("--terrace", default=os.path.join(ROOT, "build", "tools", "terrace"))
     p.add_argument("--models-dir", default=os.path.join(ROOT, "models"))
     p.add_argument("--small", action="store_true", help="the zoo's reduced models (for tests)")
     p.add_argument("--out", default="bench-out")
     args = p.parse_args()
+    args.peers = [x for x in args.peers.split(",") if x]
     args.tiers = (args.tiers or ("interp,cpu,gpu" if args.device == "cuda" else "interp,cpu")).split(",")
     os.makedirs(args.out, exist_ok=True)
     # Same threads for all: Debian's torch otherwise starts with one, Terrace's OpenMP with all cores.

@@ -19,6 +19,7 @@
 
 #include "interp/interpreter.h"
 #include "interp/onnx_import.h"
+#include "tiers/input_check.h"
 #include "tiers/session.h"
 
 namespace terrace::conformance {
@@ -195,8 +196,9 @@ std::vector<RValue> load_values(const Graph& g, const std::vector<int>& ids, con
   return values;
 }
 
-// Runs a graph on one tier. The interpreter is called directly for --tier interp and for graphs
-// with sequence or optional inputs/outputs (Session::run carries tensors only). Otherwise a
+// Runs a graph on one tier. The interpreter is called directly for --tier interp (after
+// Session::run's input checks) and for graphs with sequence or optional inputs/outputs
+// (Session::run carries tensors only). Otherwise a
 // Session promotes after one call per tier and is called once more per tier, waiting for its
 // background compiles between calls, so each tier up to `tier` produces results that are judged.
 // Shadow validation is off: the harness must judge the tier's own results, not the fallback's.
@@ -215,10 +217,13 @@ class TierRunner {
   int calls() const { return calls_; }
 
   std::vector<RValue> run(const std::vector<RValue>& inputs) {
-    if (!session_) return interpret(*graph_, inputs);
+    if (!all_tensors(*graph_)) return interpret(*graph_, inputs);
     NamedTensors named;
     for (size_t i = 0; i < inputs.size(); ++i)
       if (inputs[i].defined()) named.emplace_back(graph_->value(graph_->inputs[i]).name, inputs[i].tensor);
+    // The interpreter gets its inputs through Session::run's own checks, so that every tier
+    // accepts and rejects the same test data.
+    if (!session_) return interpret(*graph_, bind_inputs(*graph_, named));
     std::vector<RValue> out;
     for (auto& [name, t] : session_->run(named)) out.emplace_back(t);
     session_->wait_for_compiles();
