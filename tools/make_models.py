@@ -21,6 +21,9 @@ import torchvision
 from onnx import numpy_helper
 
 OPSET = 17  # LayerNormalization exports as one op from opset 17
+# Newer torch exports through dynamo by default, at opsets beyond 17: keep the classic exporter.
+# Decided once, from the real torch.onnx.export (bench/compare.py wraps it later).
+LEGACY_EXPORT = {"dynamo": False} if "dynamo" in inspect.signature(torch.onnx.export).parameters else {}
 
 
 class MLP(nn.Module):
@@ -154,11 +157,9 @@ def export(name, out_dir, small):
     folder = os.path.join(out_dir, name + ("_small" if small else ""))
     data = os.path.join(folder, "test_data_set_0")
     os.makedirs(data, exist_ok=True)
-    # Newer torch exports through dynamo by default, at opsets beyond 17: keep the classic exporter.
-    legacy = {"dynamo": False} if "dynamo" in inspect.signature(torch.onnx.export).parameters else {}
     torch.onnx.export(model, (x,), os.path.join(folder, "model.onnx"), opset_version=OPSET,
                       input_names=[input_name], output_names=["output"],
-                      dynamic_axes={input_name: {0: "batch"}, "output": {0: "batch"}}, **legacy)
+                      dynamic_axes={input_name: {0: "batch"}, "output": {0: "batch"}}, **LEGACY_EXPORT)
     save_pb(x.numpy(), os.path.join(data, "input_0.pb"), input_name)
     save_pb(y.numpy(), os.path.join(data, "output_0.pb"), "output")
     print(f"make_models: wrote {folder} ({input_name}{list(shape)} -> output{list(y.shape)})")

@@ -89,11 +89,9 @@ void gemm_kernel(KernelContext& ctx) {
   dispatch_dtype(a.dtype(), [&](auto tag) {
     using T = decltype(tag);
     using Acc = acc_t<T>;
-    auto A = pack_a<Acc>(a.data<T>(), M, K, ta ? 1 : K, ta ? M : 1);
-    auto B = pack_b<Acc>(b.data<T>(), K, N, tb ? 1 : N, tb ? K : 1);
     const T* cd = c ? c->data<T>() : nullptr;
     T* o = out.data<T>();
-    gemm_packed(A, B, [&](int64_t i, int64_t j0, int64_t n, const Acc* s) {
+    auto emit = [&](int64_t i, int64_t j0, int64_t n, const Acc* s) {
       for (int64_t j = j0; j < j0 + n; ++j) {
         const Acc sum = s[j - j0];
         const T* cij = cd ? cd + i * cs[0] + j * cs[1] : nullptr;
@@ -102,7 +100,13 @@ void gemm_kernel(KernelContext& ctx) {
         else
           o[i * N + j] = round_to<T>(alpha * sum + (cij ? beta * to_acc<double>(*cij) : 0.0));
       }
-    });
+    };
+    const int64_t ars = ta ? 1 : K, acs = ta ? M : 1, brs = tb ? 1 : N, bcs = tb ? K : 1;
+    if (M <= kGemmSmallM) {
+      gemm_small_m<Acc>(a.data<T>(), ars, acs, b.data<T>(), brs, bcs, M, K, N, emit);
+      return;
+    }
+    gemm_packed(pack_a<Acc>(a.data<T>(), M, K, ars, acs), pack_b<Acc>(b.data<T>(), K, N, brs, bcs), emit);
   });
   ctx.set_output(0, std::move(out));
 }

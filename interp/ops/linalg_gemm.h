@@ -222,6 +222,45 @@ void gemm_packed(const Acc* A, const Acc* B, int64_t M, int64_t K, int64_t N, Em
   }
 }
 
+// Products with at most this many rows of A skip packing (gemm_small_m).
+inline constexpr int64_t kGemmSmallM = 4;
+
+// C = A·B for a few rows of A (M <= kGemmSmallM: a batch-1 Linear layer), straight from the
+// operands, A[i,k] = a[i*ars + k*acs] and B[k,n] = b[k*brs + n*bcs]. Packing B would convert
+// every one of its K*N elements to reach only M products each: for M = 1 that cost more than the
+// product. Every sum still runs k = 0..K-1 in order from 0, as in gemm_packed, so both paths and
+// every thread count give the same bits. emit as in gemm_packed (it must not throw).
+template <typename Acc, typename T, typename Emit>
+void gemm_small_m(const T* a, int64_t ars, int64_t acs, const T* b, int64_t brs, int64_t bcs,
+                  int64_t M, int64_t K, int64_t N, Emit&& emit) {
+  constexpr int64_t NB = 8;  // outputs summed side by side: independent chains for the FPU
+  const int64_t blocks = (N + NB - 1) / NB;
+  const bool parallel = blocks > 1 && M * N * std::max<int64_t>(K, 1) > (1 << 15);
+#pragma omp parallel for schedule(static) if (parallel)
+  for (int64_t q = 0; q < blocks; ++q) {
+    const int64_t j0 = q * NB, n = std::min(NB, N - j0);
+    for (int64_t i = 0; i < M; ++i) {
+      Acc acc[NB] = {};
+      const T* ai = a + i * ars;
+      const T* bj = b + j0 * bcs;
+      if (n == NB) {
+        for (int64_t k = 0; k < K; ++k) {
+          const Acc av = to_acc<Acc>(ai[k * acs]);
+          const T* bk = bj + k * brs;
+#pragma GCC unroll 8
+          for (int64_t s = 0; s < NB; ++s) acc[s] += av * to_acc<Acc>(bk[s * bcs]);
+        }
+      } else {
+        for (int64_t k = 0; k < K; ++k) {
+          const Acc av = to_acc<Acc>(ai[k * acs]);
+          for (int64_t s = 0; s < n; ++s) acc[s] += av * to_acc<Acc>(bj[k * brs + s * bcs]);
+        }
+      }
+      emit(i, j0, n, static_cast<const Acc*>(acc));
+    }
+  }
+}
+
 template <typename Acc, typename Emit>
 void gemm_packed(const PackedMatrix<Acc>& A, const PackedMatrix<Acc>& B, Emit&& emit) {
   TERRACE_ASSERT(B.rows == A.cols, "gemm: inner dimensions differ");

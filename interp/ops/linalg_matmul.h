@@ -27,10 +27,18 @@ void run_matmul(const MatMulPlan& p, const TA* a, const TB* b, Emit&& emit) {
     shared_b = shared_b && p.b_off[size_t(t)] == p.b_off[0];
     a_contig = a_contig && p.a_off[size_t(t)] == t * p.M * p.K;
   }
-  if (batches > 1 && shared_b && a_contig) {
+  if (batches > 1 && shared_b && a_contig && batches * p.M > kGemmSmallM) {
     auto B = pack_b<Acc>(b + p.b_off[0], p.K, p.N, p.N, 1);
     auto A = pack_a<Acc>(a, batches * p.M, p.K, p.K, 1);
     gemm_packed(A, B, emit);
+    return;
+  }
+  if (p.M <= kGemmSmallM) {
+    for (int64_t t = 0; t < batches; ++t)
+      gemm_small_m<Acc>(a + p.a_off[size_t(t)], p.K, int64_t(1), b + p.b_off[size_t(t)], p.N,
+                        int64_t(1), p.M, p.K, p.N, [&](int64_t i, int64_t j0, int64_t n, const Acc* s) {
+                          emit(t * p.M + i, j0, n, s);
+                        });
     return;
   }
   std::optional<PackedMatrix<Acc>> B;

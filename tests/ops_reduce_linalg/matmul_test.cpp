@@ -26,6 +26,28 @@ TEST(MatMul, equals_the_ordered_double_sum_bitwise_for_odd_sizes) {
   EXPECT_EQ(values_of<float>(y), ordered_matmul(a, b, M, K, N));
 }
 
+// A few rows of A (a batch-1 Linear layer) take the unpacked path; it must give the same bits.
+TEST(MatMul, few_rows_equal_the_ordered_double_sum_bitwise) {
+  for (int64_t M : {1, 3, 4, 5}) {
+    const int64_t K = 301, N = 133;
+    Tensor a = random_tensor({M, K}, 10 + uint64_t(M)), b = random_tensor({K, N}, 20);
+    auto one = with_threads(1, [&] { return values_of<float>(run1(Op::MatMul, {a, b})); });
+    auto many = with_threads(5, [&] { return values_of<float>(run1(Op::MatMul, {a, b})); });
+    EXPECT_EQ(one, ordered_matmul(a, b, M, K, N)) << "M=" << M;
+    EXPECT_EQ(many, one) << "M=" << M;
+  }
+}
+
+TEST(Gemm, one_row_with_transposed_b_equals_the_ordered_double_sum_bitwise) {
+  const int64_t K = 784, N = 515;
+  Tensor a = random_tensor({1, K}, 30), bt = random_tensor({N, K}, 31);
+  Tensor b = Tensor::empty(DType::Float32, {K, N});
+  for (int64_t k = 0; k < K; ++k)
+    for (int64_t n = 0; n < N; ++n) b.data<float>()[k * N + n] = bt.data<float>()[n * K + k];
+  Tensor y = run1(Op::Gemm, {a, bt}, {{"transB", int_attr(1)}});
+  EXPECT_EQ(values_of<float>(y), ordered_matmul(a, b, 1, K, N));
+}
+
 TEST(MatMul, result_is_identical_for_any_thread_count) {
   Tensor a = random_tensor({3, 70, 200}, 3), b = random_tensor({200, 150}, 4);
   auto one = with_threads(1, [&] { return values_of<float>(run1(Op::MatMul, {a, b})); });
