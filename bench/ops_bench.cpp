@@ -173,7 +173,7 @@ void run_case(benchmark::State& state, const std::string& name, Tier tier) {
     state.SetBytesProcessed(int64_t(c.bytes) * state.iterations());
     state.counters["of_copy_peak"] = c.bytes * per_s / peak.copy_bytes_per_s;
   }
-  CallRecord last = session->calls().back();  // a copy: calls() returns a temporary
+  CallRecord last = session->last_call();
   std::string tiers;
   for (auto& t : last.tiers) tiers += (tiers.empty() ? "" : "+") + t;
   state.SetLabel("ran on " + tiers);

@@ -71,6 +71,11 @@ std::vector<CallRecord> Session::calls() const {
   return impl_->calls;
 }
 
+CallRecord Session::last_call() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->calls.empty() ? CallRecord{-1, 0, {}} : impl_->calls.back();
+}
+
 NamedTensors Session::run(const NamedTensors& inputs) {
   Impl& im = *impl_;
   const Graph& g = *im.graph;

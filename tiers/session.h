@@ -47,6 +47,9 @@ class Session {
   void wait_for_compiles();
   const Options& options() const;
   std::vector<CallRecord> calls() const;
+  // The latest call's record (index -1 before the first call): calls().back() without copying
+  // every record.
+  CallRecord last_call() const;
 
   struct Impl;
 

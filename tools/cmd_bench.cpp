@@ -183,7 +183,7 @@ TimedRun timed_run(const BenchArgs& b, Options options, int64_t calls, int64_t s
   auto call = [&] {
     run.outputs = session->run(inputs);
     if (options.max_tier != Tier::Interp) update_regions(run.regions, session->report_json(), c);
-    progress.update(++c, session->calls().back().ms);
+    progress.update(++c, session->last_call().ms);
   };
   while (c < calls) call();
   auto extra = std::chrono::steady_clock::now();

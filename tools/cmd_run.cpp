@@ -55,7 +55,7 @@ int cmd_run(const Args& args) {
   for (int64_t c = 0; c < repeat; ++c) {
     outputs = session->run(inputs);
     if (!quiet) {
-      CallRecord r = session->calls().back();
+      CallRecord r = session->last_call();
       std::string tiers;
       for (auto& t : r.tiers) tiers += (tiers.empty() ? "" : "+") + t;
       std::printf("call %3lld  %10.3f ms  [%s]\n", (long long)r.index, r.ms, tiers.c_str());

@@ -233,8 +233,7 @@ class TierRunner {
   // The tiers the last call ran on ("interp" alone for the interpreter path).
   std::vector<std::string> last_tiers() const {
     if (!session_) return {"interp"};
-    std::vector<CallRecord> calls = session_->calls();
-    return calls.empty() ? std::vector<std::string>{} : calls.back().tiers;
+    return session_->last_call().tiers;
   }
 
  private:

@@ -56,8 +56,8 @@ void expect_matches_reference(const NamedTensors& got, const NamedTensors& want)
 }
 
 bool ran_tier(const Session& s, const char* tier) {
-  std::vector<CallRecord> calls = s.calls();  // a copy: ranging over calls().back() would dangle
-  for (auto& t : calls.back().tiers)
+  CallRecord last = s.last_call();
+  for (auto& t : last.tiers)
     if (t == tier) return true;
   return false;
 }
