@@ -136,7 +136,7 @@ void conv_forward(const ConvGeometry& g, const T* x, const T* w, Emit&& emit) {
   for (int64_t grp = 0; grp < g.group; ++grp)
     pack_a_into(wpack.data() + grp * packed_a_size(M, K), w + grp * M * K, M, K, K, int64_t(1));
   // The im2col matrix: the calling thread's B slot, or each worker's own when groups run apart.
-  parallel_for_catching(g.batch * g.group, by_group, [&](int64_t ng) {
+  auto one_gemm = [&](int64_t ng) {
     const int64_t n = ng / g.group, grp = ng % g.group;
     ScratchBuffer<Acc> col_buf(ScratchSlot::B, size_t(packed_b_size(K, N)));
     Acc* cols = col_buf.data();
@@ -148,7 +148,14 @@ void conv_forward(const ConvGeometry& g, const T* x, const T* w, Emit&& emit) {
                 [&](int64_t i, int64_t j0, int64_t cnt, const Acc* s) {
                   emit(n, grp * M + i, j0, cnt, s);
                 });
-  });
+  };
+  // Otherwise one GEMM after another, each parallel inside. Not in an if(false) parallel loop:
+  // libgomp runs the regions nested in one (even an inactive one) on a single thread.
+  if (by_group) {
+    parallel_for_catching(g.batch * g.group, true, one_gemm);
+  } else {
+    for (int64_t ng = 0; ng < g.batch * g.group; ++ng) one_gemm(ng);
+  }
 }
 
 }  // namespace terrace::ops
