@@ -49,7 +49,7 @@ inline Acc to_acc(T v) {
 }
 
 // Register tile of the micro-kernel: MR rows of A by NR columns of B.
-inline constexpr int64_t kGemmMR = 4, kGemmNR = 4;
+inline constexpr int64_t kGemmMR = 8, kGemmNR = 4;
 
 // Per-thread scratch memory for packed operands, reused from call to call so that the large
 // packing buffers are neither re-zeroed nor page-faulted again on every call (that cost as much
@@ -164,25 +164,37 @@ void parallel_for_catching(int64_t n, bool parallel, F&& f) {
 namespace detail {
 // c[MR x NR] (row stride ldc) += a-panel slice * b-panel slice over kc steps, k in order.
 template <typename Acc>
-inline void gemm_micro(int64_t kc, const Acc* __restrict a, const Acc* __restrict b,
-                       Acc* __restrict c, int64_t ldc) {
+inline void gemm_micro_body(int64_t kc, const Acc* __restrict a, const Acc* __restrict b,
+                            Acc* __restrict c, int64_t ldc) {
   Acc acc[kGemmMR][kGemmNR];
-#pragma GCC unroll 4
+#pragma GCC unroll 8
   for (int64_t r = 0; r < kGemmMR; ++r)
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int64_t s = 0; s < kGemmNR; ++s) acc[r][s] = c[r * ldc + s];
   for (int64_t k = 0; k < kc; ++k) {
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int64_t r = 0; r < kGemmMR; ++r)
-#pragma GCC unroll 4
+#pragma GCC unroll 8
       for (int64_t s = 0; s < kGemmNR; ++s) acc[r][s] += a[r] * b[s];
     a += kGemmMR;
     b += kGemmNR;
   }
-#pragma GCC unroll 4
+#pragma GCC unroll 8
   for (int64_t r = 0; r < kGemmMR; ++r)
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int64_t s = 0; s < kGemmNR; ++s) c[r * ldc + s] = acc[r][s];
+}
+
+// The double micro-kernel, compiled out of line once per instruction set (gemm_micro.cpp): AVX2
+// where the CPU has it. Separate multiplies and adds (no FMA) give the same bits on either.
+void gemm_micro_f64(int64_t kc, const double* __restrict a, const double* __restrict b,
+                    double* __restrict c, int64_t ldc);
+
+template <typename Acc>
+inline void gemm_micro(int64_t kc, const Acc* __restrict a, const Acc* __restrict b,
+                       Acc* __restrict c, int64_t ldc) {
+  if constexpr (std::is_same_v<Acc, double>) gemm_micro_f64(kc, a, b, c, ldc);
+  else gemm_micro_body(kc, a, b, c, ldc);
 }
 }  // namespace detail
 
