@@ -73,7 +73,7 @@ def model_input(saved, batch, small):
 
 
 def time_calls(fn, calls, warmup, cuda):
-    """(first call ms, [ms per timed call]) with synchronised calls."""
+    """(first call ms, [ms per timed call], the first call's output as numpy) with synchronised calls."""
     def timed():
         if cuda:
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -86,6 +86,9 @@ def time_calls(fn, calls, warmup, cuda):
         out = fn()
         return (time.perf_counter() - t0) * 1e3, out
     first, out = timed()
+    # A copy now: torch.compile's CUDA graphs (reduce-overhead) overwrite their output buffers on
+    # the next call.
+    out = out.detach().cpu().numpy().copy() if isinstance(out, torch.Tensor) else np.array(out)
     for _ in range(warmup):
         timed()
     return first, [timed()[0] for _ in range(calls)], out
@@ -195,13 +198,17 @@ def compare_model(name, args):
             print(f"compare: MISMATCH {peer} {base['model']}: max abs err {err:.3g} vs eager PyTorch")
         rows.append(dict(row, status="ok", agrees=ok, max_abs_err=err, **summary(first, setup_ms, times)))
 
+    # Terrace first, in a process of its own, before this one holds torch.compile's worker pool, a
+    # CUDA context or ONNX Runtime's spinning threads pool: the GPU run saw Terrace's batch-1 MLP
+    # take 15 ms a call after them against 0.06 ms before.
+    terrace_rows = [dict(base, peer=f"terrace-{tier}",
+                         **run_terrace(tier, onnx_path, input_name, in_pb, want_pb, args, out_dir, name))
+                    for tier in args.tiers]
     with torch.no_grad():
         for peer in torch_peers(module, x, args):
             measure(*peer)
     measure(*ort_peer(onnx_path, input_name, x))
-    for tier in args.tiers:
-        rows.append(dict(base, peer=f"terrace-{tier}",
-                         **run_terrace(tier, onnx_path, input_name, in_pb, want_pb, args, out_dir, name)))
+    rows += terrace_rows
     add_ratios(rows, args.tiers)
     return rows
 
@@ -260,10 +267,14 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     # Same threads for all: Debian's torch otherwise starts with one, Terrace's OpenMP with all cores.
     torch.set_num_threads(args.threads)
+    # float32 means float32: TF32 convolutions and matmuls on the GPU miss fp32 tolerances (ResNet-50's
+    # logits by 0.2), and Terrace computes in full float32.
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
     os.environ["OMP_NUM_THREADS"] = str(args.threads)  # inherited by the terrace subprocesses
     table = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "host": platform.node(),
              "cpu": platform.processor() or platform.machine(), "torch": torch.__version__,
-             "torch_threads": torch.get_num_threads(), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"), "device": args.device, "batch": args.batch,
+             "torch_threads": torch.get_num_threads(), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"), "device": args.device, "tf32": False, "batch": args.batch,
              "calls": args.calls, "warmup": args.warmup, "command": " ".join(sys.argv), "rows": []}
     for name in args.models.split(","):
         table["rows"] += compare_model(name, args)

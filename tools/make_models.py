@@ -53,7 +53,7 @@ class Attention(nn.Module):
         q, k, v = (t.reshape(shape).transpose(1, 2) for t in (q, k, v))
         scores = q @ k.transpose(-1, -2) / math.sqrt(h // self.heads)
         if self.causal:
-            mask = torch.ones(s, s, dtype=torch.bool).tril()
+            mask = torch.ones(s, s, dtype=torch.bool, device=x.device).tril()
             scores = scores.masked_fill(~mask, float("-inf"))
         out = scores.softmax(-1) @ v
         return self.proj(out.transpose(1, 2).reshape(b, s, h))
@@ -91,7 +91,7 @@ class Transformer(nn.Module):
         self.head = nn.Linear(hidden, vocab, bias=False) if causal else None
 
     def forward(self, ids):
-        pos = torch.arange(ids.shape[1]).unsqueeze(0)
+        pos = torch.arange(ids.shape[1], device=ids.device).unsqueeze(0)
         x = self.tok(ids) + self.pos(pos)
         if not self.causal:
             x = self.norm(x)  # BERT normalises the embeddings
