@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Sets up, builds and runs the default model (an MLP from the zoo) through Terrace, with its per-call report.
+# Sets up, builds and runs the default model (MobileNetV2 from the zoo) through Terrace, with its per-call
+# report: the first calls run on the interpreter, then its fused elementwise regions on tier 1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/setup.sh
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
 cmake --build build -j2 --target terrace
-[ -f models/mlp/model.onnx ] || /usr/bin/python3 tools/make_models.py --out models mlp
-build/tools/terrace run models/mlp/model.onnx --input x=models/mlp/test_data_set_0/input_0.pb \
-  --expect output=models/mlp/test_data_set_0/output_0.pb --repeat 10 --json build/mlp_run.json
-echo "demo: per-call report written to build/mlp_run.json"
+[ -f models/mobilenetv2/model.onnx ] || /usr/bin/python3 tools/make_models.py --out models mobilenetv2
+build/tools/terrace run models/mobilenetv2/model.onnx --input image=models/mobilenetv2/test_data_set_0/input_0.pb \
+  --expect output=models/mobilenetv2/test_data_set_0/output_0.pb --repeat 10 --json build/demo_run.json
+echo "demo: per-call report written to build/demo_run.json"
