@@ -16,7 +16,7 @@ struct Options {
   ValidateMode validate = ValidateMode::First;
   int validate_calls = 3;       // shadow-validated calls after each promotion
   int max_specializations = 8;  // compiled versions per region
-  int interp_threads = 0;       // OpenMP threads for the interpreter; 0 = all cores
+  int interp_threads = 0;       // OpenMP threads for the interpreter during run(); 0: OMP_NUM_THREADS or all cores
   int compile_threads = 1;      // background compile threads
   std::string cache_dir;        // empty: $TERRACE_CACHE_DIR or ~/.cache/terrace
 

@@ -107,6 +107,22 @@ TEST(Session, interpreter_results_are_identical_for_any_thread_count) {
   }
 }
 
+// Options::interp_threads holds for run() alone: same bits as any other count, and the calling
+// thread's own OpenMP setting is back afterwards.
+TEST(Session, interp_threads_option_gives_the_same_results_and_restores_the_callers_setting) {
+  NamedTensors in = {{"x", random_tensor({257, 64}, 4)}};
+  omp_set_num_threads(2);
+  NamedTensors want = Session::from_graph(small_model(), interp_only())->run(in);
+  for (int threads : {1, 5}) {
+    Options o = interp_only();
+    o.interp_threads = threads;
+    NamedTensors got = Session::from_graph(small_model(), o)->run(in);
+    EXPECT_EQ(omp_get_max_threads(), 2) << "interp_threads " << threads << " leaked to the caller";
+    for (size_t i = 0; i < want.size(); ++i)
+      EXPECT_TRUE(bitwise_equal(want[i].second, got[i].second)) << threads << " threads, output " << i;
+  }
+}
+
 TEST(Session, eight_threads_calling_run_get_the_serial_results) {
   auto s = Session::from_graph(small_model(), interp_only());
   std::vector<NamedTensors> inputs, expected;
