@@ -17,6 +17,7 @@
 #include "clang/Lex/PreprocessorOptions.h"
 #include "interp/error.h"
 #include "interp/log.h"
+#include "llvm/Config/llvm-config.h"
 #include "llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h"
 #include "llvm/ExecutionEngine/Orc/LLJIT.h"
 #include "llvm/IR/LegacyPassManager.h"
@@ -87,6 +88,7 @@ struct CpuJit::Impl {
   std::vector<std::string> cc1_args;  // everything but the input file
   std::mutex link_mutex;
   uint64_t next_dylib = 0;
+  CodeCache cache{CodeCache::default_dir()};
 
   explicit Impl(llvm::orc::JITTargetMachineBuilder jtmb) : host(std::move(jtmb)) {}
 
@@ -208,7 +210,8 @@ std::string CpuJit::target_description() const {
 }
 
 std::shared_ptr<CompiledCode> CpuJit::compile(const std::string& name, const std::string& source,
-                                              const std::vector<std::string>& symbols) {
+                                              const std::vector<std::string>& symbols,
+                                              const CodeCache* cache) {
   dump_file(name + ".cpp", source);
   if (fault_enabled("compile-fail:cpu"))
     fail(ErrorCode::CompileFailed, name, ": injected by TERRACE_FAULT=compile-fail:cpu");
@@ -217,22 +220,36 @@ std::shared_ptr<CompiledCode> CpuJit::compile(const std::string& name, const std
   code->name_ = name;
   Stopwatch clock;
   const double cpu_start = thread_cpu_ms();
-  llvm::LLVMContext ctx;
-  std::unique_ptr<llvm::Module> module = impl_->frontend(name, source, ctx);
-  code->timings_.frontend_ms = clock.lap_ms();
-  // Optimisation remarks (a loop that did not vectorise) are not errors: keep them off stderr.
-  ctx.setDiagnosticHandlerCallBack([](const llvm::DiagnosticInfo*, void*) {}, nullptr);
+  const CodeCache& disk = cache ? *cache : impl_->cache;
+  std::string key;
+  if (disk.enabled()) {
+    key = "terrace tier-1 object 1\nLLVM " LLVM_VERSION_STRING "\n" + target_description() + "\n";
+    for (const std::string& a : impl_->cc1_args) key += a + " ";
+    key += "\n" + source;
+  }
+  std::unique_ptr<llvm::MemoryBuffer> object;
+  if (std::optional<std::string> hit = disk.enabled() ? disk.load(key) : std::nullopt) {
+    object = llvm::MemoryBuffer::getMemBufferCopy(*hit, name);
+    code->timings_.cached = true;
+  } else {
+    llvm::LLVMContext ctx;
+    std::unique_ptr<llvm::Module> module = impl_->frontend(name, source, ctx);
+    code->timings_.frontend_ms = clock.lap_ms();
+    // Optimisation remarks (a loop that did not vectorise) are not errors: keep them off stderr.
+    ctx.setDiagnosticHandlerCallBack([](const llvm::DiagnosticInfo*, void*) {}, nullptr);
 
-  // A TargetMachine is not thread-safe but is reusable: one per compiling thread saves its setup
-  // (a few ms) on every compile. Every CpuJit targets the host with the same options.
-  thread_local std::unique_ptr<llvm::TargetMachine> tm;
-  if (!tm) tm = take_or_fail(impl_->host.createTargetMachine(), name + ": creating the target machine");
-  module->setDataLayout(tm->createDataLayout());
-  module->setTargetTriple(tm->getTargetTriple().str());
-  impl_->optimize(*module, *tm);
-  code->timings_.optimize_ms = clock.lap_ms();
-  std::unique_ptr<llvm::MemoryBuffer> object = impl_->codegen(name, *module, *tm);
-  code->timings_.codegen_ms = clock.lap_ms();
+    // A TargetMachine is not thread-safe but is reusable: one per compiling thread saves its
+    // setup (a few ms) on every compile. Every CpuJit targets the host with the same options.
+    thread_local std::unique_ptr<llvm::TargetMachine> tm;
+    if (!tm) tm = take_or_fail(impl_->host.createTargetMachine(), name + ": creating the target machine");
+    module->setDataLayout(tm->createDataLayout());
+    module->setTargetTriple(tm->getTargetTriple().str());
+    impl_->optimize(*module, *tm);
+    code->timings_.optimize_ms = clock.lap_ms();
+    object = impl_->codegen(name, *module, *tm);
+    code->timings_.codegen_ms = clock.lap_ms();
+    if (disk.enabled()) disk.store(key, object->getBuffer());
+  }
   dump_file(name + ".o", object->getBuffer());
 
   {

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "jit/code_cache.h"
+
 namespace terrace::jit {
 
 // The signature of every tier-1 kernel (kernels/render_c.h, Dialect::Cpp).
@@ -20,6 +22,7 @@ struct CompileTimings {
   // CPU time of the compiling thread over all phases: the wall times above include waiting for
   // the CPU on a loaded machine, this does not.
   double cpu_ms = 0;
+  bool cached = false;  // the object came from the disk cache: no frontend, optimiser or codegen
   double total_ms() const { return frontend_ms + optimize_ms + codegen_ms + link_ms; }
 };
 
@@ -62,8 +65,11 @@ class CpuJit {
   // (extern "C" names). Thread-safe: any number of compiles run concurrently; only linking is
   // serialised. Throws CompileFailed carrying Clang's diagnostics. Honours TERRACE_DUMP_DIR
   // (writes <dir>/<name>.cpp, and <name>.o once compiled) and TERRACE_FAULT=compile-fail:cpu (fails every compile).
+  // The object is looked up in, and stored to, `cache` (default: this JIT's, at
+  // CodeCache::default_dir()), keyed by the source, the target, LLVM's version and the flags.
   std::shared_ptr<CompiledCode> compile(const std::string& name, const std::string& source,
-                                        const std::vector<std::string>& symbols);
+                                        const std::vector<std::string>& symbols,
+                                        const CodeCache* cache = nullptr);
 
   // "x86_64-pc-linux-gnu znver3 +avx2,...": what the code is specialised to (a cache key part).
   std::string target_description() const;

@@ -30,7 +30,7 @@ SharedCode& shared_code() {
 
 }  // namespace
 
-CpuKernel compile_cpu_kernel(const kernels::LoweredFunc& f, CpuJit& jit) {
+CpuKernel compile_cpu_kernel(const kernels::LoweredFunc& f, CpuJit& jit, const CodeCache* cache) {
   kernels::LoweredFunc named = f;
   named.name = kSymbol;
   CpuKernel k;
@@ -46,7 +46,7 @@ CpuKernel compile_cpu_kernel(const kernels::LoweredFunc& f, CpuJit& jit) {
   }
   if (!k.code) {
     // Two threads may compile the same source at once; both results work, the later is kept.
-    k.code = jit.compile(f.name, k.source, {kSymbol});
+    k.code = jit.compile(f.name, k.source, {kSymbol}, cache);
     std::lock_guard<std::mutex> lock(shared.mu);
     std::erase_if(shared.by_source, [](const auto& entry) { return entry.second.expired(); });
     shared.by_source[key] = k.code;

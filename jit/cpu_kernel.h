@@ -21,7 +21,9 @@ struct CpuKernel {
 // Renders `f` as C++ and compiles it, or reuses the code of a live kernel with the same source
 // (kernels render under one symbol name, so equal kernels of different regions share code).
 // Throws CompileFailed (with Clang's diagnostics).
-CpuKernel compile_cpu_kernel(const kernels::LoweredFunc& f, CpuJit& jit = CpuJit::global());
+// `cache`: the disk cache to use (nullptr: the JIT's own, CodeCache::default_dir()).
+CpuKernel compile_cpu_kernel(const kernels::LoweredFunc& f, CpuJit& jit = CpuJit::global(),
+                             const CodeCache* cache = nullptr);
 
 // Runs the kernel on its buffers (in slot order: the group's inputs, then its outputs). The
 // range is split across the current TBB arena in tasks of at least kMinElementsPerTask elements,

@@ -33,6 +33,8 @@ class Backend {
 };
 
 // The tier-1 backend: fused CPU kernels through Clang and LLVM ORC (tiers/cpu_backend.cpp).
-std::unique_ptr<Backend> make_cpu_backend();
+// `cache_dir`: where compiled objects are kept across processes (Options::cache_dir; empty: the
+// JIT's default, $TERRACE_CACHE_DIR or ~/.cache/terrace).
+std::unique_ptr<Backend> make_cpu_backend(const std::string& cache_dir = "");
 
 }  // namespace terrace

@@ -4,6 +4,7 @@
 
 #ifdef TERRACE_HAVE_CPU_JIT
 #include <cstring>
+#include <optional>
 
 #include "jit/cpu_kernel.h"
 #include "interp/log.h"
@@ -16,7 +17,7 @@ namespace terrace {
 
 #ifndef TERRACE_HAVE_CPU_JIT
 // Built without the JIT library: no tier-1 backend, every region stays on the interpreter.
-std::unique_ptr<Backend> make_cpu_backend() { return nullptr; }
+std::unique_ptr<Backend> make_cpu_backend(const std::string&) { return nullptr; }
 #else
 
 namespace {
@@ -75,6 +76,9 @@ class CpuRegion : public CompiledRegion {
 
 class CpuBackend : public Backend {
  public:
+  explicit CpuBackend(const std::string& cache_dir) {
+    if (!cache_dir.empty()) cache_.emplace(cache_dir);
+  }
   Tier tier() const override { return Tier::Cpu; }
 
   std::string can_compile(const Graph& g, const Node& node) const override {
@@ -131,7 +135,8 @@ class CpuBackend : public Backend {
     std::string ir;
     for (const kernels::KernelPart& p : split.parts) {
       kernels::LoweredFunc f = kernels::lower(p.group);
-      CpuRegion::Part part{jit::compile_cpu_kernel(f), p.input_slots};
+      CpuRegion::Part part{jit::compile_cpu_kernel(f, jit::CpuJit::global(), cache_ ? &*cache_ : nullptr),
+                           p.input_slots};
       part.slots.insert(part.slots.end(), p.output_slots.begin(), p.output_slots.end());
       parts.push_back(std::move(part));
       ir += kernels::to_string(f);
@@ -142,11 +147,15 @@ class CpuBackend : public Backend {
     compiled->ir = std::move(ir);
     return compiled;
   }
+ private:
+  std::optional<jit::CodeCache> cache_;  // Options::cache_dir, when set
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
+std::unique_ptr<Backend> make_cpu_backend(const std::string& cache_dir) {
+  return std::make_unique<CpuBackend>(cache_dir);
+}
 
 #endif
 

@@ -35,7 +35,7 @@ std::unique_ptr<Session> Session::from_graph(std::shared_ptr<const Graph> graph,
   impl->graph = std::move(graph);
   impl->options = options;
   std::unique_ptr<Backend> backend;
-  if (options.max_tier >= Tier::Cpu) backend = make_cpu_backend();
+  if (options.max_tier >= Tier::Cpu) backend = make_cpu_backend(options.cache_dir);
   const Graph& g = *impl->graph;
   if (backend) {
     Backend* b = backend.get();
