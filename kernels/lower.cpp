@@ -36,16 +36,10 @@ TensorSig operand_sig(const FusionGroup& g, const FusedOp& op, const Operand& o)
   return {};
 }
 
-// Numpy broadcasting of `b` into `a`.
+// Numpy broadcasting of `b` into `a`; InvalidArgument naming the node when they do not broadcast.
 void broadcast_into(Shape& a, const Shape& b, const Node& node) {
-  if (b.size() > a.size()) a.insert(a.begin(), b.size() - a.size(), 1);
-  size_t off = a.size() - b.size();
-  for (size_t i = 0; i < b.size(); ++i) {
-    int64_t& d = a[off + i];
-    TERRACE_CHECK(d == b[i] || d == 1 || b[i] == 1, InvalidArgument, node.describe(),
-                  ": shapes do not broadcast (", shape_str(a), " and ", shape_str(b), ")");
-    if (d == 1) d = b[i];
-  }
+  TERRACE_CHECK(try_broadcast(a, b), InvalidArgument, node.describe(), ": shapes do not broadcast (",
+                shape_str(a), " and ", shape_str(b), ")");
 }
 
 // Operand values standing for nothing but their dtype: enough to ask the op's type rule.
@@ -227,6 +221,19 @@ Shape check_group(const FusionGroup& g) {
 }
 
 }  // namespace
+
+bool try_broadcast(Shape& a, const Shape& b) {
+  Shape r = a;
+  if (b.size() > r.size()) r.insert(r.begin(), b.size() - r.size(), 1);
+  size_t off = r.size() - b.size();
+  for (size_t i = 0; i < b.size(); ++i) {
+    int64_t& d = r[off + i];
+    if (d != b[i] && d != 1 && b[i] != 1) return false;
+    if (d == 1) d = b[i];
+  }
+  a = std::move(r);
+  return true;
+}
 
 bool can_lower(const Node& node, std::span<const DType> input_dtypes) {
   if (std::string(op_family(node.op)) != "elementwise") return false;

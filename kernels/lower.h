@@ -13,6 +13,9 @@ namespace terrace::kernels {
 // compiles them (a zero divisor gives 0), but the interpreter raises an error there.
 bool can_lower(const Node& node, std::span<const DType> input_dtypes);
 
+// Numpy broadcasting of `b` into `a`: true and `a` the broadcast shape, or false and `a` unchanged.
+bool try_broadcast(Shape& a, const Shape& b);
+
 // The result signature of group.ops[op]: its dtype by the op's type rule, its shape by numpy
 // broadcasting of its operands. Earlier ops' `result` fields must already be set. Throws
 // InvalidArgument (shapes that do not broadcast) or NotImplemented naming the node.

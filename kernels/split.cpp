@@ -2,24 +2,9 @@
 
 #include <algorithm>
 
+#include "kernels/lower.h"
+
 namespace terrace::kernels {
-namespace {
-
-// Numpy broadcasting of `b` into `a`; false (and `a` unchanged) when they do not broadcast.
-bool try_broadcast(Shape& a, const Shape& b) {
-  Shape r = a;
-  if (b.size() > r.size()) r.insert(r.begin(), b.size() - r.size(), 1);
-  size_t off = r.size() - b.size();
-  for (size_t i = 0; i < b.size(); ++i) {
-    int64_t& d = r[off + i];
-    if (d != b[i] && d != 1 && b[i] != 1) return false;
-    if (d == 1) d = b[i];
-  }
-  a = std::move(r);
-  return true;
-}
-
-}  // namespace
 
 SplitGroup split_by_domain(const FusionGroup& g) {
   const size_t n_ops = g.ops.size();

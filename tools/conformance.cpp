@@ -204,8 +204,9 @@ std::vector<RValue> load_values(const Graph& g, const std::vector<int>& ids, con
 // Shadow validation is off: the harness must judge the tier's own results, not the fallback's.
 class TierRunner {
  public:
-  TierRunner(std::shared_ptr<const Graph> graph, Tier tier) : graph_(std::move(graph)) {
-    if (tier == Tier::Interp || !all_tensors(*graph_)) return;
+  TierRunner(std::shared_ptr<const Graph> graph, Tier tier)
+      : graph_(std::move(graph)), tensors_only_(all_tensors(*graph_)) {
+    if (tier == Tier::Interp || !tensors_only_) return;
     Options o = Options::from_env();
     o.max_tier = tier;
     o.validate = ValidateMode::Off;
@@ -217,7 +218,7 @@ class TierRunner {
   int calls() const { return calls_; }
 
   std::vector<RValue> run(const std::vector<RValue>& inputs) {
-    if (!all_tensors(*graph_)) return interpret(*graph_, inputs);
+    if (!tensors_only_) return interpret(*graph_, inputs);
     NamedTensors named;
     for (size_t i = 0; i < inputs.size(); ++i)
       if (inputs[i].defined()) named.emplace_back(graph_->value(graph_->inputs[i]).name, inputs[i].tensor);
@@ -238,6 +239,7 @@ class TierRunner {
 
  private:
   std::shared_ptr<const Graph> graph_;
+  bool tensors_only_;  // no sequence or optional inputs or outputs: Session::run can carry it
   std::unique_ptr<Session> session_;
   int calls_ = 1;
 };

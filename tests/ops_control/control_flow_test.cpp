@@ -2,9 +2,13 @@
 #include <gtest/gtest.h>
 
 #include "interp/interpreter.h"
+#include "tests/support/node_runner.h"
 
 namespace terrace {
 namespace {
+
+using testing::graph_attr;
+using testing::ints_attr;
 
 // A graph whose outputs are values it names: inputs, captures or node outputs.
 struct GraphBuilder {
@@ -29,18 +33,6 @@ struct GraphBuilder {
   }
 };
 
-Attribute graph_attr(std::shared_ptr<Graph> g) {
-  Attribute a;
-  a.kind = Attribute::Kind::Graph;
-  a.g = std::move(g);
-  return a;
-}
-Attribute ints_attr(std::vector<int64_t> v) {
-  Attribute a;
-  a.kind = Attribute::Kind::Ints;
-  a.ints = std::move(v);
-  return a;
-}
 
 std::vector<float> floats(const Tensor& t) {
   std::vector<float> v;

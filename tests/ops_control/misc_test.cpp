@@ -4,9 +4,13 @@
 #include <cmath>
 
 #include "interp/interpreter.h"
+#include "tests/support/node_runner.h"
 
 namespace terrace {
 namespace {
+
+using testing::int_attr;
+using testing::str_attr;
 
 struct NodeSpec {
   Op op;
@@ -14,8 +18,6 @@ struct NodeSpec {
   std::map<std::string, Attribute> attrs = {};
 };
 
-Attribute int_attr(int64_t v) { Attribute a; a.kind = Attribute::Kind::Int; a.i = v; return a; }
-Attribute str_attr(std::string s) { Attribute a; a.kind = Attribute::Kind::String; a.s = std::move(s); return a; }
 
 std::vector<RValue> run(const NodeSpec& spec, const std::vector<Tensor>& in) {
   Node n;

@@ -6,17 +6,9 @@
 #include <vector>
 
 #include "interp/interpreter.h"
+#include "tests/support/node_runner.h"
 
 namespace terrace::testing {
-
-// An attribute value for make_node: an int, a float or a string.
-struct Attr {
-  Attribute a;
-  Attr(int64_t i) { a.kind = Attribute::Kind::Int; a.i = i; }
-  Attr(int i) : Attr(int64_t(i)) {}
-  Attr(float f) { a.kind = Attribute::Kind::Float; a.f = f; }
-  Attr(const char* s) { a.kind = Attribute::Kind::String; a.s = s; }
-};
 
 inline Node make_node(Op op, size_t n_in, std::map<std::string, Attr> attrs = {}) {
   Node n;
@@ -36,26 +28,7 @@ inline RValue run_value(const Node& n, const std::vector<RValue>& in) {
 }
 
 inline Tensor run(Op op, const std::vector<Tensor>& in, std::map<std::string, Attr> attrs = {}) {
-  std::vector<RValue> values(in.begin(), in.end());
-  return run_value(make_node(op, in.size(), std::move(attrs)), values).tensor;
-}
-
-template <typename T>
-std::vector<T> values_of(const Tensor& t) {
-  const T* p = t.data<T>();
-  return std::vector<T>(p, p + t.numel());
-}
-
-// The error a call throws (fails the test if it throws none).
-template <typename F>
-Error error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e;
-  }
-  ADD_FAILURE() << "expected a terrace::Error";
-  return Error(ErrorCode::Internal, "no error");
+  return run1(op, in, std::move(attrs));
 }
 
 }  // namespace terrace::testing

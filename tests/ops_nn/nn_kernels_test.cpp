@@ -6,34 +6,15 @@
 #include <cstring>
 
 #include "interp/interpreter.h"
+#include "tests/support/node_runner.h"
 
 namespace terrace {
 namespace {
 
-Attribute int_attr(int64_t v) {
-  Attribute a;
-  a.kind = Attribute::Kind::Int;
-  a.i = v;
-  return a;
-}
-Attribute float_attr(float v) {
-  Attribute a;
-  a.kind = Attribute::Kind::Float;
-  a.f = v;
-  return a;
-}
-Attribute ints_attr(std::vector<int64_t> v) {
-  Attribute a;
-  a.kind = Attribute::Kind::Ints;
-  a.ints = std::move(v);
-  return a;
-}
-Attribute string_attr(std::string v) {
-  Attribute a;
-  a.kind = Attribute::Kind::String;
-  a.s = std::move(v);
-  return a;
-}
+using testing::float_attr;
+using testing::int_attr;
+using testing::ints_attr;
+using testing::str_attr;
 
 Node make_node(Op op, int outputs, std::map<std::string, Attribute> attrs = {}) {
   Node n;
@@ -101,7 +82,7 @@ TEST(NnKernels, average_pool_count_include_pad_changes_the_divisor) {
 TEST(NnKernels, same_upper_pads_keep_the_spatial_size) {
   Node n =
       make_node(Op::AveragePool, 1,
-                {{"kernel_shape", ints_attr({2, 2})}, {"auto_pad", string_attr("SAME_UPPER")}});
+                {{"kernel_shape", ints_attr({2, 2})}, {"auto_pad", str_attr("SAME_UPPER")}});
   auto out = run(n, {iota({1, 2, 3, 3})});
   EXPECT_EQ(out[0].shape(), (Shape{1, 2, 3, 3}));
   EXPECT_FLOAT_EQ(out[0].data<float>()[8], 8.0f);  // the corner window holds only itself
@@ -307,7 +288,7 @@ TEST(NnKernelsMore, bidirectional_rnn_runs_the_reverse_direction_backwards) {
   Tensor x = Tensor::from_vector<float>({3, 1, 1}, {1, 2, 3});
   Tensor w = Tensor::from_vector<float>({2, 1, 1}, {1, 1});
   Node n = make_node(Op::RNN, 2, {{"hidden_size", int_attr(1)},
-                                  {"direction", string_attr("bidirectional")}});
+                                  {"direction", str_attr("bidirectional")}});
   auto out = run(n, {x, w, w});
   ASSERT_EQ(out[0].shape(), (Shape{3, 2, 1, 1}));
   float f1 = std::tanh(1.0f), f2 = std::tanh(2 + f1), f3 = std::tanh(3 + f2);

@@ -10,7 +10,7 @@ namespace {
 struct Conv2d {
   int64_t group = 1, stride_h = 1, stride_w = 1, dil_h = 1, dil_w = 1;
   int64_t pad_t = 0, pad_l = 0, pad_b = 0, pad_r = 0;
-  std::map<std::string, Attribute> attrs() const {
+  std::map<std::string, Attr> attrs() const {
     return {{"group", int_attr(group)},
             {"strides", ints_attr({stride_h, stride_w})},
             {"dilations", ints_attr({dil_h, dil_w})},
@@ -104,7 +104,7 @@ TEST(ConvTranspose, scatters_each_input_through_the_kernel) {
 
 TEST(ConvTranspose, groups_act_as_independent_transposed_convolutions) {
   Tensor x = random_tensor({1, 4, 5}, 19), w = random_tensor({4, 3, 3}, 20);
-  const std::map<std::string, Attribute> attrs{{"group", int_attr(2)}, {"strides", ints_attr({2})},
+  const std::map<std::string, Attr> attrs{{"group", int_attr(2)}, {"strides", ints_attr({2})},
                                                {"dilations", ints_attr({2})}};
   Tensor y = run1(Op::ConvTranspose, {x, w}, attrs);
   ASSERT_EQ(y.shape(), (Shape{1, 6, 13}));

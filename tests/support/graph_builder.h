@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "interp/graph.h"
+#include "tests/support/attrs.h"
 
 namespace terrace::testing {
 
@@ -52,11 +53,9 @@ class GraphBuilder {
   void output(int id) { g_->outputs.push_back(id); }
   std::shared_ptr<Graph> build() { return g_; }
 
-  static Attribute attr_int(int64_t v) { Attribute a; a.kind = Attribute::Kind::Int; a.i = v; return a; }
-  static Attribute attr_float(float v) { Attribute a; a.kind = Attribute::Kind::Float; a.f = v; return a; }
-  static Attribute attr_ints(std::vector<int64_t> v) {
-    Attribute a; a.kind = Attribute::Kind::Ints; a.ints = std::move(v); return a;
-  }
+  static Attribute attr_int(int64_t v) { return int_attr(v); }
+  static Attribute attr_float(float v) { return float_attr(v); }
+  static Attribute attr_ints(std::vector<int64_t> v) { return ints_attr(std::move(v)); }
 
  private:
   std::optional<DType> dtype_of_input(const Node& n) const {
