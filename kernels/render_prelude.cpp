@@ -180,15 +180,17 @@ TR_FN float tr_tanh_f32(float x) {
   return TR_BUILTIN(copysignf)(t * (p / q), x);
 }
 
-// sigmoid = 1 / (1 + e^-x) with -x clamped to [-87.3, 88.8], where 2^n is a single factor: a
+// sigmoid = 1 / (1 + e^m), m = -x clamped to [-87.3, 88.8], where 2^n is a single factor: a
 // normal float, or +inf for n = 128 (x below -88.4, where sigmoid is under 4.5e-39 and gives 0).
-// One scaling instead of exp's two: the fused chain in bench/elementwise_bench runs 13% faster.
-// Within 2.5e-7 of sigmoid over every float with a normal result (measured).
+// One scaling instead of exp's two saves a multiply and three integer operations; the clamps are
+// on m itself because clamping x and negating after compiles to compare-and-blend instead of
+// min/max. Within 2.5e-7 of sigmoid over every float with a normal result (measured).
 TR_FN float tr_sigmoid_f32(float x) {
-  float xc = x > 87.3f ? 87.3f : x;
-  xc = xc < -88.8f ? -88.8f : xc;
+  float m = -x;
+  m = m < -87.3f ? -87.3f : m;  // NaN compares false and passes through
+  m = m > 88.8f ? 88.8f : m;
   int32_t n;
-  float p = tr_exp_parts(-xc, n);
+  float p = tr_exp_parts(m, n);
   return 1.0f / (1.0f + p * tr_as_float((uint32_t)(n + 127) << 23));
 }
 
