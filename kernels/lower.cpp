@@ -3,6 +3,7 @@
 #include "kernels/lower.h"
 
 #include <cctype>
+#include <optional>
 
 #include "kernels/elementwise_ops.h"
 #include "kernels/verify.h"
@@ -220,6 +221,26 @@ Shape check_group(const FusionGroup& g) {
   return domain;
 }
 
+// x for an op computing x * sigmoid(x) (either order) in float32 or float64, which lowers to one
+// silu call: a multiply and a rounding fewer. The sigmoid keeps its own binding, which the
+// compiler drops when nothing else reads it. 16-bit types keep the two ops: the interpreter
+// rounds the sigmoid to 16 bits between them.
+std::optional<Operand> silu_argument(const FusionGroup& g, const FusedOp& op) {
+  const DType t = op.result.dtype;
+  if (op.node.op != Op::Mul || op.operands.size() != 2 || (t != DType::Float32 && t != DType::Float64))
+    return std::nullopt;
+  for (int k = 0; k < 2; ++k) {
+    const Operand& s = op.operands[size_t(k)];
+    const Operand& x = op.operands[size_t(1 - k)];
+    if (s.kind != Operand::Kind::Result) continue;
+    const FusedOp& sig = g.ops[size_t(s.index)];
+    if (sig.node.op != Op::Sigmoid || sig.operands.size() != 1 || sig.result.dtype != t) continue;
+    const Operand& arg = sig.operands[0];
+    if (arg.kind == x.kind && arg.index == x.index) return x;
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 bool try_broadcast(Shape& a, const Shape& b) {
@@ -318,7 +339,9 @@ LoweredFunc lower(const FusionGroup& g) {
   for (size_t i = 0; i < g.ops.size(); ++i) {
     std::vector<OperandValue> args;
     for (const Operand& o : g.ops[i].operands) args.push_back(value_of(o));
-    Expr v = lower_elementwise(g.ops[i].node, args);
+    std::optional<Operand> silu = silu_argument(g, g.ops[i]);
+    Expr v = silu ? Call::make(Intrinsic::Silu, {value_of(*silu).value})
+                  : lower_elementwise(g.ops[i].node, args);
     // The interpreter stores each 16-bit result, rounding it; so does the fused kernel.
     DType t = g.ops[i].result.dtype;
     if (compute_type(t) != t) v = Cast::make(compute_type(t), Cast::make(t, v));

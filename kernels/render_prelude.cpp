@@ -180,19 +180,26 @@ TR_FN float tr_tanh_f32(float x) {
   return TR_BUILTIN(copysignf)(t * (p / q), x);
 }
 
-// sigmoid = 1 / (1 + e^m), m = -x clamped to [-87.3, 88.8], where 2^n is a single factor: a
-// normal float, or +inf for n = 128 (x below -88.4, where sigmoid is under 4.5e-39 and gives 0).
+// e^-x as sigmoid and silu need it: m = -x clamped to [-87.3, 88.8], where 2^n is a single factor:
+// a normal float, or +inf for n = 128 (x below -88.4, where sigmoid is under 4.5e-39 and gives 0).
 // One scaling instead of exp's two saves a multiply and three integer operations; the clamps are
 // on m itself because clamping x and negating after compiles to compare-and-blend instead of
-// min/max. Within 2.5e-7 of sigmoid over every float with a normal result (measured).
-TR_FN float tr_sigmoid_f32(float x) {
+// min/max.
+TR_FN float tr_exp_neg_f32(float x) {
   float m = -x;
   m = m < -87.3f ? -87.3f : m;  // NaN compares false and passes through
   m = m > 88.8f ? 88.8f : m;
   int32_t n;
   float p = tr_exp_parts(m, n);
-  return 1.0f / (1.0f + p * tr_as_float((uint32_t)(n + 127) << 23));
+  return p * tr_as_float((uint32_t)(n + 127) << 23);
 }
+
+// Within 2.5e-7 of sigmoid over every float with a normal result (measured).
+TR_FN float tr_sigmoid_f32(float x) { return 1.0f / (1.0f + tr_exp_neg_f32(x)); }
+
+// x * sigmoid(x) as one division: a multiply and a rounding fewer than the two ops, and the same
+// NaN and infinities (silu(-inf) is -inf * 0 = NaN, as the unfused ops give).
+TR_FN float tr_silu_f32(float x) { return x / (1.0f + tr_exp_neg_f32(x)); }
 
 TR_FN float tr_erf_f32(float x) {
   float xc = x < -4.0f ? -4.0f : (x > 4.0f ? 4.0f : x);
@@ -294,6 +301,7 @@ TR_F64_LIBM(acosh, acosh) TR_F64_LIBM(atanh, atanh)
 TR_FN double tr_pow_f64(double x, double y) { return TR_BUILTIN(pow)(x, y); }
 TR_FN double tr_fmod_f64(double x, double y) { return TR_BUILTIN(fmod)(x, y); }
 TR_FN double tr_sigmoid_f64(double x) { return 1.0 / (1.0 + tr_exp_f64(-x)); }
+TR_FN double tr_silu_f64(double x) { return x / (1.0 + tr_exp_f64(-x)); }
 TR_FN bool tr_isnan_f64(double x) { return x != x; }
 TR_FN bool tr_isinf_f64(double x) { return tr_abs_f64(x) == (1.0 / 0.0); }
 )";

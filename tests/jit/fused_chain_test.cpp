@@ -50,6 +50,30 @@ TEST(FusedChain, Float16AndBFloat16ComputeInFloat) {
   }
 }
 
+// x * sigmoid(x), in either order, lowers to one silu call; the values at the ends and the NaN of
+// -inf * sigmoid(-inf) = -inf * 0 are the unfused ops'. A sigmoid read elsewhere is still computed.
+TEST(FusedChain, XTimesSigmoidOfXFusesToSilu) {
+  for (DType t : {DType::Float32, DType::Float64}) {
+    ChainBuilder c(std::string("silu_") + dtype_name(t));
+    std::vector<float> xs = {0.0f, -0.0f, 1.5f, -3.0f, 20.0f, -20.0f, 87.5f, -87.5f, -88.5f, -100.0f,
+                             1e-30f, INFINITY, -INFINITY, NAN};
+    Tensor x = Tensor::from_vector<float>({int64_t(xs.size())}, xs).cast(t);
+    Ref a = c.input(x);
+    Ref b = c.input(random_tensor(t, {int64_t(xs.size())}, -6, 6, 10));
+    Ref sa = c.op(Op::Sigmoid, {a});
+    c.output(c.op(Op::Mul, {a, sa}));
+    c.output(c.op(Op::Mul, {c.op(Op::Sigmoid, {b}), b}));
+    c.output(c.op(Op::Add, {sa, b}));  // the sigmoid is read again
+    c.output(c.op(Op::Mul, {a, c.op(Op::Sigmoid, {b})}));  // not x * sigmoid(x)
+    expect_outputs_match(c);
+    const std::string suffix = t == DType::Float32 ? "_f32(" : "_f64(";
+    const std::string body = c.kernel.source.substr(c.kernel.source.find("extern \"C\""));
+    size_t silu = 0;
+    for (size_t at = body.find("tr_silu" + suffix); at != std::string::npos; at = body.find("tr_silu" + suffix, at + 1)) ++silu;
+    EXPECT_EQ(silu, 2u) << body;
+  }
+}
+
 TEST(FusedChain, Int32ArithmeticIsExact) {
   ChainBuilder c("chain_i32");
   Ref a = c.input(random_tensor(DType::Int32, {6, 7}, -1000, 1000, 5));
