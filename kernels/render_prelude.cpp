@@ -35,8 +35,9 @@ TR_FN float tr_as_float(uint32_t i) { return __int_as_float((int)i); }
 TR_FN uint32_t tr_as_uint(float f) { return (uint32_t)__float_as_int(f); }
 )";
 
-// Shared by both dialects. Polynomials are Cephes' (expf, logf, sinf/cosf, atanf) and Eigen's
-// rational erf and tanh; each is within ~2 ulp of libm on its range.
+// Shared by both dialects. Polynomials are Cephes' (logf, sinf/cosf, atanf), Eigen's rational erf,
+// and our own fits for exp and tanh (tools/fit_math.py); each is within a few ulp of libm on its
+// range (exp, tanh and sigmoid: tests/jit/math_accuracy_test.cpp).
 constexpr const char* kMath = R"(
 #define TR_INF (1.0f / 0.0f)
 #define TR_NAN (0.0f / 0.0f)
