@@ -12,6 +12,7 @@
 #include "interp/interpreter.h"
 #include "jit/cpu_kernel.h"
 #include "kernels/lower.h"
+#include "tests/support/attrs.h"
 
 namespace terrace::testing {
 
@@ -82,19 +83,6 @@ class ChainBuilder {
   std::vector<Tensor> expected;
   jit::CpuKernel kernel;
 };
-
-inline Attribute float_attr(float f) {
-  Attribute a;
-  a.kind = Attribute::Kind::Float;
-  a.f = f;
-  return a;
-}
-inline Attribute int_attr(int64_t i) {
-  Attribute a;
-  a.kind = Attribute::Kind::Int;
-  a.i = i;
-  return a;
-}
 
 // Random values in [lo, hi], with NaN, +-Inf, zeros and -0 sprinkled in for float dtypes.
 inline Tensor random_tensor(DType dtype, Shape shape, double lo, double hi, uint32_t seed,

@@ -1,0 +1,243 @@
+// MatMul, Gemm and Conv as oneDNN primitives on plain float32 buffers. The geometry of a
+// convolution (pads, auto_pad, output size) is the interpreter's conv_geometry, so the attributes
+// mean one thing everywhere; the arithmetic is oneDNN's, validated against the interpreter.
+#include "jit/dnnl_ops.h"
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <algorithm>
+#include <unordered_map>
+
+#include "interp/error.h"
+#include "interp/ops/conv.h"
+
+namespace terrace::jit {
+namespace {
+
+using dnnl::memory;
+using Dims = memory::dims;
+
+dnnl::engine& cpu_engine() {
+  static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  return engine;
+}
+
+memory::desc plain(const Dims& dims) {
+  Dims strides(dims.size(), 1);
+  for (size_t i = dims.size(); i-- > 1;) strides[i - 1] = strides[i] * dims[i];
+  return memory::desc(dims, memory::data_type::f32, strides);
+}
+
+memory wrap(const memory::desc& d, const float* data) {
+  return memory(d, cpu_engine(), const_cast<float*>(data));
+}
+
+// A stream per call: streams are cheap, and calls may come from several threads at once.
+void execute(const dnnl::primitive& p, const std::unordered_map<int, memory>& args) {
+  dnnl::stream stream(cpu_engine());
+  p.execute(stream, args);
+  stream.wait();
+}
+
+template <typename F>
+auto building(const Node& node, F&& f) {
+  try {
+    return f();
+  } catch (const dnnl::error& e) {
+    fail(ErrorCode::CompileFailed, node.describe(), ": oneDNN builds no primitive: ", e.what());
+  }
+}
+
+// ---- MatMul and Gemm: dst = alpha * a . b, plus beta * c when Gemm has a C ----
+
+class MatMul : public DnnlPrimitive {
+ public:
+  // `out`: the ONNX output shape, the dense dst with promoted unit dimensions dropped.
+  MatMul(const Node& node, memory::desc a, memory::desc b, const Dims& dst, Shape out, float alpha,
+         float beta, std::optional<Shape> c)
+      : out_(std::move(out)), a_(std::move(a)), b_(std::move(b)), dst_(plain(dst)), c_(std::move(c)) {
+    prim_ = building(node, [&] {
+      dnnl::primitive_attr attr;
+      if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
+      if (c_) {
+        dnnl::post_ops ops;
+        ops.append_sum(beta);  // dst = alpha * a . b + beta * dst, dst holding C
+        attr.set_post_ops(ops);
+      }
+      return dnnl::primitive(dnnl::matmul::primitive_desc(dnnl::matmul::desc(a_, b_, dst_), attr, cpu_engine()));
+    });
+  }
+  const Shape& output_shape() const override { return out_; }
+  void run(const std::vector<const float*>& in, float* out) const override {
+    if (c_) broadcast_c(in.at(2), out);
+    execute(prim_, {{DNNL_ARG_SRC, wrap(a_, in[0])}, {DNNL_ARG_WEIGHTS, wrap(b_, in[1])},
+                    {DNNL_ARG_DST, wrap(dst_, out)}});
+  }
+
+ private:
+  // Gemm's C, of any shape that broadcasts to [M, N], written into the [M, N] output.
+  void broadcast_c(const float* c, float* out) const {
+    const int64_t M = out_[0], N = out_[1];
+    Shape cs = *c_;
+    while (cs.size() < 2) cs.insert(cs.begin(), 1);
+    const int64_t row_stride = cs[0] == 1 ? 0 : cs[1], col_stride = cs[1] == 1 ? 0 : 1;
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) out[i * N + j] = c[i * row_stride + j * col_stride];
+  }
+
+  Shape out_;
+  memory::desc a_, b_, dst_;
+  std::optional<Shape> c_;
+  dnnl::primitive prim_;
+};
+
+std::unique_ptr<DnnlPrimitive> make_matmul(const Node& node, const std::vector<Shape>& shapes) {
+  TERRACE_CHECK(shapes.size() == 2, InvalidArgument, node.describe(), ": MatMul takes 2 inputs");
+  Shape a = shapes[0], b = shapes[1];
+  TERRACE_CHECK(!a.empty() && !b.empty(), InvalidArgument, node.describe(), ": MatMul of a scalar");
+  const bool a_vec = a.size() == 1, b_vec = b.size() == 1;
+  if (a_vec) a.insert(a.begin(), 1);  // [K] -> [1, K]
+  if (b_vec) b.push_back(1);          // [K] -> [K, 1]
+  const size_t rank = std::max(a.size(), b.size());
+  TERRACE_CHECK(rank <= 12, NotImplemented, node.describe(), ": rank ", rank, " (oneDNN takes 12)");
+  a.insert(a.begin(), rank - a.size(), 1);
+  b.insert(b.begin(), rank - b.size(), 1);
+  TERRACE_CHECK(a[rank - 1] == b[rank - 2], InvalidArgument, node.describe(), ": inner dimensions ",
+                shape_str(shapes[0]), " and ", shape_str(shapes[1]), " differ");
+  Dims dst(rank);
+  for (size_t i = 0; i + 2 < rank; ++i) {
+    TERRACE_CHECK(a[i] == b[i] || a[i] == 1 || b[i] == 1, InvalidArgument, node.describe(),
+                  ": batch dimensions of ", shape_str(shapes[0]), " and ", shape_str(shapes[1]),
+                  " do not broadcast");
+    dst[i] = std::max(a[i], b[i]);
+  }
+  dst[rank - 2] = a[rank - 2];
+  dst[rank - 1] = b[rank - 1];
+  Shape out(dst.begin(), dst.end());
+  if (b_vec) out.pop_back();
+  if (a_vec) out.erase(out.end() - (b_vec ? 1 : 2));
+  return std::make_unique<MatMul>(node, plain(Dims(a.begin(), a.end())), plain(Dims(b.begin(), b.end())),
+                                  dst, std::move(out), 1.0f, 0.0f, std::nullopt);
+}
+
+// Gemm: A [M, K] or [K, M] (transA) and B [K, N] or [N, K] (transB), read through strides.
+std::unique_ptr<DnnlPrimitive> make_gemm(const Node& node, const std::vector<Shape>& shapes) {
+  TERRACE_CHECK(shapes.size() == 2 || shapes.size() == 3, InvalidArgument, node.describe(),
+                ": Gemm takes 2 or 3 inputs");
+  const Shape &a = shapes[0], &b = shapes[1];
+  TERRACE_CHECK(a.size() == 2 && b.size() == 2, InvalidArgument, node.describe(),
+                ": A and B must be matrices, got ", shape_str(a), " and ", shape_str(b));
+  const bool ta = node.attr_int("transA", 0) != 0, tb = node.attr_int("transB", 0) != 0;
+  const int64_t M = ta ? a[1] : a[0], K = ta ? a[0] : a[1];
+  const int64_t Kb = tb ? b[1] : b[0], N = tb ? b[0] : b[1];
+  TERRACE_CHECK(K == Kb, InvalidArgument, node.describe(), ": inner dimensions ", K, " and ", Kb, " differ");
+  memory::desc ad({M, K}, memory::data_type::f32, ta ? Dims{1, M} : Dims{K, 1});
+  memory::desc bd({K, N}, memory::data_type::f32, tb ? Dims{1, K} : Dims{N, 1});
+  const float alpha = node.attr_float("alpha", 1.0f), beta = node.attr_float("beta", 1.0f);
+  std::optional<Shape> c;
+  if (shapes.size() == 3) {
+    Shape c2 = shapes[2];
+    TERRACE_CHECK(c2.size() <= 2, InvalidArgument, node.describe(), ": C of rank ", c2.size());
+    while (c2.size() < 2) c2.insert(c2.begin(), 1);
+    TERRACE_CHECK((c2[0] == M || c2[0] == 1) && (c2[1] == N || c2[1] == 1), InvalidArgument,
+                  node.describe(), ": C ", shape_str(shapes[2]), " does not broadcast to [", M, ",", N, "]");
+    if (beta != 0.0f) c = shapes[2];
+  }
+  return std::make_unique<MatMul>(node, ad, bd, Dims{M, N}, Shape{M, N}, alpha, beta, std::move(c));
+}
+
+// ---- Conv ----
+
+class Conv : public DnnlPrimitive {
+ public:
+  Conv(const Node& node, const std::vector<Shape>& shapes, const Tensor* constant_weights) {
+    const ops::ConvGeometry g = ops::conv_geometry(node, shapes[0], shapes[1]);
+    out_ = g.out_shape();
+    has_bias_ = shapes.size() == 3;
+    if (has_bias_)
+      TERRACE_CHECK(shapes[2] == Shape{g.cout}, InvalidArgument, node.describe(), ": bias ",
+                    shape_str(shapes[2]), ", expected [", g.cout, "]");
+    Dims src(shapes[0].begin(), shapes[0].end()), dst(out_.begin(), out_.end());
+    Dims w(shapes[1].begin(), shapes[1].end());
+    if (g.group > 1) {  // [M, C/G, k...] -> [G, M/G, C/G, k...], the same bytes
+      w[0] = g.cout_g();
+      w.insert(w.begin(), g.group);
+    }
+    Dims strides(g.strides.begin(), g.strides.end()), pad_l(g.pads_begin.begin(), g.pads_begin.end()),
+        pad_r(g.pads_end.begin(), g.pads_end.end()), dil(g.dilations.size());
+    for (size_t i = 0; i < dil.size(); ++i) dil[i] = g.dilations[i] - 1;  // oneDNN counts the gaps
+    src_ = plain(src);
+    dst_ = plain(dst);
+    user_w_ = plain(w);
+    bias_ = plain({g.cout});
+    // Constant weights may take the layout oneDNN prefers; they are reordered once, below.
+    memory::desc w_any(w, memory::data_type::f32, memory::format_tag::any);
+    auto pd = building(node, [&] {
+      dnnl::convolution_forward::desc d =
+          has_bias_ ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
+                                                      dnnl::algorithm::convolution_direct, src_,
+                                                      constant_weights ? w_any : user_w_, bias_, dst_,
+                                                      strides, dil, pad_l, pad_r)
+                    : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
+                                                      dnnl::algorithm::convolution_direct, src_,
+                                                      constant_weights ? w_any : user_w_, dst_,
+                                                      strides, dil, pad_l, pad_r);
+      return dnnl::convolution_forward::primitive_desc(d, cpu_engine());
+    });
+    prim_ = dnnl::convolution_forward(pd);
+    if (constant_weights) {
+      weights_ = memory(pd.weights_desc(), cpu_engine());
+      building(node, [&] {
+        memory user = wrap(user_w_, constant_weights->data<float>());
+        execute(dnnl::reorder(user, weights_), {{DNNL_ARG_FROM, user}, {DNNL_ARG_TO, weights_}});
+        return 0;
+      });
+    }
+  }
+  const Shape& output_shape() const override { return out_; }
+  void run(const std::vector<const float*>& in, float* out) const override {
+    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, wrap(src_, in[0])},
+                                         {DNNL_ARG_WEIGHTS, weights_ ? weights_ : wrap(user_w_, in[1])},
+                                         {DNNL_ARG_DST, wrap(dst_, out)}};
+    if (has_bias_) args.emplace(DNNL_ARG_BIAS, wrap(bias_, in.at(2)));
+    execute(prim_, args);
+  }
+
+ private:
+  Shape out_;
+  bool has_bias_ = false;
+  memory::desc src_, dst_, user_w_, bias_;
+  memory weights_;  // the constant weights in oneDNN's layout, when known at compile time
+  dnnl::primitive prim_;
+};
+
+}  // namespace
+
+std::string dnnl_can_compile(const Node& node, const std::vector<DType>& dtypes,
+                             const std::vector<std::optional<size_t>>& ranks) {
+  if (node.op != Op::MatMul && node.op != Op::Gemm && node.op != Op::Conv)
+    return std::string("tier 1 has no library kernel for ") + op_name(node.op);
+  for (DType t : dtypes)
+    if (t != DType::Float32)
+      return std::string("tier 1 runs ") + op_name(node.op) + " in float32 only, not " + dtype_name(t);
+  if (node.op == Op::Conv && !ranks.empty() && ranks[0] && (*ranks[0] < 3 || *ranks[0] > 5))
+    return "tier 1 runs Conv with 1 to 3 spatial dimensions";
+  return "";
+}
+
+std::unique_ptr<DnnlPrimitive> make_dnnl_primitive(const Node& node, const std::vector<Shape>& shapes,
+                                                   const std::vector<const Tensor*>& constants) {
+  switch (node.op) {
+    case Op::MatMul: return make_matmul(node, shapes);
+    case Op::Gemm: return make_gemm(node, shapes);
+    case Op::Conv: {
+      TERRACE_CHECK(shapes.size() == 2 || shapes.size() == 3, InvalidArgument, node.describe(),
+                    ": Conv takes 2 or 3 inputs");
+      const Tensor* w = constants.size() > 1 ? constants[1] : nullptr;
+      return std::make_unique<Conv>(node, shapes, w);
+    }
+    default: fail(ErrorCode::NotImplemented, node.describe(), ": no oneDNN kernel for ", op_name(node.op));
+  }
+}
+
+}  // namespace terrace::jit

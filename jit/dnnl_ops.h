@@ -1,0 +1,35 @@
+// Tier-1 matrix products and convolutions through oneDNN (DESIGN.md: "GEMM/conv through oneDNN"),
+// float32, on the caller's plain row-major / NCHW buffers. Each object is one primitive built for
+// one signature (the region's guards keep the shapes fixed); run() is thread-safe.
+#pragma once
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "interp/graph.h"
+
+namespace terrace::jit {
+
+class DnnlPrimitive {
+ public:
+  virtual ~DnnlPrimitive() = default;
+  virtual const Shape& output_shape() const = 0;
+  // inputs: the node's inputs in ONNX order (nullptr for an absent optional one).
+  virtual void run(const std::vector<const float*>& inputs, float* output) const = 0;
+};
+
+// ONNX MatMul (numpy broadcasting of batch dimensions, 1-D operands promoted), Gemm (transA,
+// transB, alpha, beta, C broadcast to the output) and Conv (1-3 spatial dimensions, groups, pads,
+// auto_pad, strides, dilations, optional bias). `constants[i]`, when set, is the value of input i
+// known at compile time (an initializer): a convolution's weights are then reordered once, here,
+// into the layout oneDNN prefers. Throws Error(NotImplemented) naming the node and what is not
+// supported, and Error(CompileFailed) with oneDNN's message when it builds no primitive.
+std::unique_ptr<DnnlPrimitive> make_dnnl_primitive(const Node& node, const std::vector<Shape>& input_shapes,
+                                                   const std::vector<const Tensor*>& constants);
+
+// "" when make_dnnl_primitive handles this node with float32 inputs of these ranks (shapes may
+// still be refused at compile time), else the reason.
+std::string dnnl_can_compile(const Node& node, const std::vector<DType>& dtypes,
+                             const std::vector<std::optional<size_t>>& ranks);
+
+}  // namespace terrace::jit

@@ -1,0 +1,113 @@
+// Tier 1's oneDNN MatMul, Gemm and Conv against the interpreter: batching and broadcasting, 1-D
+// operands, transposes, alpha/beta and C broadcasting, pads, auto_pad, strides, dilations, groups,
+// bias, 1-3 spatial dimensions, weights known at compile time or not; and the errors.
+#include "jit/dnnl_ops.h"
+
+#include "tests/jit/chain_builder.h"
+#include "tests/support/node_runner.h"
+
+namespace terrace::testing {
+namespace {
+
+#ifdef TERRACE_HAVE_DNNL
+
+Node make_node(Op op, size_t n_inputs, const std::map<std::string, Attr>& attrs) {
+  Node n;
+  n.op = op;
+  n.name = "node_under_test";
+  for (size_t i = 0; i < n_inputs; ++i) n.inputs.push_back(int(i));
+  n.outputs = {int(n_inputs)};
+  for (auto& [k, v] : attrs) n.attrs[k] = v.a;
+  return n;
+}
+
+// Runs the node on tier 1's primitive and on the interpreter; `constant_weights`: input 1 is
+// handed over at compile time, as an initializer is.
+void expect_matches(Op op, const std::vector<Shape>& shapes, std::map<std::string, Attr> attrs = {},
+                    bool constant_weights = false, uint32_t seed = 1) {
+  std::vector<Tensor> in;
+  std::vector<const Tensor*> constants(shapes.size(), nullptr);
+  for (size_t i = 0; i < shapes.size(); ++i)
+    in.push_back(random_tensor(DType::Float32, shapes[i], -1, 1, seed + uint32_t(i), false));
+  if (constant_weights) constants[1] = &in[1];
+  Node node = make_node(op, shapes.size(), attrs);
+  auto prim = jit::make_dnnl_primitive(node, shapes, constants);
+  Tensor want = run1(op, in, attrs);
+  ASSERT_EQ(prim->output_shape(), want.shape());
+  Tensor got = Tensor::empty(DType::Float32, prim->output_shape());
+  std::vector<const float*> ptrs;
+  for (const Tensor& t : in) ptrs.push_back(t.data<float>());
+  prim->run(ptrs, got.data<float>());
+  std::string what = std::string(op_name(op)) + " " + shape_str(shapes[0]) + " x " + shape_str(shapes[1]);
+  expect_close(got, want, what);
+}
+
+TEST(DnnlOps, MatMulShapes) {
+  expect_matches(Op::MatMul, {{5, 7}, {7, 3}});
+  expect_matches(Op::MatMul, {{2, 3, 4, 5}, {5, 6}});
+  expect_matches(Op::MatMul, {{2, 1, 4, 5}, {3, 5, 6}});
+  expect_matches(Op::MatMul, {{5}, {5, 3}});
+  expect_matches(Op::MatMul, {{2, 4, 5}, {5}});
+  expect_matches(Op::MatMul, {{5}, {5}});
+  expect_matches(Op::MatMul, {{1, 128, 768}, {768, 3072}});
+}
+
+TEST(DnnlOps, GemmTransposesScalesAndC) {
+  for (int ta : {0, 1})
+    for (int tb : {0, 1}) {
+      Shape a = ta ? Shape{7, 5} : Shape{5, 7}, b = tb ? Shape{3, 7} : Shape{7, 3};
+      expect_matches(Op::Gemm, {a, b, {3}}, {{"transA", ta}, {"transB", tb}, {"alpha", 0.5f}, {"beta", 2.0f}});
+    }
+  expect_matches(Op::Gemm, {{5, 7}, {7, 3}});
+  expect_matches(Op::Gemm, {{5, 7}, {7, 3}, {5, 3}});
+  expect_matches(Op::Gemm, {{5, 7}, {7, 3}, {5, 1}});
+  expect_matches(Op::Gemm, {{5, 7}, {7, 3}, {}});
+  expect_matches(Op::Gemm, {{5, 7}, {7, 3}, {5, 3}}, {{"beta", 0.0f}});
+  expect_matches(Op::Gemm, {{1, 512}, {1000, 512}, {1000}}, {{"transB", 1}}, true);
+}
+
+TEST(DnnlOps, ConvGeometries) {
+  for (bool constant : {false, true}) {
+    expect_matches(Op::Conv, {{1, 3, 9, 9}, {4, 3, 3, 3}}, {}, constant);
+    expect_matches(Op::Conv, {{2, 4, 10, 11}, {6, 4, 3, 3}, {6}},
+                   {{"pads", std::vector<int64_t>{1, 1, 1, 1}}, {"strides", std::vector<int64_t>{2, 2}}}, constant);
+    expect_matches(Op::Conv, {{1, 8, 7, 7}, {8, 1, 3, 3}, {8}},
+                   {{"group", 8}, {"pads", std::vector<int64_t>{1, 1, 1, 1}}}, constant);  // depthwise
+    expect_matches(Op::Conv, {{1, 6, 8, 8}, {4, 3, 3, 3}}, {{"group", 2}, {"dilations", std::vector<int64_t>{2, 2}}}, constant);
+    expect_matches(Op::Conv, {{1, 3, 8, 7}, {2, 3, 3, 2}}, {{"auto_pad", "SAME_UPPER"}, {"strides", std::vector<int64_t>{2, 2}}}, constant);
+    expect_matches(Op::Conv, {{1, 3, 8, 7}, {2, 3, 4, 4}}, {{"auto_pad", "SAME_LOWER"}}, constant);
+    expect_matches(Op::Conv, {{1, 3, 8, 8}, {2, 3, 3, 3}}, {{"pads", std::vector<int64_t>{0, 1, 2, 0}}}, constant);
+    expect_matches(Op::Conv, {{2, 3, 20}, {5, 3, 4}, {5}}, {{"strides", std::vector<int64_t>{3}}}, constant);
+    expect_matches(Op::Conv, {{1, 2, 5, 6, 7}, {3, 2, 2, 3, 2}}, {}, constant);
+    expect_matches(Op::Conv, {{1, 64, 56, 56}, {64, 64, 3, 3}}, {{"pads", std::vector<int64_t>{1, 1, 1, 1}}}, constant);
+  }
+}
+
+TEST(DnnlOps, BadShapesAreClearErrors) {
+  Node mm = make_node(Op::MatMul, 2, {});
+  Error e = error_of([&] { jit::make_dnnl_primitive(mm, {{5, 7}, {6, 3}}, {}); });
+  EXPECT_EQ(e.code(), ErrorCode::InvalidArgument);
+  EXPECT_NE(std::string(e.what()).find("node_under_test"), std::string::npos) << e.what();
+  Node gemm = make_node(Op::Gemm, 3, {});
+  e = error_of([&] { jit::make_dnnl_primitive(gemm, {{5, 7}, {7, 3}, {4, 3}}, {}); });
+  EXPECT_EQ(e.code(), ErrorCode::InvalidArgument);
+  EXPECT_NE(std::string(e.what()).find("does not broadcast"), std::string::npos) << e.what();
+  Node conv = make_node(Op::Conv, 2, {});
+  e = error_of([&] { jit::make_dnnl_primitive(conv, {{1, 3, 9, 9}, {4, 2, 3, 3}}, {}); });
+  EXPECT_NE(std::string(e.what()).find("node_under_test"), std::string::npos) << e.what();
+}
+
+TEST(DnnlOps, CanCompileNamesWhatItRefuses) {
+  Node mm = make_node(Op::MatMul, 2, {});
+  EXPECT_EQ(jit::dnnl_can_compile(mm, {DType::Float32, DType::Float32}, {2, 2}), "");
+  EXPECT_NE(jit::dnnl_can_compile(mm, {DType::Float64, DType::Float64}, {2, 2}).find("float64"), std::string::npos);
+  Node conv = make_node(Op::Conv, 2, {});
+  EXPECT_NE(jit::dnnl_can_compile(conv, {DType::Float32, DType::Float32}, {7, 7}), "");
+}
+
+#else
+TEST(DnnlOps, Skipped) { GTEST_SKIP() << "built without oneDNN (TERRACE_WITH_DNNL off or not found)"; }
+#endif
+
+}  // namespace
+}  // namespace terrace::testing
