@@ -27,7 +27,8 @@ std::string index_str(const Shape& shape, int64_t i) {
 }
 }  // namespace
 
-Comparison compare_tensors(const Tensor& expected, const Tensor& got, const Tolerance& tol) {
+Comparison compare_tensors(const Tensor& expected, const Tensor& got, const Tolerance& tol,
+                           const Tensor& allowance) {
   Comparison c;
   auto mismatch = [&](const std::string& m) {
     c.equal = false;
@@ -60,6 +61,12 @@ Comparison compare_tensors(const Tensor& expected, const Tensor& got, const Tole
     return c;
   }
   const bool exact = !is_float(expected.dtype());
+  const double* extra = nullptr;
+  if (allowance.defined() && !exact) {
+    TERRACE_CHECK(allowance.dtype() == DType::Float64 && allowance.shape() == expected.shape(), Internal,
+                  "compare_tensors: allowance ", shape_str(allowance.shape()), " for ", shape_str(expected.shape()));
+    extra = allowance.data<double>();
+  }
   for (int64_t i = 0; i < n; ++i) {
     double e, g;
     if (exact) {  // compare as int64 bit patterns so uint64/int64 extremes stay exact
@@ -75,7 +82,7 @@ Comparison compare_tensors(const Tensor& expected, const Tensor& got, const Tole
         double abs_err = std::fabs(g - e);
         c.max_abs_err = std::max(c.max_abs_err, abs_err);
         if (e != 0) c.max_rel_err = std::max(c.max_rel_err, abs_err / std::fabs(e));
-        ok = abs_err <= tol.atol + tol.rtol * std::fabs(e);
+        ok = abs_err <= tol.atol + tol.rtol * std::fabs(e) + (extra ? extra[i] : 0.0);
       }
       if (ok) continue;
     }

@@ -23,8 +23,10 @@ struct Comparison {
 };
 
 // `expected` is the reference. Dtypes and shapes must match exactly; floats match when
-// |got - expected| <= atol + rtol * |expected|, NaN positions must agree and infinities must be equal;
-// integers, bools and strings must be equal.
-Comparison compare_tensors(const Tensor& expected, const Tensor& got, const Tolerance& tol);
+// |got - expected| <= atol + rtol * |expected| (+ allowance[i], when `allowance` is a float64
+// tensor of expected's shape: an error bound the caller proves for that element), NaN positions
+// must agree and infinities must be equal; integers, bools and strings must be equal.
+Comparison compare_tensors(const Tensor& expected, const Tensor& got, const Tolerance& tol,
+                           const Tensor& allowance = Tensor());
 
 }  // namespace terrace

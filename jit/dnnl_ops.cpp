@@ -4,6 +4,7 @@
 #include "jit/dnnl_ops.h"
 
 #include <oneapi/dnnl/dnnl.hpp>
+#include <omp.h>
 
 #include <algorithm>
 #include <unordered_map>
@@ -32,11 +33,30 @@ memory wrap(const memory::desc& d, const float* data) {
   return memory(d, cpu_engine(), const_cast<float*>(data));
 }
 
-// A stream per call: streams are cheap, and calls may come from several threads at once.
-void execute(const dnnl::primitive& p, const std::unordered_map<int, memory>& args) {
+// The OpenMP thread count a primitive was built for: oneDNN sizes its scratchpad by the count at
+// creation, and a call with more threads (the caller's OpenMP setting, e.g. a session's
+// interp_threads) would write past it.
+int creation_threads() { return omp_get_max_threads(); }
+
+// Primitives keep no scratchpad of their own (oneDNN's library-managed one belongs to the thread
+// that created the primitive, and tier 1 creates on a compile thread and runs on callers'): each
+// call brings one, sized by the primitive descriptor.
+dnnl::primitive_attr user_scratchpad(dnnl::primitive_attr attr = {}) {
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return attr;
+}
+
+// A stream and a scratchpad per call: calls may come from several threads at once. Runs with
+// `threads` OpenMP threads and gives the caller back its own setting.
+void execute(const dnnl::primitive& p, const memory::desc& scratch, std::unordered_map<int, memory> args,
+             int threads) {
+  const int before = omp_get_max_threads();
+  if (before != threads) omp_set_num_threads(threads);
+  if (scratch.get_size() > 0) args.emplace(DNNL_ARG_SCRATCHPAD, memory(scratch, cpu_engine()));
   dnnl::stream stream(cpu_engine());
   p.execute(stream, args);
   stream.wait();
+  if (before != threads) omp_set_num_threads(before);
 }
 
 template <typename F>
@@ -57,21 +77,23 @@ class MatMul : public DnnlPrimitive {
          float beta, std::optional<Shape> c)
       : out_(std::move(out)), a_(std::move(a)), b_(std::move(b)), dst_(plain(dst)), c_(std::move(c)) {
     prim_ = building(node, [&] {
-      dnnl::primitive_attr attr;
+      dnnl::primitive_attr attr = user_scratchpad();
       if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
       if (c_) {
         dnnl::post_ops ops;
         ops.append_sum(beta);  // dst = alpha * a . b + beta * dst, dst holding C
         attr.set_post_ops(ops);
       }
-      return dnnl::primitive(dnnl::matmul::primitive_desc(dnnl::matmul::desc(a_, b_, dst_), attr, cpu_engine()));
+      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_, b_, dst_), attr, cpu_engine());
+      scratch_ = pd.scratchpad_desc();
+      return dnnl::primitive(dnnl::matmul(pd));
     });
   }
   const Shape& output_shape() const override { return out_; }
   void run(const std::vector<const float*>& in, float* out) const override {
     if (c_) broadcast_c(in.at(2), out);
-    execute(prim_, {{DNNL_ARG_SRC, wrap(a_, in[0])}, {DNNL_ARG_WEIGHTS, wrap(b_, in[1])},
-                    {DNNL_ARG_DST, wrap(dst_, out)}});
+    execute(prim_, scratch_, {{DNNL_ARG_SRC, wrap(a_, in[0])}, {DNNL_ARG_WEIGHTS, wrap(b_, in[1])},
+                              {DNNL_ARG_DST, wrap(dst_, out)}}, threads_);
   }
 
  private:
@@ -86,8 +108,9 @@ class MatMul : public DnnlPrimitive {
   }
 
   Shape out_;
-  memory::desc a_, b_, dst_;
+  memory::desc a_, b_, dst_, scratch_;
   std::optional<Shape> c_;
+  int threads_ = creation_threads();
   dnnl::primitive prim_;
 };
 
@@ -182,14 +205,16 @@ class Conv : public DnnlPrimitive {
                                                       dnnl::algorithm::convolution_direct, src_,
                                                       constant_weights ? w_any : user_w_, dst_,
                                                       strides, dil, pad_l, pad_r);
-      return dnnl::convolution_forward::primitive_desc(d, cpu_engine());
+      return dnnl::convolution_forward::primitive_desc(d, user_scratchpad(), cpu_engine());
     });
     prim_ = dnnl::convolution_forward(pd);
+    scratch_ = pd.scratchpad_desc();
     if (constant_weights) {
       weights_ = memory(pd.weights_desc(), cpu_engine());
       building(node, [&] {
         memory user = wrap(user_w_, constant_weights->data<float>());
-        execute(dnnl::reorder(user, weights_), {{DNNL_ARG_FROM, user}, {DNNL_ARG_TO, weights_}});
+        dnnl::reorder::primitive_desc rpd(cpu_engine(), user.get_desc(), cpu_engine(), weights_.get_desc(), user_scratchpad());
+        execute(dnnl::reorder(rpd), rpd.scratchpad_desc(), {{DNNL_ARG_FROM, user}, {DNNL_ARG_TO, weights_}}, threads_);
         return 0;
       });
     }
@@ -200,14 +225,15 @@ class Conv : public DnnlPrimitive {
                                          {DNNL_ARG_WEIGHTS, weights_ ? weights_ : wrap(user_w_, in[1])},
                                          {DNNL_ARG_DST, wrap(dst_, out)}};
     if (has_bias_) args.emplace(DNNL_ARG_BIAS, wrap(bias_, in.at(2)));
-    execute(prim_, args);
+    execute(prim_, scratch_, std::move(args), threads_);
   }
 
  private:
   Shape out_;
   bool has_bias_ = false;
-  memory::desc src_, dst_, user_w_, bias_;
+  memory::desc src_, dst_, user_w_, bias_, scratch_;
   memory weights_;  // the constant weights in oneDNN's layout, when known at compile time
+  int threads_ = creation_threads();
   dnnl::primitive prim_;
 };
 

@@ -26,6 +26,17 @@ class Backend {
   virtual Tier tier() const = 0;
   // "" when this backend can compile the node inside a region, else the reason it cannot.
   virtual std::string can_compile(const Graph& graph, const Node& node) const = 0;
+  // True for a node that gets a region of its own (partition's AlonePredicate).
+  virtual bool alone(const Node&) const { return false; }
+  // Per region output, an error allowance for validation on top of DESIGN.md's tolerance (an
+  // undefined tensor: none): a bound on the rounding error of the compiled version's own
+  // arithmetic where it legitimately differs from the interpreter's (fp32 products of long
+  // reductions against the interpreter's double). `inputs` are the region's inputs of the call.
+  virtual std::vector<Tensor> error_allowance(const Graph&, const Region& region,
+                                              const std::vector<Tensor>& inputs) const {
+    (void)inputs;
+    return std::vector<Tensor>(region.outputs.size());
+  }
   // Compiles `region` specialised to the dtypes and shapes of `inputs`. Runs on a background
   // thread; throws Error(CompileFailed) with the compiler's message on failure.
   virtual std::unique_ptr<CompiledRegion> compile(const Graph& graph, const Region& region,

@@ -11,7 +11,8 @@ std::string Region::ops() const {
   return s;
 }
 
-Plan partition(const Graph& g, const CompilablePredicate& can_compile) {
+Plan partition(const Graph& g, const CompilablePredicate& can_compile,
+               const AlonePredicate& alone) {
   const size_t n = g.nodes.size();
   std::vector<int> producer(g.values.size(), -1);
   for (size_t i = 0; i < n; ++i)
@@ -47,6 +48,8 @@ Plan partition(const Graph& g, const CompilablePredicate& can_compile) {
     if (!ready_compilable.empty() && (open >= 0 || ready_other.empty())) {
       i = *ready_compilable.begin();
       ready_compilable.erase(ready_compilable.begin());
+      const bool by_itself = alone && alone(g.nodes[size_t(i)]);
+      if (by_itself) open = -1;
       if (open < 0) {
         open = int(plan.regions.size());
         plan.regions.push_back(Region{open, {}, {}, {}, {}});
@@ -55,6 +58,7 @@ Plan partition(const Graph& g, const CompilablePredicate& can_compile) {
       plan.regions[size_t(open)].nodes.push_back(i);
       plan.regions[size_t(open)].op_names.push_back(op_name(g.nodes[size_t(i)].op));
       region_of[size_t(i)] = open;
+      if (by_itself) open = -1;
     } else {
       i = *ready_other.begin();
       ready_other.erase(ready_other.begin());

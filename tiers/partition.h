@@ -32,8 +32,14 @@ struct Plan {
 // Returns "" when a tier can compile the node, else the reason it cannot ("unsupported op Conv").
 using CompilablePredicate = std::function<std::string(const Graph&, const Node&)>;
 
+// True for a compilable node that gets a region of its own: tier 1's library ops (MatMul, Gemm,
+// Conv), each validated alone against an error bound for its own arithmetic.
+using AlonePredicate = std::function<bool(const Node&)>;
+
 // Orders the nodes so that compilable nodes run in as few contiguous runs as possible (each run
-// is convex: a contiguous stretch of a topological order), and makes each run a region.
-Plan partition(const Graph& graph, const CompilablePredicate& can_compile);
+// is convex: a contiguous stretch of a topological order), and makes each run a region; a node
+// `alone` names is a run by itself.
+Plan partition(const Graph& graph, const CompilablePredicate& can_compile,
+               const AlonePredicate& alone = {});
 
 }  // namespace terrace

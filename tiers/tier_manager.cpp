@@ -226,8 +226,9 @@ bool TierManager::validate(RegionState& st, Version& v, Frame& frame, const std:
   const Region& region = *st.region;
   std::vector<Tensor> expected;
   for (int v : region.outputs) expected.push_back(frame.env[size_t(v)].tensor);
+  const std::vector<Tensor> allowance = backend_->error_allowance(graph_, region, in);
   for (size_t i = 0; i < region.outputs.size(); ++i) {
-    Comparison c = compare_tensors(expected[i], out[i], Tolerance::for_dtype(expected[i].dtype()));
+    Comparison c = compare_tensors(expected[i], out[i], Tolerance::for_dtype(expected[i].dtype()), allowance.at(i));
     if (c.equal) continue;
     v.demoted = true;
     std::string why = "output '" + graph_.values[size_t(region.outputs[i])].name + "': " + c.message;
