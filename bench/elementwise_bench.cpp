@@ -124,12 +124,15 @@ bool tier1_matches_interpreter() {
   return true;
 }
 
+// False, with the benchmark marked skipped, when tier 1's chain differs from the interpreter.
+bool chain_checked(benchmark::State& state) {
+  static const bool ok = tier1_matches_interpreter();
+  if (!ok) state.SkipWithError("tier-1 result differs from the interpreter");
+  return ok;
+}
+
 void BM_Tier1Chain(benchmark::State& state) {
-  static bool ok = tier1_matches_interpreter();
-  if (!ok) {
-    state.SkipWithError("tier-1 result differs from the interpreter");
-    return;
-  }
+  if (!chain_checked(state)) return;
   Data& d = data();
   void* buffers[] = {d.a.raw(), d.b.raw(), d.out.raw()};
   for (auto _ : state) jit::run_cpu_kernel(chain_kernel(), buffers);
@@ -165,11 +168,7 @@ void BM_Memcpy(benchmark::State& state) {
 // benchmarks run a second apart. per_byte = chain / (1.5 x copy): the chain moves 3 tensors' bytes,
 // the copy 2.
 void BM_ChainAgainstCopy(benchmark::State& state) {
-  static bool ok = tier1_matches_interpreter();
-  if (!ok) {
-    state.SkipWithError("tier-1 result differs from the interpreter");
-    return;
-  }
+  if (!chain_checked(state)) return;
   Data& d = data();
   void* buffers[] = {d.a.raw(), d.b.raw(), d.out.raw()};
   std::vector<double> chain, copy;

@@ -11,16 +11,6 @@ namespace {
 
 #ifdef TERRACE_HAVE_DNNL
 
-Node make_node(Op op, size_t n_inputs, const std::map<std::string, Attr>& attrs) {
-  Node n;
-  n.op = op;
-  n.name = "node_under_test";
-  for (size_t i = 0; i < n_inputs; ++i) n.inputs.push_back(int(i));
-  n.outputs = {int(n_inputs)};
-  for (auto& [k, v] : attrs) n.attrs[k] = v.a;
-  return n;
-}
-
 // Runs the node on tier 1's primitive and on the interpreter; `constant_weights`: input 1 is
 // handed over at compile time, as an initializer is.
 void expect_matches(Op op, const std::vector<Shape>& shapes, std::map<std::string, Attr> attrs = {},

@@ -10,16 +10,6 @@
 
 namespace terrace::testing {
 
-inline Node make_node(Op op, size_t n_in, std::map<std::string, Attr> attrs = {}) {
-  Node n;
-  n.op = op;
-  n.name = "node_under_test";
-  for (size_t i = 0; i < n_in; ++i) n.inputs.push_back(int(i));
-  n.outputs = {int(n_in)};
-  for (auto& [k, v] : attrs) n.attrs[k] = v.a;
-  return n;
-}
-
 // Runs the node; an undefined tensor among the inputs is an absent optional input.
 inline RValue run_value(const Node& n, const std::vector<RValue>& in) {
   std::vector<const RValue*> p;

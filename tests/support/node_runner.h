@@ -25,6 +25,17 @@ struct Attr {
   Attr(std::vector<float> v) : a(floats_attr(std::move(v))) {}
 };
 
+// A node named "node_under_test" reading values 0..n_in-1 and writing value n_in.
+inline Node make_node(Op op, size_t n_in, std::map<std::string, Attr> attrs = {}) {
+  Node n;
+  n.op = op;
+  n.name = "node_under_test";
+  for (size_t i = 0; i < n_in; ++i) n.inputs.push_back(int(i));
+  n.outputs = {int(n_in)};
+  for (auto& [k, v] : attrs) n.attrs[k] = v.a;
+  return n;
+}
+
 // Runs `op` named "node_under_test" on the inputs (an undefined tensor is an absent optional
 // input); returns its n_out outputs.
 inline std::vector<Tensor> run_op(Op op, const std::vector<Tensor>& in,
