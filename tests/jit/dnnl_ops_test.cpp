@@ -73,6 +73,23 @@ TEST(DnnlOps, ConvGeometries) {
   }
 }
 
+// Empty tensors: oneDNN either builds a primitive that writes nothing or refuses with a clear
+// error (CompileFailed), which leaves the region on the interpreter; it never crashes.
+TEST(DnnlOps, EmptyTensorsRunOrAreRefusedCleanly) {
+  for (const std::vector<Shape>& shapes : std::vector<std::vector<Shape>>{{{0, 5}, {5, 3}}, {{4, 0}, {0, 3}}, {{2, 0, 5}, {5, 3}}}) {
+    try {
+      expect_matches(Op::MatMul, shapes);
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::CompileFailed) << e.what();
+    }
+  }
+  try {
+    expect_matches(Op::Conv, {{0, 3, 8, 8}, {4, 3, 3, 3}});
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::CompileFailed) << e.what();
+  }
+}
+
 TEST(DnnlOps, BadShapesAreClearErrors) {
   Node mm = make_node(Op::MatMul, 2, {});
   Error e = error_of([&] { jit::make_dnnl_primitive(mm, {{5, 7}, {6, 3}}, {}); });
