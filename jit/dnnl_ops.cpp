@@ -82,6 +82,10 @@ void execute(const dnnl::primitive& p, const memory::desc& scratch, std::unorder
   if (before != threads) omp_set_num_threads(before);
 }
 
+void append_activation(dnnl::post_ops& ops, const DnnlActivation& a) {
+  if (a.kind == DnnlActivation::Kind::Relu) ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+}
+
 template <typename F>
 auto building(const Node& node, F&& f) {
   try {
@@ -97,7 +101,7 @@ class MatMul : public DnnlPrimitive {
  public:
   // `out`: the ONNX output shape, the dense dst with promoted unit dimensions dropped.
   MatMul(const Node& node, memory::desc a, memory::desc b, const Dims& dst, Shape out, float alpha,
-         float beta, std::optional<Shape> c)
+         float beta, std::optional<Shape> c, const DnnlActivation& activation)
       : out_(std::move(out)), a_(std::move(a)), b_(std::move(b)), dst_(plain(dst)), c_(std::move(c)) {
     double flops = double(a_.dims().back());  // K
     for (memory::dim d : dst) flops *= double(d);
@@ -105,11 +109,10 @@ class MatMul : public DnnlPrimitive {
     prim_ = with_omp_threads(threads_, [&] { return building(node, [&] {
       dnnl::primitive_attr attr = user_scratchpad();
       if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
-      if (c_) {
-        dnnl::post_ops ops;
-        ops.append_sum(beta);  // dst = alpha * a . b + beta * dst, dst holding C
-        attr.set_post_ops(ops);
-      }
+      dnnl::post_ops ops;
+      if (c_) ops.append_sum(beta);  // dst = alpha * a . b + beta * dst, dst holding C
+      append_activation(ops, activation);
+      attr.set_post_ops(ops);
       dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_, b_, dst_), attr, cpu_engine());
       scratch_ = pd.scratchpad_desc();
       return dnnl::primitive(dnnl::matmul(pd));
@@ -140,7 +143,8 @@ class MatMul : public DnnlPrimitive {
   dnnl::primitive prim_;
 };
 
-std::unique_ptr<DnnlPrimitive> make_matmul(const Node& node, const std::vector<Shape>& shapes) {
+std::unique_ptr<DnnlPrimitive> make_matmul(const Node& node, const std::vector<Shape>& shapes,
+                                           const DnnlActivation& activation) {
   TERRACE_CHECK(shapes.size() == 2, InvalidArgument, node.describe(), ": MatMul takes 2 inputs");
   Shape a = shapes[0], b = shapes[1];
   TERRACE_CHECK(!a.empty() && !b.empty(), InvalidArgument, node.describe(), ": MatMul of a scalar");
@@ -166,11 +170,12 @@ std::unique_ptr<DnnlPrimitive> make_matmul(const Node& node, const std::vector<S
   if (b_vec) out.pop_back();
   if (a_vec) out.erase(out.end() - (b_vec ? 1 : 2));
   return std::make_unique<MatMul>(node, plain(Dims(a.begin(), a.end())), plain(Dims(b.begin(), b.end())),
-                                  dst, std::move(out), 1.0f, 0.0f, std::nullopt);
+                                  dst, std::move(out), 1.0f, 0.0f, std::nullopt, activation);
 }
 
 // Gemm: A [M, K] or [K, M] (transA) and B [K, N] or [N, K] (transB), read through strides.
-std::unique_ptr<DnnlPrimitive> make_gemm(const Node& node, const std::vector<Shape>& shapes) {
+std::unique_ptr<DnnlPrimitive> make_gemm(const Node& node, const std::vector<Shape>& shapes,
+                                         const DnnlActivation& activation) {
   TERRACE_CHECK(shapes.size() == 2 || shapes.size() == 3, InvalidArgument, node.describe(),
                 ": Gemm takes 2 or 3 inputs");
   const Shape &a = shapes[0], &b = shapes[1];
@@ -192,14 +197,15 @@ std::unique_ptr<DnnlPrimitive> make_gemm(const Node& node, const std::vector<Sha
                   node.describe(), ": C ", shape_str(shapes[2]), " does not broadcast to [", M, ",", N, "]");
     if (beta != 0.0f) c = shapes[2];
   }
-  return std::make_unique<MatMul>(node, ad, bd, Dims{M, N}, Shape{M, N}, alpha, beta, std::move(c));
+  return std::make_unique<MatMul>(node, ad, bd, Dims{M, N}, Shape{M, N}, alpha, beta, std::move(c), activation);
 }
 
 // ---- Conv ----
 
 class Conv : public DnnlPrimitive {
  public:
-  Conv(const Node& node, const std::vector<Shape>& shapes, const Tensor* constant_weights) {
+  Conv(const Node& node, const std::vector<Shape>& shapes, const Tensor* constant_weights,
+       const DnnlActivation& activation) {
     const ops::ConvGeometry g = ops::conv_geometry(node, shapes[0], shapes[1]);
     out_ = g.out_shape();
     has_bias_ = shapes.size() == 3;
@@ -232,7 +238,11 @@ class Conv : public DnnlPrimitive {
                                                       dnnl::algorithm::convolution_direct, src_,
                                                       constant_weights ? w_any : user_w_, dst_,
                                                       strides, dil, pad_l, pad_r);
-      return dnnl::convolution_forward::primitive_desc(d, user_scratchpad(), cpu_engine());
+      dnnl::post_ops ops;
+      append_activation(ops, activation);
+      dnnl::primitive_attr attr = user_scratchpad();
+      attr.set_post_ops(ops);
+      return dnnl::convolution_forward::primitive_desc(d, attr, cpu_engine());
     }); });
     prim_ = with_omp_threads(threads_, [&] { return dnnl::primitive(dnnl::convolution_forward(pd)); });
     scratch_ = pd.scratchpad_desc();
@@ -279,15 +289,16 @@ std::string dnnl_can_compile(const Node& node, const std::vector<DType>& dtypes,
 }
 
 std::unique_ptr<DnnlPrimitive> make_dnnl_primitive(const Node& node, const std::vector<Shape>& shapes,
-                                                   const std::vector<const Tensor*>& constants) {
+                                                   const std::vector<const Tensor*>& constants,
+                                                   DnnlActivation activation) {
   switch (node.op) {
-    case Op::MatMul: return make_matmul(node, shapes);
-    case Op::Gemm: return make_gemm(node, shapes);
+    case Op::MatMul: return make_matmul(node, shapes, activation);
+    case Op::Gemm: return make_gemm(node, shapes, activation);
     case Op::Conv: {
       TERRACE_CHECK(shapes.size() == 2 || shapes.size() == 3, InvalidArgument, node.describe(),
                     ": Conv takes 2 or 3 inputs");
       const Tensor* w = constants.size() > 1 ? constants[1] : nullptr;
-      return std::make_unique<Conv>(node, shapes, w);
+      return std::make_unique<Conv>(node, shapes, w, activation);
     }
     default: fail(ErrorCode::NotImplemented, node.describe(), ": no oneDNN kernel for ", op_name(node.op));
   }

@@ -28,6 +28,8 @@ class Backend {
   virtual std::string can_compile(const Graph& graph, const Node& node) const = 0;
   // True for a node that gets a region of its own (partition's AlonePredicate).
   virtual bool alone(const Node&) const { return false; }
+  // True when `next` joins `alone_node`'s region (partition's AbsorbPredicate).
+  virtual bool absorbs(const Graph&, const Node&, const Node&) const { return false; }
   // Per region output, an error allowance for validation on top of DESIGN.md's tolerance (an
   // undefined tensor: none): a bound on the rounding error of the compiled version's own
   // arithmetic where it legitimately differs from the interpreter's (fp32 products of long

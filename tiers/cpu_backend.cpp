@@ -122,6 +122,11 @@ class CpuBackend : public Backend {
   // and 4.7e-4, measured) though every product is rounded correctly.
   bool alone(const Node& node) const override { return is_library_op(node.op); }
 
+  // A Relu after a library op runs inside its primitive.
+  bool absorbs(const Graph& g, const Node& node, const Node& next) const override {
+    return is_library_op(node.op) && activation_of(g, next).has_value();
+  }
+
   // For a region of one MatMul, Gemm or Conv: gamma_K * (|A| |B| + |C|), the classic bound on the
   // rounding error of K-term fp32 dot products in any summation order (gamma_K = K u / (1 - K u),
   // u = 2^-24), with K counting the bias and scaling too. |A| |B| is the interpreter's own result
@@ -129,9 +134,11 @@ class CpuBackend : public Backend {
   std::vector<Tensor> error_allowance(const Graph& g, const Region& region,
                                       const std::vector<Tensor>& inputs) const override {
     std::vector<Tensor> out(region.outputs.size());
-    if (region.nodes.size() != 1 || region.outputs.size() != 1) return out;
+    // Relu moves no value further than it was: the bound holds after it too.
+    if (region.nodes.size() > 2 || region.outputs.size() != 1) return out;
     const Node& node = g.nodes[size_t(region.nodes[0])];
     if (!is_library_op(node.op)) return out;
+    if (region.nodes.size() == 2 && !activation_of(g, g.nodes[size_t(region.nodes[1])])) return out;
     Node magnitude = node;
     magnitude.inputs.clear();
     std::vector<RValue> abs_inputs;
@@ -170,8 +177,10 @@ class CpuBackend : public Backend {
     for (size_t k = 0; k < region.nodes.size();) {
       const Node& node = g.nodes[size_t(region.nodes[k])];
       if (is_library_op(node.op)) {
-        parts.push_back(compile_library(g, node, slots));
-        ++k;
+        const Node* next = k + 1 < region.nodes.size() ? &g.nodes[size_t(region.nodes[k + 1])] : nullptr;
+        std::optional<jit::DnnlActivation> act = next ? activation_of(g, *next) : std::nullopt;
+        parts.push_back(compile_library(g, node, slots, act ? next : nullptr, act.value_or(jit::DnnlActivation{})));
+        k += act ? 2 : 1;
         continue;
       }
       size_t end = k;
@@ -192,6 +201,16 @@ class CpuBackend : public Backend {
 
  private:
   static bool is_library_op(Op op) { return op == Op::MatMul || op == Op::Gemm || op == Op::Conv; }
+
+  // The oneDNN activation a node can be: a Relu.
+  static std::optional<jit::DnnlActivation> activation_of(const Graph&, const Node& n) {
+#ifdef TERRACE_HAVE_DNNL
+    if (n.op == Op::Relu && n.outputs.size() == 1) return jit::DnnlActivation{jit::DnnlActivation::Kind::Relu};
+#else
+    (void)n;
+#endif
+    return std::nullopt;
+  }
 
   // The number of products summed into each output.
   static int64_t reduction_length(const Node& node, const Shape& a, const Shape& b) {
@@ -263,7 +282,8 @@ class CpuBackend : public Backend {
 
   // A MatMul, Gemm or Conv: one oneDNN primitive. Inputs that are initializers (and not graph
   // inputs) are handed over at compile time, so that constant weights are laid out once.
-  CpuRegion::Part compile_library(const Graph& g, const Node& node, Slots& slots) {
+  CpuRegion::Part compile_library(const Graph& g, const Node& node, Slots& slots, const Node* activation_node,
+                                  const jit::DnnlActivation& activation) {
     std::vector<Shape> shapes;
     std::vector<const Tensor*> constants;
     CpuRegion::Part part;
@@ -277,10 +297,11 @@ class CpuBackend : public Backend {
       constants.push_back(constant ? &init->second : nullptr);
       part.slots.push_back(slot);
     }
-    part.primitive = jit::make_dnnl_primitive(node, shapes, constants);
+    part.primitive = jit::make_dnnl_primitive(node, shapes, constants, activation);
     TERRACE_CHECK(node.outputs.size() == 1 && node.outputs[0] >= 0, NotImplemented, node.describe(),
                   ": tier 1 runs single-output library ops");
-    part.slots.push_back(slots.produce(node.outputs[0], {DType::Float32, part.primitive->output_shape()}));
+    const int result = activation_node ? activation_node->outputs.at(0) : node.outputs[0];
+    part.slots.push_back(slots.produce(result, {DType::Float32, part.primitive->output_shape()}));
     return part;
   }
 

@@ -12,7 +12,7 @@ std::string Region::ops() const {
 }
 
 Plan partition(const Graph& g, const CompilablePredicate& can_compile,
-               const AlonePredicate& alone) {
+               const AlonePredicate& alone, const AbsorbPredicate& absorbs) {
   const size_t n = g.nodes.size();
   std::vector<int> producer(g.values.size(), -1);
   for (size_t i = 0; i < n; ++i)
@@ -39,6 +39,25 @@ Plan partition(const Graph& g, const CompilablePredicate& can_compile,
   auto make_ready = [&](int i) { (reason[size_t(i)].empty() ? ready_compilable : ready_other).insert(i); };
   for (size_t i = 0; i < n; ++i)
     if (pending[i] == 0) make_ready(int(i));
+
+  // How many nodes read each value (as an input or a capture); graph outputs count as a reader.
+  std::vector<int> readers(g.values.size(), 0);
+  for (int v : g.outputs) ++readers[size_t(v)];
+  for (size_t i = 0; i < n; ++i) {
+    for (int v : g.nodes[i].inputs)
+      if (v >= 0) ++readers[size_t(v)];
+    for (int v : g.captured_by(g.nodes[i])) ++readers[size_t(v)];
+  }
+  // The node that may join node i's region as its activation: the only reader of i's only result.
+  auto absorbable = [&](int i) {
+    const Node& node = g.nodes[size_t(i)];
+    if (!absorbs || node.outputs.size() != 1 || node.outputs[0] < 0 || readers[size_t(node.outputs[0])] != 1 ||
+        users[size_t(i)].size() != 1)
+      return -1;
+    const int u = users[size_t(i)][0];
+    bool ok = ready_compilable.count(u) && absorbs(g, node, g.nodes[size_t(u)]);
+    return ok ? u : -1;
+  };
 
   Plan plan;
   int open = -1;  // the region being extended
@@ -67,6 +86,16 @@ Plan partition(const Graph& g, const CompilablePredicate& can_compile,
     }
     for (int u : users[size_t(i)])
       if (--pending[size_t(u)] == 0) make_ready(u);
+    if (region_of[size_t(i)] < 0 || !alone || !alone(g.nodes[size_t(i)])) continue;
+    if (int u = absorbable(i); u >= 0) {
+      ready_compilable.erase(u);
+      Region& r = plan.regions[size_t(region_of[size_t(i)])];
+      r.nodes.push_back(u);
+      r.op_names.push_back(op_name(g.nodes[size_t(u)].op));
+      region_of[size_t(u)] = region_of[size_t(i)];
+      for (int w : users[size_t(u)])
+        if (--pending[size_t(w)] == 0) make_ready(w);
+    }
   }
   size_t placed = 0;
   for (const Step& s : plan.steps) placed += s.region >= 0 ? 0 : 1;

@@ -36,10 +36,14 @@ using CompilablePredicate = std::function<std::string(const Graph&, const Node&)
 // Conv), each validated alone against an error bound for its own arithmetic.
 using AlonePredicate = std::function<bool(const Node&)>;
 
+// True when the node `next`, the only reader of `alone_node`'s result, joins its region (tier 1
+// fuses a Relu or Clip into the library op as its activation).
+using AbsorbPredicate = std::function<bool(const Graph&, const Node& alone_node, const Node& next)>;
+
 // Orders the nodes so that compilable nodes run in as few contiguous runs as possible (each run
 // is convex: a contiguous stretch of a topological order), and makes each run a region; a node
-// `alone` names is a run by itself.
+// `alone` names is a run by itself, with the one reader of its result that `absorbs` accepts.
 Plan partition(const Graph& graph, const CompilablePredicate& can_compile,
-               const AlonePredicate& alone = {});
+               const AlonePredicate& alone = {}, const AbsorbPredicate& absorbs = {});
 
 }  // namespace terrace

@@ -40,7 +40,8 @@ std::unique_ptr<Session> Session::from_graph(std::shared_ptr<const Graph> graph,
   if (backend) {
     Backend* b = backend.get();
     impl->plan = partition(g, [b](const Graph& gr, const Node& n) { return b->can_compile(gr, n); },
-                           [b](const Node& n) { return b->alone(n); });
+                           [b](const Node& n) { return b->alone(n); },
+                           [b](const Graph& gr, const Node& n, const Node& next) { return b->absorbs(gr, n, next); });
   } else {
     impl->plan = partition(g, [](const Graph&, const Node&) { return std::string("tier 1 is disabled"); });
   }

@@ -90,6 +90,34 @@ TEST(DnnlOps, EmptyTensorsRunOrAreRefusedCleanly) {
   }
 }
 
+// A Relu fused as the primitive's activation gives what the interpreter's node and then Relu give.
+TEST(DnnlOps, FusedReluMatchesTheTwoOps) {
+  struct Case {
+    Op op;
+    std::vector<Shape> shapes;
+    std::map<std::string, Attr> attrs;
+  };
+  const std::vector<Case> cases = {
+      {Op::Conv, {{1, 4, 9, 9}, {6, 4, 3, 3}, {6}}, {{"pads", std::vector<int64_t>{1, 1, 1, 1}}}},
+      {Op::Gemm, {{5, 7}, {3, 7}, {3}}, {{"transB", 1}}},
+      {Op::MatMul, {{2, 5, 7}, {7, 3}}, {}},
+  };
+  for (const Case& c : cases) {
+    std::vector<Tensor> in;
+    for (size_t i = 0; i < c.shapes.size(); ++i)
+      in.push_back(random_tensor(DType::Float32, c.shapes[i], -1, 1, 20 + uint32_t(i), false));
+    auto prim = jit::make_dnnl_primitive(make_node(c.op, c.shapes.size(), c.attrs), c.shapes,
+                                         std::vector<const Tensor*>(c.shapes.size(), nullptr),
+                                         {jit::DnnlActivation::Kind::Relu});
+    Tensor want = run1(Op::Relu, {run1(c.op, in, c.attrs)});
+    Tensor got = Tensor::empty(DType::Float32, prim->output_shape());
+    std::vector<const float*> ptrs;
+    for (const Tensor& t : in) ptrs.push_back(t.data<float>());
+    prim->run(ptrs, got.data<float>());
+    expect_close(got, want, std::string(op_name(c.op)) + " + Relu");
+  }
+}
+
 TEST(DnnlOps, BadShapesAreClearErrors) {
   Node mm = make_node(Op::MatMul, 2, {});
   Error e = error_of([&] { jit::make_dnnl_primitive(mm, {{5, 7}, {6, 3}}, {}); });
