@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "interp/error.h"
+#include "interp/omp_threads.h"
 #include "interp/ops/conv.h"
 
 namespace terrace::jit {
@@ -43,22 +44,11 @@ int threads_for(double flops) {
   return int(std::clamp(flops / 2e5, 1.0, double(omp_get_max_threads())));
 }
 
-// Builds a primitive with `threads` OpenMP threads: oneDNN sizes its scratchpad by the count at
-// creation, and each run uses the same count (a call with more, e.g. under a caller's own OpenMP
-// setting, would write past it).
-template <typename F>
-auto with_omp_threads(int threads, F&& f) {
-  const int before = omp_get_max_threads();
-  omp_set_num_threads(threads);
-  auto r = f();
-  omp_set_num_threads(before);
-  return r;
-}
-
 // Primitives keep no scratchpad of their own (oneDNN's library-managed one belongs to the thread
 // that created the primitive, and tier 1 creates on a compile thread and runs on callers'): each
 // call brings one, sized by the primitive descriptor.
-dnnl::primitive_attr user_scratchpad(dnnl::primitive_attr attr = {}) {
+dnnl::primitive_attr user_scratchpad() {
+  dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   return attr;
 }
@@ -71,23 +61,25 @@ void execute(const dnnl::primitive& p, const memory::desc& scratch, std::unorder
              int threads) {
   thread_local dnnl::stream stream(cpu_engine());
   thread_local std::vector<unsigned char> scratch_buffer;
-  const int before = omp_get_max_threads();
-  if (before != threads) omp_set_num_threads(threads);
+  ScopedOmpThreads scope(threads);
   if (const size_t bytes = scratch.get_size(); bytes > 0) {
     if (scratch_buffer.size() < bytes) scratch_buffer.resize(bytes);
     args.emplace(DNNL_ARG_SCRATCHPAD, memory(scratch, cpu_engine(), scratch_buffer.data()));
   }
   p.execute(stream, args);
   stream.wait();
-  if (before != threads) omp_set_num_threads(before);
 }
 
 void append_activation(dnnl::post_ops& ops, const DnnlActivation& a) {
   if (a.kind == DnnlActivation::Kind::Relu) ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
 }
 
+// Runs f, which builds oneDNN objects, with `threads` OpenMP threads: oneDNN sizes a primitive's
+// scratchpad by the count at creation, and each run uses the same count (a call with more, e.g.
+// under a caller's own OpenMP setting, would write past it). oneDNN's errors become CompileFailed.
 template <typename F>
-auto building(const Node& node, F&& f) {
+auto building(const Node& node, int threads, F&& f) {
+  ScopedOmpThreads scope(threads);
   try {
     return f();
   } catch (const dnnl::error& e) {
@@ -106,7 +98,7 @@ class MatMul : public DnnlPrimitive {
     double flops = double(a_.dims().back());  // K
     for (memory::dim d : dst) flops *= double(d);
     threads_ = threads_for(flops);
-    prim_ = with_omp_threads(threads_, [&] { return building(node, [&] {
+    prim_ = building(node, threads_, [&] {
       dnnl::primitive_attr attr = user_scratchpad();
       if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
       dnnl::post_ops ops;
@@ -116,7 +108,7 @@ class MatMul : public DnnlPrimitive {
       dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_, b_, dst_), attr, cpu_engine());
       scratch_ = pd.scratchpad_desc();
       return dnnl::primitive(dnnl::matmul(pd));
-    }); });
+    });
   }
   const Shape& output_shape() const override { return out_; }
   void run(const std::vector<const float*>& in, float* out) const override {
@@ -228,7 +220,7 @@ class Conv : public DnnlPrimitive {
     // Constant weights may take the layout oneDNN prefers; they are reordered once, below.
     memory::desc w_any(w, memory::data_type::f32, memory::format_tag::any);
     threads_ = threads_for(double(shape_numel(out_)) * double(g.cin_g()) * double(g.kernel_size()));
-    auto pd = with_omp_threads(threads_, [&] { return building(node, [&] {
+    auto pd = building(node, threads_, [&] {
       dnnl::convolution_forward::desc d =
           has_bias_ ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
                                                       dnnl::algorithm::convolution_direct, src_,
@@ -242,13 +234,14 @@ class Conv : public DnnlPrimitive {
       append_activation(ops, activation);
       dnnl::primitive_attr attr = user_scratchpad();
       attr.set_post_ops(ops);
-      return dnnl::convolution_forward::primitive_desc(d, attr, cpu_engine());
-    }); });
-    prim_ = with_omp_threads(threads_, [&] { return dnnl::primitive(dnnl::convolution_forward(pd)); });
-    scratch_ = pd.scratchpad_desc();
+      dnnl::convolution_forward::primitive_desc pd(d, attr, cpu_engine());
+      prim_ = dnnl::convolution_forward(pd);
+      scratch_ = pd.scratchpad_desc();
+      return pd;
+    });
     if (constant_weights) {
       weights_ = memory(pd.weights_desc(), cpu_engine());
-      building(node, [&] {
+      building(node, threads_, [&] {
         memory user = wrap(user_w_, constant_weights->data<float>());
         dnnl::reorder::primitive_desc rpd(cpu_engine(), user.get_desc(), cpu_engine(), weights_.get_desc(), user_scratchpad());
         execute(dnnl::reorder(rpd), rpd.scratchpad_desc(), {{DNNL_ARG_FROM, user}, {DNNL_ARG_TO, weights_}}, threads_);

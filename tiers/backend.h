@@ -35,8 +35,7 @@ class Backend {
   // arithmetic where it legitimately differs from the interpreter's (fp32 products of long
   // reductions against the interpreter's double). `inputs` are the region's inputs of the call.
   virtual std::vector<Tensor> error_allowance(const Graph&, const Region& region,
-                                              const std::vector<Tensor>& inputs) const {
-    (void)inputs;
+                                              const std::vector<Tensor>& /*inputs*/) const {
     return std::vector<Tensor>(region.outputs.size());
   }
   // Compiles `region` specialised to the dtypes and shapes of `inputs`. Runs on a background

@@ -1,13 +1,11 @@
-// Tier 1 backend. A region is cut into parts run in order: each run of consecutive elementwise
-// ops -> fusion groups (one per iteration domain) -> kernel IR -> C++ -> Clang/ORC; each MatMul,
-// Gemm or Conv -> a oneDNN primitive. Parts pass values through a table of slots.
+// Tier 1 backend. An elementwise region -> fusion groups (one per iteration domain) -> kernel IR ->
+// C++ -> Clang/ORC; a MatMul, Gemm or Conv region (with a Relu it absorbed) -> a oneDNN primitive.
 #include "tiers/backend.h"
 
 #ifdef TERRACE_HAVE_CPU_JIT
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <map>
 #include <optional>
 
 #include "interp/interpreter.h"
@@ -98,7 +96,7 @@ class CpuBackend : public Backend {
   Tier tier() const override { return Tier::Cpu; }
 
   std::string can_compile(const Graph& g, const Node& node) const override {
-    if (node.op == Op::MatMul || node.op == Op::Gemm || node.op == Op::Conv) return library_can_compile(g, node);
+    if (is_library_op(node.op)) return library_can_compile(g, node);
     if (std::strcmp(op_family(node.op), "elementwise") != 0)
       return std::string("tier 1 compiles elementwise ops only (") + op_name(node.op) + " is " +
              op_family(node.op) + ")";
@@ -144,9 +142,7 @@ class CpuBackend : public Backend {
     std::vector<RValue> abs_inputs;
     for (int v : node.inputs) {
       if (v < 0) { magnitude.inputs.push_back(-1); continue; }
-      auto it = std::find(region.inputs.begin(), region.inputs.end(), v);
-      TERRACE_ASSERT(it != region.inputs.end(), "library op input not a region input");
-      Tensor t = inputs[size_t(it - region.inputs.begin())].cast(DType::Float64);
+      Tensor t = inputs[region_input_index(region, v)].cast(DType::Float64);
       for (int64_t i = 0; i < t.numel(); ++i) t.data<double>()[i] = std::abs(t.data<double>()[i]);
       magnitude.inputs.push_back(int(abs_inputs.size()));
       abs_inputs.emplace_back(std::move(t));
@@ -163,38 +159,31 @@ class CpuBackend : public Backend {
     return out;
   }
 
+  // Partition gives tier 1 two kinds of region: one library op (with the Relu it absorbs), or
+  // elementwise ops only.
   std::unique_ptr<CompiledRegion> compile(const Graph& g, const Region& region,
                                           const std::vector<Tensor>& inputs) override {
-    Slots slots(region, inputs);
-    // Where each value is last read, by position in the region: a value is handed from one part
-    // to the next when a later part reads it or the region returns it.
-    std::map<int, size_t> last_read;
-    for (size_t k = 0; k < region.nodes.size(); ++k)
-      for (int v : g.nodes[size_t(region.nodes[k])].inputs)
-        if (v >= 0) last_read[v] = k;
+    std::vector<kernels::TensorSig> slots;  // the region's inputs, its outputs, then intermediates
+    for (const Tensor& t : inputs) slots.push_back({t.dtype(), t.shape()});
     std::vector<CpuRegion::Part> parts;
     std::string ir;
-    for (size_t k = 0; k < region.nodes.size();) {
-      const Node& node = g.nodes[size_t(region.nodes[k])];
-      if (is_library_op(node.op)) {
-        const Node* next = k + 1 < region.nodes.size() ? &g.nodes[size_t(region.nodes[k + 1])] : nullptr;
-        std::optional<jit::DnnlActivation> act = next ? activation_of(g, *next) : std::nullopt;
-        parts.push_back(compile_library(g, node, slots, act ? next : nullptr, act.value_or(jit::DnnlActivation{})));
-        k += act ? 2 : 1;
-        continue;
+    if (is_library_op(g.nodes[size_t(region.nodes[0])].op)) {
+      parts.push_back(compile_library(g, region, slots));
+    } else {
+      kernels::SplitGroup split = kernels::split_by_domain(elementwise_group(g, region, inputs));
+      slots = std::move(split.slots);
+      for (const kernels::KernelPart& p : split.parts) {
+        kernels::LoweredFunc f = kernels::lower(p.group);
+        CpuRegion::Part part;
+        part.kernel = jit::compile_cpu_kernel(f, jit::CpuJit::global(), cache_ ? &*cache_ : nullptr);
+        part.slots = p.input_slots;
+        part.slots.insert(part.slots.end(), p.output_slots.begin(), p.output_slots.end());
+        parts.push_back(std::move(part));
+        ir += kernels::to_string(f);
       }
-      size_t end = k;
-      while (end < region.nodes.size() && !is_library_op(g.nodes[size_t(region.nodes[end])].op)) ++end;
-      auto read_after = [&](int v) {
-        auto it = last_read.find(v);
-        return slots.is_region_output(v) || (it != last_read.end() && it->second >= end);
-      };
-      compile_elementwise(g, region, k, end, read_after, slots, parts, ir);
-      k = end;
     }
-    auto compiled = std::make_unique<CpuRegion>(std::move(parts), std::move(slots.sigs),
-                                                region.inputs.size(), region.outputs.size(),
-                                                fault_enabled("miscompile:cpu"));
+    auto compiled = std::make_unique<CpuRegion>(std::move(parts), std::move(slots), region.inputs.size(),
+                                                region.outputs.size(), fault_enabled("miscompile:cpu"));
     compiled->ir = std::move(ir);
     return compiled;
   }
@@ -221,45 +210,12 @@ class CpuBackend : public Backend {
     return k;
   }
 
-  // The region's slot table: its inputs, its outputs, then intermediates as parts produce them.
-  struct Slots {
-    std::map<int, int> of;  // value id -> slot
-    std::vector<kernels::TensorSig> sigs;
-    size_t n_inputs, n_outputs;
-    Slots(const Region& region, const std::vector<Tensor>& inputs)
-        : n_inputs(region.inputs.size()), n_outputs(region.outputs.size()) {
-      for (size_t i = 0; i < region.inputs.size(); ++i) {
-        of[region.inputs[i]] = int(i);
-        sigs.push_back({inputs[i].dtype(), inputs[i].shape()});
-      }
-      for (size_t i = 0; i < region.outputs.size(); ++i) of[region.outputs[i]] = int(n_inputs + i);
-      sigs.resize(n_inputs + n_outputs);  // filled as the outputs are produced
-    }
-    bool is_region_output(int v) const {
-      auto it = of.find(v);
-      return it != of.end() && size_t(it->second) >= n_inputs && size_t(it->second) < n_inputs + n_outputs;
-    }
-    // The slot of a value a part produces: its output slot, or a new intermediate.
-    int produce(int v, const kernels::TensorSig& sig) {
-      auto it = of.find(v);
-      int slot = it != of.end() ? it->second : int(sigs.size());
-      if (it == of.end()) {
-        of[v] = slot;
-        sigs.push_back(sig);
-      }
-      sigs[size_t(slot)] = sig;
-      return slot;
-    }
-    int intermediate(const kernels::TensorSig& sig) {
-      sigs.push_back(sig);
-      return int(sigs.size()) - 1;
-    }
-    int at(int v) const {
-      auto it = of.find(v);
-      TERRACE_ASSERT(it != of.end(), "tier 1: a value is read before any part produces it");
-      return it->second;
-    }
-  };
+  // Where value v is among the region's inputs.
+  static size_t region_input_index(const Region& region, int v) {
+    auto it = std::find(region.inputs.begin(), region.inputs.end(), v);
+    TERRACE_ASSERT(it != region.inputs.end(), "tier 1: a library op reads a value from inside its region");
+    return size_t(it - region.inputs.begin());
+  }
 
   std::string library_can_compile(const Graph& g, const Node& node) const {
 #ifdef TERRACE_HAVE_DNNL
@@ -280,54 +236,54 @@ class CpuBackend : public Backend {
 #endif
   }
 
-  // A MatMul, Gemm or Conv: one oneDNN primitive. Inputs that are initializers (and not graph
-  // inputs) are handed over at compile time, so that constant weights are laid out once.
-  CpuRegion::Part compile_library(const Graph& g, const Node& node, Slots& slots, const Node* activation_node,
-                                  const jit::DnnlActivation& activation) {
+  // A MatMul, Gemm or Conv (and the Relu it absorbed): one oneDNN primitive, reading the region's
+  // inputs and writing its one output. Inputs that are initializers (and not graph inputs) are
+  // handed over at compile time, so that constant weights are laid out once.
+  CpuRegion::Part compile_library(const Graph& g, const Region& region, std::vector<kernels::TensorSig>& slots) {
+    const Node& node = g.nodes[size_t(region.nodes[0])];
+    TERRACE_CHECK(node.outputs.size() == 1 && node.outputs[0] >= 0, NotImplemented, node.describe(),
+                  ": tier 1 runs single-output library ops");
+    TERRACE_ASSERT(region.nodes.size() <= 2 && region.outputs.size() == 1,
+                   "tier 1: a library region holds its op and at most its activation");
+    std::optional<jit::DnnlActivation> act;
+    if (region.nodes.size() == 2) act = activation_of(g, g.nodes[size_t(region.nodes[1])]);
+    TERRACE_ASSERT(region.nodes.size() == 1 || act, "tier 1: a library region's second node is no activation");
     std::vector<Shape> shapes;
     std::vector<const Tensor*> constants;
     CpuRegion::Part part;
     for (int v : node.inputs) {
       if (v < 0) continue;
-      int slot = slots.at(v);
-      shapes.push_back(slots.sigs[size_t(slot)].shape);
+      const size_t slot = region_input_index(region, v);
+      shapes.push_back(slots[slot].shape);
       auto init = g.initializers.find(v);
       bool constant = init != g.initializers.end() &&
                       std::find(g.inputs.begin(), g.inputs.end(), v) == g.inputs.end();
       constants.push_back(constant ? &init->second : nullptr);
-      part.slots.push_back(slot);
+      part.slots.push_back(int(slot));
     }
-    part.primitive = jit::make_dnnl_primitive(node, shapes, constants, activation);
-    TERRACE_CHECK(node.outputs.size() == 1 && node.outputs[0] >= 0, NotImplemented, node.describe(),
-                  ": tier 1 runs single-output library ops");
-    const int result = activation_node ? activation_node->outputs.at(0) : node.outputs[0];
-    part.slots.push_back(slots.produce(result, {DType::Float32, part.primitive->output_shape()}));
+    part.primitive = jit::make_dnnl_primitive(node, shapes, constants, act.value_or(jit::DnnlActivation{}));
+    slots.push_back({DType::Float32, part.primitive->output_shape()});
+    part.slots.push_back(int(slots.size()) - 1);
     return part;
   }
 
-  // Nodes [begin, end) of the region, all elementwise: one fusion group, split by iteration domain.
-  template <typename ReadAfter>
-  void compile_elementwise(const Graph& g, const Region& region, size_t begin, size_t end,
-                           ReadAfter read_after, Slots& slots, std::vector<CpuRegion::Part>& parts,
-                           std::string& ir) {
+  // An elementwise region as one fusion group over the region's inputs.
+  static kernels::FusionGroup elementwise_group(const Graph& g, const Region& region,
+                                                const std::vector<Tensor>& inputs) {
     kernels::FusionGroup group;
-    group.name = "region" + std::to_string(region.id) + (begin ? "_" + std::to_string(begin) : "");
+    group.name = "region" + std::to_string(region.id);
     std::vector<std::pair<int, kernels::Operand>> where;  // value id -> operand
-    std::vector<int> group_input_values;
     auto operand_of = [&](int v) {
       for (auto& [id, op] : where)
         if (id == v) return op;
-      // Read from outside the run: a region input or an earlier part's result.
-      int slot = slots.at(v);
-      group.inputs.push_back(slots.sigs[size_t(slot)]);
-      group_input_values.push_back(v);
-      kernels::Operand op = kernels::Operand::input(int(group.inputs.size()) - 1);
-      where.emplace_back(v, op);
-      return op;
+      return kernels::Operand::absent();
     };
-    std::vector<int> produced;
-    for (size_t k = begin; k < end; ++k) {
-      const Node& node = g.nodes[size_t(region.nodes[k])];
+    for (size_t i = 0; i < region.inputs.size(); ++i) {
+      group.inputs.push_back({inputs[i].dtype(), inputs[i].shape()});
+      where.emplace_back(region.inputs[i], kernels::Operand::input(int(i)));
+    }
+    for (int n : region.nodes) {
+      const Node& node = g.nodes[size_t(n)];
       kernels::FusedOp op;
       op.node = node;
       for (int v : node.inputs) op.operands.push_back(v < 0 ? kernels::Operand::absent() : operand_of(v));
@@ -337,31 +293,13 @@ class CpuBackend : public Backend {
       TERRACE_CHECK(node.outputs.size() == 1, NotImplemented, node.describe(), " has ",
                     node.outputs.size(), " outputs; tier 1 fuses single-output ops");
       where.emplace_back(node.outputs[0], kernels::Operand::result(index));
-      produced.push_back(node.outputs[0]);
     }
-    std::vector<int> output_values;
-    for (size_t i = 0; i < produced.size(); ++i)
-      if (read_after(produced[i])) {
-        group.outputs.push_back(int(i));  // the run's i-th op produced it
-        output_values.push_back(produced[i]);
-      }
-    // One kernel per iteration domain: a run may hold independent chains of unrelated shapes.
-    kernels::SplitGroup split = kernels::split_by_domain(group);
-    // The split's slots (the group's inputs, outputs, then its own intermediates) in the region's.
-    std::vector<int> to_region;
-    for (int v : group_input_values) to_region.push_back(slots.at(v));
-    for (size_t i = 0; i < output_values.size(); ++i)
-      to_region.push_back(slots.produce(output_values[i], split.slots[group.inputs.size() + i]));
-    for (size_t s = to_region.size(); s < split.slots.size(); ++s) to_region.push_back(slots.intermediate(split.slots[s]));
-    for (const kernels::KernelPart& p : split.parts) {
-      kernels::LoweredFunc f = kernels::lower(p.group);
-      CpuRegion::Part part;
-      part.kernel = jit::compile_cpu_kernel(f, jit::CpuJit::global(), cache_ ? &*cache_ : nullptr);
-      for (int s : p.input_slots) part.slots.push_back(to_region[size_t(s)]);
-      for (int s : p.output_slots) part.slots.push_back(to_region[size_t(s)]);
-      parts.push_back(std::move(part));
-      ir += kernels::to_string(f);
+    for (int v : region.outputs) {
+      kernels::Operand op = operand_of(v);
+      TERRACE_ASSERT(op.kind == kernels::Operand::Kind::Result, "region output is not computed in it");
+      group.outputs.push_back(op.index);
     }
+    return group;
   }
 
  private:

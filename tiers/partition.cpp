@@ -64,10 +64,11 @@ Plan partition(const Graph& g, const CompilablePredicate& can_compile,
   std::vector<int> region_of(n, -1);
   while (!ready_compilable.empty() || !ready_other.empty()) {
     int i;
+    bool by_itself = false;  // i is a region by itself (and may absorb its reader, below)
     if (!ready_compilable.empty() && (open >= 0 || ready_other.empty())) {
       i = *ready_compilable.begin();
       ready_compilable.erase(ready_compilable.begin());
-      const bool by_itself = alone && alone(g.nodes[size_t(i)]);
+      by_itself = alone && alone(g.nodes[size_t(i)]);
       if (by_itself) open = -1;
       if (open < 0) {
         open = int(plan.regions.size());
@@ -86,7 +87,7 @@ Plan partition(const Graph& g, const CompilablePredicate& can_compile,
     }
     for (int u : users[size_t(i)])
       if (--pending[size_t(u)] == 0) make_ready(u);
-    if (region_of[size_t(i)] < 0 || !alone || !alone(g.nodes[size_t(i)])) continue;
+    if (!by_itself) continue;
     if (int u = absorbable(i); u >= 0) {
       ready_compilable.erase(u);
       Region& r = plan.regions[size_t(region_of[size_t(i)])];

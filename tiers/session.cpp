@@ -2,14 +2,13 @@
 // tier manager, per-call records and reports.
 #include "tiers/session.h"
 
-#include <omp.h>
-
 #include <chrono>
 #include <mutex>
 #include <sstream>
 
 #include "interp/interpreter.h"
 #include "interp/json.h"
+#include "interp/omp_threads.h"
 #include "interp/onnx_import.h"
 #include "tiers/input_check.h"
 #include "tiers/tier_manager.h"
@@ -80,29 +79,12 @@ CallRecord Session::last_call() const {
   return impl_->calls.empty() ? CallRecord{-1, 0, {}} : impl_->calls.back();
 }
 
-namespace {
-// Options::interp_threads for the length of one run() on the calling thread, whose own OpenMP
-// setting is put back afterwards (0 leaves it alone: OMP_NUM_THREADS or all cores).
-class InterpThreads {
- public:
-  explicit InterpThreads(int n) : saved_(n > 0 ? omp_get_max_threads() : 0) {
-    if (n > 0) omp_set_num_threads(n);
-  }
-  ~InterpThreads() {
-    if (saved_ > 0) omp_set_num_threads(saved_);
-  }
-  InterpThreads(const InterpThreads&) = delete;
-  InterpThreads& operator=(const InterpThreads&) = delete;
-
- private:
-  int saved_;
-};
-}  // namespace
 
 NamedTensors Session::run(const NamedTensors& inputs) {
   Impl& im = *impl_;
   const Graph& g = *im.graph;
-  InterpThreads threads(im.options.interp_threads);
+  // Options::interp_threads for this run() on the calling thread (0: its own setting).
+  ScopedOmpThreads threads(im.options.interp_threads);
   Frame frame = make_frame(g, bind_inputs(g, inputs), nullptr);
   int64_t call;
   {

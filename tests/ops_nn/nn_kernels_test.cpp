@@ -12,6 +12,7 @@ namespace terrace {
 namespace {
 
 using testing::float_attr;
+using testing::run_node;
 using testing::int_attr;
 using testing::ints_attr;
 using testing::str_attr;
@@ -25,15 +26,6 @@ Node make_node(Op op, int outputs, std::map<std::string, Attribute> attrs = {}) 
   return n;
 }
 
-// Runs one node; an undefined tensor is an absent optional input.
-std::vector<Tensor> run(const Node& node, const std::vector<Tensor>& inputs) {
-  std::vector<RValue> values(inputs.begin(), inputs.end());
-  std::vector<const RValue*> ptrs;
-  for (auto& v : values) ptrs.push_back(v.defined() ? &v : nullptr);
-  std::vector<Tensor> out;
-  for (RValue& v : interpret_node(node, ptrs)) out.push_back(v.tensor);
-  return out;
-}
 
 std::vector<float> values(const Tensor& t) {
   return std::vector<float>(t.data<float>(), t.data<float>() + t.numel());
@@ -49,7 +41,7 @@ TEST(NnKernels, max_pool_returns_row_and_column_major_indices) {
   for (int64_t order : {0, 1}) {
     Node n = make_node(Op::MaxPool, 2,
                        {{"kernel_shape", ints_attr({2, 2})}, {"storage_order", int_attr(order)}});
-    auto out = run(n, {iota({1, 1, 2, 3})});  // [[0,1,2],[3,4,5]]
+    auto out = run_node(n, {iota({1, 1, 2, 3})});  // [[0,1,2],[3,4,5]]
     EXPECT_EQ(out[0].shape(), (Shape{1, 1, 1, 2}));
     EXPECT_EQ(values(out[0]), (std::vector<float>{4, 5}));
     std::vector<int64_t> want =
@@ -62,7 +54,7 @@ TEST(NnKernels, max_pool_ceil_mode_adds_a_partial_window) {
   Node n = make_node(
       Op::MaxPool, 1,
       {{"kernel_shape", ints_attr({2})}, {"strides", ints_attr({2})}, {"ceil_mode", int_attr(1)}});
-  auto out = run(n, {iota({1, 1, 5})});
+  auto out = run_node(n, {iota({1, 1, 5})});
   EXPECT_EQ(values(out[0]), (std::vector<float>{1, 3, 4}));
 }
 
@@ -72,7 +64,7 @@ TEST(NnKernels, average_pool_count_include_pad_changes_the_divisor) {
                        {{"kernel_shape", ints_attr({3})},
                         {"pads", ints_attr({1, 1})},
                         {"count_include_pad", int_attr(include)}});
-    auto out = run(n, {iota({1, 1, 3})});  // windows [pad,0,1] [0,1,2] [1,2,pad]
+    auto out = run_node(n, {iota({1, 1, 3})});  // windows [pad,0,1] [0,1,2] [1,2,pad]
     std::vector<float> want =
         include ? std::vector<float>{1.f / 3, 1, 1} : std::vector<float>{0.5, 1, 1.5};
     EXPECT_EQ(values(out[0]), want);
@@ -83,14 +75,14 @@ TEST(NnKernels, same_upper_pads_keep_the_spatial_size) {
   Node n =
       make_node(Op::AveragePool, 1,
                 {{"kernel_shape", ints_attr({2, 2})}, {"auto_pad", str_attr("SAME_UPPER")}});
-  auto out = run(n, {iota({1, 2, 3, 3})});
+  auto out = run_node(n, {iota({1, 2, 3, 3})});
   EXPECT_EQ(out[0].shape(), (Shape{1, 2, 3, 3}));
   EXPECT_FLOAT_EQ(out[0].data<float>()[8], 8.0f);  // the corner window holds only itself
 }
 
 TEST(NnKernels, global_pools_reduce_every_spatial_dim) {
-  auto avg = run(make_node(Op::GlobalAveragePool, 1), {iota({1, 2, 2, 2})});
-  auto mx = run(make_node(Op::GlobalMaxPool, 1), {iota({1, 2, 2, 2})});
+  auto avg = run_node(make_node(Op::GlobalAveragePool, 1), {iota({1, 2, 2, 2})});
+  auto mx = run_node(make_node(Op::GlobalMaxPool, 1), {iota({1, 2, 2, 2})});
   EXPECT_EQ(avg[0].shape(), (Shape{1, 2, 1, 1}));
   EXPECT_EQ(values(avg[0]), (std::vector<float>{1.5, 5.5}));
   EXPECT_EQ(values(mx[0]), (std::vector<float>{3, 7}));
@@ -101,7 +93,7 @@ TEST(NnKernels, max_unpool_scatters_into_zeros) {
   Tensor idx = Tensor::from_vector<int64_t>({1, 1, 1, 2}, {1, 6});
   Node n = make_node(Op::MaxUnpool, 1,
                      {{"kernel_shape", ints_attr({2, 2})}, {"strides", ints_attr({2, 2})}});
-  auto out = run(n, {x, idx});
+  auto out = run_node(n, {x, idx});
   EXPECT_EQ(out[0].shape(), (Shape{1, 1, 2, 4}));
   EXPECT_EQ(values(out[0]), (std::vector<float>{0, 5, 0, 0, 0, 0, 7, 0}));
 }
@@ -113,7 +105,7 @@ TEST(NnKernels, batch_norm_inference_uses_running_statistics) {
   Tensor mean = Tensor::from_vector<float>({2}, {1, 3});
   Tensor var = Tensor::from_vector<float>({2}, {4, 1});
   Node n = make_node(Op::BatchNormalization, 1, {{"epsilon", float_attr(0)}});
-  auto out = run(n, {x, scale, bias, mean, var});
+  auto out = run_node(n, {x, scale, bias, mean, var});
   EXPECT_EQ(values(out[0]), (std::vector<float>{0, 0.5, 1, 3}));
 }
 
@@ -121,7 +113,7 @@ TEST(NnKernels, layer_norm_outputs_mean_and_inverse_std) {
   Tensor x = Tensor::from_vector<float>({2, 2}, {1, 3, 2, 2});
   Tensor scale = Tensor::from_vector<float>({2}, {1, 1});
   Node n = make_node(Op::LayerNormalization, 3, {{"epsilon", float_attr(0)}});
-  auto out = run(n, {x, scale});
+  auto out = run_node(n, {x, scale});
   EXPECT_EQ(values(out[1]), (std::vector<float>{2, 2}));
   EXPECT_EQ(out[1].shape(), (Shape{2, 1}));
   EXPECT_EQ(values(out[0])[0], -1.0f);
@@ -132,7 +124,7 @@ TEST(NnKernels, nll_loss_mean_skips_the_ignored_index) {
   Tensor logp = Tensor::from_vector<float>({3, 2}, {-1, -2, -3, -4, -5, -6});
   Tensor target = Tensor::from_vector<int64_t>({3}, {1, -1, 0});
   Node n = make_node(Op::NegativeLogLikelihoodLoss, 1, {{"ignore_index", int_attr(-1)}});
-  auto out = run(n, {logp, target});
+  auto out = run_node(n, {logp, target});
   EXPECT_EQ(out[0].shape(), Shape{});
   EXPECT_FLOAT_EQ(values(out[0])[0], 3.5f);
 }
@@ -141,7 +133,7 @@ TEST(NnKernels, nll_loss_rejects_a_target_outside_the_classes) {
   Tensor logp = Tensor::from_vector<float>({1, 2}, {-1, -2});
   Tensor target = Tensor::from_vector<int64_t>({1}, {2});
   try {
-    run(make_node(Op::NegativeLogLikelihoodLoss, 1), {logp, target});
+    run_node(make_node(Op::NegativeLogLikelihoodLoss, 1), {logp, target});
     FAIL() << "expected an error";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::InvalidArgument);
@@ -151,7 +143,7 @@ TEST(NnKernels, nll_loss_rejects_a_target_outside_the_classes) {
 
 TEST(NnKernels, pool_without_kernel_shape_is_an_invalid_model) {
   try {
-    run(make_node(Op::MaxPool, 1), {iota({1, 1, 4, 4})});
+    run_node(make_node(Op::MaxPool, 1), {iota({1, 1, 4, 4})});
     FAIL() << "expected an error";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::InvalidModel);
@@ -159,7 +151,7 @@ TEST(NnKernels, pool_without_kernel_shape_is_an_invalid_model) {
 }
 
 TEST(NnKernels, dropout_in_inference_is_the_identity_with_a_true_mask) {
-  auto out = run(make_node(Op::Dropout, 2), {iota({2, 3})});
+  auto out = run_node(make_node(Op::Dropout, 2), {iota({2, 3})});
   EXPECT_EQ(values(out[0]), values(iota({2, 3})));
   for (int64_t i = 0; i < 6; ++i) EXPECT_TRUE(out[1].data<bool>()[i]);
 }
@@ -172,7 +164,7 @@ TEST(NnKernels, rnn_with_identity_weights_accumulates_inputs) {
   acts.kind = Attribute::Kind::Strings;
   acts.strings = {"Relu"};
   Node n = make_node(Op::RNN, 2, {{"hidden_size", int_attr(1)}, {"activations", acts}});
-  auto out = run(n, {x, w, w});
+  auto out = run_node(n, {x, w, w});
   EXPECT_EQ(values(out[0]), (std::vector<float>{1, 3, 6}));
   EXPECT_EQ(values(out[1]), (std::vector<float>{6}));
 }
@@ -190,9 +182,9 @@ TEST(NnKernels, results_do_not_depend_on_the_thread_count) {
       make_node(Op::LRN, 1, {{"size", int_attr(3)}})};
   for (const Node& n : nodes) {
     omp_set_num_threads(1);
-    auto a = run(n, {x});
+    auto a = run_node(n, {x});
     omp_set_num_threads(4);
-    auto b = run(n, {x});
+    auto b = run_node(n, {x});
     ASSERT_EQ(a[0].nbytes(), b[0].nbytes());
     EXPECT_EQ(std::memcmp(a[0].raw(), b[0].raw(), a[0].nbytes()), 0) << op_name(n.op);
   }
@@ -207,12 +199,12 @@ namespace {
 TEST(NnKernelsMore, lp_pool_takes_the_p_norm_of_each_window) {
   Tensor x = Tensor::from_vector<float>({1, 1, 2}, {3, 4});
   Node n = make_node(Op::LpPool, 1, {{"kernel_shape", ints_attr({2})}, {"p", int_attr(2)}});
-  EXPECT_EQ(values(run(n, {x})[0]), (std::vector<float>{5}));
+  EXPECT_EQ(values(run_node(n, {x})[0]), (std::vector<float>{5}));
 }
 
 TEST(NnKernelsMore, lp_normalization_divides_by_the_norm_and_keeps_zero_vectors) {
   Tensor x = Tensor::from_vector<float>({2, 2}, {3, 4, 0, 0});
-  auto out = run(make_node(Op::LpNormalization, 1), {x});
+  auto out = run_node(make_node(Op::LpNormalization, 1), {x});
   EXPECT_EQ(values(out[0]), (std::vector<float>{0.6f, 0.8f, 0, 0}));
 }
 
@@ -221,7 +213,7 @@ TEST(NnKernelsMore, instance_norm_normalizes_each_sample_and_channel) {
   Tensor one = Tensor::from_vector<float>({2}, {1, 1}),
          zero = Tensor::from_vector<float>({2}, {0, 0});
   auto out =
-      run(make_node(Op::InstanceNormalization, 1, {{"epsilon", float_attr(0)}}), {x, one, zero});
+      run_node(make_node(Op::InstanceNormalization, 1, {{"epsilon", float_attr(0)}}), {x, one, zero});
   EXPECT_EQ(values(out[0])[0], -1.0f);
   EXPECT_EQ(values(out[0])[1], 1.0f);
   EXPECT_TRUE(std::isnan(values(out[0])[2]));  // zero variance, epsilon 0: 0/0
@@ -233,7 +225,7 @@ TEST(NnKernelsMore, batch_norm_training_updates_the_running_statistics) {
   Node n = make_node(
       Op::BatchNormalization, 3,
       {{"training_mode", int_attr(1)}, {"momentum", float_attr(0.5f)}, {"epsilon", float_attr(0)}});
-  auto out = run(n, {x, one, zero, zero, one});
+  auto out = run_node(n, {x, one, zero, zero, one});
   EXPECT_EQ(values(out[0]), (std::vector<float>{-1, 1}));
   EXPECT_EQ(values(out[1]), (std::vector<float>{1}));
   EXPECT_EQ(values(out[2]), (std::vector<float>{1}));
@@ -242,7 +234,7 @@ TEST(NnKernelsMore, batch_norm_training_updates_the_running_statistics) {
 TEST(NnKernelsMore, max_roi_pool_takes_the_max_of_each_bin) {
   Tensor rois = Tensor::from_vector<float>({1, 5}, {0, 0, 0, 3, 3});  // the whole 4x4 map
   Node n = make_node(Op::MaxRoiPool, 1, {{"pooled_shape", ints_attr({2, 2})}});
-  auto out = run(n, {iota({1, 1, 4, 4}), rois});
+  auto out = run_node(n, {iota({1, 1, 4, 4}), rois});
   EXPECT_EQ(values(out[0]), (std::vector<float>{5, 7, 13, 15}));
 }
 
@@ -251,7 +243,7 @@ TEST(NnKernelsMore, roi_align_averages_bilinear_samples) {
   Tensor x = Tensor::from_vector<float>({1, 1, 2, 2}, {7, 7, 7, 7});
   Tensor rois = Tensor::from_vector<float>({1, 4}, {0, 0, 1, 1});
   Tensor batch = Tensor::from_vector<int64_t>({1}, {0});
-  auto out = run(make_node(Op::RoiAlign, 1, {{"sampling_ratio", int_attr(2)}}), {x, rois, batch});
+  auto out = run_node(make_node(Op::RoiAlign, 1, {{"sampling_ratio", int_attr(2)}}), {x, rois, batch});
   EXPECT_EQ(out[0].shape(), (Shape{1, 1, 1, 1}));
   EXPECT_FLOAT_EQ(values(out[0])[0], 7.0f);
 }
@@ -261,7 +253,7 @@ TEST(NnKernelsMore, lstm_rejects_weights_of_the_wrong_shape) {
   Tensor w = Tensor::zeros(DType::Float32, {1, 4, 3});  // input size 3, X has 2
   Tensor r = Tensor::zeros(DType::Float32, {1, 4, 1});
   try {
-    run(make_node(Op::LSTM, 2, {{"hidden_size", int_attr(1)}}), {x, w, r});
+    run_node(make_node(Op::LSTM, 2, {{"hidden_size", int_attr(1)}}), {x, w, r});
     FAIL() << "expected an error";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::InvalidArgument);
@@ -272,7 +264,7 @@ TEST(NnKernelsMore, lstm_rejects_weights_of_the_wrong_shape) {
 TEST(NnKernelsMore, softmax_cross_entropy_of_uniform_scores_is_log_c) {
   Tensor scores = Tensor::from_vector<float>({2, 4}, {0, 0, 0, 0, 1, 1, 1, 1});
   Tensor labels = Tensor::from_vector<int64_t>({2}, {0, 3});
-  auto out = run(make_node(Op::SoftmaxCrossEntropyLoss, 2), {scores, labels});
+  auto out = run_node(make_node(Op::SoftmaxCrossEntropyLoss, 2), {scores, labels});
   EXPECT_FLOAT_EQ(values(out[0])[0], std::log(4.0f));
   EXPECT_EQ(out[1].shape(), (Shape{2, 4}));
 }
@@ -289,7 +281,7 @@ TEST(NnKernelsMore, bidirectional_rnn_runs_the_reverse_direction_backwards) {
   Tensor w = Tensor::from_vector<float>({2, 1, 1}, {1, 1});
   Node n = make_node(Op::RNN, 2, {{"hidden_size", int_attr(1)},
                                   {"direction", str_attr("bidirectional")}});
-  auto out = run(n, {x, w, w});
+  auto out = run_node(n, {x, w, w});
   ASSERT_EQ(out[0].shape(), (Shape{3, 2, 1, 1}));
   float f1 = std::tanh(1.0f), f2 = std::tanh(2 + f1), f3 = std::tanh(3 + f2);
   float r3 = std::tanh(3.0f), r2 = std::tanh(2 + r3), r1 = std::tanh(1 + r2);
@@ -307,7 +299,7 @@ namespace terrace {
 namespace {
 
 TEST(NnKernelsMore, global_pools_accept_more_than_three_spatial_dims) {
-  auto out = run(make_node(Op::GlobalAveragePool, 1), {iota({1, 2, 2, 1, 2, 1, 2})});
+  auto out = run_node(make_node(Op::GlobalAveragePool, 1), {iota({1, 2, 2, 1, 2, 1, 2})});
   EXPECT_EQ(out[0].shape(), (Shape{1, 2, 1, 1, 1, 1, 1}));
   EXPECT_EQ(values(out[0]), (std::vector<float>{3.5, 11.5}));
 }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "interp/interpreter.h"
+#include "interp/omp_threads.h"
 #include "tests/support/attrs.h"
 
 namespace terrace::testing {
@@ -36,6 +37,16 @@ inline Node make_node(Op op, size_t n_in, std::map<std::string, Attr> attrs = {}
   return n;
 }
 
+// Runs a node on the inputs (an undefined tensor is an absent optional input); returns its outputs.
+inline std::vector<Tensor> run_node(const Node& node, const std::vector<Tensor>& in) {
+  std::vector<RValue> values(in.begin(), in.end());
+  std::vector<const RValue*> p;
+  for (auto& v : values) p.push_back(v.defined() ? &v : nullptr);
+  std::vector<Tensor> out;
+  for (RValue& v : interpret_node(node, p)) out.push_back(v.tensor);
+  return out;
+}
+
 // Runs `op` named "node_under_test" on the inputs (an undefined tensor is an absent optional
 // input); returns its n_out outputs.
 inline std::vector<Tensor> run_op(Op op, const std::vector<Tensor>& in,
@@ -46,12 +57,7 @@ inline std::vector<Tensor> run_op(Op op, const std::vector<Tensor>& in,
   for (size_t i = 0; i < in.size(); ++i) n.inputs.push_back(in[i].defined() ? int(i) : -1);
   for (size_t i = 0; i < n_out; ++i) n.outputs.push_back(int(in.size() + i));
   for (auto& [k, v] : attrs) n.attrs[k] = v.a;
-  std::vector<RValue> values(in.begin(), in.end());
-  std::vector<const RValue*> p;
-  for (auto& v : values) p.push_back(v.defined() ? &v : nullptr);
-  std::vector<Tensor> out;
-  for (RValue& v : interpret_node(n, p)) out.push_back(v.tensor);
-  return out;
+  return run_node(n, in);
 }
 
 inline Tensor run1(Op op, const std::vector<Tensor>& in, std::map<std::string, Attr> attrs = {}) {
@@ -67,11 +73,8 @@ std::vector<T> values_of(const Tensor& t) {
 // Runs f with OpenMP limited to `threads` threads, restoring the previous limit.
 template <typename F>
 auto with_threads(int threads, F&& f) {
-  const int before = omp_get_max_threads();
-  omp_set_num_threads(threads);
-  auto r = f();
-  omp_set_num_threads(before);
-  return r;
+  ScopedOmpThreads scope(threads);
+  return f();
 }
 
 // The error a call throws (fails the test if it throws none).
