@@ -66,8 +66,12 @@ void execute(const dnnl::primitive& p, const memory::desc& scratch, std::unorder
     if (scratch_buffer.size() < bytes) scratch_buffer.resize(bytes);
     args.emplace(DNNL_ARG_SCRATCHPAD, memory(scratch, cpu_engine(), scratch_buffer.data()));
   }
-  p.execute(stream, args);
-  stream.wait();
+  try {
+    p.execute(stream, args);
+    stream.wait();
+  } catch (const dnnl::error& e) {
+    fail(ErrorCode::RuntimeError, "oneDNN could not run a primitive: ", e.what());
+  }
 }
 
 void append_activation(dnnl::post_ops& ops, const DnnlActivation& a) {
@@ -85,6 +89,72 @@ auto building(const Node& node, int threads, F&& f) {
   } catch (const dnnl::error& e) {
     fail(ErrorCode::CompileFailed, node.describe(), ": oneDNN builds no primitive: ", e.what());
   }
+}
+
+// ---- Degenerate products: a zero-sized operand or result ----
+//
+// oneDNN 2.6 must never see a zero-sized dimension: on AVX-512 machines creating a matmul or
+// inner-product primitive descriptor with M = 0 or K = 0 divides by zero (SIGFPE, the process
+// dies), and executing a Gemm with N = 0 throws "could not execute a primitive". On AVX2 the same
+// shapes happen to work, so a green run there proves nothing. ONNX defines every such case without
+// arithmetic: an empty result is nothing to write; a non-empty result whose sums are empty (K = 0,
+// no input channels, an empty input read only through padding) is alpha * 0 plus beta * C for
+// Gemm, zero for MatMul, the bias (or zero) for Conv, each then through the activation. This
+// object computes exactly that and calls no library.
+class EmptySum : public DnnlPrimitive {
+ public:
+  // `addend`: how the term added to the empty sum is read: the input that holds it (Gemm's C,
+  // Conv's bias) and its strides into the output; scale: what multiplies it (Gemm's beta).
+  struct Addend {
+    int input = -1;
+    std::vector<int64_t> strides;  // per output dimension, 0 where broadcast
+    double scale = 1.0;
+  };
+  EmptySum(Shape out, double sum_scale, Addend addend, DnnlActivation activation)
+      : out_(std::move(out)), sum_(0.0 * sum_scale), addend_(std::move(addend)), activation_(activation) {}
+  const Shape& output_shape() const override { return out_; }
+  void run(const std::vector<const float*>& in, float* out) const override {
+    const int64_t n = shape_numel(out_);
+    const float* add = addend_.input >= 0 ? in.at(size_t(addend_.input)) : nullptr;
+    std::vector<int64_t> index(out_.size(), 0);
+    for (int64_t i = 0; i < n; ++i) {
+      double v = sum_;
+      if (add) {
+        int64_t offset = 0;
+        for (size_t d = 0; d < index.size(); ++d) offset += index[d] * addend_.strides[d];
+        v += addend_.scale * double(add[offset]);
+      }
+      float f = float(v);
+      if (activation_.kind == DnnlActivation::Kind::Relu) f = relu(f);
+      out[i] = f;
+      for (size_t d = index.size(); d-- > 0;) {  // next row-major index
+        if (++index[d] < out_[d]) break;
+        index[d] = 0;
+      }
+    }
+  }
+
+ private:
+  // The interpreter's Relu: max(x, 0) with NaN kept.
+  static float relu(float x) { return x < 0.0f ? 0.0f : x; }
+  Shape out_;
+  double sum_;  // alpha * (an empty sum): 0, or NaN for an infinite or NaN alpha
+  Addend addend_;
+  DnnlActivation activation_;
+};
+
+bool has_zero_dim(const Shape& s) { return std::find(s.begin(), s.end(), 0) != s.end(); }
+
+// Strides reading a tensor of shape `in` broadcast (numpy rules, right-aligned) to `out`.
+std::vector<int64_t> broadcast_read_strides(const Shape& in, const Shape& out) {
+  std::vector<int64_t> strides(out.size(), 0);
+  int64_t stride = 1;
+  for (size_t k = 0; k < in.size(); ++k) {
+    const size_t di = in.size() - 1 - k, d = out.size() - 1 - k;
+    if (in[di] != 1) strides[d] = stride;
+    stride *= in[di];
+  }
+  return strides;
 }
 
 // ---- MatMul and Gemm: dst = alpha * a . b, plus beta * c when Gemm has a C ----
@@ -154,13 +224,15 @@ std::unique_ptr<DnnlPrimitive> make_matmul(const Node& node, const std::vector<S
     TERRACE_CHECK(a[i] == b[i] || a[i] == 1 || b[i] == 1, InvalidArgument, node.describe(),
                   ": batch dimensions of ", shape_str(shapes[0]), " and ", shape_str(shapes[1]),
                   " do not broadcast");
-    dst[i] = std::max(a[i], b[i]);
+    dst[i] = a[i] == 1 ? b[i] : a[i];  // numpy broadcasting: 1 stretches, 0 does not
   }
   dst[rank - 2] = a[rank - 2];
   dst[rank - 1] = b[rank - 1];
   Shape out(dst.begin(), dst.end());
   if (b_vec) out.pop_back();
   if (a_vec) out.erase(out.end() - (b_vec ? 1 : 2));
+  if (has_zero_dim(a) || has_zero_dim(b) || has_zero_dim(out))
+    return std::make_unique<EmptySum>(std::move(out), 1.0, EmptySum::Addend{}, activation);
   return std::make_unique<MatMul>(node, plain(Dims(a.begin(), a.end())), plain(Dims(b.begin(), b.end())),
                                   dst, std::move(out), 1.0f, 0.0f, std::nullopt, activation);
 }
@@ -188,6 +260,11 @@ std::unique_ptr<DnnlPrimitive> make_gemm(const Node& node, const std::vector<Sha
     TERRACE_CHECK((c2[0] == M || c2[0] == 1) && (c2[1] == N || c2[1] == 1), InvalidArgument,
                   node.describe(), ": C ", shape_str(shapes[2]), " does not broadcast to [", M, ",", N, "]");
     if (beta != 0.0f) c = shapes[2];
+  }
+  if (M == 0 || N == 0 || K == 0) {
+    EmptySum::Addend addend;
+    if (shapes.size() == 3) addend = {2, broadcast_read_strides(shapes[2], {M, N}), beta};
+    return std::make_unique<EmptySum>(Shape{M, N}, alpha, std::move(addend), activation);
   }
   return std::make_unique<MatMul>(node, ad, bd, Dims{M, N}, Shape{M, N}, alpha, beta, std::move(c), activation);
 }
@@ -267,6 +344,23 @@ class Conv : public DnnlPrimitive {
   dnnl::primitive prim_;
 };
 
+// A Conv whose input, weights or output hold no element, as an EmptySum; nullptr otherwise.
+std::unique_ptr<DnnlPrimitive> make_empty_conv(const Node& node, const std::vector<Shape>& shapes,
+                                               const DnnlActivation& activation) {
+  const ops::ConvGeometry g = ops::conv_geometry(node, shapes[0], shapes[1]);
+  Shape out = g.out_shape();
+  if (!has_zero_dim(shapes[0]) && !has_zero_dim(shapes[1]) && !has_zero_dim(out)) return nullptr;
+  EmptySum::Addend addend;
+  if (shapes.size() == 3) {
+    TERRACE_CHECK(shapes[2] == Shape{g.cout}, InvalidArgument, node.describe(), ": bias ",
+                  shape_str(shapes[2]), ", expected [", g.cout, "]");
+    addend.input = 2;
+    addend.strides.assign(out.size(), 0);
+    addend.strides[1] = 1;  // bias[output channel]
+  }
+  return std::make_unique<EmptySum>(std::move(out), 1.0, std::move(addend), activation);
+}
+
 }  // namespace
 
 std::string dnnl_can_compile(const Node& node, const std::vector<DType>& dtypes,
@@ -290,6 +384,7 @@ std::unique_ptr<DnnlPrimitive> make_dnnl_primitive(const Node& node, const std::
     case Op::Conv: {
       TERRACE_CHECK(shapes.size() == 2 || shapes.size() == 3, InvalidArgument, node.describe(),
                     ": Conv takes 2 or 3 inputs");
+      if (auto empty = make_empty_conv(node, shapes, activation)) return empty;
       const Tensor* w = constants.size() > 1 ? constants[1] : nullptr;
       return std::make_unique<Conv>(node, shapes, w, activation);
     }

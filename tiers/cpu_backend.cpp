@@ -34,6 +34,7 @@ class CpuRegion : public CompiledRegion {
     std::optional<jit::CpuKernel> kernel;
     std::unique_ptr<jit::DnnlPrimitive> primitive;
     std::vector<int> slots;
+    std::string node;  // the library op's node, for errors
   };
   // `slots`: the region's inputs, its outputs, then intermediates.
   CpuRegion(std::vector<Part> parts, std::vector<kernels::TensorSig> slots, size_t n_inputs,
@@ -62,7 +63,11 @@ class CpuRegion : public CompiledRegion {
       } else {
         args.clear();
         for (size_t i = 0; i + 1 < p.slots.size(); ++i) args.push_back(static_cast<const float*>(table[size_t(p.slots[i])]));
-        p.primitive->run(args, static_cast<float*>(table[size_t(p.slots.back())]));
+        try {
+          p.primitive->run(args, static_cast<float*>(table[size_t(p.slots.back())]));
+        } catch (const Error& e) {
+          fail(e.code(), p.node, ": ", e.message());
+        }
       }
     }
     owned.resize(n_outputs_);
@@ -261,6 +266,7 @@ class CpuBackend : public Backend {
       constants.push_back(constant ? &init->second : nullptr);
       part.slots.push_back(int(slot));
     }
+    part.node = node.describe();
     part.primitive = jit::make_dnnl_primitive(node, shapes, constants, act.value_or(jit::DnnlActivation{}));
     slots.push_back({DType::Float32, part.primitive->output_shape()});
     part.slots.push_back(int(slots.size()) - 1);

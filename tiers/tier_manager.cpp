@@ -128,11 +128,17 @@ Tier TierManager::dispatch(RegionState& st, Frame& frame, int64_t call) {
     std::vector<Tensor> out;
     try {
       out = chosen->code->run(in);
-    } catch (const Error& e) {  // a compiled kernel that fails is demoted, the call deopts
+    } catch (const std::exception& e) {
+      // Compiled code or a library that fails (a terrace::Error, or anything a library throws)
+      // is demoted and the call is answered by the interpreter below; nothing escapes untyped.
+      const std::string what = dynamic_cast<const Error*>(&e)
+                                   ? std::string(e.what())
+                                   : std::string(error_code_name(ErrorCode::RuntimeError)) + ": " + e.what();
       chosen->demoted = true;
       std::lock_guard<std::mutex> lock(st.mu);
-      st.validation = std::string("failed: compiled code raised ") + e.what();
-      log(LogLevel::Warn, "region ", r, ": demoted, compiled code raised: ", e.what());
+      st.failed.insert(chosen->signature);
+      st.validation = "failed: compiled code raised " + what;
+      log(LogLevel::Warn, "region ", r, " (", region.ops(), "): demoted, compiled code raised: ", what);
       chosen.reset();
     }
     if (chosen) {
