@@ -72,6 +72,8 @@ std::vector<RValue> interpret_node(const Node& node, const std::vector<const RVa
     throw Error(e.code(), node.describe() + ": " + e.message());
   } catch (const std::bad_alloc&) {
     fail(ErrorCode::OutOfMemory, node.describe(), ": out of memory");
+  } catch (const std::length_error& e) {  // a std::vector asked for more than it can hold
+    fail(ErrorCode::OutOfMemory, node.describe(), ": a buffer too large to allocate (", e.what(), ")");
   }
   for (size_t i = 0; i < node.outputs.size(); ++i)
     if (node.outputs[i] >= 0)

@@ -6,6 +6,7 @@
 #include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <fstream>
 #include <optional>
 #include <sstream>
@@ -288,33 +289,51 @@ bool parse_proto(std::string_view bytes, google::protobuf::MessageLite* msg) {
   return msg->ParseFromCodedStream(&in) && in.ConsumedEntireMessage();
 }
 
-std::string read_file_bytes(const std::string& path) {
+namespace {
+// Opens `path` for reading without blocking (a FIFO with no writer would block open() forever)
+// and checks, on the opened file itself (so a symlink to /dev/zero is caught too), that it is a
+// regular file. Returns the descriptor and its size.
+std::pair<int, size_t> open_regular(const std::string& path, uint64_t max_bytes) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  TERRACE_CHECK(fd >= 0, IoError, "cannot open '", path, "': ", std::strerror(errno));
   struct stat st{};
-  TERRACE_CHECK(::stat(path.c_str(), &st) == 0, IoError, "cannot open '", path, "': ",
-                std::strerror(errno));
-  TERRACE_CHECK(S_ISREG(st.st_mode), IoError, "'", path, "' is not a regular file");
-  std::ifstream in(path, std::ios::binary);
-  TERRACE_CHECK(in, IoError, "cannot open '", path, "'");
-  std::string bytes(size_t(st.st_size), '\0');
-  in.read(bytes.data(), std::streamsize(bytes.size()));
-  TERRACE_CHECK(uint64_t(in.gcount()) == bytes.size(), IoError, "short read from '", path, "'");
+  const bool regular = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+  if (!regular || uint64_t(st.st_size) > max_bytes) {
+    ::close(fd);
+    TERRACE_CHECK(regular, IoError, "'", path, "' is not a regular file");
+    fail(ErrorCode::IoError, "'", path, "' is ", uint64_t(st.st_size), " bytes, over the limit of ", max_bytes,
+         " for this kind of file");
+  }
+  return {fd, size_t(st.st_size)};
+}
+}  // namespace
+
+std::string read_file_bytes(const std::string& path, uint64_t max_bytes) {
+  auto [fd, size] = open_regular(path, max_bytes);
+  std::string bytes(size, '\0');
+  size_t done = 0;
+  while (done < size) {
+    const ssize_t n = ::read(fd, bytes.data() + done, size - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    done += size_t(n);
+  }
+  const int err = errno;
+  ::close(fd);
+  TERRACE_CHECK(done == size, IoError, "short read from '", path, "': ", std::strerror(err));
   return bytes;
 }
 
-
 MappedFile::MappedFile(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  TERRACE_CHECK(fd >= 0, IoError, "cannot open '", path, "': ", std::strerror(errno));
-  struct stat st{};
-  bool regular = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
-  size_ = regular ? size_t(st.st_size) : 0;
+  auto [fd, size] = open_regular(path, std::numeric_limits<uint64_t>::max());
+  size_ = size;
   if (size_ > 0) {
     data_ = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
     if (data_ == MAP_FAILED) data_ = nullptr;
   }
+  const int err = errno;
   ::close(fd);
-  TERRACE_CHECK(regular, IoError, "'", path, "' is not a regular file");
-  TERRACE_CHECK(size_ == 0 || data_, IoError, "cannot map '", path, "': ", std::strerror(errno));
+  TERRACE_CHECK(size_ == 0 || data_, IoError, "cannot map '", path, "': ", std::strerror(err));
 }
 
 MappedFile::~MappedFile() {

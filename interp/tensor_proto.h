@@ -33,8 +33,12 @@ void load_external_data(onnx::TensorProto& p, const std::string& base_dir, const
 // Parses a protobuf message from bytes (at most 2 GiB, the protobuf limit); false on failure.
 bool parse_proto(std::string_view bytes, google::protobuf::MessageLite* msg);
 
-// The whole content of a regular file; IoError if it cannot be read.
-std::string read_file_bytes(const std::string& path);
+// The whole content of a regular file of at most `max_bytes`; IoError naming the path if it
+// cannot be read, is not a regular file (a FIFO, a device, a directory: checked without blocking
+// and after following symlinks) or is larger. Every file Terrace reads comes through here or
+// MappedFile.
+inline constexpr uint64_t kMaxTensorFileBytes = uint64_t(1) << 31;  // protobuf parses no more
+std::string read_file_bytes(const std::string& path, uint64_t max_bytes = kMaxTensorFileBytes);
 
 // A regular file mapped read-only into memory (large models parse from it without a copy).
 class MappedFile {

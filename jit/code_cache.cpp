@@ -11,11 +11,16 @@
 #include <fstream>
 #include <sstream>
 
+#include "interp/error.h"
+#include "interp/tensor_proto.h"
+
 namespace terrace::jit {
 namespace {
 
 constexpr char kMagic[] = "TRCC1\n";
 constexpr size_t kMagicSize = sizeof(kMagic) - 1;
+// No object of one region comes near this (the largest seen are a few hundred KiB).
+constexpr uint64_t kMaxEntryBytes = uint64_t(256) << 20;
 
 uint64_t fnv1a(std::string_view bytes, uint64_t h = 1469598103934665603ull) {
   for (unsigned char c : bytes) h = (h ^ c) * 1099511628211ull;
@@ -45,9 +50,13 @@ std::filesystem::path CodeCache::path_of(std::string_view key) const {
 
 std::optional<std::string> CodeCache::load(std::string_view key) const {
   if (!enabled()) return std::nullopt;
-  std::ifstream in(path_of(key), std::ios::binary);
-  if (!in) return std::nullopt;
-  std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // A FIFO, a device (a symlink to /dev/zero) or a file past the limit is a miss, read no further.
+  std::string data;
+  try {
+    data = read_file_bytes(path_of(key).string(), kMaxEntryBytes);
+  } catch (const Error&) {
+    return std::nullopt;
+  }
   const size_t header = kMagicSize + 3 * sizeof(uint64_t);
   if (data.size() < header || data.compare(0, kMagicSize, kMagic) != 0) return std::nullopt;
   uint64_t key_size, object_size, checksum;

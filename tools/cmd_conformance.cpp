@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "interp/json.h"
+#include "interp/tensor_proto.h"
 #include "tools/cli_util.h"
 #include "tools/commands.h"
 #include "tools/conformance.h"
@@ -100,8 +101,13 @@ using Expectations = std::map<std::string, std::string>;  // test name -> reason
 Expectations read_expectations(const std::string& path) {
   Expectations e;
   if (path.empty()) return e;
-  std::ifstream in(path);
-  if (!in) throw UsageError{"cannot read the expected-failures file '" + path + "'"};
+  std::string text;
+  try {
+    text = read_file_bytes(path, uint64_t(16) << 20);  // a list of test names: 16 MiB is plenty
+  } catch (const Error& e) {
+    throw UsageError{"cannot read the expected-failures file: " + e.message()};
+  }
+  std::istringstream in(text);
   std::string line;
   while (std::getline(in, line)) {
     size_t start = line.find_first_not_of(" \t");

@@ -3,6 +3,17 @@
 
 namespace terrace::ops {
 
+int64_t checked_numel(const Node& node, std::initializer_list<int64_t> dims, std::string_view what) {
+  int64_t n = 1;
+  for (int64_t d : dims) {
+    TERRACE_CHECK(d >= 0, InvalidArgument, node.describe(), ": ", what, " gives a negative size ", d);
+    TERRACE_CHECK(d == 0 || n <= kMaxElements / d, InvalidArgument, node.describe(), ": ", what,
+                  " gives a result of more than 2^40 elements (", d, " times ", n, ")");
+    n *= d;
+  }
+  return n;
+}
+
 int64_t normalize_axis(const Node& node, int64_t axis, int64_t rank) {
   int64_t a = axis < 0 ? axis + rank : axis;
   TERRACE_CHECK(a >= 0 && a < std::max<int64_t>(rank, 1), InvalidModel, node.describe(),

@@ -1,6 +1,8 @@
 // Helpers shared by the reference kernels: axes, broadcasting, index iteration.
 #pragma once
 #include <cmath>
+#include <initializer_list>
+#include <string_view>
 #include <vector>
 
 #include "interp/kernel.h"
@@ -9,6 +11,13 @@ namespace terrace::ops {
 
 // Maps a possibly negative axis into [0, rank); InvalidModel naming the node when out of range.
 int64_t normalize_axis(const Node& node, int64_t axis, int64_t rank);
+
+// The most elements one result may hold (2^40: 4 TiB of float32, past any host's memory). Sizes
+// computed from attributes or input values are checked against it before anything is allocated.
+inline constexpr int64_t kMaxElements = int64_t(1) << 40;
+// The product of `dims` (each >= 0), checked for int64 overflow and against kMaxElements;
+// InvalidArgument naming the node and `what` (e.g. "attributes output_height x output_width").
+int64_t checked_numel(const Node& node, std::initializer_list<int64_t> dims, std::string_view what);
 
 // The multidirectional (numpy) broadcast of two shapes; InvalidArgument naming the node if they
 // do not broadcast.

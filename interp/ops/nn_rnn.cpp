@@ -141,6 +141,11 @@ RnnProblem make_problem(const KernelContext& ctx, Cell cell) {
   const Tensor& r = ctx.input(2);
   p.hidden = node.attr_int("hidden_size", r.rank() == 3 ? r.dim(2) : 0);
   TERRACE_CHECK(p.hidden > 0, InvalidModel, node.describe(), ": hidden_size must be > 0");
+  // R is [dirs, gates * hidden, hidden]: an attribute that no R can match is named as such, not
+  // reported as a wrong W (gates * hidden overflowing to a negative size).
+  TERRACE_CHECK(r.rank() != 3 || r.dim(2) == p.hidden, InvalidModel, node.describe(), ": attribute hidden_size = ",
+                p.hidden, " does not match input R ", shape_str(r.shape()), " (its last dimension is the hidden size)");
+  checked_numel(node, {p.seq, p.dirs, p.batch, p.gates, p.hidden}, "attribute hidden_size");
   p.linear_before_reset = node.attr_int("linear_before_reset", 0) != 0;
   p.input_forget = node.attr_int("input_forget", 0) != 0;
   p.clip = node.has_attr("clip") ? node.attr_float("clip", 0) : 0.0;

@@ -131,6 +131,7 @@ void roi_align_kernel(KernelContext& ctx) {
   TERRACE_CHECK(int64_t(batch_index.size()) == num, InvalidArgument, node.describe(),
                 ": batch_indices must hold one index per RoI");
   std::vector<double> xv = tensor_to_doubles(x);
+  checked_numel(node, {num, channels, a.out_h, a.out_w}, "output_height x output_width");
   std::vector<double> y(static_cast<size_t>(num * channels * a.out_h * a.out_w));
   int64_t bins = a.out_h * a.out_w;
   parallel_for(num, [&](int64_t n) {
@@ -160,6 +161,7 @@ void max_roi_pool_kernel(KernelContext& ctx) {
   std::vector<double> rois = checked_rois(node, rois_t, 5, batch_index, x.dim(0));
   int64_t channels = x.dim(1), height = x.dim(2), width = x.dim(3), ph = pooled[0], pw = pooled[1];
   std::vector<double> xv = tensor_to_doubles(x);
+  checked_numel(node, {num, channels, ph, pw}, "attribute pooled_shape");
   std::vector<double> y(static_cast<size_t>(num * channels * ph * pw));
   parallel_for(num * channels, [&](int64_t nc) {
     int64_t n = nc / channels, c = nc % channels;
