@@ -7,6 +7,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cstring>
 #include <unordered_map>
 #include <vector>
 
@@ -77,6 +78,31 @@ void execute(const dnnl::primitive& p, const memory::desc& scratch, std::unorder
 void append_activation(dnnl::post_ops& ops, const DnnlActivation& a) {
   if (a.kind == DnnlActivation::Kind::Relu) ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
 }
+
+// oneDNN's Relu (and Clip) post-op is the interpreter's Relu on finite values only, and what it
+// does with infinities and NaN depends on the implementation oneDNN picks for the shape and the
+// CPU: measured with oneDNN 2.6 on AVX-512, a small convolution's reference path turns -inf into
+// NaN (0 * -inf), while the JIT paths of a 3x3 or 1x1 convolution and of MatMul turn NaN into 0
+// (vmaxps). The interpreter gives 0 for -inf and keeps NaN. A non-finite value before the
+// activation needs a non-finite input (or an fp32 overflow, which validation judges like any
+// rounding difference), so a fused primitive runs only on inputs that are all finite; other calls
+// run the same product without the post-op and apply the interpreter's Relu after it.
+bool all_finite(const float* p, size_t n, int threads) {
+  const uint32_t* bits = reinterpret_cast<const uint32_t*>(p);  // floats read as their bits
+  uint32_t top = 0;  // the largest exponent field: all ones only for an infinity or a NaN
+  const int64_t count = int64_t(n);
+#pragma omp parallel for simd reduction(max : top) num_threads(threads) schedule(static) if (count > (1 << 16))
+  for (int64_t i = 0; i < count; ++i) top = std::max(top, bits[i] & 0x7f800000u);
+  return top != 0x7f800000u;
+}
+
+void apply_activation(const DnnlActivation& a, float* p, size_t n) {
+  if (a.kind == DnnlActivation::Kind::Relu)
+    for (size_t i = 0; i < n; ++i) p[i] = p[i] < 0.0f ? 0.0f : p[i];  // NaN stays, as in the interpreter
+}
+
+// The number of floats a plain memory descriptor spans.
+size_t floats_of(const memory::desc& d) { return d.get_size() / sizeof(float); }
 
 // Runs f, which builds oneDNN objects, with `threads` OpenMP threads: oneDNN sizes a primitive's
 // scratchpad by the count at creation, and each run uses the same count (a call with more, e.g.
@@ -168,23 +194,33 @@ class MatMul : public DnnlPrimitive {
     double flops = double(a_.dims().back());  // K
     for (memory::dim d : dst) flops *= double(d);
     threads_ = threads_for(flops);
-    prim_ = building(node, threads_, [&] {
-      dnnl::primitive_attr attr = user_scratchpad();
-      if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
-      dnnl::post_ops ops;
-      if (c_) ops.append_sum(beta);  // dst = alpha * a . b + beta * dst, dst holding C
-      append_activation(ops, activation);
-      attr.set_post_ops(ops);
-      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_, b_, dst_), attr, cpu_engine());
-      scratch_ = pd.scratchpad_desc();
-      return dnnl::primitive(dnnl::matmul(pd));
-    });
+    activation_ = activation;
+    auto build = [&](const DnnlActivation& act, memory::desc& scratch) {
+      return building(node, threads_, [&] {
+        dnnl::primitive_attr attr = user_scratchpad();
+        if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
+        dnnl::post_ops ops;
+        if (c_) ops.append_sum(beta);  // dst = alpha * a . b + beta * dst, dst holding C
+        append_activation(ops, act);
+        attr.set_post_ops(ops);
+        dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_, b_, dst_), attr, cpu_engine());
+        scratch = pd.scratchpad_desc();
+        return dnnl::primitive(dnnl::matmul(pd));
+      });
+    };
+    prim_ = build(activation, scratch_);
+    if (activation.kind != DnnlActivation::Kind::None) plain_ = build({}, plain_scratch_);
   }
   const Shape& output_shape() const override { return out_; }
   void run(const std::vector<const float*>& in, float* out) const override {
+    const bool fused = activation_.kind == DnnlActivation::Kind::None ||
+                       (all_finite(in[0], floats_of(a_), threads_) && all_finite(in[1], floats_of(b_), threads_) &&
+                        (!c_ || all_finite(in.at(2), size_t(shape_numel(*c_)), threads_)));
     if (c_) broadcast_c(in.at(2), out);
-    execute(prim_, scratch_, {{DNNL_ARG_SRC, wrap(a_, in[0])}, {DNNL_ARG_WEIGHTS, wrap(b_, in[1])},
-                              {DNNL_ARG_DST, wrap(dst_, out)}}, threads_);
+    execute(fused ? prim_ : plain_, fused ? scratch_ : plain_scratch_,
+            {{DNNL_ARG_SRC, wrap(a_, in[0])}, {DNNL_ARG_WEIGHTS, wrap(b_, in[1])}, {DNNL_ARG_DST, wrap(dst_, out)}},
+            threads_);
+    if (!fused) apply_activation(activation_, out, size_t(shape_numel(out_)));
   }
 
  private:
@@ -202,7 +238,10 @@ class MatMul : public DnnlPrimitive {
   memory::desc a_, b_, dst_, scratch_;
   std::optional<Shape> c_;
   int threads_ = 1;
-  dnnl::primitive prim_;
+  DnnlActivation activation_;
+  dnnl::primitive prim_;                     // with the activation as a post-op
+  dnnl::primitive plain_;                    // without it, for inputs that are not all finite
+  memory::desc plain_scratch_;
 };
 
 std::unique_ptr<DnnlPrimitive> make_matmul(const Node& node, const std::vector<Shape>& shapes,
@@ -297,26 +336,33 @@ class Conv : public DnnlPrimitive {
     // Constant weights may take the layout oneDNN prefers; they are reordered once, below.
     memory::desc w_any(w, memory::data_type::f32, memory::format_tag::any);
     threads_ = threads_for(double(shape_numel(out_)) * double(g.cin_g()) * double(g.kernel_size()));
-    auto pd = building(node, threads_, [&] {
-      dnnl::convolution_forward::desc d =
-          has_bias_ ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
-                                                      dnnl::algorithm::convolution_direct, src_,
-                                                      constant_weights ? w_any : user_w_, bias_, dst_,
-                                                      strides, dil, pad_l, pad_r)
-                    : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
-                                                      dnnl::algorithm::convolution_direct, src_,
-                                                      constant_weights ? w_any : user_w_, dst_,
-                                                      strides, dil, pad_l, pad_r);
-      dnnl::post_ops ops;
-      append_activation(ops, activation);
-      dnnl::primitive_attr attr = user_scratchpad();
-      attr.set_post_ops(ops);
-      dnnl::convolution_forward::primitive_desc pd(d, attr, cpu_engine());
-      prim_ = dnnl::convolution_forward(pd);
-      scratch_ = pd.scratchpad_desc();
-      return pd;
-    });
+    activation_ = activation;
+    // `weights`: the layout the weights are given in (or `any`, for oneDNN to choose).
+    auto build = [&](const DnnlActivation& act, const memory::desc& weights, dnnl::primitive& prim,
+                     memory::desc& scratch) {
+      return building(node, threads_, [&] {
+        dnnl::convolution_forward::desc d =
+            has_bias_ ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
+                                                        dnnl::algorithm::convolution_direct, src_, weights,
+                                                        bias_, dst_, strides, dil, pad_l, pad_r)
+                      : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
+                                                        dnnl::algorithm::convolution_direct, src_, weights,
+                                                        dst_, strides, dil, pad_l, pad_r);
+        dnnl::post_ops ops;
+        append_activation(ops, act);
+        dnnl::primitive_attr attr = user_scratchpad();
+        attr.set_post_ops(ops);
+        dnnl::convolution_forward::primitive_desc pd(d, attr, cpu_engine());
+        prim = dnnl::convolution_forward(pd);
+        scratch = pd.scratchpad_desc();
+        return pd;
+      });
+    };
+    auto pd = build(activation, constant_weights ? w_any : user_w_, prim_, scratch_);
+    // The unfused twin reads the weights in the layout the fused one chose.
+    if (activation.kind != DnnlActivation::Kind::None) build({}, pd.weights_desc(), plain_, plain_scratch_);
     if (constant_weights) {
+      weights_finite_ = all_finite(constant_weights->data<float>(), size_t(constant_weights->numel()), threads_);
       weights_ = memory(pd.weights_desc(), cpu_engine());
       building(node, threads_, [&] {
         memory user = wrap(user_w_, constant_weights->data<float>());
@@ -332,7 +378,12 @@ class Conv : public DnnlPrimitive {
                                          {DNNL_ARG_WEIGHTS, weights_ ? weights_ : wrap(user_w_, in[1])},
                                          {DNNL_ARG_DST, wrap(dst_, out)}};
     if (has_bias_) args.emplace(DNNL_ARG_BIAS, wrap(bias_, in.at(2)));
-    execute(prim_, scratch_, std::move(args), threads_);
+    const bool fused = activation_.kind == DnnlActivation::Kind::None ||
+                       (all_finite(in[0], floats_of(src_), threads_) &&
+                        (weights_ ? weights_finite_ : all_finite(in[1], floats_of(user_w_), threads_)) &&
+                        (!has_bias_ || all_finite(in[2], floats_of(bias_), threads_)));
+    execute(fused ? prim_ : plain_, fused ? scratch_ : plain_scratch_, std::move(args), threads_);
+    if (!fused) apply_activation(activation_, out, size_t(shape_numel(out_)));
   }
 
  private:
@@ -340,8 +391,12 @@ class Conv : public DnnlPrimitive {
   bool has_bias_ = false;
   memory::desc src_, dst_, user_w_, bias_, scratch_;
   memory weights_;  // the constant weights in oneDNN's layout, when known at compile time
+  bool weights_finite_ = true;
   int threads_ = 1;
-  dnnl::primitive prim_;
+  DnnlActivation activation_;
+  dnnl::primitive prim_;   // with the activation as a post-op
+  dnnl::primitive plain_;  // without it, for inputs that are not all finite
+  memory::desc plain_scratch_;
 };
 
 // A Conv whose input, weights or output hold no element, as an EmptySum; nullptr otherwise.
