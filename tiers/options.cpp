@@ -27,6 +27,13 @@ Options Options::from_env() {
     else fail(ErrorCode::InvalidArgument, "TERRACE_MAX_TIER='", s, "': expected interp, cpu or gpu");
   }
   if (const char* d = std::getenv("TERRACE_CACHE_DIR")) o.cache_dir = d;
+  if (const char* r = std::getenv("TERRACE_RECHECK")) {
+    char* end = nullptr;
+    const double budget = std::strtod(r, &end);
+    TERRACE_CHECK(*r && end && *end == '\0' && budget >= 0 && budget <= 1, InvalidArgument, "TERRACE_RECHECK='", r,
+                  "': expected a fraction of run time between 0 and 1 (default 0.01)");
+    o.recheck_budget = budget;
+  }
   return o;
 }
 

@@ -15,6 +15,11 @@ struct Options {
   int gpu_threshold = 20;       // calls on tier 1 before promotion to tier 2 (GPU present)
   ValidateMode validate = ValidateMode::First;
   int validate_calls = 3;       // shadow-validated calls after each promotion
+  // Continuous validation (with validate = First): after those calls, later calls of a compiled
+  // version are re-checked against the interpreter on a background thread, as many as keep the
+  // interpreter's time under this fraction of the version's own run time (the first one at once);
+  // a mismatch demotes the version for the calls after it. 0 turns it off. $TERRACE_RECHECK.
+  double recheck_budget = 0.01;
   int max_specializations = 8;  // compiled versions per region
   int interp_threads = 0;       // OpenMP threads for the interpreter during run(); 0: OMP_NUM_THREADS or all cores
   int compile_threads = 1;      // background compile threads

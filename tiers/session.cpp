@@ -132,7 +132,7 @@ std::string Session::report_json() const {
         .field("state", r.state).field("calls", r.calls).field("total_ms", r.total_ms).field("compile_ms", r.compile_ms)
         .field("promoted_at_call", r.promoted_at_call).field("deopts", r.deopts)
         .field("guard_failures", r.guard_failures).field("validation", r.validation)
-        .field("versions", r.versions).end_object();
+        .field("rechecks", r.rechecks).field("versions", r.versions).end_object();
   }
   j.end_array();
   j.key("graph_breaks").begin_array();
@@ -154,7 +154,9 @@ std::string Session::report() const {
   for (const RegionReport& r : impl_->tiers->report()) {
     os << "region " << r.id << " [" << r.ops << "]: " << tier_name(r.tier) << ", " << r.state
        << ", " << r.calls << " calls, " << r.deopts << " deopts, compile " << r.compile_ms
-       << " ms, validation " << r.validation << "\n";
+       << " ms, validation " << r.validation;
+    if (r.rechecks) os << " (" << r.rechecks << " later calls re-checked)";
+    os << "\n";
     for (auto& gf : r.guard_failures) os << "    guard failed: " << gf << "\n";
   }
   return os.str();

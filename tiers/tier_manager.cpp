@@ -10,6 +10,7 @@
 
 #include "interp/compare.h"
 #include "interp/log.h"
+#include "interp/omp_threads.h"
 #include "tiers/repro.h"
 
 namespace terrace {
@@ -61,6 +62,11 @@ struct TierManager::RegionState {
   std::string stopped;  // why the region no longer compiles, if it does not
   double compile_ms = 0;
   int64_t promoted_at_call = -1;
+  // Continuous validation: compiled time served, interpreter time spent re-checking, and whether
+  // a re-check is queued (one at a time per region).
+  double served_ms = 0, recheck_ms = 0;
+  bool recheck_queued = false;
+  int64_t rechecks = 0;
 
   std::shared_ptr<const VersionList> load() const { return std::atomic_load(&versions); }
   void publish(std::shared_ptr<Version> v) {  // caller holds mu
@@ -126,6 +132,7 @@ Tier TierManager::dispatch(RegionState& st, Frame& frame, int64_t call) {
 
   if (chosen) {
     std::vector<Tensor> out;
+    const auto run_t0 = std::chrono::steady_clock::now();
     try {
       out = chosen->code->run(in);
     } catch (const std::exception& e) {
@@ -136,14 +143,13 @@ Tier TierManager::dispatch(RegionState& st, Frame& frame, int64_t call) {
                                    : std::string(error_code_name(ErrorCode::RuntimeError)) + ": " + e.what();
       chosen->demoted = true;
       std::lock_guard<std::mutex> lock(st.mu);
-      st.failed.insert(chosen->signature);
-      st.validation = "failed: compiled code raised " + what;
-      log(LogLevel::Warn, "region ", r, " (", region.ops(), "): demoted, compiled code raised: ", what);
+      demote(st, *chosen, "compiled code raised " + what);
       chosen.reset();
     }
     if (chosen) {
       bool check = options_.validate == ValidateMode::Always ||
                    (options_.validate == ValidateMode::First && chosen->validations_left.fetch_sub(1) > 0);
+      if (!check) maybe_recheck(st, chosen, in, out, ms_since(run_t0), call);
       if (!check || validate(st, *chosen, frame, in, out)) {
         for (size_t i = 0; i < region.outputs.size(); ++i)
           frame.env[size_t(region.outputs[i])] = RValue(std::move(out[i]));
@@ -226,12 +232,9 @@ void TierManager::compile_job(RegionState& st, std::string sig, std::vector<Tens
       tier_name(backend_->tier()), " for ", sig, " after call ", call, ", compiled in ", ms, " ms");
 }
 
-bool TierManager::validate(RegionState& st, Version& v, Frame& frame, const std::vector<Tensor>& in,
-                           const std::vector<Tensor>& out) {
-  interpret_region(*st.region, frame);
-  const Region& region = *st.region;
-  std::vector<Tensor> expected;
-  for (int v : region.outputs) expected.push_back(frame.env[size_t(v)].tensor);
+std::optional<std::string> TierManager::mismatch(const Region& region, const std::vector<Tensor>& in,
+                                                 const std::vector<Tensor>& expected,
+                                                 const std::vector<Tensor>& out) const {
   std::vector<Tensor> allowance;  // computed only when the plain tolerance fails: it costs a run
   for (size_t i = 0; i < region.outputs.size(); ++i) {
     const Tolerance tol = Tolerance::for_dtype(expected[i].dtype());
@@ -240,19 +243,87 @@ bool TierManager::validate(RegionState& st, Version& v, Frame& frame, const std:
       if (allowance.empty()) allowance = backend_->error_allowance(graph_, region, in);
       if (allowance.at(i).defined()) c = compare_tensors(expected[i], out[i], tol, allowance[i]);
     }
-    if (c.equal) continue;
-    v.demoted = true;
-    std::string why = "output '" + graph_.values[size_t(region.outputs[i])].name + "': " + c.message;
-    std::string dump = dump_repro(graph_, region, in, expected, v.code.get(), why);
+    if (!c.equal) return "output '" + graph_.values[size_t(region.outputs[i])].name + "': " + c.message;
+  }
+  return std::nullopt;
+}
+
+void TierManager::demote(RegionState& st, Version& v, const std::string& why) {
+  v.demoted = true;
+  st.failed.insert(v.signature);
+  st.validation = "failed: " + why;
+  log(LogLevel::Warn, "region ", st.region->id, " (", st.region->ops(), "): demoted: ", why);
+}
+
+bool TierManager::validate(RegionState& st, Version& v, Frame& frame, const std::vector<Tensor>& in,
+                           const std::vector<Tensor>& out) {
+  interpret_region(*st.region, frame);
+  const Region& region = *st.region;
+  std::vector<Tensor> expected;
+  for (int v : region.outputs) expected.push_back(frame.env[size_t(v)].tensor);
+  if (std::optional<std::string> why = mismatch(region, in, expected, out)) {
+    v.demoted = true;  // before the dump: no later call takes this version
+    std::string dump = dump_repro(graph_, region, in, expected, v.code.get(), *why);
     std::lock_guard<std::mutex> lock(st.mu);
-    st.failed.insert(v.signature);
-    st.validation = "failed: " + why + (dump.empty() ? "" : " (repro in " + dump + ")");
-    log(LogLevel::Warn, "region ", region.id, ": demoted, validation failed: ", why);
+    demote(st, v, *why + (dump.empty() ? "" : " (repro in " + dump + ")"));
     return false;
   }
   std::lock_guard<std::mutex> lock(st.mu);
   if (st.validation == "pending" && v.validations_left.load() <= 0) st.validation = "passed";
   return true;
+}
+
+// A call is re-checked when the interpreter time spent re-checking this region stays within
+// Options::recheck_budget of the compiled time it has served; the first call after the validated
+// ones qualifies at once. Inputs and outputs are copied: the caller may reuse or change its
+// buffers as soon as run() returns.
+void TierManager::maybe_recheck(RegionState& st, const std::shared_ptr<Version>& v, const std::vector<Tensor>& in,
+                                const std::vector<Tensor>& out, double run_ms, int64_t call) {
+  if (options_.validate != ValidateMode::First || options_.recheck_budget <= 0) return;
+  {
+    std::lock_guard<std::mutex> lock(st.mu);
+    st.served_ms += run_ms;
+    if (st.recheck_queued || st.recheck_ms > options_.recheck_budget * st.served_ms) return;
+    st.recheck_queued = true;
+  }
+  std::vector<Tensor> in_copy, out_copy;
+  for (const Tensor& t : in) in_copy.push_back(t.clone());
+  for (const Tensor& t : out) out_copy.push_back(t.clone());
+  RegionState* sp = &st;
+  jobs_->enqueue([this, sp, v, in_copy = std::move(in_copy), out_copy = std::move(out_copy), call] {
+    recheck_job(*sp, v, in_copy, out_copy, call);
+  });
+}
+
+void TierManager::recheck_job(RegionState& st, std::shared_ptr<Version> v, std::vector<Tensor> in,
+                              std::vector<Tensor> out, int64_t call) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const Region& region = *st.region;
+  std::optional<std::string> why;
+  std::vector<Tensor> expected;
+  try {
+    ScopedOmpThreads one(1);  // in the background: leave the cores to the calls
+    Frame frame;
+    frame.graph = &graph_;
+    frame.env.resize(graph_.values.size());
+    for (size_t i = 0; i < region.inputs.size(); ++i) frame.env[size_t(region.inputs[i])] = RValue(in[i]);
+    interpret_region(region, frame);
+    for (int o : region.outputs) expected.push_back(frame.env[size_t(o)].tensor);
+    why = mismatch(region, in, expected, out);
+  } catch (const std::exception& e) {  // compiled code answered where the interpreter raises
+    why = std::string("the interpreter raised ") + e.what();
+  }
+  if (why) {
+    v->demoted = true;
+    std::string dump = expected.size() == region.outputs.size()
+                           ? dump_repro(graph_, region, in, expected, v->code.get(), *why) : "";
+    *why = "re-check of call " + std::to_string(call) + ": " + *why + (dump.empty() ? "" : " (repro in " + dump + ")");
+  }
+  std::lock_guard<std::mutex> lock(st.mu);
+  st.recheck_ms += ms_since(t0);
+  st.recheck_queued = false;
+  ++st.rechecks;
+  if (why) demote(st, *v, *why);
 }
 
 std::vector<RegionReport> TierManager::report() const {
@@ -270,6 +341,7 @@ std::vector<RegionReport> TierManager::report() const {
     r.deopts = st.deopts;
     r.guard_failures = st.guard_failures;
     r.validation = st.validation;
+    r.rechecks = st.rechecks;
     for (const auto& v : *st.load())
       if (!v->demoted) {
         r.tier = std::max(r.tier, v->tier);

@@ -5,6 +5,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -41,6 +42,7 @@ struct RegionReport {
   int64_t deopts = 0;
   std::vector<std::string> guard_failures;  // most recent first, capped
   std::string validation = "off";           // "passed", "failed: ...", "pending", "off"
+  int64_t rechecks = 0;                     // later calls re-checked in the background
   std::string state;                        // "interpreting", "compiling", "compiled", "stopped: ..."
   int versions = 0;
 };
@@ -67,6 +69,16 @@ class TierManager {
   void compile_job(RegionState& st, std::string sig, std::vector<Tensor> in, int64_t call);
   bool validate(RegionState& st, Version& v, Frame& frame, const std::vector<Tensor>& in,
                 const std::vector<Tensor>& out);
+  // Why `out` (the version's) differs from `expected` (the interpreter's), or nullopt.
+  std::optional<std::string> mismatch(const Region& region, const std::vector<Tensor>& in,
+                                       const std::vector<Tensor>& expected, const std::vector<Tensor>& out) const;
+  // Continuous validation: runs the interpreter on a copy of a served call in the background.
+  void maybe_recheck(RegionState& st, const std::shared_ptr<Version>& v, const std::vector<Tensor>& in,
+                     const std::vector<Tensor>& out, double run_ms, int64_t call);
+  void recheck_job(RegionState& st, std::shared_ptr<Version> v, std::vector<Tensor> in,
+                   std::vector<Tensor> out, int64_t call);
+  // Marks v demoted with the reason (st.mu held by the caller).
+  void demote(RegionState& st, Version& v, const std::string& why);
 
   const Graph& graph_;
   const Plan& plan_;
