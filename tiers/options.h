@@ -24,6 +24,9 @@ struct Options {
   int max_specializations = 8;  // compiled versions per region
   int interp_threads = 0;       // OpenMP threads for the interpreter during run(); 0: OMP_NUM_THREADS or all cores
   int compile_threads = 1;      // background compile threads
+  // The most nodes one region holds (0: no limit); larger fusible stretches become several
+  // regions, so that no compile takes long (partition.h; measured in bench/RESULTS.md).
+  int max_region_nodes = 64;
   std::string cache_dir;        // empty: $TERRACE_CACHE_DIR or ~/.cache/terrace
 
   // Options with TERRACE_MAX_TIER and TERRACE_CACHE_DIR applied over the defaults.

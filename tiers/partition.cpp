@@ -12,7 +12,7 @@ std::string Region::ops() const {
 }
 
 Plan partition(const Graph& g, const CompilablePredicate& can_compile,
-               const AlonePredicate& alone, const AbsorbPredicate& absorbs) {
+               const AlonePredicate& alone, const AbsorbPredicate& absorbs, size_t max_nodes) {
   const size_t n = g.nodes.size();
   std::vector<int> producer(g.values.size(), -1);
   for (size_t i = 0; i < n; ++i)
@@ -69,7 +69,7 @@ Plan partition(const Graph& g, const CompilablePredicate& can_compile,
       i = *ready_compilable.begin();
       ready_compilable.erase(ready_compilable.begin());
       by_itself = alone && alone(g.nodes[size_t(i)]);
-      if (by_itself) open = -1;
+      if (by_itself || (open >= 0 && max_nodes > 0 && plan.regions[size_t(open)].nodes.size() >= max_nodes)) open = -1;
       if (open < 0) {
         open = int(plan.regions.size());
         plan.regions.push_back(Region{open, {}, {}, {}, {}});

@@ -43,7 +43,10 @@ using AbsorbPredicate = std::function<bool(const Graph&, const Node& alone_node,
 // Orders the nodes so that compilable nodes run in as few contiguous runs as possible (each run
 // is convex: a contiguous stretch of a topological order), and makes each run a region; a node
 // `alone` names is a run by itself, with the one reader of its result that `absorbs` accepts.
+// A region holds at most `max_nodes` nodes (0: no limit): a compiler's time grows faster than
+// linearly with a kernel's size (tier 1: a 3,000-op chain took 8 s, 1,000 results of one fused
+// kernel 21 s), so large fusible stretches are cut into regions that compile in bounded time.
 Plan partition(const Graph& graph, const CompilablePredicate& can_compile,
-               const AlonePredicate& alone = {}, const AbsorbPredicate& absorbs = {});
+               const AlonePredicate& alone = {}, const AbsorbPredicate& absorbs = {}, size_t max_nodes = 0);
 
 }  // namespace terrace

@@ -2,6 +2,7 @@
 // tier manager, per-call records and reports.
 #include "tiers/session.h"
 
+#include <algorithm>
 #include <chrono>
 #include <mutex>
 #include <sstream>
@@ -40,7 +41,8 @@ std::unique_ptr<Session> Session::from_graph(std::shared_ptr<const Graph> graph,
     Backend* b = backend.get();
     impl->plan = partition(g, [b](const Graph& gr, const Node& n) { return b->can_compile(gr, n); },
                            [b](const Node& n) { return b->alone(n); },
-                           [b](const Graph& gr, const Node& n, const Node& next) { return b->absorbs(gr, n, next); });
+                           [b](const Graph& gr, const Node& n, const Node& next) { return b->absorbs(gr, n, next); },
+                           size_t(std::max(0, options.max_region_nodes)));
   } else {
     impl->plan = partition(g, [](const Graph&, const Node&) { return std::string("tier 1 is disabled"); });
   }

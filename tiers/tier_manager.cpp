@@ -25,11 +25,15 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
 
 // Compiles run on TBB worker threads of their own arena (no slot is reserved for the calling
 // thread, so a job never waits for a run() call to enter the arena).
+// When the session goes away, jobs still queued are dropped unrun (`stopping`): a session's
+// destructor waits only for the compiles already running, which partition's region size limit
+// keeps short.
 struct TierManager::Jobs {
   tbb::task_arena arena;
   std::mutex mu;
   std::condition_variable idle;
   int in_flight = 0;
+  std::atomic<bool> stopping{false};
   explicit Jobs(int threads) : arena(std::max(1, threads), 0) {}
 
   template <typename F> void enqueue(F&& f) {
@@ -38,7 +42,7 @@ struct TierManager::Jobs {
       ++in_flight;
     }
     arena.enqueue([this, f = std::forward<F>(f)] {
-      f();
+      if (!stopping.load()) f();
       std::lock_guard<std::mutex> lock(mu);
       if (--in_flight == 0) idle.notify_all();
     });
@@ -89,7 +93,10 @@ TierManager::TierManager(const Graph& graph, const Plan& plan, const Options& op
   }
 }
 
-TierManager::~TierManager() { wait_idle(); }
+TierManager::~TierManager() {
+  jobs_->stopping = true;
+  wait_idle();
+}
 
 void TierManager::wait_idle() { jobs_->wait(); }
 

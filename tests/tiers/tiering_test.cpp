@@ -1,6 +1,7 @@
 // Tiering end to end: promotion, guards and deopts, specialisation, validation and faults.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -298,6 +299,50 @@ TEST(Tiering, calls_made_while_a_compile_is_in_flight_run_on_the_interpreter_wit
   s->wait_for_compiles();
   s->run(in);
   EXPECT_TRUE(ran_tier(*s, "cpu"));
+}
+
+// A long fusible chain becomes several regions of at most Options::max_region_nodes nodes, each
+// compiled and validated on its own, with the interpreter's results.
+TEST(Tiering, a_long_chain_is_cut_into_regions_of_bounded_size) {
+  GraphBuilder gb;
+  int x = gb.input("x", DType::Float32, {4, 5});
+  int y = x;
+  for (int i = 0; i < 150; ++i) y = gb.node(i % 2 ? Op::Sigmoid : Op::Neg, {y});
+  gb.output(y);
+  auto g = gb.build();
+  Options o = tiered();
+  o.max_region_nodes = 64;
+  auto s = Session::from_graph(g, o);
+  ASSERT_EQ(s->plan().regions.size(), 3u);
+  for (const Region& r : s->plan().regions) EXPECT_LE(r.nodes.size(), 64u);
+  NamedTensors in = {{"x", random_tensor({4, 5}, 3)}};
+  warm_up(*s, in);
+  for (int i = 0; i < 4; ++i) expect_matches_reference(s->run(in), reference(g, in));
+  EXPECT_EQ(s->report_json().find("\"tier\":\"interp\""), std::string::npos) << s->report_json();
+}
+
+// A session's destructor drops the compiles still queued and waits only for the one running.
+// Five regions get hot at once under a 2 s compile delay: waiting for all would take 10 s. (A
+// bound on waiting, with a wide margin, not a performance figure.)
+TEST(Tiering, destroying_a_session_abandons_its_queued_compiles) {
+  GraphBuilder gb;
+  int x = gb.input("x", DType::Float32, {4, 5});
+  int y = x;
+  for (int i = 0; i < 10; ++i) y = gb.node(Op::Neg, {y});
+  gb.output(y);
+  Options o = tiered();
+  o.max_region_nodes = 2;
+  setenv("TERRACE_FAULT", "slow-compile:cpu", 1);
+  auto s = Session::from_graph(gb.build(), o);
+  ASSERT_EQ(s->plan().regions.size(), 5u);
+  NamedTensors in = {{"x", random_tensor({4, 5}, 3)}};
+  s->run(in);
+  s->run(in);  // five compiles queued, one starts
+  const auto t0 = std::chrono::steady_clock::now();
+  s.reset();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  unsetenv("TERRACE_FAULT");
+  EXPECT_LT(seconds, 6.0) << "the destructor waited for queued compiles";
 }
 
 TEST(Tiering, eight_threads_calling_run_through_a_promotion_all_get_correct_results) {
