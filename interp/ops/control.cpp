@@ -31,6 +31,10 @@ Tensor empty_scan_output(const Graph& body, int value) {
   return Tensor::empty(info.dtype.value_or(DType::Float32), shape);
 }
 
+// The most bytes a Loop's scan outputs may hold together (16 GiB): a trip count read from an
+// input can be anything up to 2^63, and the parts are kept until the loop ends.
+constexpr uint64_t kMaxLoopScanBytes = uint64_t(1) << 34;
+
 // Loop (opset 11+): optional trip count M and condition; body(i, cond, carried...) returns
 // (cond, carried..., scan parts...). Scan parts are kept per iteration and joined once at the
 // end, so many iterations cost linear time.
@@ -59,6 +63,7 @@ void loop_kernel(KernelContext& ctx) {
     carried[k] = ctx.input_value(2 + k);
   }
   std::vector<std::vector<Tensor>> scans(n_scan);
+  uint64_t scan_bytes = 0;  // all scan parts kept so far
   for (int64_t i = 0; (!has_trip || i < trip) && cond; ++i) {
     std::vector<RValue> in;
     in.reserve(2 + n_carried);
@@ -74,6 +79,18 @@ void loop_kernel(KernelContext& ctx) {
       RValue& part = out[1 + n_carried + k];
       TERRACE_CHECK(part.kind == ValueKind::Tensor && part.tensor.defined(), InvalidModel,
                     node.describe(), ": scan output ", k, " of the body is not a tensor");
+      // Checked as each part comes, not when they are joined after the last iteration (a long
+      // loop would run to its end, holding every part, before saying so).
+      if (!scans[k].empty()) {
+        const Tensor& first = scans[k].front();
+        TERRACE_CHECK(part.tensor.dtype() == first.dtype() && part.tensor.shape() == first.shape(),
+                      InvalidArgument, node.describe(), ": scan output ", k, " of iteration ", i, " is ",
+                      dtype_name(part.tensor.dtype()), shape_str(part.tensor.shape()), ", iteration 0 gave ",
+                      dtype_name(first.dtype()), shape_str(first.shape()), " (scan outputs keep one shape)");
+      }
+      scan_bytes += part.tensor.nbytes();
+      TERRACE_CHECK(scan_bytes <= kMaxLoopScanBytes, OutOfMemory, node.describe(), ": its scan outputs reach ",
+                    scan_bytes, " bytes after ", i + 1, " iterations, past the limit of ", kMaxLoopScanBytes);
       scans[k].push_back(std::move(part.tensor));
     }
   }

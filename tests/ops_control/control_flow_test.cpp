@@ -155,6 +155,25 @@ TEST(ControlFlow, loop_rejects_a_body_with_the_wrong_number_of_outputs) {
   }
 }
 
+// A scan output whose shape changes is an error at the iteration where it changes, not after the
+// last one: with a trip count of 2^62 the loop would otherwise never end.
+TEST(ControlFlow, loop_reports_a_scan_output_changing_shape_at_that_iteration) {
+  GraphBuilder b;
+  b.input("i").input("c").input("v");
+  b.node(Op::Concat, {"v", "v"}, {"v2"}).attrs["axis"] = testing::int_attr(0);  // doubles every iteration
+  b.output("c").output("v2").output("v2");
+  Node n = loop_node(b.g, 3, 2);
+  try {
+    run(n, {RValue(Tensor::scalar<int64_t>(int64_t(1) << 62)), RValue(Tensor::scalar<bool>(true)),
+            RValue(Tensor::from_vector<float>({1}, {1.0f}))});
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::InvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("Loop 'loop': scan output 0 of iteration 1 is float32[4]"), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(ControlFlow, loop_carries_sequences) {
   GraphBuilder b;
   b.input("i").input("c").input("s");
