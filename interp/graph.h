@@ -91,6 +91,9 @@ struct Graph {
   // Values a subgraph reads from enclosing graphs, by name (resolved at run time).
   std::vector<int> captures;
   int opset = 17;  // default-domain opset version
+  // What loading noticed and worked around (declared shapes the graph contradicts, ...): logged
+  // at load and repeated in Session reports.
+  std::vector<std::string> warnings;
 
   int find_value(const std::string& name) const;  // -1 if absent
   int add_value(std::string name, ValueInfo info = {});

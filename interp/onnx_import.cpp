@@ -8,6 +8,7 @@
 #include <onnx/checker.h>
 #include <onnx/defs/data_type_utils.h>
 
+#include "interp/log.h"
 #include "interp/shape_infer.h"
 #include "interp/tensor_proto.h"
 #include "interp/verify.h"
@@ -267,8 +268,11 @@ Model load_onnx_bytes(std::string_view bytes, const std::string& base_dir) {
                   "not an ONNX model: the protobuf does not parse (truncated or corrupt?)");
     verify_model(mp, base_dir);  // before ONNX's checker, which crashes on some malformed models
     run_onnx_checker(mp);
-    infer_shapes(mp);
-    return convert_model(mp, base_dir);
+    std::vector<std::string> warnings = infer_shapes(mp);
+    Model model = convert_model(mp, base_dir);
+    for (const std::string& w : warnings) log(LogLevel::Warn, "model: ", w);
+    model.graph->warnings = std::move(warnings);
+    return model;
   } catch (const std::bad_alloc&) {
     fail(ErrorCode::OutOfMemory, "out of memory while loading the model");
   }

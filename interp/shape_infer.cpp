@@ -1,4 +1,5 @@
 // Static shape inference: ONNX's per-op inference functions behind guards, with all-or-nothing results.
+#include <string>
 #include "interp/shape_infer.h"
 
 #include <algorithm>
@@ -210,7 +211,31 @@ void collect_graphs(onnx::GraphProto* g, std::vector<onnx::GraphProto*>& out) {
 
 }  // namespace
 
-void infer_shapes(onnx::ModelProto& m) {
+namespace {
+// "[2,3]", "[N,3]" or "[?]" for a type's shape; "" when it has no shape.
+std::string shape_text(const onnx::TypeProto& t) {
+  if (!t.has_tensor_type() || !t.tensor_type().has_shape()) return "";
+  std::string s = "[";
+  for (const auto& d : t.tensor_type().shape().dim()) {
+    if (s.size() > 1) s += ",";
+    s += d.has_dim_value() ? std::to_string(d.dim_value()) : d.has_dim_param() ? d.dim_param() : "?";
+  }
+  return s + "]";
+}
+
+// True when two shapes cannot describe one tensor: ranks differ, or a dim known in both differs.
+bool shapes_conflict(const onnx::TypeProto& a, const onnx::TypeProto& b) {
+  if (!a.has_tensor_type() || !b.has_tensor_type() || !a.tensor_type().has_shape() || !b.tensor_type().has_shape())
+    return false;
+  const auto &da = a.tensor_type().shape().dim(), &db = b.tensor_type().shape().dim();
+  if (da.size() != db.size()) return true;
+  for (int i = 0; i < da.size(); ++i)
+    if (da[i].has_dim_value() && db[i].has_dim_value() && da[i].dim_value() != db[i].dim_value()) return true;
+  return false;
+}
+}  // namespace
+
+std::vector<std::string> infer_shapes(onnx::ModelProto& m) {
   static GuardedRegistry* registry = new GuardedRegistry();  // never destroyed: see the class
   struct Saved {
     onnx::GraphProto* g;
@@ -220,14 +245,44 @@ void infer_shapes(onnx::ModelProto& m) {
   collect_graphs(m.mutable_graph(), graphs);
   std::vector<Saved> saved;
   for (onnx::GraphProto* g : graphs) saved.push_back({g, g->value_info(), g->output()});
+  auto restore = [&] {
+    for (Saved& s : saved) {
+      *s.g->mutable_value_info() = s.value_info;
+      *s.g->mutable_output() = s.outputs;
+    }
+  };
+  try {
+    onnx::shape_inference::InferShapes(m, registry);
+    return {};
+  } catch (const std::exception&) {
+    restore();
+  }
+  // ONNX's inference is all or nothing: one declared shape that disagrees with what the graph
+  // computes (an output declared [1,3], computed [2,3]) throws, and every inferred shape is lost
+  // (a plan of graph breaks instead of one region). Declared shapes are hints: infer again without
+  // them, keep their dtypes, and say where they disagreed.
+  for (Saved& s : saved) {
+    s.g->clear_value_info();
+    for (auto& out : *s.g->mutable_output())
+      if (out.type().has_tensor_type()) out.mutable_type()->mutable_tensor_type()->clear_shape();
+  }
   try {
     onnx::shape_inference::InferShapes(m, registry);
   } catch (const std::exception&) {
-    for (Saved& s : saved) {
-      s.g->mutable_value_info()->Swap(&s.value_info);
-      s.g->mutable_output()->Swap(&s.outputs);
-    }
+    restore();
+    return {};
   }
+  std::vector<std::string> warnings;
+  for (Saved& s : saved)
+    for (int i = 0; i < s.outputs.size() && i < s.g->output_size(); ++i) {
+      const onnx::ValueInfoProto &declared = s.outputs[i], &computed = s.g->output(i);
+      if (shapes_conflict(declared.type(), computed.type()))
+        warnings.push_back("output '" + declared.name() + "' is declared " + shape_text(declared.type()) +
+                           " but the graph computes " + shape_text(computed.type()) + "; the computed shape is used");
+    }
+  if (warnings.empty())  // the conflict was in value_info: name it generally
+    warnings.push_back("declared value_info shapes disagree with what the graph computes; they were ignored");
+  return warnings;
 }
 
 }  // namespace terrace

@@ -2,14 +2,19 @@
 #pragma once
 #include <onnx/onnx_pb.h>
 
+#include <string>
+#include <vector>
+
 namespace terrace {
 
 // Fills in value_info (dtype and shape) of intermediate values with ONNX's shape inference.
 // ONNX 1.12's per-op inference functions trust attribute values (an out-of-range `axis` indexes
 // past a vector, a zero stride divides by zero), so each op's function runs behind a guard that
 // skips the op when its attributes disagree with its inputs' ranks; the kernels then report the
-// problem cleanly at run time. Inference is a best effort: when it fails as a whole, every graph's
-// value_info and outputs are restored, so a failure records nothing.
-void infer_shapes(onnx::ModelProto& m);
+// problem cleanly at run time. Inference is a best effort: when declared shapes (graph outputs,
+// value_info) disagree with what the graph computes, it runs again without them and returns a
+// warning per disagreeing output; when it still fails, every graph's value_info and outputs are
+// restored, so a failure records nothing.
+std::vector<std::string> infer_shapes(onnx::ModelProto& m);
 
 }  // namespace terrace

@@ -137,6 +137,7 @@ std::string Session::report_json() const {
         .field("rechecks", r.rechecks).field("versions", r.versions).end_object();
   }
   j.end_array();
+  j.field("warnings", impl_->graph->warnings);
   j.key("graph_breaks").begin_array();
   for (const Step& s : impl_->plan.steps)
     if (s.region < 0)
@@ -153,6 +154,7 @@ std::string Session::report_json() const {
 
 std::string Session::report() const {
   std::ostringstream os;
+  for (const std::string& w : impl_->graph->warnings) os << "warning: " << w << "\n";
   for (const RegionReport& r : impl_->tiers->report()) {
     os << "region " << r.id << " [" << r.ops << "]: " << tier_name(r.tier) << ", " << r.state
        << ", " << r.calls << " calls, " << r.deopts << " deopts, compile " << r.compile_ms

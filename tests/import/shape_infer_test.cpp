@@ -43,6 +43,28 @@ g (float[2,3,5] X, float[5] W) => (float[2,3,5] Y)
   EXPECT_TRUE(has_shape(m, "n"));
 }
 
+// An output declared [1,3] that the graph computes as [2,3]: ONNX's inference throws on the
+// conflict and would lose every shape; the importer infers without the declared shapes, keeps
+// the computed ones (intermediates included) and warns, naming the output and both shapes.
+TEST(ShapeInfer, a_declared_output_shape_the_graph_contradicts_keeps_the_rest_and_warns) {
+  Model m = load_text(R"(
+<ir_version: 8, opset_import: ["" : 17]>
+g (float[2,3] X) => (float[1,3] Y)
+{
+  a = Relu(X)
+  b = Sigmoid(a)
+  Y = Neg(b)
+}
+)");
+  EXPECT_TRUE(has_shape(m, "a"));
+  EXPECT_TRUE(has_shape(m, "b"));
+  const ValueInfo& y = m.graph->value(m.graph->find_value("Y")).info;
+  ASSERT_TRUE(y.shape.has_value());
+  EXPECT_EQ(*y.shape, (std::vector<int64_t>{2, 3}));
+  ASSERT_EQ(m.graph->warnings.size(), 1u);
+  EXPECT_EQ(m.graph->warnings[0], "output 'Y' is declared [1,3] but the graph computes [2,3]; the computed shape is used");
+}
+
 TEST(ShapeInfer, conv_weights_of_another_rank_do_not_crash) {
   EXPECT_NO_THROW(load_text(R"(
 <ir_version: 8, opset_import: ["" : 17]>
