@@ -125,7 +125,10 @@ void dft_kernel(KernelContext& ctx) {
 #pragma omp parallel for schedule(static)
       for (int64_t line = 0; line < outer * inner; ++line) {
         const int64_t o = line / inner, i = line % inner;
-        dft_line([&](int64_t j) { return read_complex(src, (o * len + j) * inner + i, complex_in); },
+        // Explicit captures: clang loses the outer lambda's captures inside an OpenMP region.
+        dft_line([&, complex_in](int64_t j) {
+                   return read_complex(src, (o * len + j) * inner + i, complex_in);
+                 },
                  len, w, bins, inverse,
                  [&](int64_t k, cplx v) { write_complex(dst, (o * bins + k) * inner + i, v); });
       }
@@ -171,8 +174,8 @@ void stft_kernel(KernelContext& ctx) {
 #pragma omp parallel for schedule(static)
       for (int64_t bf = 0; bf < batch * frames; ++bf) {
         const int64_t b = bf / frames, f = bf % frames;
-        auto sample = [&](int64_t j) {
-          return read_complex(src, b * len + f * step + j, complex_in) * win[size_t(j)];
+        auto sample = [&, len, step, complex_in, wv = win.data()](int64_t j) {  // see dft_kernel
+          return read_complex(src, b * len + f * step + j, complex_in) * wv[j];
         };
         dft_line(sample, flen, w, bins, false,
                  [&](int64_t k, cplx v) { write_complex(dst, bf * bins + k, v); });
