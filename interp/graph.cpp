@@ -33,6 +33,7 @@ std::optional<Op> op_from_name(const std::string& name) {
 std::string Node::describe() const {
   std::string s = op_name(op);
   if (!name.empty()) s += " '" + name + "'";
+  else if (!anonymous.empty()) s += " " + anonymous;
   return s;
 }
 

@@ -59,6 +59,7 @@ struct Value {
 struct Node {
   Op op = Op::Identity;
   std::string name;       // the ONNX node name (may be empty)
+  std::string anonymous;  // for a node without a name, how errors point to it: "#7 -> 'y'"
   std::vector<int> inputs;   // value ids; -1 is an absent optional input
   std::vector<int> outputs;  // value ids; -1 is an absent optional output
   std::map<std::string, Attribute> attrs;
@@ -76,7 +77,7 @@ struct Node {
   const Tensor& attr_tensor(const std::string& k) const;
   const Graph& attr_graph(const std::string& k) const;
   const Attribute* find_attr(const std::string& k) const;
-  std::string describe() const;  // "Conv 'conv1'"
+  std::string describe() const;  // "Conv 'conv1'", or "Conv #7 -> 'y'" for a node without a name
   // The graphs held in this node's attributes (If/Loop/Scan bodies).
   std::vector<const Graph*> subgraphs() const;
 };

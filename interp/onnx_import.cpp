@@ -195,6 +195,14 @@ void GraphBuilder::add_node(onnx::NodeProto& np, const std::string& where) {
     n.attrs.emplace(a.name(), attribute(a, what + ", attribute '" + a.name() + "'"));
   for (const auto& in : np.input()) n.inputs.push_back(in.empty() ? -1 : resolve(in, what));
   int index = int(g_->nodes.size());
+  if (n.name.empty()) {
+    n.anonymous = "#" + std::to_string(index);
+    for (const auto& out : np.output())
+      if (!out.empty()) {
+        n.anonymous += " -> '" + out + "'";
+        break;
+      }
+  }
   for (const auto& out : np.output()) {
     int id = out.empty() ? -1 : g_->add_value(out, info_for(out));
     if (id >= 0) g_->values[size_t(id)].producer = index;
@@ -232,6 +240,34 @@ std::shared_ptr<Graph> GraphBuilder::build(onnx::GraphProto& gp, const std::stri
 // ONNX 1.12's checker rejects any IR version newer than its own (8), though a model of opset 17
 // or less uses nothing newer that verify_model has not already rejected (new data types are
 // unknown codes there). So newer models are checked as if they were version 8.
+// ONNX's checker writes "Node () has input size 2 ...\n\n==> Context: Bad node spec for node.
+// Name:  OpType: Relu": one line here, with the node's op type (and name) where it says "Node ()".
+std::string checker_message(const std::string& raw) {
+  std::string main = raw, context;
+  if (size_t at = raw.find("==> Context:"); at != std::string::npos) {
+    main = raw.substr(0, at);
+    context = raw.substr(at + 12);
+  }
+  auto squeeze = [](std::string t) {
+    std::string out;
+    for (char c : t) {
+      const char w = (c == '\n' || c == '\r' || c == '\t') ? ' ' : c;
+      if (w == ' ' && (out.empty() || out.back() == ' ')) continue;
+      out += w;
+    }
+    while (!out.empty() && out.back() == ' ') out.pop_back();
+    return out;
+  };
+  main = squeeze(main);
+  context = squeeze(context);
+  if (size_t at = context.find("OpType: "); at != std::string::npos && main.rfind("Node ()", 0) == 0) {
+    std::string op = context.substr(at + 8);
+    op = op.substr(0, op.find(' '));
+    main.replace(0, 7, "Node (" + op + ")");
+  }
+  return context.empty() ? main : main + " [" + context + "]";
+}
+
 void run_onnx_checker(onnx::ModelProto& m) {
   int64_t ir_version = m.ir_version();
   if (ir_version > onnx::IR_VERSION) m.set_ir_version(onnx::IR_VERSION);
@@ -242,7 +278,7 @@ void run_onnx_checker(onnx::ModelProto& m) {
     error = e.what();
   }
   m.set_ir_version(ir_version);
-  TERRACE_CHECK(error.empty(), InvalidModel, "ONNX checker: ", error);
+  TERRACE_CHECK(error.empty(), InvalidModel, "ONNX checker: ", checker_message(error));
 }
 
 Model convert_model(onnx::ModelProto& mp, const std::string& base_dir) {

@@ -383,7 +383,15 @@ RValue optional_from_proto(const onnx::OptionalProto& o, const std::string& what
 }  // namespace
 
 Tensor tensor_from_pb_bytes(std::string_view bytes, const std::string& what) {
-  return tensor_from_proto(parse_pb<onnx::TensorProto>(bytes, what, "TensorProto"), what);
+  TERRACE_CHECK(!bytes.empty(), InvalidArgument, what, " is empty (0 bytes), not a TensorProto");
+  onnx::TensorProto p = parse_pb<onnx::TensorProto>(bytes, what, "TensorProto");
+  if (p.data_type() == 0) {  // protobuf parses many other messages as a TensorProto without a type
+    onnx::ModelProto m;
+    const bool model = parse_proto(bytes, &m) && m.has_graph();
+    fail(ErrorCode::InvalidArgument, what, model ? " is an ONNX model (ModelProto), not a TensorProto"
+                                                 : " is not a TensorProto: it has no data type");
+  }
+  return tensor_from_proto(p, what);
 }
 
 Tensor load_tensor_pb(const std::string& path) {

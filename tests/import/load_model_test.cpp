@@ -154,5 +154,22 @@ TEST(Import, missing_file_is_io_error) {
   }
 }
 
+// A node without a name is named in errors by its index and first output; ONNX checker messages
+// are one line and name the node's op type.
+TEST(Import, errors_point_to_unnamed_nodes_and_checker_messages_are_one_line) {
+  Model m = load_onnx_bytes(bytes_of(parse_model(kSmallModel)));
+  EXPECT_EQ(m.graph->nodes[1].describe(), "Relu #1 -> 'Y'");
+  std::optional<Error> e = load_error(bytes_of(parse_model(R"(
+<ir_version: 8, opset_import: ["" : 17]>
+g (float[2] X) => (float[2] Y)
+{ Y = Relu(X, X) }
+)")));
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->code(), ErrorCode::InvalidModel);
+  const std::string what = e->what();
+  EXPECT_EQ(what.find('\n'), std::string::npos) << what;
+  EXPECT_NE(what.find("Node (Relu) has input size 2"), std::string::npos) << what;
+}
+
 }  // namespace
 }  // namespace terrace::test

@@ -107,5 +107,24 @@ TEST(TensorProto, sequence_and_optional_pb_files_load) {
   EXPECT_EQ(full.tensor.data<int64_t>()[0], 4);
 }
 
+// A .pb that is empty or is a whole model says so, naming the file, instead of "has no data type".
+TEST(TensorProto, an_empty_file_or_a_model_given_as_a_tensor_is_named_as_such) {
+  const std::string empty = temp_file("empty.pb", "");
+  try {
+    load_tensor_pb(empty);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::InvalidArgument);
+    EXPECT_EQ(e.message(), empty + " is empty (0 bytes), not a TensorProto");
+  }
+  const std::string model = temp_file("model_as_tensor.pb", bytes_of(parse_model(kSmallModel)));
+  try {
+    load_tensor_pb(model);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.message(), model + " is an ONNX model (ModelProto), not a TensorProto");
+  }
+}
+
 }  // namespace
 }  // namespace terrace::test
