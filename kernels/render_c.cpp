@@ -246,13 +246,15 @@ class CRenderer : public IRVisitor {
         hi = double(std::numeric_limits<T>::max());
       }
     });
-    int64_t tlo = 0;
+    int64_t tlo = 0, tmax = 0;  // the integer ends (not int64_t(hi): 2^63 overflows int64)
     dispatch_dtype(to, [&](auto tag) {
       using T = decltype(tag);
       if constexpr (std::is_integral_v<T>) tlo = int64_t(std::numeric_limits<T>::lowest());
+      if constexpr (std::is_integral_v<T> && !std::is_same_v<T, uint64_t>)
+        tmax = int64_t(std::numeric_limits<T>::max());
     });
     // The upper end of uint64 does not fit int64: spell it as ~0.
-    std::string thi = to == DType::UInt64 ? "(~(uint64_t)0)" : int_literal(int64_t(hi), to);
+    std::string thi = to == DType::UInt64 ? "(~(uint64_t)0)" : int_literal(tmax, to);
     return std::string("tr_sat_cast<") + c_type(to) + ", " + c_type(from) + ">(" + e + ", " +
            float_literal(lo, from) + ", " + float_literal(hi, from) + ", " + int_literal(tlo, to) +
            ", " + thi + ")";

@@ -53,10 +53,11 @@ QuantParams quant_params(KernelContext& ctx, const Tensor& x) {
   return q;
 }
 
-// Round half to even, add the zero point, saturate to Q's range.
+// Round half to even, add the zero point, saturate to Q's range; NaN gives 0 (as Cast does).
 template <typename Q>
 Q saturate_quantize(float scaled, float zero) {
   float r = std::nearbyint(scaled) + zero;
+  if (r != r) return Q(0);
   r = std::clamp(r, float(std::numeric_limits<Q>::lowest()), float(std::numeric_limits<Q>::max()));
   return Q(r);
 }
@@ -120,8 +121,9 @@ void dynamic_quantize_linear(KernelContext& ctx) {
   const float* src = x.data<float>();
   float lo = 0.f, hi = 0.f;
   for (int64_t i = 0; i < x.numel(); ++i) {
-    TERRACE_CHECK(!std::isnan(src[i]), InvalidArgument, ctx.node.describe(),
-                  ": input holds NaN");
+    // An infinity makes the scale infinite and the zero point NaN.
+    TERRACE_CHECK(std::isfinite(src[i]), InvalidArgument, ctx.node.describe(),
+                  ": input holds ", src[i], " at element ", i);
     lo = std::min(lo, src[i]);
     hi = std::max(hi, src[i]);
   }

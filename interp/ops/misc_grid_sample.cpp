@@ -28,8 +28,8 @@ struct Sampler {
     double lo = lo2 / 2, span = (hi2 - lo2) / 2;
     x = std::fabs(x - lo);
     double extra = std::fmod(x, span);
-    int64_t flips = int64_t(std::floor(x / span));
-    return flips % 2 == 0 ? extra + lo : span - extra + lo;
+    double flips = std::floor(x / span);  // a double: x may be huge, infinite or NaN
+    return std::fmod(flips, 2.0) == 0 ? extra + lo : span - extra + lo;
   }
 
   // Applies border or reflection padding to a coordinate (zeros padding leaves it alone).
@@ -49,6 +49,10 @@ template <typename T>
 double at(const T* plane, int64_t h, int64_t w, int64_t y, int64_t x) {
   return y >= 0 && y < h && x >= 0 && x < w ? double(plane[y * w + x]) : 0.0;
 }
+
+// A pixel coordinate as an index; NaN and values far outside any plane become -2, outside like
+// their neighbour at +1 (converting them to int64 would be undefined).
+int64_t to_index(double v) { return v > -1e15 && v < 1e15 ? int64_t(v) : -2; }
 
 // Cubic convolution weights of the 4 taps around a fractional offset t (A = -0.75).
 void cubic_weights(double t, double c[4]) {
@@ -73,7 +77,7 @@ double sample(const Sampler& s, const T* plane, int64_t h, int64_t w, double gx,
       double row = 0;
       for (int j = 0; j < 4; ++j) {
         double tx = s.pad(x0 - 1 + j, w), ty = s.pad(y0 - 1 + i, h);
-        row += cx[j] * at(plane, h, w, int64_t(ty), int64_t(tx));
+        row += cx[j] * at(plane, h, w, to_index(ty), to_index(tx));
       }
       acc += cy[i] * row;
     }
@@ -82,9 +86,9 @@ double sample(const Sampler& s, const T* plane, int64_t h, int64_t w, double gx,
   x = s.pad(x, w);
   y = s.pad(y, h);
   if (s.mode == Mode::Nearest)
-    return at(plane, h, w, int64_t(std::nearbyint(y)), int64_t(std::nearbyint(x)));
+    return at(plane, h, w, to_index(std::nearbyint(y)), to_index(std::nearbyint(x)));
   double x0 = std::floor(x), y0 = std::floor(y), fx = x - x0, fy = y - y0;
-  int64_t ix = int64_t(x0), iy = int64_t(y0);
+  int64_t ix = to_index(x0), iy = to_index(y0);
   return at(plane, h, w, iy, ix) * (1 - fx) * (1 - fy) + at(plane, h, w, iy, ix + 1) * fx * (1 - fy) +
          at(plane, h, w, iy + 1, ix) * (1 - fx) * fy + at(plane, h, w, iy + 1, ix + 1) * fx * fy;
 }

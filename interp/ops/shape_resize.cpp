@@ -260,6 +260,8 @@ void resize_kernel(KernelContext& ctx) {
     roi = float_list(ctx.input(1));
     TERRACE_CHECK(int64_t(roi.size()) == 2 * x.rank(), InvalidArgument, ctx.node.describe(),
                   ": roi has ", roi.size(), " values for an input of rank ", x.rank());
+    for (double v : roi)
+      TERRACE_CHECK(std::isfinite(v), InvalidArgument, ctx.node.describe(), ": roi holds ", v);
   }
   Shape out;
   std::vector<double> scales;
