@@ -24,6 +24,9 @@ struct Options {
   int max_specializations = 8;  // compiled versions per region
   int interp_threads = 0;       // OpenMP threads for the interpreter during run(); 0: OMP_NUM_THREADS or all cores
   int compile_threads = 1;      // background compile threads
+  // How long a session's destructor waits for a compile still running before it abandons it (the
+  // compile ends on its own thread and its result is dropped): a compile cannot be interrupted.
+  int compile_wait_ms = 2000;
   // The most nodes one region holds (0: no limit); larger fusible stretches become several
   // regions, so that no compile takes long (partition.h; measured in bench/RESULTS.md).
   int max_region_nodes = 64;

@@ -54,7 +54,7 @@ std::unique_ptr<Session> Session::from_graph(std::shared_ptr<const Graph> graph,
       for (int n : impl->plan.regions[size_t(step.region)].nodes) impl->step_of_node[size_t(n)] = int(s);
   }
   impl->last_use = last_use_positions(g, impl->step_of_node);
-  impl->tiers = std::make_unique<TierManager>(g, impl->plan, options, std::move(backend));
+  impl->tiers = std::make_unique<TierManager>(impl->graph, impl->plan, options, std::move(backend));
   return std::unique_ptr<Session>(new Session(std::move(impl)));
 }
 

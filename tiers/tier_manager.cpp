@@ -2,10 +2,10 @@
 // with deopts per call and demotion on a failed validation), and the background compile jobs.
 #include "tiers/tier_manager.h"
 
-#include <tbb/task_arena.h>
-
 #include <chrono>
 #include <condition_variable>
+#include <deque>
+#include <functional>
 #include <thread>
 
 #include "interp/compare.h"
@@ -23,33 +23,63 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
 }
 }  // namespace
 
-// Compiles run on TBB worker threads of their own arena (no slot is reserved for the calling
-// thread, so a job never waits for a run() call to enter the arena).
-// When the session goes away, jobs still queued are dropped unrun (`stopping`): a session's
-// destructor waits only for the compiles already running, which partition's region size limit
-// keeps short.
+// Background jobs (compiles, re-checks) run on threads of the session's own, not on a shared
+// pool: a compile that hangs then holds up only its own session's jobs. When the session goes
+// away, queued jobs are dropped unrun, a running one is waited for up to a limit and abandoned
+// past it: its thread is detached and finishes on its own; everything the job touches is held by
+// the shared Core, and this object is leaked with the thread rather than destroyed under it.
 struct TierManager::Jobs {
-  tbb::task_arena arena;
   std::mutex mu;
-  std::condition_variable idle;
-  int in_flight = 0;
-  std::atomic<bool> stopping{false};
-  explicit Jobs(int threads) : arena(std::max(1, threads), 0) {}
+  std::condition_variable work, idle;
+  std::deque<std::function<void()>> queue;
+  int in_flight = 0;  // queued or running
+  bool stopping = false;
+  std::vector<std::thread> threads;
 
-  template <typename F> void enqueue(F&& f) {
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      ++in_flight;
-    }
-    arena.enqueue([this, f = std::forward<F>(f)] {
-      if (!stopping.load()) f();
+  explicit Jobs(int n) {
+    for (int i = 0; i < std::max(1, n); ++i) threads.emplace_back([this] { loop(); });
+  }
+  ~Jobs() {  // only once stop() has found nothing running
+    for (std::thread& t : threads) t.join();
+  }
+  void loop() {
+    for (;;) {
+      std::function<void()> f;
+      {
+        std::unique_lock<std::mutex> lock(mu);
+        work.wait(lock, [&] { return stopping || !queue.empty(); });
+        if (queue.empty()) return;  // stopping
+        f = std::move(queue.front());
+        queue.pop_front();
+      }
+      f();
+      f = nullptr;  // its captures go before the job counts as done
       std::lock_guard<std::mutex> lock(mu);
       if (--in_flight == 0) idle.notify_all();
-    });
+    }
+  }
+  void enqueue(std::function<void()> f) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (stopping) return;
+    ++in_flight;
+    queue.push_back(std::move(f));
+    work.notify_one();
   }
   void wait() {
     std::unique_lock<std::mutex> lock(mu);
     idle.wait(lock, [&] { return in_flight == 0; });
+  }
+  // Drops the queued jobs and waits up to `ms` for the running ones: true when none is left.
+  bool stop(int ms) {
+    std::unique_lock<std::mutex> lock(mu);
+    stopping = true;
+    in_flight -= int(queue.size());
+    queue.clear();
+    work.notify_all();
+    return idle.wait_for(lock, std::chrono::milliseconds(std::max(0, ms)), [&] { return in_flight == 0; });
+  }
+  void abandon() {
+    for (std::thread& t : threads) t.detach();
   }
 };
 
@@ -81,30 +111,72 @@ struct TierManager::RegionState {
   }
 };
 
-TierManager::TierManager(const Graph& graph, const Plan& plan, const Options& options,
-                         std::unique_ptr<Backend> backend)
-    : graph_(graph), plan_(plan), options_(options), backend_(std::move(backend)),
-      jobs_(std::make_unique<Jobs>(options.compile_threads)) {
-  for (const Region& r : plan_.regions) {
-    regions_.push_back(std::make_unique<RegionState>());
-    regions_.back()->region = &r;
-    if (options_.validate == ValidateMode::Off) regions_.back()->validation = "off";
-    if (!backend_) regions_.back()->stopped = "no compiled tier enabled";
+struct TierManager::Core : std::enable_shared_from_this<Core> {
+  Core(std::shared_ptr<const Graph> g, Plan p, const Options& o, std::unique_ptr<Backend> b)
+      : graph_ptr(std::move(g)), graph_(*graph_ptr), plan_(std::move(p)), options_(o), backend_(std::move(b)) {
+    for (const Region& r : plan_.regions) {
+      regions_.push_back(std::make_unique<RegionState>());
+      regions_.back()->region = &r;
+      if (options_.validate == ValidateMode::Off) regions_.back()->validation = "off";
+      if (!backend_) regions_.back()->stopped = "no compiled tier enabled";
+    }
   }
+
+  void interpret_region(const Region& region, Frame& frame) const;
+  Tier execute(int r, Frame& frame, int64_t call);
+  Tier dispatch(RegionState& st, Frame& frame, int64_t call);
+  void maybe_promote(RegionState& st, const std::string& sig, const std::vector<Tensor>& in, int64_t call);
+  void compile_job(RegionState& st, std::string sig, std::vector<Tensor> in, int64_t call);
+  bool validate(RegionState& st, Version& v, Frame& frame, const std::vector<Tensor>& in,
+                const std::vector<Tensor>& out);
+  // Why `out` (the version's) differs from `expected` (the interpreter's), or nullopt.
+  std::optional<std::string> mismatch(const Region& region, const std::vector<Tensor>& in,
+                                       const std::vector<Tensor>& expected, const std::vector<Tensor>& out) const;
+  // Continuous validation: runs the interpreter on a copy of a served call in the background.
+  void maybe_recheck(RegionState& st, const std::shared_ptr<Version>& v, const std::vector<Tensor>& in,
+                     const std::vector<Tensor>& out, double run_ms, int64_t call);
+  void recheck_job(RegionState& st, std::shared_ptr<Version> v, std::vector<Tensor> in,
+                   std::vector<Tensor> out, int64_t call);
+  // Marks v demoted with the reason (st.mu held by the caller).
+  void demote(RegionState& st, Version& v, const std::string& why);
+  std::vector<RegionReport> report() const;
+
+  std::shared_ptr<const Graph> graph_ptr;
+  const Graph& graph_;
+  const Plan plan_;
+  const Options options_;
+  std::unique_ptr<Backend> backend_;
+  std::vector<std::unique_ptr<RegionState>> regions_;
+  Jobs* jobs_ = nullptr;  // valid while any job may run (TierManager leaks it when it abandons one)
+};
+
+TierManager::TierManager(std::shared_ptr<const Graph> graph, Plan plan, const Options& options,
+                         std::unique_ptr<Backend> backend)
+    : core_(std::make_shared<Core>(std::move(graph), std::move(plan), options, std::move(backend))),
+      jobs_(new Jobs(options.compile_threads)) {
+  core_->jobs_ = jobs_;
 }
 
 TierManager::~TierManager() {
-  jobs_->stopping = true;
-  wait_idle();
+  if (jobs_->stop(core_->options_.compile_wait_ms)) {
+    delete jobs_;
+    return;
+  }
+  log(LogLevel::Warn, "a background compile still runs after ", core_->options_.compile_wait_ms,
+      " ms; abandoned: it ends on its own thread and its result is dropped");
+  jobs_->abandon();  // and jobs_ is left alive for the detached thread
 }
+
+Tier TierManager::execute(int r, Frame& frame, int64_t call) { return core_->execute(r, frame, call); }
+std::vector<RegionReport> TierManager::report() const { return core_->report(); }
 
 void TierManager::wait_idle() { jobs_->wait(); }
 
-void TierManager::interpret_region(const Region& region, Frame& frame) const {
+void TierManager::Core::interpret_region(const Region& region, Frame& frame) const {
   for (int n : region.nodes) run_node(frame, n);
 }
 
-Tier TierManager::execute(int r, Frame& frame, int64_t call) {
+Tier TierManager::Core::execute(int r, Frame& frame, int64_t call) {
   RegionState& st = *regions_[size_t(r)];
   auto t0 = std::chrono::steady_clock::now();
   Tier tier = dispatch(st, frame, call);
@@ -115,7 +187,7 @@ Tier TierManager::execute(int r, Frame& frame, int64_t call) {
   return tier;
 }
 
-Tier TierManager::dispatch(RegionState& st, Frame& frame, int64_t call) {
+Tier TierManager::Core::dispatch(RegionState& st, Frame& frame, int64_t call) {
   const Region& region = *st.region;
   const int r = region.id;
   std::vector<Tensor> in;
@@ -184,7 +256,7 @@ Tier TierManager::dispatch(RegionState& st, Frame& frame, int64_t call) {
 }
 
 // Caller holds st.mu.
-void TierManager::maybe_promote(RegionState& st, const std::string& sig,
+void TierManager::Core::maybe_promote(RegionState& st, const std::string& sig,
                                 const std::vector<Tensor>& in, int64_t call) {
   if (!backend_ || !st.stopped.empty()) return;
   int count = ++st.signature_calls[sig];
@@ -201,10 +273,10 @@ void TierManager::maybe_promote(RegionState& st, const std::string& sig,
   std::vector<Tensor> shapes;
   for (const Tensor& t : in) shapes.push_back(Tensor::empty(t.dtype(), t.shape()));
   RegionState* sp = &st;
-  jobs_->enqueue([this, sp, sig, shapes, call] { compile_job(*sp, sig, shapes, call); });
+  jobs_->enqueue([self = shared_from_this(), sp, sig, shapes, call] { self->compile_job(*sp, sig, shapes, call); });
 }
 
-void TierManager::compile_job(RegionState& st, std::string sig, std::vector<Tensor> in, int64_t call) {
+void TierManager::Core::compile_job(RegionState& st, std::string sig, std::vector<Tensor> in, int64_t call) {
   auto t0 = std::chrono::steady_clock::now();
   std::unique_ptr<CompiledRegion> code;
   std::string error;
@@ -212,6 +284,8 @@ void TierManager::compile_job(RegionState& st, std::string sig, std::vector<Tens
     std::string tier = tier_name(backend_->tier());
     if (fault_enabled("slow-compile:" + tier))  // holds the compile back, for tests of no-waiting
       std::this_thread::sleep_for(std::chrono::seconds(2));
+    if (fault_enabled("hang-compile:" + tier))  // a compile that does not come back, for tests of abandoning
+      std::this_thread::sleep_for(std::chrono::hours(1));
     code = backend_->compile(graph_, *st.region, in);
   } catch (const std::exception& e) {
     error = e.what();
@@ -243,7 +317,7 @@ void TierManager::compile_job(RegionState& st, std::string sig, std::vector<Tens
       tier_name(backend_->tier()), " for ", sig, " after call ", call, ", compiled in ", ms, " ms");
 }
 
-std::optional<std::string> TierManager::mismatch(const Region& region, const std::vector<Tensor>& in,
+std::optional<std::string> TierManager::Core::mismatch(const Region& region, const std::vector<Tensor>& in,
                                                  const std::vector<Tensor>& expected,
                                                  const std::vector<Tensor>& out) const {
   std::vector<Tensor> allowance;  // computed only when the plain tolerance fails: it costs a run
@@ -259,14 +333,14 @@ std::optional<std::string> TierManager::mismatch(const Region& region, const std
   return std::nullopt;
 }
 
-void TierManager::demote(RegionState& st, Version& v, const std::string& why) {
+void TierManager::Core::demote(RegionState& st, Version& v, const std::string& why) {
   v.demoted = true;
   st.failed.insert(v.signature);
   st.validation = "failed: " + why;
   log(LogLevel::Warn, "region ", st.region->id, " (", st.region->ops(), "): demoted: ", why);
 }
 
-bool TierManager::validate(RegionState& st, Version& v, Frame& frame, const std::vector<Tensor>& in,
+bool TierManager::Core::validate(RegionState& st, Version& v, Frame& frame, const std::vector<Tensor>& in,
                            const std::vector<Tensor>& out) {
   interpret_region(*st.region, frame);
   const Region& region = *st.region;
@@ -290,7 +364,7 @@ bool TierManager::validate(RegionState& st, Version& v, Frame& frame, const std:
 // the first re-check too: all regions of a model re-checked at once, right after promotion,
 // slowed ResNet-50's calls by up to 1.9x for several calls (p90 41 -> 72 ms on 2 cores).
 // Inputs and outputs are copied: the caller may reuse or change its buffers once run() returns.
-void TierManager::maybe_recheck(RegionState& st, const std::shared_ptr<Version>& v, const std::vector<Tensor>& in,
+void TierManager::Core::maybe_recheck(RegionState& st, const std::shared_ptr<Version>& v, const std::vector<Tensor>& in,
                                 const std::vector<Tensor>& out, double run_ms, int64_t call) {
   if (options_.validate != ValidateMode::First || options_.recheck_budget <= 0) return;
   {
@@ -303,12 +377,12 @@ void TierManager::maybe_recheck(RegionState& st, const std::shared_ptr<Version>&
   for (const Tensor& t : in) in_copy.push_back(t.clone());
   for (const Tensor& t : out) out_copy.push_back(t.clone());
   RegionState* sp = &st;
-  jobs_->enqueue([this, sp, v, in_copy = std::move(in_copy), out_copy = std::move(out_copy), call] {
-    recheck_job(*sp, v, in_copy, out_copy, call);
+  jobs_->enqueue([self = shared_from_this(), sp, v, in_copy = std::move(in_copy), out_copy = std::move(out_copy), call] {
+    self->recheck_job(*sp, v, in_copy, out_copy, call);
   });
 }
 
-void TierManager::recheck_job(RegionState& st, std::shared_ptr<Version> v, std::vector<Tensor> in,
+void TierManager::Core::recheck_job(RegionState& st, std::shared_ptr<Version> v, std::vector<Tensor> in,
                               std::vector<Tensor> out, int64_t call) {
   const auto t0 = std::chrono::steady_clock::now();
   const Region& region = *st.region;
@@ -340,7 +414,7 @@ void TierManager::recheck_job(RegionState& st, std::shared_ptr<Version> v, std::
   if (why) demote(st, *v, *why);
 }
 
-std::vector<RegionReport> TierManager::report() const {
+std::vector<RegionReport> TierManager::Core::report() const {
   std::vector<RegionReport> out;
   for (const auto& sp : regions_) {
     const RegionState& st = *sp;

@@ -49,44 +49,28 @@ struct RegionReport {
 
 class TierManager {
  public:
-  TierManager(const Graph& graph, const Plan& plan, const Options& options,
+  // Keeps `graph` and a copy of `plan`: a compile the destructor abandons may outlive this object.
+  TierManager(std::shared_ptr<const Graph> graph, Plan plan, const Options& options,
               std::unique_ptr<Backend> backend);
-  ~TierManager();  // waits for background compiles
+  // Drops the background jobs still queued, waits up to Options::compile_wait_ms for a running one
+  // and abandons it past that (it finishes on its own thread; its result is dropped).
+  ~TierManager();
 
   // Runs region `r` for call `call` on the frame: a compiled version whose guards pass, or the
   // interpreter. Returns the tier that produced the results.
   Tier execute(int r, Frame& frame, int64_t call);
 
   std::vector<RegionReport> report() const;
-  // Blocks until no compile is in flight (tests and benchmarks; run() never calls it).
+  // Blocks until no background job is queued or running (tests and benchmarks; run() never
+  // calls it).
   void wait_idle();
 
  private:
   struct RegionState;
-  void interpret_region(const Region& region, Frame& frame) const;
-  Tier dispatch(RegionState& st, Frame& frame, int64_t call);
-  void maybe_promote(RegionState& st, const std::string& sig, const std::vector<Tensor>& in, int64_t call);
-  void compile_job(RegionState& st, std::string sig, std::vector<Tensor> in, int64_t call);
-  bool validate(RegionState& st, Version& v, Frame& frame, const std::vector<Tensor>& in,
-                const std::vector<Tensor>& out);
-  // Why `out` (the version's) differs from `expected` (the interpreter's), or nullopt.
-  std::optional<std::string> mismatch(const Region& region, const std::vector<Tensor>& in,
-                                       const std::vector<Tensor>& expected, const std::vector<Tensor>& out) const;
-  // Continuous validation: runs the interpreter on a copy of a served call in the background.
-  void maybe_recheck(RegionState& st, const std::shared_ptr<Version>& v, const std::vector<Tensor>& in,
-                     const std::vector<Tensor>& out, double run_ms, int64_t call);
-  void recheck_job(RegionState& st, std::shared_ptr<Version> v, std::vector<Tensor> in,
-                   std::vector<Tensor> out, int64_t call);
-  // Marks v demoted with the reason (st.mu held by the caller).
-  void demote(RegionState& st, Version& v, const std::string& why);
-
-  const Graph& graph_;
-  const Plan& plan_;
-  Options options_;
-  std::unique_ptr<Backend> backend_;
-  std::vector<std::unique_ptr<RegionState>> regions_;
-  struct Jobs;  // the background compile arena (TBB), kept out of this header
-  std::unique_ptr<Jobs> jobs_;
+  struct Core;  // regions, policy and jobs' work; shared with the jobs, so a job may outlive this
+  struct Jobs;  // the background threads and their queue
+  std::shared_ptr<Core> core_;
+  Jobs* jobs_;  // owned; left alive (leaked) when a running job is abandoned
 };
 
 }  // namespace terrace

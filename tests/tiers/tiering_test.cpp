@@ -345,6 +345,32 @@ TEST(Tiering, destroying_a_session_abandons_its_queued_compiles) {
   EXPECT_LT(seconds, 6.0) << "the destructor waited for queued compiles";
 }
 
+// A compile that never comes back (TERRACE_FAULT=hang-compile:cpu) blocks no call; the session's
+// destructor abandons it after Options::compile_wait_ms; and other sessions keep compiling (each
+// has its own compile threads). (A bound on waiting, with a wide margin, not a performance figure.)
+TEST(Tiering, a_hung_compile_blocks_no_call_and_is_abandoned_by_the_destructor) {
+  auto g = chain_model();
+  NamedTensors in = chain_inputs(8, 8, 5);
+  Options o = tiered();
+  o.compile_wait_ms = 200;
+  setenv("TERRACE_FAULT", "hang-compile:cpu", 1);
+  auto s = Session::from_graph(g, o);
+  s->run(in);
+  s->run(in);  // hot: the compile starts and hangs
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  unsetenv("TERRACE_FAULT");
+  for (int i = 0; i < 3; ++i) expect_matches_reference(s->run(in), reference(g, in));
+  EXPECT_NE(s->report_json().find("\"state\":\"compiling\""), std::string::npos) << s->report_json();
+  const auto t0 = std::chrono::steady_clock::now();
+  s.reset();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(seconds, 3.0) << "the destructor waited for a hung compile";
+  auto other = Session::from_graph(g, tiered());
+  warm_up(*other, in);
+  other->run(in);
+  EXPECT_TRUE(ran_tier(*other, "cpu")) << other->report();
+}
+
 TEST(Tiering, eight_threads_calling_run_through_a_promotion_all_get_correct_results) {
   auto g = chain_model();
   auto s = Session::from_graph(g, tiered());
