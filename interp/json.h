@@ -1,5 +1,6 @@
 // A minimal streaming JSON writer for reports (Session::report_json, --json FILE outputs).
 #pragma once
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdint>
@@ -24,9 +25,14 @@ class JsonWriter {
   JsonWriter& value(int64_t v) { sep(); os_ << v; return *this; }
   JsonWriter& value(int v) { return value(int64_t(v)); }
   JsonWriter& value(size_t v) { return value(int64_t(v)); }
+  // The shortest text that reads back as exactly `v` (std::to_chars); NaN and infinities, which
+  // JSON cannot hold, as null.
   JsonWriter& value(double v) {
     sep();
-    if (std::isfinite(v)) os_ << v; else os_ << "null";
+    if (!std::isfinite(v)) { os_ << "null"; return *this; }
+    char buf[32];
+    auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
+    os_.write(buf, end - buf);
     return *this;
   }
   JsonWriter& null() { sep(); os_ << "null"; return *this; }

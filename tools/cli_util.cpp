@@ -1,17 +1,177 @@
 // Helpers shared by the terrace subcommands.
 #include "tools/cli_util.h"
 
-#include <fstream>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <random>
+#include <set>
+
+#include "tiers/backend.h"
 
 namespace terrace::cli {
+
+// ---- option definitions ----
+
+bool ParsedArgs::has(const std::string& name) const {
+  for (auto& [n, v] : options)
+    if (n == name) return true;
+  return false;
+}
+
+std::optional<std::string> ParsedArgs::get(const std::string& name) const {
+  for (auto& [n, v] : options)
+    if (n == name) return v;
+  return std::nullopt;
+}
+
+std::vector<std::string> ParsedArgs::all(const std::string& name) const {
+  std::vector<std::string> out;
+  for (auto& [n, v] : options)
+    if (n == name) out.push_back(v);
+  return out;
+}
+
+namespace {
+
+std::string see_help(const CommandDef& def) {
+  return synopsis(def) + "\n(terrace " + def.name + " --help lists the options)";
+}
+
+const OptionDef* find_option(const CommandDef& def, const std::string& name) {
+  for (const OptionDef& o : def.options)
+    if (name == o.name || (o.alias && name == o.alias)) return &o;
+  return nullptr;
+}
+
+std::string option_usage(const OptionDef& o) {
+  std::string s = std::string("[") + o.name + (o.value ? std::string(" ") + o.value : "") + "]";
+  return o.repeatable ? s + "..." : s;
+}
+
+}  // namespace
+
+ParsedArgs parse_args(const CommandDef& def, const Args& args) {
+  ParsedArgs p;
+  p.def = &def;
+  std::set<std::string> seen;
+  bool only_operands = false;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (only_operands || a.size() < 2 || a[0] != '-') {
+      p.operands.push_back(a);
+      continue;
+    }
+    if (a == "--") {
+      only_operands = true;
+      continue;
+    }
+    if (a == "--help" || a == "-h") {
+      p.help = true;
+      continue;
+    }
+    std::string name = a;
+    std::optional<std::string> value;
+    if (size_t eq = a.find('='); a.rfind("--", 0) == 0 && eq != std::string::npos) {
+      name = a.substr(0, eq);
+      value = a.substr(eq + 1);
+    }
+    const OptionDef* o = find_option(def, name);
+    if (!o && a.rfind("--", 0) != 0 && a.size() > 2) {
+      // -j4: a one-letter option with its value attached
+      if (const OptionDef* shortopt = find_option(def, a.substr(0, 2)); shortopt && shortopt->value) {
+        o = shortopt;
+        value = a.substr(2);
+      }
+    }
+    if (!o) throw UsageError{"unknown option '" + name + "'\n" + see_help(def)};
+    if (!o->value && value) throw UsageError{std::string(o->name) + " takes no value, got '" + a + "'"};
+    if (o->value && !value) {
+      if (i + 1 >= args.size())
+        throw UsageError{std::string(o->name) + " needs a value (" + o->name + " " + o->value + ")"};
+      value = args[++i];
+    }
+    if (!o->repeatable && !seen.insert(o->name).second)
+      throw UsageError{std::string(o->name) + " given twice"};
+    p.options.emplace_back(o->name, value.value_or(""));
+  }
+  if (p.help) return p;
+  if (p.operands.size() < def.min_operands)
+    throw UsageError{std::string("no ") + def.operand_name + " given\n" + see_help(def)};
+  if (p.operands.size() > def.max_operands)
+    throw UsageError{std::string(def.max_operands == 1 ? "more than one " : "too many ") + def.operand_name +
+                     (def.max_operands == 1 ? "" : "s") + " given: '" + p.operands[def.max_operands] + "'\n" +
+                     see_help(def)};
+  return p;
+}
+
+std::string synopsis(const CommandDef& def, size_t width) {
+  std::string head = std::string("terrace ") + def.name + (*def.operands ? " " : "") + def.operands;
+  std::string indent(std::string("terrace ").size() + std::strlen(def.name) + 1, ' ');
+  std::string out = head, line = head;
+  for (const OptionDef& o : def.options) {
+    std::string part = option_usage(o);
+    if (line.size() + 1 + part.size() > width) {
+      out += "\n" + indent + part;
+      line = indent + part;
+    } else {
+      out += " " + part;
+      line += " " + part;
+    }
+  }
+  return out;
+}
+
+std::string wrap(const std::string& text, size_t width, const std::string& indent) {
+  std::string out, line = indent;
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find(' ', start);
+    if (end == std::string::npos) end = text.size();
+    std::string word = text.substr(start, end - start);
+    if (line.size() > indent.size() && line.size() + 1 + word.size() > width) {
+      out += line + "\n";
+      line = indent;
+    }
+    line += (line.size() > indent.size() ? " " : "") + word;
+    start = end + 1;
+  }
+  return out + line + "\n";
+}
+
+std::string help_text(const CommandDef& def) {
+  std::string s = "usage: " + synopsis(def) + "\n\n" + wrap(def.summary, 100, "") + "\noptions:\n";
+  std::vector<std::pair<std::string, std::string>> rows;
+  for (const OptionDef& o : def.options) {
+    std::string left = std::string(o.alias ? std::string(o.alias) + ", " : "") + o.name +
+                       (o.value ? std::string(" ") + o.value : "");
+    rows.emplace_back(left, std::string(o.help) + (o.repeatable ? " (repeatable)" : ""));
+  }
+  rows.emplace_back("-h, --help", "this help");
+  size_t w = 0;
+  for (auto& [l, r] : rows) w = std::max(w, l.size());
+  for (auto& [l, r] : rows) s += "  " + l + std::string(w + 2 - l.size(), ' ') + r + "\n";
+  s += "\nOptions take their value as `--opt value` or `--opt=value`. Exit codes: 0 success, 1 failure,\n"
+       "2 usage error.\n";
+  if (def.details) s += std::string("\n") + def.details;
+  return s;
+}
+
+// ---- values ----
 
 int64_t parse_count(const std::string& option, const std::string& text) {
   size_t used = 0;
   long long v = -1;
   try { v = std::stoll(text, &used); } catch (...) {}
-  if (v < 0 || used != text.size())
+  if (v < 0 || used != text.size() || text.empty() || text[0] == '+' || std::isspace((unsigned char)text[0]))
     throw UsageError{option + " expects a non-negative integer, got '" + text + "'"};
+  return v;
+}
+
+int64_t parse_positive(const std::string& option, const std::string& text) {
+  int64_t v = parse_count(option, text);
+  if (v < 1) throw UsageError{option + " must be at least 1, got '" + text + "'"};
   return v;
 }
 
@@ -19,12 +179,21 @@ std::pair<std::string, std::string> split_assignment(const std::string& option, 
   size_t eq = text.find('=');
   if (eq == std::string::npos || eq == 0)
     throw UsageError{option + " expects NAME=VALUE, got '" + text + "'"};
+  if (eq + 1 == text.size())
+    throw UsageError{option + " " + text + ": no value after '=' (" + option + " NAME=VALUE)"};
   return {text.substr(0, eq), text.substr(eq + 1)};
 }
 
-const std::string& next_value(const Args& args, size_t& i) {
-  if (i + 1 >= args.size()) throw UsageError{args[i] + " needs a value"};
-  return args[++i];
+std::vector<std::pair<std::string, std::string>> assignments(const ParsedArgs& p, const std::string& option) {
+  std::vector<std::pair<std::string, std::string>> out;
+  std::set<std::string> names;
+  for (const std::string& text : p.all(option)) {
+    auto kv = split_assignment(option, text);
+    if (!names.insert(kv.first).second)
+      throw UsageError{option + " given twice for '" + kv.first + "'"};
+    out.push_back(std::move(kv));
+  }
+  return out;
 }
 
 Tier parse_tier(const std::string& text) {
@@ -33,6 +202,29 @@ Tier parse_tier(const std::string& text) {
   if (text == "gpu") return Tier::Gpu;
   throw UsageError{"--tier expects interp, cpu or gpu, got '" + text + "'"};
 }
+
+// ---- tiers ----
+
+Tier highest_available_tier() {
+  static const Tier t = make_cpu_backend() ? Tier::Cpu : Tier::Interp;
+  return t;
+}
+
+bool tier_from_env() { return std::getenv("TERRACE_MAX_TIER") != nullptr; }
+
+Tier effective_tier(const char* command, Tier requested, bool explicitly_requested) {
+  Tier available = highest_available_tier();
+  if (requested <= available) return requested;
+  if (explicitly_requested) {
+    const char* why = requested == Tier::Gpu ? "tier 2 (the GPU) is not written yet"
+                                             : "this build has no tier-1 JIT";
+    std::fprintf(stderr, "terrace %s: tier %s is not available (%s); running on tier %s instead\n", command,
+                 tier_name(requested), why, tier_name(available));
+  }
+  return available;
+}
+
+// ---- inputs ----
 
 NamedTensors random_inputs(const Graph& g, uint64_t seed,
                            const std::vector<std::pair<std::string, int64_t>>& dims) {
@@ -67,10 +259,49 @@ NamedTensors random_inputs(const Graph& g, uint64_t seed,
   return out;
 }
 
+void check_dim_names(const Graph& g, const std::vector<std::pair<std::string, int64_t>>& dims,
+                     const std::string& option) {
+  std::set<std::string> symbolic;
+  for (int id : g.inputs) {
+    const Value& v = g.values[size_t(id)];
+    if (!v.info.shape) continue;
+    for (size_t d = 0; d < v.info.shape->size(); ++d)
+      if ((*v.info.shape)[d] < 0 && d < v.info.dim_names.size() && !v.info.dim_names[d].empty())
+        symbolic.insert(v.info.dim_names[d]);
+  }
+  for (auto& [name, value] : dims) {
+    if (symbolic.count(name)) continue;
+    std::string known;
+    for (const std::string& s : symbolic) known += (known.empty() ? "" : ", ") + s;
+    throw UsageError{option + " " + name + "=" + std::to_string(value) + ": no graph input has a symbolic dim named '" +
+                     name + "' (" + (known.empty() ? "the model has none" : "the model's: " + known) + ")"};
+  }
+}
+
+void check_input_name(const Graph& g, const std::string& name, const std::string& option) {
+  std::string known;
+  for (int id : g.inputs) {
+    if (g.values[size_t(id)].name == name) return;
+    known += (known.empty() ? "" : ", ") + g.values[size_t(id)].name;
+  }
+  throw UsageError{option + " names '" + name + "', which is not a graph input (inputs: " + known + ")"};
+}
+
+// ---- output ----
+
 void write_text_file(const std::string& path, const std::string& text) {
-  std::ofstream f(path, std::ios::binary);
-  f << text;
-  TERRACE_CHECK(f.good(), IoError, "cannot write '", path, "'");
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  TERRACE_CHECK(f, IoError, "cannot write '", path, "': ", std::strerror(errno));
+  size_t written = std::fwrite(text.data(), 1, text.size(), f);
+  int err = written == text.size() ? 0 : errno;
+  if (std::fflush(f) != 0 && !err) err = errno;
+  if (std::fclose(f) != 0 && !err) err = errno;
+  if (written != text.size() && !err) err = EIO;
+  TERRACE_CHECK(!err, IoError, "cannot write '", path, "': ", std::strerror(err));
+}
+
+void print_status_line(const std::string& command, bool passed) {
+  std::printf("&&&& %s %s\n", passed ? "PASSED" : "FAILED", command.c_str());
 }
 
 }  // namespace terrace::cli

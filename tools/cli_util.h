@@ -1,26 +1,108 @@
-// Helpers shared by the terrace subcommands: argument parsing, input generation, file output.
+// Helpers shared by the terrace subcommands: the option definitions every command's parser, --help
+// and the top-level usage are generated from; value parsing; input generation; file output.
 #pragma once
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "tiers/session.h"
 #include "tools/commands.h"
 
 namespace terrace::cli {
 
+// ---- option definitions ----
+
+// One option of a command. `value` names its argument ("NAME=FILE.pb"); nullptr for a flag.
+struct OptionDef {
+  const char* name;             // "--input"
+  const char* value;            // "NAME=FILE.pb", or nullptr: a flag
+  const char* help;             // one line
+  bool repeatable = false;      // may be given more than once (otherwise twice is a usage error)
+  const char* alias = nullptr;  // another spelling ("-j" for "--jobs", "-v" for "--verbose")
+};
+
+// A command: its name, operands, one-line summary and options. `--help`/`-h` is implied.
+struct CommandDef {
+  const char* name;      // "run"
+  const char* operands;  // how its operands read in the synopsis ("MODEL", "[DIR...]")
+  const char* summary;   // one sentence
+  std::vector<OptionDef> options;
+  size_t min_operands = 0, max_operands = SIZE_MAX;
+  const char* operand_name = "operand";  // in "no MODEL given", "more than one MODEL given"
+  const char* details = nullptr;         // more text for --help (may be nullptr)
+};
+
+// The command line of one command, parsed against its definition: operands in order, options in
+// the order given (each value already split from `--opt=value` or taken from the next argument).
+struct ParsedArgs {
+  const CommandDef* def = nullptr;
+  std::vector<std::string> operands;
+  std::vector<std::pair<std::string, std::string>> options;  // {canonical name, value}
+  bool help = false;
+  bool has(const std::string& name) const;
+  // The value of a non-repeatable option, if given.
+  std::optional<std::string> get(const std::string& name) const;
+  // Every value of a repeatable option, in order.
+  std::vector<std::string> all(const std::string& name) const;
+};
+
+// Accepts `--opt value`, `--opt=value`, `-jN` (a one-letter alias with its value attached), and
+// `--` (everything after is an operand). UsageError for an unknown option, a missing value, a value
+// given to a flag, a non-repeatable option given twice, or an operand count outside the definition.
+ParsedArgs parse_args(const CommandDef& def, const Args& args);
+
+// "terrace run MODEL [--input NAME=FILE.pb]... [--repeat N] ..." wrapped under `width` columns.
+std::string synopsis(const CommandDef& def, size_t width = 100);
+// `text` broken into lines of at most `width` columns (a word longer than that has its own line),
+// each starting with `indent`, each ending with a newline.
+std::string wrap(const std::string& text, size_t width, const std::string& indent);
+// The full --help text: synopsis, summary, one line per option, details.
+std::string help_text(const CommandDef& def);
+
+// ---- values ----
+
 // Parses a non-negative integer option value; UsageError naming the option otherwise.
 int64_t parse_count(const std::string& option, const std::string& text);
-// "NAME=VALUE" -> {NAME, VALUE}; UsageError otherwise.
+// Parses a positive integer option value (at least 1); UsageError naming the option otherwise.
+int64_t parse_positive(const std::string& option, const std::string& text);
+// "NAME=VALUE" -> {NAME, VALUE}, both non-empty; UsageError otherwise.
 std::pair<std::string, std::string> split_assignment(const std::string& option, const std::string& text);
-// The value after args[i] (advancing i); UsageError if there is none.
-const std::string& next_value(const Args& args, size_t& i);
+// Every NAME=VALUE of a repeatable option; UsageError if a NAME is given twice.
+std::vector<std::pair<std::string, std::string>> assignments(const ParsedArgs& p, const std::string& option);
 // Parses --tier's value.
 Tier parse_tier(const std::string& text);
+
+// ---- tiers ----
+
+// The highest tier this build can run: cpu where tier 1 was built, else interp (tier 2, the GPU,
+// is not written yet).
+Tier highest_available_tier();
+// The tier a command will run at most: `options.max_tier` lowered to what is available. When the
+// user asked for more (--tier, or TERRACE_MAX_TIER) than is available, says so once on stderr,
+// naming what runs instead. Without a request the default (the highest tier) is silently the
+// highest available.
+Tier effective_tier(const char* command, Tier requested, bool explicitly_requested);
+// Whether TERRACE_MAX_TIER is set (an explicit request).
+bool tier_from_env();
+
+// ---- inputs ----
 
 // Deterministic random inputs for every graph input: unknown dims become 1 unless given in
 // `dims` ("name=value" per symbolic dim name); floats uniform in [-1, 1], integers in [0, 10).
 NamedTensors random_inputs(const Graph& graph, uint64_t seed,
                            const std::vector<std::pair<std::string, int64_t>>& dims = {});
+// UsageError unless every name in `dims` is a symbolic dim of some graph input.
+void check_dim_names(const Graph& graph, const std::vector<std::pair<std::string, int64_t>>& dims,
+                     const std::string& option = "--dim");
+// UsageError unless `name` is a graph input.
+void check_input_name(const Graph& graph, const std::string& name, const std::string& option = "--input");
 
+// ---- output ----
+
+// Writes the bytes to `path`, flushed and closed: IoError naming the path and the reason (a full
+// disk, /dev/full, a missing folder) on any failure.
 void write_text_file(const std::string& path, const std::string& text);
+// The final status line of run, bench and conformance (as trtexec's): "&&&& PASSED terrace run".
+void print_status_line(const std::string& command, bool passed);
 
 }  // namespace terrace::cli

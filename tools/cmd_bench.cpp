@@ -22,44 +22,35 @@
 namespace terrace::cli {
 
 namespace {
-const char* kBenchUsage =
-    "terrace bench MODEL [--calls N] [--steady-calls N] [--tier interp|cpu|gpu] [--batch N] [--baseline-calls N]\n"
-    "                    [--input NAME=FILE.pb]... [--expect NAME=FILE.pb]... [--json FILE] [--plot FILE.png]\n"
-    "                    [--quiet]";
-
 struct BenchArgs {
   std::string model, json_path, plot_path;
   int64_t calls = 20;
   int64_t baseline_calls = -1;  // -1: min(calls, 20)
   int64_t steady_calls = 0;     // calls to run after the warm-up, beyond --calls if need be
-  int64_t batch = 0;            // 0: random inputs get batch 1
+  int64_t batch = 0;            // 0: not given, random inputs get batch 1
   bool quiet = false;
   std::vector<std::pair<std::string, std::string>> input_files, expect_files;
   Options options = Options::from_env();
 };
 
-BenchArgs parse_args(const Args& args) {
+BenchArgs parse_bench_args(const ParsedArgs& args) {
   BenchArgs b;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    if (a == "--calls") b.calls = parse_count(a, next_value(args, i));
-    else if (a == "--steady-calls") b.steady_calls = parse_count(a, next_value(args, i));
-    else if (a == "--baseline-calls") b.baseline_calls = parse_count(a, next_value(args, i));
-    else if (a == "--batch") b.batch = parse_count(a, next_value(args, i));
-    else if (a == "--tier") b.options.max_tier = parse_tier(next_value(args, i));
-    else if (a == "--input") b.input_files.push_back(split_assignment(a, next_value(args, i)));
-    else if (a == "--expect") b.expect_files.push_back(split_assignment(a, next_value(args, i)));
-    else if (a == "--json") b.json_path = next_value(args, i);
-    else if (a == "--plot") b.plot_path = next_value(args, i);
-    else if (a == "--quiet") b.quiet = true;
-    else if (!a.empty() && a[0] == '-') throw UsageError{"unknown option '" + a + "'\n" + kBenchUsage};
-    else if (b.model.empty()) b.model = a;
-    else throw UsageError{"more than one model given\n" + std::string(kBenchUsage)};
-  }
-  if (b.model.empty()) throw UsageError{std::string("no model given\n") + kBenchUsage};
-  if (b.calls < 1) throw UsageError{"--calls must be at least 1"};
+  b.model = args.operands[0];
+  if (auto v = args.get("--calls")) b.calls = parse_positive("--calls", *v);
+  if (auto v = args.get("--steady-calls")) b.steady_calls = parse_count("--steady-calls", *v);
+  if (auto v = args.get("--baseline-calls")) b.baseline_calls = parse_positive("--baseline-calls", *v);
+  if (auto v = args.get("--batch")) b.batch = parse_positive("--batch", *v);
+  bool asked = tier_from_env();
+  if (auto v = args.get("--tier")) b.options.max_tier = parse_tier(*v), asked = true;
+  b.options.max_tier = effective_tier("bench", b.options.max_tier, asked);
+  b.input_files = assignments(args, "--input");
+  b.expect_files = assignments(args, "--expect");
+  b.json_path = args.get("--json").value_or("");
+  b.plot_path = args.get("--plot").value_or("");
+  if (args.get("--json") && b.json_path.empty()) throw UsageError{"--json needs a file name"};
+  if (args.get("--plot") && b.plot_path.empty()) throw UsageError{"--plot needs a file name"};
+  b.quiet = args.has("--quiet");
   if (b.baseline_calls < 0) b.baseline_calls = std::min<int64_t>(b.calls, 20);
-  if (b.baseline_calls < 1) throw UsageError{"--baseline-calls must be at least 1"};
   // A zoo folder stands for its model.onnx.
   if (std::filesystem::is_directory(b.model)) b.model += "/model.onnx";
   return b;
@@ -69,10 +60,16 @@ BenchArgs parse_args(const Args& args) {
 NamedTensors bench_inputs(const Graph& graph, const BenchArgs& b) {
   std::vector<std::pair<std::string, int64_t>> dims;
   if (b.batch > 0) dims.emplace_back("batch", b.batch);
+  check_dim_names(graph, dims, "--batch");
+  for (auto& [name, file] : b.input_files) check_input_name(graph, name);
+  for (auto& [name, file] : b.expect_files) {
+    bool found = false;
+    for (int id : graph.outputs) found = found || graph.values[size_t(id)].name == name;
+    if (!found) throw UsageError{"--expect names '" + name + "', which is not a graph output"};
+  }
   NamedTensors inputs = random_inputs(graph, 42, dims);
   for (auto& [name, file] : b.input_files) {
     auto it = std::find_if(inputs.begin(), inputs.end(), [&](auto& p) { return p.first == name; });
-    TERRACE_CHECK(it != inputs.end(), InvalidArgument, "--input names '", name, "', which is not a graph input");
     it->second = load_tensor_pb(file);
   }
   return inputs;
@@ -256,7 +253,7 @@ struct Check {
   Comparison result;
 };
 
-// Compares output `name` with `want` (DESIGN.md's tolerances); prints a mismatch.
+// Compares output `name` with `want` (Tolerance::for_dtype, ARCHITECTURE.md's "Rules"); prints a mismatch.
 Check check_output(const NamedTensors& got, const std::string& name, const Tensor& want, std::string against) {
   auto it = std::find_if(got.begin(), got.end(), [&](auto& p) { return p.first == name; });
   if (it == got.end()) throw UsageError{"--expect names '" + name + "', which is not an output"};
@@ -272,6 +269,18 @@ std::vector<Check> check_outputs(const BenchArgs& b, const NamedTensors& got, co
   for (auto& [name, t] : interp) checks.push_back(check_output(got, name, t, "interp"));
   for (auto& [name, file] : b.expect_files) checks.push_back(check_output(got, name, load_tensor_pb(file), file));
   return checks;
+}
+
+// Every tier any call of the run ran on, lowest first.
+std::vector<std::string> tiers_ran(const TimedRun& run) {
+  std::vector<std::string> out;
+  for (const char* t : {"interp", "cpu", "gpu"})
+    for (auto& c : run.calls)
+      if (std::find(c.tiers.begin(), c.tiers.end(), t) != c.tiers.end()) {
+        out.push_back(t);
+        break;
+      }
+  return out;
 }
 
 std::string joined(const std::vector<std::string>& parts) {
@@ -290,7 +299,8 @@ std::string result_json(const BenchArgs& b, const NamedTensors& inputs, const Ti
                         const Stats& steady, const TimedRun& base, const Stats& base_steady,
                         std::optional<int64_t> even, const std::vector<Check>& checks) {
   JsonWriter j;
-  j.begin_object().field("model", b.model).field("tier", tier_name(b.options.max_tier));
+  j.begin_object().field("model", b.model).field("tier", tier_name(b.options.max_tier))
+      .field("tiers_ran", tiers_ran(run));
   j.key("inputs").begin_array();
   for (auto& [name, t] : inputs)
     j.begin_object().field("name", name).field("dtype", dtype_name(t.dtype())).field("shape", t.shape()).end_object();
@@ -377,8 +387,32 @@ void plot(const std::string& json_path, const std::string& plot_path) {
 }
 }  // namespace
 
-int cmd_bench(const Args& args) {
-  BenchArgs b = parse_args(args);
+const CommandDef kBenchCommand{
+    "bench",
+    "MODEL",
+    "Runs a model (a .onnx file, or a folder holding model.onnx) from a cold start and reports the "
+    "warm-up timeline, the steady state against the interpreter and the break-even call.",
+    {
+        {"--calls", "N", "calls to time (default 20)"},
+        {"--steady-calls", "N", "keep calling until N calls after the warm-up are timed (at most 5 minutes)"},
+        {"--baseline-calls", "N", "calls of the interpreter baseline (default min(calls, 20))"},
+        {"--tier", "interp|cpu|gpu", "the highest tier regions may be promoted to (default: the highest built)"},
+        {"--batch", "N", "the symbolic dim 'batch' of the random inputs (default 1)"},
+        {"--input", "NAME=FILE.pb", "the input NAME from a TensorProto file instead of random values", true},
+        {"--expect", "NAME=FILE.pb", "check output NAME of the last call against a TensorProto file", true},
+        {"--json", "FILE", "write the timeline, statistics and report as JSON (tools/plot_bench.py's schema)"},
+        {"--plot", "FILE.png", "plot the timeline to FILE.png and FILE.svg (and its JSON next to it)"},
+        {"--quiet", nullptr, "no per-call timeline"},
+    },
+    1,
+    1,
+    "MODEL",
+    "The last call's outputs are checked against the interpreter baseline's and the --expect files;\n"
+    "the last line is `&&&& PASSED ...` or `&&&& FAILED ...`.\n",
+};
+
+int cmd_bench(const ParsedArgs& args) {
+  BenchArgs b = parse_bench_args(args);
   NamedTensors inputs;
   TimedRun run = timed_run(b, b.options, b.calls, b.steady_calls, inputs);
   // The interpreter baseline, same inputs; a run on the interpreter is its own baseline.
@@ -392,6 +426,7 @@ int cmd_bench(const Args& args) {
 
   if (!b.quiet) print_timeline(run);
   print_summary(run, steady, base_steady, even);
+  std::printf("tiers: up to %s allowed; ran on %s\n", tier_name(b.options.max_tier), joined(tiers_ran(run)).c_str());
   bool ok = std::all_of(checks.begin(), checks.end(), [](auto& c) { return c.result.equal; });
   std::printf("check: outputs %s the interpreter%s\n", ok ? "match" : "DIFFER from",
               b.expect_files.empty() ? "" : " and the --expect files");

@@ -23,10 +23,6 @@ using conformance::TestResult;
 constexpr Status kFailureKinds[] = {Status::InvalidModel, Status::LoadError, Status::RunError,
                                     Status::ResultDiffers};
 
-constexpr const char* kUsage =
-    "conformance [DIR...] [--tier interp|cpu|gpu] [--filter REGEX] [--json FILE] [--expected FILE]\n"
-    "            [--write-expected FILE] [--min-pass N] [--isolate] [-j N] [--timeout S] [--rtol X] [--atol X] [-v]";
-
 struct Config {
   std::vector<std::string> dirs;
   Tier tier = Tier::Interp;
@@ -61,33 +57,30 @@ double parse_real(const std::string& option, const std::string& text) {
 
 int parse_jobs(const std::string& text) { return int(std::clamp<int64_t>(parse_count("-j", text), 1, 1024)); }
 
-Config parse_args(const Args& args) {
+Config parse_config(const ParsedArgs& args) {
   Config c;
   std::optional<std::string> expected_path;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    auto value = [&]() -> const std::string& { return next_value(args, i); };
-    if (a == "--tier") c.tier = parse_tier(value());
+  for (auto& [a, v] : args.options) {
+    if (a == "--tier") c.tier = parse_tier(v);
     else if (a == "--filter") {
       try {
-        c.filter.emplace(value());
+        c.filter.emplace(v);
       } catch (const std::regex_error& e) {
         throw UsageError{"--filter: bad regular expression: " + std::string(e.what())};
       }
-    } else if (a == "--json") c.json_path = value();
-    else if (a == "--expected") expected_path = value();
-    else if (a == "--write-expected") c.write_expected_path = value();
-    else if (a == "--min-pass") c.min_pass = parse_count(a, value());
+    } else if (a == "--json") c.json_path = v;
+    else if (a == "--expected") expected_path = v;
+    else if (a == "--write-expected") c.write_expected_path = v;
+    else if (a == "--min-pass") c.min_pass = parse_count(a, v);
     else if (a == "--isolate") c.isolate = true;
-    else if (a == "-j" || a == "--jobs") c.jobs = parse_jobs(value());
-    else if (a.rfind("-j", 0) == 0) c.jobs = parse_jobs(a.substr(2));  // -j4
-    else if (a == "--timeout") c.timeout_s = int(parse_count(a, value()));
-    else if (a == "--rtol") c.tol.rtol = parse_real(a, value());
-    else if (a == "--atol") c.tol.atol = parse_real(a, value());
-    else if (a == "-v" || a == "--verbose") c.verbose = true;
-    else if (a.size() > 1 && a[0] == '-') throw UsageError{"unknown option '" + a + "'\nusage: terrace " + kUsage};
-    else c.dirs.push_back(a);
+    else if (a == "--jobs") c.jobs = parse_jobs(v);
+    else if (a == "--timeout") c.timeout_s = int(parse_count(a, v));
+    else if (a == "--rtol") c.tol.rtol = parse_real(a, v);
+    else if (a == "--atol") c.tol.atol = parse_real(a, v);
+    else if (a == "--verbose") c.verbose = true;
   }
+  c.dirs = args.operands;
+  c.tier = effective_tier("conformance", c.tier, args.has("--tier"));
   c.expected_path = expected_path ? *expected_path : default_expected_file(c.tier);
   if (c.jobs > 1) c.isolate = true;  // parallel runs happen in forked children only
   if (c.dirs.empty()) c.dirs.push_back("node");
@@ -162,7 +155,7 @@ void write_expectations(const std::string& path, Tier tier, const Expectations& 
   }
   std::ostringstream out;
   out << "# ONNX backend tests Terrace is known to fail on --tier " << tier_name(tier)
-      << ": `test_name  reason`, one a line.\n"
+      << ", for every suite (node, simple,\n# pytorch-converted, pytorch-operator): `test_name  reason`, one a line.\n"
          "# `terrace conformance --expected FILE` treats these failures as expected and reports\n"
          "# listed tests that pass. `--write-expected FILE` regenerates the list from a run: reasons\n"
          "# that start with a status (`not_implemented: ...`) are refreshed, hand-written ones kept.\n";
@@ -301,8 +294,38 @@ void write_json(const std::string& path, const Outcome& o, const Config& c, cons
 
 }  // namespace
 
-int cmd_conformance(const Args& args) {
-  Config c = parse_args(args);
+const CommandDef kConformanceCommand{
+    "conformance",
+    "[DIR...]",
+    "Runs ONNX backend tests (model.onnx and test_data_set_N/ folders) on a tier and judges them "
+    "against their saved outputs and the expected-failures file.",
+    {
+        {"--tier", "interp|cpu|gpu", "the tier to test (default interp)"},
+        {"--filter", "REGEX", "only tests whose names match (searched, as ctest -R)"},
+        {"--json", "FILE", "write the full result as JSON"},
+        {"--expected", "FILE", "the expected-failures list (default tests/conformance_expected.txt)"},
+        {"--write-expected", "FILE", "write this run's failures as an expected-failures list"},
+        {"--min-pass", "N", "fail when fewer than N tests pass"},
+        {"--isolate", nullptr, "run each test in its own process (a crash or hang fails that test only)"},
+        {"--jobs", "N", "run N tests at once (implies --isolate)", false, "-j"},
+        {"--timeout", "S", "with --isolate: seconds per test (default 60)"},
+        {"--rtol", "X", "relative tolerance for floats (default 1e-3, ONNX's)"},
+        {"--atol", "X", "absolute tolerance for floats (default 1e-7, ONNX's)"},
+        {"--verbose", nullptr, "a line for every test, passed ones too", false, "-v"},
+    },
+    0,
+    SIZE_MAX,
+    "DIR",
+    "DIR is a test folder, a folder of test folders, or a suite shipped by libonnx-testdata under\n"
+    "/usr/share/libonnx-testdata/data: node (the default), simple, pytorch-converted,\n"
+    "pytorch-operator, real (its models are not shipped: it runs no test, which is a failure).\n"
+    "Every failure must be listed in the expected-failures file (`test_name  reason` a line; one\n"
+    "file for every suite); a run that executes no test fails. The last line is `&&&& PASSED ...`\n"
+    "or `&&&& FAILED ...`.\n",
+};
+
+int cmd_conformance(const ParsedArgs& args) {
+  Config c = parse_config(args);
   Expectations expected = read_expectations(c.expected_path);
   std::vector<conformance::TestCase> tests;
   try {
@@ -316,6 +339,13 @@ int cmd_conformance(const Args& args) {
                 : conformance::run_tests_in_process(tests, c.tier, c.tol);
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   Outcome o = evaluate(std::move(results), expected, seconds);
+  if (o.results.empty()) {
+    std::string where;
+    for (auto& d : c.dirs) where += (where.empty() ? "" : ", ") + d;
+    std::printf("FAILED: no test ran: %s holds no test folder (model.onnx and test_data_set_N/)%s\n",
+                where.c_str(), c.filter ? " matching --filter" : "");
+    return 1;
+  }
 
   print_test_lines(o, expected, c.verbose);
   print_summary(o, c);

@@ -1,5 +1,6 @@
 // terrace explain: prints a model's graph (inputs, outputs, each node with its value shapes).
 #include <cstdio>
+#include <filesystem>
 
 #include "interp/onnx_import.h"
 #include "tools/cli_util.h"
@@ -47,17 +48,34 @@ void print_graph(const Graph& g, const std::string& indent) {
 }
 }  // namespace
 
-int cmd_explain(const Args& args) {
-  if (args.size() != 1 || args[0].empty() || args[0][0] == '-')
-    throw UsageError{"usage: terrace explain MODEL"};
-  Model m = load_onnx_file(args[0]);
-  std::printf("model %s (ir %lld, opset %d)\n", args[0].c_str(), (long long)m.ir_version,
+const CommandDef kExplainCommand{
+    "explain",
+    "MODEL",
+    "Prints a model's graph (inputs, outputs, each node with its value shapes) and the execution plan: "
+    "its regions and each graph break with the reason the tier-1 backend gives.",
+    {
+        {"--tier", "interp|cpu|gpu", "plan for this tier (default: the highest built)"},
+    },
+    1,
+    1,
+    "MODEL",
+};
+
+int cmd_explain(const ParsedArgs& args) {
+  std::string model = args.operands[0];
+  if (std::filesystem::is_directory(model)) model += "/model.onnx";
+  Options options = Options::from_env();
+  bool asked = tier_from_env();
+  if (auto t = args.get("--tier")) options.max_tier = parse_tier(*t), asked = true;
+  options.max_tier = effective_tier("explain", options.max_tier, asked);
+  Model m = load_onnx_file(model);
+  std::printf("model %s (ir %lld, opset %d)\n", model.c_str(), (long long)m.ir_version,
               m.graph->opset);
   print_graph(*m.graph, "  ");
-  auto session = Session::from_graph(m.graph, Options::from_env());
+  auto session = Session::from_graph(m.graph, options);
   const Graph& g = *m.graph;
   const Plan& plan = session->plan();
-  std::printf("plan: %zu regions, %zu graph breaks\n", plan.regions.size(),
+  std::printf("plan (up to tier %s): %zu regions, %zu graph breaks\n", tier_name(options.max_tier), plan.regions.size(),
               plan.steps.size() - plan.regions.size());
   for (const Step& s : plan.steps) {
     if (s.region >= 0) {

@@ -1,48 +1,96 @@
 // terrace run: runs a model N times, printing each call's latency and tiers and the outputs.
+#include <algorithm>
 #include <cstdio>
+#include <filesystem>
 
 #include "interp/compare.h"
 #include "interp/json.h"
+#include "interp/log.h"
 #include "interp/onnx_import.h"
+#include "interp/tensor_proto.h"
 #include "tools/cli_util.h"
 
 namespace terrace::cli {
 
+const CommandDef kRunCommand{
+    "run",
+    "MODEL",
+    "Runs a model (a .onnx file, or a folder holding model.onnx) N times, printing each call's "
+    "latency and the tiers it ran on, the session's report and the outputs; checks outputs with --expect.",
+    {
+        {"--input", "NAME=FILE.pb", "the input NAME from a TensorProto file", true},
+        {"--random-inputs", nullptr, "deterministic random values for every input not given with --input"},
+        {"--dim", "SYM=N", "the symbolic dim SYM of the random inputs (default 1)", true},
+        {"--repeat", "N", "run N times (default 1)"},
+        {"--expect", "NAME=FILE.pb", "check output NAME against a TensorProto file", true},
+        {"--tier", "interp|cpu|gpu", "the highest tier regions may be promoted to (default: the highest built)"},
+        {"--json", "FILE", "write the outputs' shapes, the checks and the session's report as JSON"},
+        {"--output-dir", "DIR", "write the last call's outputs as DIR/output_N.pb (TensorProto, ONNX test-data layout)"},
+        {"--quiet", nullptr, "no per-call lines and no report"},
+    },
+    1,
+    1,
+    "MODEL",
+    "Every graph input needs a value: --input, or --random-inputs for the rest. The last line is\n"
+    "`&&&& PASSED ...` or `&&&& FAILED ...` (an --expect check that differs, or an error).\n",
+};
+
 namespace {
-const char* kRunUsage =
-    "terrace run MODEL [--input NAME=FILE.pb]... [--random-inputs] [--dim SYM=N]... [--repeat N]\n"
-    "                  [--expect NAME=FILE.pb]... [--tier interp|cpu|gpu] [--json FILE] [--quiet]";
+
+std::string model_path(std::string model) {
+  // A zoo folder stands for its model.onnx.
+  if (std::filesystem::is_directory(model)) model += "/model.onnx";
+  return model;
 }
 
-int cmd_run(const Args& args) {
-  std::string model, json_path;
-  std::vector<std::pair<std::string, std::string>> input_files, expect_files;
-  std::vector<std::pair<std::string, int64_t>> dims;
-  bool random = false, quiet = false;
-  int64_t repeat = 1;
-  Options options = Options::from_env();
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    if (a == "--input") input_files.push_back(split_assignment(a, next_value(args, i)));
-    else if (a == "--expect") expect_files.push_back(split_assignment(a, next_value(args, i)));
-    else if (a == "--random-inputs") random = true;
-    else if (a == "--quiet") quiet = true;
-    else if (a == "--dim") {
-      auto [n, v] = split_assignment(a, next_value(args, i));
-      dims.emplace_back(n, parse_count(a, v));
-    } else if (a == "--repeat") repeat = parse_count(a, next_value(args, i));
-    else if (a == "--json") json_path = next_value(args, i);
-    else if (a == "--tier") options.max_tier = parse_tier(next_value(args, i));
-    else if (!a.empty() && a[0] == '-') throw UsageError{"unknown option '" + a + "'\n" + kRunUsage};
-    else if (model.empty()) model = a;
-    else throw UsageError{"more than one model given\n" + std::string(kRunUsage)};
+// Writes each output as DIR/output_N.pb, a TensorProto named after the output.
+void write_outputs(const std::string& dir, const NamedTensors& outputs) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  TERRACE_CHECK(!ec && std::filesystem::is_directory(dir), IoError, "--output-dir: cannot create '", dir,
+                "': ", ec ? ec.message() : "not a folder");
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    onnx::TensorProto proto;
+    tensor_to_proto(outputs[i].second, &proto, outputs[i].first);
+    std::string bytes;
+    TERRACE_CHECK(proto.SerializeToString(&bytes), IoError, "cannot serialise output '", outputs[i].first, "'");
+    std::string path = (std::filesystem::path(dir) / ("output_" + std::to_string(i) + ".pb")).string();
+    write_text_file(path, bytes);
+    std::printf("wrote %s (output %s)\n", path.c_str(), outputs[i].first.c_str());
   }
-  if (model.empty()) throw UsageError{std::string("no model given\n") + kRunUsage};
-  if (repeat < 1) throw UsageError{"--repeat must be at least 1"};
+}
+
+}  // namespace
+
+int cmd_run(const ParsedArgs& args) {
+  const std::string model = model_path(args.operands[0]);
+  auto input_files = assignments(args, "--input");
+  auto expect_files = assignments(args, "--expect");
+  std::vector<std::pair<std::string, int64_t>> dims;
+  for (auto& [n, v] : assignments(args, "--dim")) dims.emplace_back(n, parse_count("--dim " + n, v));
+  const bool random = args.has("--random-inputs"), quiet = args.has("--quiet");
+  const int64_t repeat = args.get("--repeat") ? parse_positive("--repeat", *args.get("--repeat")) : 1;
+  const std::string json_path = args.get("--json").value_or("");
+  const std::string output_dir = args.get("--output-dir").value_or("");
+  if (args.get("--json") && json_path.empty()) throw UsageError{"--json needs a file name"};
+  if (args.get("--output-dir") && output_dir.empty()) throw UsageError{"--output-dir needs a folder name"};
+  if (!dims.empty() && !random) throw UsageError{"--dim sets the random inputs' dims: it needs --random-inputs"};
+  Options options = Options::from_env();
+  bool asked = tier_from_env();
+  if (auto t = args.get("--tier")) options.max_tier = parse_tier(*t), asked = true;
+  options.max_tier = effective_tier("run", options.max_tier, asked);
 
   auto session = Session::load(model, options);
+  const Graph& graph = session->graph();
+  for (auto& [name, file] : input_files) check_input_name(graph, name);
+  check_dim_names(graph, dims);
+  for (auto& [name, file] : expect_files) {
+    bool found = false;
+    for (int id : graph.outputs) found = found || graph.values[size_t(id)].name == name;
+    if (!found) throw UsageError{"--expect names '" + name + "', which is not a graph output"};
+  }
   NamedTensors inputs;
-  if (random) inputs = random_inputs(session->graph(), 42, dims);
+  if (random) inputs = random_inputs(graph, 42, dims);
   for (auto& [name, file] : input_files) {
     Tensor t = load_tensor_pb(file);
     bool replaced = false;
@@ -50,20 +98,31 @@ int cmd_run(const Args& args) {
       if (n == name) v = t, replaced = true;
     if (!replaced) inputs.emplace_back(name, std::move(t));
   }
+  for (auto& [name, t] : inputs)
+    log(LogLevel::Trace, "run: input ", name, ": ", dtype_name(t.dtype()), shape_str(t.shape()));
 
   NamedTensors outputs;
+  std::vector<std::string> ran;  // every tier any call ran on, lowest first
   for (int64_t c = 0; c < repeat; ++c) {
     outputs = session->run(inputs);
-    if (!quiet) {
-      CallRecord r = session->last_call();
-      std::string tiers;
-      for (auto& t : r.tiers) tiers += (tiers.empty() ? "" : "+") + t;
-      std::printf("call %3lld  %10.3f ms  [%s]\n", (long long)r.index, r.ms, tiers.c_str());
-    }
+    CallRecord r = session->last_call();
+    for (auto& t : r.tiers)
+      if (std::find(ran.begin(), ran.end(), t) == ran.end()) ran.push_back(t);
+    std::string tiers;
+    for (auto& t : r.tiers) tiers += (tiers.empty() ? "" : "+") + t;
+    log(LogLevel::Trace, "run: call ", r.index, " took ", r.ms, " ms on ", tiers);
+    if (!quiet) std::printf("call %3lld  %10.3f ms  [%s]\n", (long long)r.index, r.ms, tiers.c_str());
   }
   if (!quiet) std::fputs(session->report().c_str(), stdout);
   for (auto& [name, t] : outputs)
     std::printf("output %s: %s%s\n", name.c_str(), dtype_name(t.dtype()), shape_str(t.shape()).c_str());
+  std::sort(ran.begin(), ran.end(), [](const std::string& a, const std::string& b) {
+    auto rank = [](const std::string& t) { return t == "interp" ? 0 : t == "cpu" ? 1 : t == "gpu" ? 2 : 3; };
+    return rank(a) < rank(b);
+  });
+  std::string ran_text;
+  for (auto& t : ran) ran_text += (ran_text.empty() ? "" : ", ") + t;
+  std::printf("tiers: up to %s allowed; ran on %s\n", tier_name(options.max_tier), ran_text.c_str());
 
   bool ok = true;
   JsonWriter checks;
@@ -72,7 +131,6 @@ int cmd_run(const Args& args) {
     const Tensor* got = nullptr;
     for (auto& [n, t] : outputs)
       if (n == name) got = &t;
-    if (!got) throw UsageError{"--expect names '" + name + "', which is not an output"};
     Tensor want = load_tensor_pb(file);
     Comparison c = compare_tensors(want, *got, Tolerance::for_dtype(want.dtype()));
     std::printf("check %s: %s (max abs err %.3g, max rel err %.3g)%s%s\n", name.c_str(),
@@ -85,9 +143,10 @@ int cmd_run(const Args& args) {
   }
   checks.end_array();
 
+  if (!output_dir.empty()) write_outputs(output_dir, outputs);
   if (!json_path.empty()) {
     JsonWriter j;
-    j.begin_object().field("model", model);
+    j.begin_object().field("model", model).field("tier", tier_name(options.max_tier)).field("tiers_ran", ran);
     j.key("outputs").begin_array();
     for (auto& [name, t] : outputs)
       j.begin_object().field("name", name).field("dtype", dtype_name(t.dtype()))
@@ -95,8 +154,9 @@ int cmd_run(const Args& args) {
     j.end_array();
     j.key("checks").raw(checks.str());
     j.key("report").raw(session->report_json());
+    j.field("passed", ok);
     j.end_object();
-    write_text_file(json_path, j.str());
+    write_text_file(json_path, j.str() + "\n");
   }
   return ok ? 0 : 1;
 }

@@ -1,5 +1,6 @@
-// The terrace subcommands; each takes the arguments after its name and returns the exit code
-// (0 success, 1 failure, 2 usage error).
+// The terrace subcommands. Each is a CommandDef (its options, from which its parser, its --help and
+// the top-level usage are all generated; tools/cli_util.h) and a function that takes the parsed
+// command line and returns the exit code (0 success, 1 failure, 2 usage error).
 #pragma once
 #include <string>
 #include <vector>
@@ -8,10 +9,20 @@ namespace terrace::cli {
 
 using Args = std::vector<std::string>;
 
-int cmd_run(const Args& args);
-int cmd_explain(const Args& args);
-int cmd_conformance(const Args& args);
-int cmd_bench(const Args& args);
+struct CommandDef;
+struct ParsedArgs;
+
+extern const CommandDef kRunCommand;
+extern const CommandDef kExplainCommand;
+extern const CommandDef kConformanceCommand;
+extern const CommandDef kBenchCommand;
+extern const CommandDef kCacheCommand;
+
+int cmd_run(const ParsedArgs& args);
+int cmd_explain(const ParsedArgs& args);
+int cmd_conformance(const ParsedArgs& args);
+int cmd_bench(const ParsedArgs& args);
+int cmd_cache(const ParsedArgs& args);
 
 // Thrown for a usage error; main prints the message and exits 2.
 struct UsageError {

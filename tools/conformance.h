@@ -37,7 +37,7 @@ struct TestResult {
 };
 
 // ONNX's backend test runner compares floats with numpy's assert_allclose(rtol=1e-3, atol=1e-7);
-// the harness judges every tier against ONNX's data with it (DESIGN.md's tolerances are for a
+// the harness judges every tier against ONNX's data with it (Tolerance::for_dtype, ARCHITECTURE.md, is for a
 // compiled tier against the interpreter).
 inline constexpr Tolerance kOnnxTolerance{1e-3, 1e-7};
 

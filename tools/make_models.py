@@ -13,7 +13,10 @@ import inspect
 import math
 import os
 import sys
+import time
 
+if __name__ == "__main__":
+    print("make_models: loading PyTorch...", flush=True)  # the import alone takes seconds
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -139,7 +142,28 @@ def save_pb(array, path, name):
         f.write(numpy_helper.from_array(array, name).SerializeToString())
 
 
+class Steps:
+    """Prints a line as each step of an export starts, with the time the step before it took."""
+
+    def __init__(self, label):
+        self.label = label
+        self.start = self.last = time.monotonic()
+        self.first = True
+
+    def __call__(self, what):
+        now = time.monotonic()
+        took = "" if self.first else f" (previous step {now - self.last:.1f} s)"
+        print(f"make_models: {self.label}: {what}...{took}", flush=True)
+        self.first, self.last = False, now
+
+    def total(self):
+        return time.monotonic() - self.start
+
+
 def export(name, out_dir, small):
+    label = name + ("_small" if small else "")
+    step = Steps(label)
+    step("building the model with random weights")
     torch.manual_seed(0)
     model, (input_name, shape) = MODELS[name](small)
     model.eval()
@@ -153,16 +177,20 @@ def export(name, out_dir, small):
             if isinstance(m, nn.BatchNorm2d):
                 m.running_mean.uniform_(-0.1, 0.1)
                 m.running_var.uniform_(0.5, 1.5)
+        step("running PyTorch on a random input for the reference output")
         y = model(x)
     folder = os.path.join(out_dir, name + ("_small" if small else ""))
     data = os.path.join(folder, "test_data_set_0")
     os.makedirs(data, exist_ok=True)
+    step(f"exporting ONNX (opset {OPSET})")
     torch.onnx.export(model, (x,), os.path.join(folder, "model.onnx"), opset_version=OPSET,
                       input_names=[input_name], output_names=["output"],
                       dynamic_axes={input_name: {0: "batch"}, "output": {0: "batch"}}, **LEGACY_EXPORT)
+    step("writing test_data_set_0 (input and PyTorch's output)")
     save_pb(x.numpy(), os.path.join(data, "input_0.pb"), input_name)
     save_pb(y.numpy(), os.path.join(data, "output_0.pb"), "output")
-    print(f"make_models: wrote {folder} ({input_name}{list(shape)} -> output{list(y.shape)})")
+    print(f"make_models: wrote {folder} ({input_name}{list(shape)} -> output{list(y.shape)}) in {step.total():.1f} s",
+          flush=True)
 
 
 def main():
@@ -171,9 +199,12 @@ def main():
     parser.add_argument("--small", action="store_true", help="reduced versions for tests")
     parser.add_argument("names", nargs="*", help=f"models to export (default: all of {', '.join(MODELS)})")
     args = parser.parse_args()
-    for name in args.names or MODELS:
+    names = args.names or list(MODELS)
+    for name in names:
         if name not in MODELS:
             sys.exit(f"make_models: unknown model '{name}' (known: {', '.join(MODELS)})")
+    for i, name in enumerate(names, 1):
+        print(f"make_models: [{i}/{len(names)}] {name}{' (small)' if args.small else ''} into {args.out}", flush=True)
         export(name, args.out, args.small)
 
 

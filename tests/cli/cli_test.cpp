@@ -1,0 +1,457 @@
+// The terrace command-line tool as a user meets it (issues 13 and 15): each test runs the built
+// binary (TERRACE_BINARY_DIR/tools/terrace) on small models written here, and checks its exit code
+// (0 success, 1 failure, 2 usage error), its output and the files it writes.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+
+#include <onnx/onnx_pb.h>
+
+#include "interp/compare.h"
+#include "interp/onnx_import.h"
+
+namespace {
+namespace fs = std::filesystem;
+
+// $TERRACE_CLI_UNDER_TEST runs the tests against another binary (an older build, to see them fail).
+const std::string kTerrace = std::getenv("TERRACE_CLI_UNDER_TEST") ? std::getenv("TERRACE_CLI_UNDER_TEST")
+                                                                  : std::string(TERRACE_BINARY_DIR) + "/tools/terrace";
+const std::string kTestData = "/usr/share/libonnx-testdata/data";
+
+fs::path scratch() {
+  static const fs::path dir = [] {
+    fs::path d = fs::temp_directory_path() / ("terrace_cli_test_" + std::to_string(::getpid()));
+    fs::remove_all(d);
+    fs::create_directories(d);
+    return d;
+  }();
+  return dir;
+}
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+struct Result {
+  int code = -1;
+  std::string out, err;
+  std::string last_line() const {
+    std::string s = out;
+    while (!s.empty() && s.back() == '\n') s.pop_back();
+    size_t nl = s.rfind('\n');
+    return nl == std::string::npos ? s : s.substr(nl + 1);
+  }
+};
+
+// Runs `terrace ARGS` through the shell with `env` (VAR=value ...) before it; the code cache goes
+// to a scratch folder unless `env` sets TERRACE_CACHE_DIR.
+Result terrace(const std::string& args, const std::string& env = "") {
+  static int n = 0;
+  fs::path out = scratch() / ("out" + std::to_string(n) + ".txt"), err = scratch() / ("err" + std::to_string(n++) + ".txt");
+  std::string cache = env.find("TERRACE_CACHE_DIR=") == std::string::npos
+                          ? "TERRACE_CACHE_DIR=" + (scratch() / "cache").string() + " "
+                          : "";
+  std::string cmd = cache + env + " " + kTerrace + " " + args + " >" + out.string() + " 2>" + err.string();
+  int status = std::system(cmd.c_str());
+  Result r;
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.out = slurp(out);
+  r.err = slurp(err);
+  return r;
+}
+
+std::string show(const Result& r) { return "exit " + std::to_string(r.code) + "\nstdout:\n" + r.out + "\nstderr:\n" + r.err; }
+
+size_t count(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t p = text.find(what); p != std::string::npos; p = text.find(what, p + 1)) ++n;
+  return n;
+}
+
+// ---- models ----
+
+void add_value_info(onnx::ValueInfoProto* v, const std::string& name, std::vector<std::string> dims) {
+  v->set_name(name);
+  auto* t = v->mutable_type()->mutable_tensor_type();
+  t->set_elem_type(onnx::TensorProto::FLOAT);
+  for (auto& d : dims) {
+    auto* dim = t->mutable_shape()->add_dim();
+    if (std::isdigit(static_cast<unsigned char>(d[0]))) dim->set_dim_value(std::stoll(d));
+    else dim->set_dim_param(d);
+  }
+}
+
+onnx::ModelProto new_model() {
+  onnx::ModelProto m;
+  m.set_ir_version(8);
+  m.add_opset_import()->set_version(17);
+  m.mutable_graph()->set_name("cli_test");
+  return m;
+}
+
+std::string save(const onnx::ModelProto& m, const std::string& name) {
+  fs::path p = scratch() / (name + ".onnx");
+  std::ofstream(p, std::ios::binary) << m.SerializeAsString();
+  return p.string();
+}
+
+// y = Relu(x) + x, x: float[batch, 8]; tier 1 fuses it.
+std::string elementwise_model() {
+  static const std::string path = [] {
+    onnx::ModelProto m = new_model();
+    auto* g = m.mutable_graph();
+    add_value_info(g->add_input(), "x", {"batch", "8"});
+    add_value_info(g->add_output(), "y", {"batch", "8"});
+    auto* relu = g->add_node();
+    relu->set_op_type("Relu");
+    relu->add_input("x");
+    relu->add_output("r");
+    auto* add = g->add_node();
+    add->set_op_type("Add");
+    add->add_input("r");
+    add->add_input("x");
+    add->add_output("y");
+    return save(m, "elementwise");
+  }();
+  return path;
+}
+
+// y = Softmax(MatMul(x, W)), x: float[2, 4], W an initializer [4, 3].
+std::string matmul_softmax_model() {
+  static const std::string path = [] {
+    onnx::ModelProto m = new_model();
+    auto* g = m.mutable_graph();
+    add_value_info(g->add_input(), "x", {"2", "4"});
+    add_value_info(g->add_output(), "y", {"2", "3"});
+    auto* w = g->add_initializer();
+    w->set_name("W");
+    w->set_data_type(onnx::TensorProto::FLOAT);
+    w->add_dims(4);
+    w->add_dims(3);
+    for (int i = 0; i < 12; ++i) w->add_float_data(0.1f * float(i));
+    auto* mm = g->add_node();
+    mm->set_op_type("MatMul");
+    mm->add_input("x");
+    mm->add_input("W");
+    mm->add_output("h");
+    auto* sm = g->add_node();
+    sm->set_op_type("Softmax");
+    sm->add_input("h");
+    sm->add_output("y");
+    return save(m, "matmul_softmax");
+  }();
+  return path;
+}
+
+// ONNX's test_relu: a model with a saved input and output.
+const std::string kRelu = kTestData + "/node/test_relu";
+bool have_test_data() { return fs::is_directory(kRelu); }
+
+// ---- issue 13, point 1: README's conformance commands; a run of no test fails ----
+
+TEST(CliConformance, the_readme_suites_pass_with_their_expected_failures) {
+  if (!fs::is_directory(kTestData + "/simple")) GTEST_SKIP() << "libonnx-testdata is not installed";
+  Result r = terrace("conformance pytorch-converted pytorch-operator simple");
+  EXPECT_EQ(r.code, 0) << show(r);
+  EXPECT_NE(r.out.find("Unexpected failures: 0"), std::string::npos) << show(r);
+  EXPECT_EQ(r.last_line(), "&&&& PASSED terrace conformance pytorch-converted pytorch-operator simple");
+}
+
+TEST(CliConformance, every_expected_failure_has_a_reason) {
+  std::ifstream in(std::string(TERRACE_SOURCE_DIR) + "/tests/conformance_expected.txt");
+  std::string line;
+  int entries = 0;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    ++entries;
+    std::istringstream is(line);
+    std::string name, reason;
+    is >> name >> reason;
+    EXPECT_FALSE(reason.empty()) << name << " is listed without a reason";
+  }
+  EXPECT_GT(entries, 42);
+}
+
+TEST(CliConformance, a_run_of_no_test_fails_with_a_message) {
+  fs::path empty = scratch() / "no_tests";
+  fs::create_directories(empty / "not_a_test");
+  Result r = terrace("conformance " + empty.string());
+  EXPECT_EQ(r.code, 1) << show(r);
+  EXPECT_NE(r.out.find("no test ran"), std::string::npos) << show(r);
+  EXPECT_EQ(r.last_line().rfind("&&&& FAILED", 0), 0u) << show(r);
+  if (fs::is_directory(kTestData + "/real")) {
+    Result real = terrace("conformance real");
+    EXPECT_EQ(real.code, 1) << show(real);
+    EXPECT_NE(real.out.find("no test ran"), std::string::npos) << show(real);
+  }
+  if (have_test_data()) {
+    Result filtered = terrace("conformance node --filter '^no_such_test$'");
+    EXPECT_EQ(filtered.code, 1) << show(filtered);
+  }
+}
+
+// ---- point 2: the tier label says what ran ----
+
+TEST(CliTiers, run_and_bench_without_tier_report_the_tier_that_ran_not_gpu) {
+  // A short run ends before the compiled code is ready: it ran on the interpreter only, and says so.
+  Result r = terrace("run " + elementwise_model() + " --random-inputs --repeat 6");
+  ASSERT_EQ(r.code, 0) << show(r);
+  EXPECT_NE(r.out.find("tiers: up to cpu allowed; ran on interp"), std::string::npos) << show(r);
+  EXPECT_EQ(r.out.find("gpu"), std::string::npos) << show(r);
+  EXPECT_EQ(r.err.find("not available"), std::string::npos) << "the default is not a request:\n" << show(r);
+
+  fs::path json = scratch() / "bench_tier.json";
+  // --steady-calls waits for the compile: later calls run on tier 1.
+  Result b = terrace("bench " + elementwise_model() + " --calls 6 --steady-calls 3 --quiet --json " + json.string());
+  ASSERT_EQ(b.code, 0) << show(b);
+  std::string j = slurp(json);
+  EXPECT_NE(j.find("\"tier\":\"cpu\""), std::string::npos) << j.substr(0, 300);
+  EXPECT_NE(j.find("\"tiers_ran\":[\"interp\",\"cpu\"]"), std::string::npos) << j.substr(0, 300);
+  EXPECT_EQ(j.find("\"tier\":\"gpu\""), std::string::npos);
+  EXPECT_NE(b.out.find("tiers: up to cpu allowed; ran on interp+cpu"), std::string::npos) << show(b);
+}
+
+TEST(CliTiers, an_unavailable_tier_asked_for_is_said_once_with_what_runs_instead) {
+  Result r = terrace("run " + elementwise_model() + " --random-inputs --repeat 4 --tier gpu");
+  ASSERT_EQ(r.code, 0) << show(r);
+  EXPECT_EQ(count(r.err, "tier gpu is not available"), 1u) << show(r);
+  EXPECT_NE(r.err.find("running on tier cpu instead"), std::string::npos) << show(r);
+  EXPECT_NE(r.out.find("up to cpu allowed"), std::string::npos) << show(r);
+  Result env = terrace("run " + elementwise_model() + " --random-inputs", "TERRACE_MAX_TIER=gpu");
+  EXPECT_EQ(count(env.err, "tier gpu is not available"), 1u) << show(env);
+}
+
+// ---- point 3: graph-break reasons come from the backend ----
+
+TEST(CliExplain, matmul_is_a_region_and_breaks_give_the_backends_reason) {
+  Result r = terrace("explain " + matmul_softmax_model());
+  ASSERT_EQ(r.code, 0) << show(r);
+  EXPECT_NE(r.out.find("region 0: 1 ops [MatMul]"), std::string::npos) << show(r);
+  EXPECT_NE(r.out.find("break  "), std::string::npos) << show(r);
+  Result interp = terrace("explain " + matmul_softmax_model() + " --tier interp");
+  EXPECT_NE(interp.out.find("tier 1 is disabled"), std::string::npos) << show(interp);
+}
+
+// The reason tier 1 gives for an op it does not compile must not claim it compiles elementwise ops
+// only (MatMul, Gemm and Conv compile). Disabled until tiers/cpu_backend.cpp's can_compile changes
+// (see the report of the CLI work on issue 13, point 3).
+TEST(CliExplain, DISABLED_break_reasons_do_not_say_elementwise_only) {
+  Result r = terrace("explain " + matmul_softmax_model());
+  ASSERT_EQ(r.code, 0) << show(r);
+  EXPECT_EQ(r.out.find("elementwise ops only"), std::string::npos) << show(r);
+}
+
+// ---- point 6: settings that were silent ----
+
+TEST(CliSettings, an_unknown_log_level_is_said_and_trace_prints) {
+  Result r = terrace("run " + elementwise_model() + " --random-inputs --quiet", "TERRACE_LOG=verbose");
+  EXPECT_EQ(r.code, 0) << show(r);
+  EXPECT_EQ(count(r.err, "TERRACE_LOG='verbose' is not a log level"), 1u) << show(r);
+  Result t = terrace("run " + elementwise_model() + " --random-inputs --repeat 2 --quiet", "TERRACE_LOG=trace");
+  EXPECT_EQ(t.code, 0) << show(t);
+  EXPECT_NE(t.err.find("[terrace trace] run: call 1"), std::string::npos) << show(t);
+  EXPECT_EQ(t.err.find("not a log level"), std::string::npos) << show(t);
+}
+
+TEST(CliSettings, an_unwritable_cache_directory_is_said_once) {
+  // /proc refuses new folders, even to root.
+  Result r = terrace("bench " + elementwise_model() + " --calls 4 --steady-calls 2 --tier cpu --quiet",
+                     "TERRACE_CACHE_DIR=/proc/terrace_cache_test");
+  EXPECT_EQ(r.code, 0) << show(r);
+  EXPECT_EQ(count(r.err, "code cache: cannot write to /proc/terrace_cache_test"), 1u) << show(r);
+}
+
+TEST(CliSettings, cache_info_and_clear) {
+  fs::path dir = scratch() / "cache_cmd";
+  Result run = terrace("bench " + elementwise_model() + " --calls 4 --steady-calls 2 --tier cpu --quiet",
+                       "TERRACE_CACHE_DIR=" + dir.string());
+  ASSERT_EQ(run.code, 0) << show(run);
+  Result info = terrace("cache info --dir " + dir.string());
+  ASSERT_EQ(info.code, 0) << show(info);
+  EXPECT_TRUE(std::regex_search(info.out, std::regex("entries: [1-9][0-9]*, [0-9.]+ MiB of at most 512 MiB"))) << show(info);
+  Result env_info = terrace("cache info", "TERRACE_CACHE_DIR=" + dir.string() + " TERRACE_CACHE_MAX_MB=7");
+  EXPECT_NE(env_info.out.find("of at most 7 MiB"), std::string::npos) << show(env_info);
+  Result clear = terrace("cache clear --dir=" + dir.string());
+  ASSERT_EQ(clear.code, 0) << show(clear);
+  EXPECT_TRUE(std::regex_search(clear.out, std::regex("removed [1-9][0-9]* entries"))) << show(clear);
+  Result after = terrace("cache info --dir " + dir.string());
+  EXPECT_NE(after.out.find("entries: 0, 0.00 MiB"), std::string::npos) << show(after);
+  EXPECT_EQ(terrace("cache frobnicate").code, 2);
+}
+
+// ---- point 7: the CLI ----
+
+const char* kCommands[] = {"run", "explain", "conformance", "bench", "cache"};
+
+// The option names a --help text lists ("  --name VALUE  help" lines).
+std::vector<std::string> listed_options(const std::string& help) {
+  std::vector<std::string> names;
+  std::regex opt(R"(^  (?:-[a-z], )?(--[a-z-]+))");
+  std::istringstream in(help);
+  for (std::string line; std::getline(in, line);) {
+    std::smatch m;
+    if (std::regex_search(line, m, opt) && m[1] != "--help") names.push_back(m[1]);
+  }
+  return names;
+}
+
+TEST(CliUsage, every_command_has_help_and_the_usage_lists_the_same_options) {
+  Result top = terrace("--help");
+  ASSERT_EQ(top.code, 0) << show(top);
+  for (const char* cmd : kCommands) {
+    Result h = terrace(std::string(cmd) + " --help");
+    ASSERT_EQ(h.code, 0) << show(h);
+    EXPECT_EQ(h.out.rfind(std::string("usage: terrace ") + cmd, 0), 0u) << show(h);
+    std::vector<std::string> options = listed_options(h.out);
+    if (std::string(cmd) != "cache" && std::string(cmd) != "explain") {
+      EXPECT_GE(options.size(), 2u) << show(h);
+    }
+    // The top-level usage's section for this command names every option its --help lists.
+    size_t at = top.out.find(std::string("terrace ") + cmd + " ");
+    ASSERT_NE(at, std::string::npos) << cmd << "\n" << top.out;
+    size_t end = at;  // the synopsis ends at the first line not indented past two columns
+    while ((end = top.out.find('\n', end + 1)) != std::string::npos && top.out.compare(end + 1, 3, "   ") == 0) {
+    }
+    std::string section = top.out.substr(at, end == std::string::npos ? std::string::npos : end - at);
+    for (const std::string& o : options) EXPECT_NE(section.find("[" + o), std::string::npos) << cmd << " " << o << "\n" << section;
+    EXPECT_EQ(terrace(std::string(cmd) + " -h").out, h.out);
+  }
+  // The options that had drifted out of the usage.
+  std::string run_help = terrace("run --help").out, bench_help = terrace("bench --help").out;
+  for (const char* o : {"--expect", "--tier", "--dim", "--quiet", "--output-dir"})
+    EXPECT_NE(run_help.find(o), std::string::npos) << o;
+  for (const char* o : {"--steady-calls", "--baseline-calls", "--input", "--expect", "--quiet"})
+    EXPECT_NE(bench_help.find(o), std::string::npos) << o;
+  Result none = terrace("");
+  EXPECT_EQ(none.code, 2);
+  EXPECT_NE(none.err.find("usage: terrace"), std::string::npos);
+  EXPECT_EQ(terrace("frobnicate").code, 2);
+}
+
+TEST(CliUsage, version) {
+  Result r = terrace("--version");
+  EXPECT_EQ(r.code, 0) << show(r);
+  EXPECT_TRUE(std::regex_search(r.out, std::regex("^terrace [0-9]+\\.[0-9]+\\.[0-9]+"))) << show(r);
+  EXPECT_NE(r.out.find("tiers: interp"), std::string::npos) << show(r);
+}
+
+TEST(CliUsage, options_take_their_value_after_an_equals_sign_too) {
+  Result r = terrace("run " + elementwise_model() + " --random-inputs --repeat=3 --tier=interp --dim=batch=2");
+  ASSERT_EQ(r.code, 0) << show(r);
+  EXPECT_EQ(count(r.out, "\ncall "), 2u) << show(r);  // calls 1 and 2 follow a line; call 0 starts the output
+  EXPECT_NE(r.out.find("output y: float32[2,8]"), std::string::npos) << show(r);
+  EXPECT_EQ(terrace("run " + elementwise_model() + " --random-inputs=yes").code, 2);
+  EXPECT_EQ(terrace("run " + elementwise_model() + " --tier").code, 2);
+  EXPECT_EQ(terrace("run " + elementwise_model() + " --repeat 2 --repeat 3 --random-inputs").code, 2);
+}
+
+TEST(CliUsage, run_bench_and_conformance_end_with_passed_or_failed) {
+  if (!have_test_data()) GTEST_SKIP() << "libonnx-testdata is not installed";
+  std::string in = " --input x=" + kRelu + "/test_data_set_0/input_0.pb";
+  Result ok = terrace("run " + kRelu + in + " --expect y=" + kRelu + "/test_data_set_0/output_0.pb");
+  EXPECT_EQ(ok.code, 0) << show(ok);
+  EXPECT_EQ(ok.last_line().rfind("&&&& PASSED terrace run ", 0), 0u) << show(ok);
+  Result bad = terrace("run " + kRelu + in + " --expect y=" + kRelu + "/test_data_set_0/input_0.pb");
+  EXPECT_EQ(bad.code, 1) << show(bad);
+  EXPECT_EQ(bad.last_line().rfind("&&&& FAILED terrace run ", 0), 0u) << show(bad);
+  Result error = terrace("run " + scratch().string() + "/no_such_model.onnx --random-inputs");
+  EXPECT_EQ(error.code, 1) << show(error);
+  EXPECT_EQ(error.last_line().rfind("&&&& FAILED", 0), 0u) << show(error);
+  Result bench = terrace("bench " + kRelu + " --calls 3 --quiet");
+  EXPECT_EQ(bench.code, 0) << show(bench);
+  EXPECT_EQ(bench.last_line().rfind("&&&& PASSED terrace bench ", 0), 0u) << show(bench);
+  Result conf = terrace("conformance " + kRelu);
+  EXPECT_EQ(conf.code, 0) << show(conf);
+  EXPECT_EQ(conf.last_line(), "&&&& PASSED terrace conformance " + kRelu) << show(conf);
+}
+
+TEST(CliUsage, run_writes_its_outputs_as_tensor_protos) {
+  if (!have_test_data()) GTEST_SKIP() << "libonnx-testdata is not installed";
+  fs::path dir = scratch() / "outputs" / "nested";
+  Result r = terrace("run " + kRelu + " --input x=" + kRelu + "/test_data_set_0/input_0.pb --output-dir " + dir.string());
+  ASSERT_EQ(r.code, 0) << show(r);
+  ASSERT_TRUE(fs::is_regular_file(dir / "output_0.pb")) << show(r);
+  terrace::Tensor got = terrace::load_tensor_pb((dir / "output_0.pb").string());
+  terrace::Tensor want = terrace::load_tensor_pb(kRelu + "/test_data_set_0/output_0.pb");
+  EXPECT_TRUE(terrace::compare_tensors(want, got, terrace::Tolerance{0, 0}).equal);
+  // The written folder is a test-data set: --expect reads it back.
+  Result again = terrace("run " + kRelu + " --input x=" + kRelu + "/test_data_set_0/input_0.pb --expect y=" +
+                         (dir / "output_0.pb").string());
+  EXPECT_EQ(again.code, 0) << show(again);
+  EXPECT_EQ(terrace("run " + kRelu + " --random-inputs --output-dir /proc/no/such/dir").code, 1);
+}
+
+// ---- issue 15: output files and argument misuse ----
+
+TEST(CliHardening, a_json_file_that_cannot_be_written_fails_the_run) {
+  if (!fs::exists("/dev/full")) GTEST_SKIP();
+  Result r = terrace("run " + elementwise_model() + " --random-inputs --json /dev/full");
+  EXPECT_EQ(r.code, 1) << show(r);
+  EXPECT_NE(r.err.find("cannot write '/dev/full'"), std::string::npos) << show(r);
+  EXPECT_EQ(r.last_line().rfind("&&&& FAILED", 0), 0u) << show(r);
+  Result b = terrace("bench " + elementwise_model() + " --calls 2 --quiet --json /dev/full");
+  EXPECT_EQ(b.code, 1) << show(b);
+  if (have_test_data()) {
+    Result c = terrace("conformance " + kRelu + " --json /dev/full");
+    EXPECT_EQ(c.code, 1) << show(c);
+    Result w = terrace("conformance " + kRelu + " --write-expected /dev/full");
+    EXPECT_EQ(w.code, 1) << show(w);
+  }
+  Result out = terrace("run " + elementwise_model() + " --random-inputs --output-dir /dev/full");
+  EXPECT_EQ(out.code, 1) << show(out);
+}
+
+TEST(CliHardening, standard_output_that_cannot_be_written_fails) {
+  if (!fs::exists("/dev/full")) GTEST_SKIP();
+  int status = std::system((kTerrace + " run " + elementwise_model() + " --random-inputs >/dev/full 2>/dev/null").c_str());
+  EXPECT_EQ(WEXITSTATUS(status), 1);
+}
+
+TEST(CliHardening, an_input_given_twice_is_a_usage_error) {
+  if (!have_test_data()) GTEST_SKIP() << "libonnx-testdata is not installed";
+  std::string pb = kRelu + "/test_data_set_0/input_0.pb";
+  Result r = terrace("run " + kRelu + " --input x=" + pb + " --input x=" + pb);
+  EXPECT_EQ(r.code, 2) << show(r);
+  EXPECT_NE(r.err.find("--input given twice for 'x'"), std::string::npos) << show(r);
+  Result b = terrace("bench " + kRelu + " --input x=" + pb + " --input=x=" + pb);
+  EXPECT_EQ(b.code, 2) << show(b);
+  Result e = terrace("run " + kRelu + " --input x=" + pb + " --expect y=" + pb + " --expect y=" + pb);
+  EXPECT_EQ(e.code, 2) << show(e);
+  Result unknown = terrace("run " + kRelu + " --input nosuch=" + pb);
+  EXPECT_EQ(unknown.code, 2) << show(unknown);
+  EXPECT_NE(unknown.err.find("'nosuch', which is not a graph input"), std::string::npos) << show(unknown);
+}
+
+TEST(CliHardening, an_unknown_dim_is_a_usage_error_naming_it) {
+  Result r = terrace("run " + elementwise_model() + " --random-inputs --dim nosuch=3");
+  EXPECT_EQ(r.code, 2) << show(r);
+  EXPECT_NE(r.err.find("'nosuch'"), std::string::npos) << show(r);
+  EXPECT_NE(r.err.find("batch"), std::string::npos) << "names the model's dims:\n" << show(r);
+  EXPECT_EQ(terrace("run " + elementwise_model() + " --random-inputs --dim batch=3").code, 0);
+}
+
+TEST(CliHardening, bench_batch_zero_is_a_usage_error) {
+  Result r = terrace("bench " + elementwise_model() + " --batch 0");
+  EXPECT_EQ(r.code, 2) << show(r);
+  EXPECT_NE(r.err.find("--batch must be at least 1"), std::string::npos) << show(r);
+  EXPECT_EQ(terrace("bench " + elementwise_model() + " --batch 2 --calls 2 --quiet").code, 0);
+  EXPECT_EQ(terrace("bench " + matmul_softmax_model() + " --batch 2 --calls 2 --quiet").code, 2)
+      << "a model without a 'batch' dim";
+}
+
+TEST(CliHardening, an_input_without_a_file_is_a_usage_error) {
+  Result r = terrace("run " + elementwise_model() + " --input x=");
+  EXPECT_EQ(r.code, 2) << show(r);
+  EXPECT_NE(r.err.find("no value after '='"), std::string::npos) << show(r);
+  EXPECT_EQ(terrace("run " + elementwise_model() + " --input =f.pb").code, 2);
+  EXPECT_EQ(terrace("bench " + elementwise_model() + " --expect y=").code, 2);
+}
+
+}  // namespace
