@@ -1,5 +1,7 @@
 // terrace explain: prints a model's graph (inputs, outputs, each node with its value shapes).
+#include <algorithm>
 #include <cstdio>
+#include <map>
 #include <filesystem>
 
 #include "interp/onnx_import.h"
@@ -86,6 +88,15 @@ int cmd_explain(const ParsedArgs& args) {
       std::printf("  break  %-24s %s\n", g.nodes[size_t(s.node)].describe().c_str(), s.reason.c_str());
     }
   }
+  // The reasons, most frequent first: what keeps most of the graph in the interpreter.
+  std::map<std::string, int> reasons;
+  for (const Step& s : plan.steps)
+    if (s.region < 0) ++reasons[s.reason];
+  std::vector<std::pair<int, std::string>> ranked;
+  for (auto& [reason, n] : reasons) ranked.emplace_back(-n, reason);
+  std::sort(ranked.begin(), ranked.end());
+  if (!ranked.empty()) std::printf("graph breaks by reason (as the backend gives it):\n");
+  for (auto& [n, reason] : ranked) std::printf("  %4d  %s\n", -n, reason.c_str());
   return 0;
 }
 

@@ -235,6 +235,7 @@ TEST(CliExplain, matmul_is_a_region_and_breaks_give_the_backends_reason) {
   ASSERT_EQ(r.code, 0) << show(r);
   EXPECT_NE(r.out.find("region 0: 1 ops [MatMul]"), std::string::npos) << show(r);
   EXPECT_NE(r.out.find("break  "), std::string::npos) << show(r);
+  EXPECT_TRUE(std::regex_search(r.out, std::regex("graph breaks by reason.*\n +1  tier 1 [^\n]*Softmax"))) << show(r);
   Result interp = terrace("explain " + matmul_softmax_model() + " --tier interp");
   EXPECT_NE(interp.out.find("tier 1 is disabled"), std::string::npos) << show(interp);
 }
