@@ -300,8 +300,14 @@ Model load_onnx_bytes(std::string_view bytes, const std::string& base_dir) {
   TERRACE_CHECK(!bytes.empty(), InvalidModel, "the model is empty (0 bytes)");
   try {
     onnx::ModelProto mp;
-    TERRACE_CHECK(parse_proto(bytes, &mp), InvalidModel,
-                  "not an ONNX model: the protobuf does not parse (truncated or corrupt?)");
+    if (!parse_proto(bytes, &mp)) {
+      // Deeper nesting than the limit also fails to parse: tell the two apart with a looser limit
+      // (parsing recurses once per level; a few thousand levels fit any thread's stack).
+      onnx::ModelProto deep;
+      TERRACE_CHECK(!parse_proto(bytes, &deep, 3000), InvalidModel, "If/Loop/Scan bodies are nested more than ",
+                    kMaxSubgraphDepth, " levels deep (the limit Terrace takes)");
+      fail(ErrorCode::InvalidModel, "not an ONNX model: the protobuf does not parse (truncated, corrupt, or nested over 1000 levels deep?)");
+    }
     verify_model(mp, base_dir);  // before ONNX's checker, which crashes on some malformed models
     run_onnx_checker(mp);
     std::vector<std::string> warnings = infer_shapes(mp);

@@ -280,12 +280,13 @@ void load_external_data(onnx::TensorProto& p, const std::string& base_dir, const
 
 // ---- files and parsing ----
 
-bool parse_proto(std::string_view bytes, google::protobuf::MessageLite* msg) {
+bool parse_proto(std::string_view bytes, google::protobuf::MessageLite* msg, int recursion_limit) {
   TERRACE_CHECK(bytes.size() < size_t(INT_MAX), InvalidModel, "protobuf message of ",
                 bytes.size(), " bytes exceeds the 2 GiB protobuf limit (use external data)");
   google::protobuf::io::ArrayInputStream raw(bytes.data(), int(bytes.size()));
   google::protobuf::io::CodedInputStream in(&raw);
   in.SetTotalBytesLimit(INT_MAX);
+  in.SetRecursionLimit(recursion_limit);
   return msg->ParseFromCodedStream(&in) && in.ConsumedEntireMessage();
 }
 

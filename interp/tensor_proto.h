@@ -30,8 +30,14 @@ void tensor_to_proto(const Tensor& t, onnx::TensorProto* p, const std::string& n
 // hard link, and offset/length inside the file. Tensors without external data are left alone.
 void load_external_data(onnx::TensorProto& p, const std::string& base_dir, const std::string& what);
 
-// Parses a protobuf message from bytes (at most 2 GiB, the protobuf limit); false on failure.
-bool parse_proto(std::string_view bytes, google::protobuf::MessageLite* msg);
+// How deep If/Loop/Scan bodies may nest in a model: each level is three protobuf messages
+// (node, attribute, graph), and protobuf's parser recurses once per message level.
+inline constexpr int kMaxSubgraphDepth = 64;
+inline constexpr int kModelRecursionLimit = 3 * kMaxSubgraphDepth + 16;
+
+// Parses a protobuf message from bytes (at most 2 GiB, the protobuf limit) nested at most
+// `recursion_limit` messages deep; false on failure.
+bool parse_proto(std::string_view bytes, google::protobuf::MessageLite* msg, int recursion_limit = kModelRecursionLimit);
 
 // The whole content of a regular file of at most `max_bytes`; IoError naming the path if it
 // cannot be read, is not a regular file (a FIFO, a device, a directory: checked without blocking

@@ -1,4 +1,6 @@
 // Importer tests on malformed models: each is a clean terrace::Error naming the problem.
+#include <filesystem>
+#include <fstream>
 #include <random>
 
 #include "tests/import/import_util.h"
@@ -200,6 +202,83 @@ g (bool C) => (float[2] Y)
 }
 )");
   expect_load_error(bytes_of(m), ErrorCode::InvalidModel, "'ghost', which is not defined");
+}
+
+// A model whose If bodies nest `depth` levels: each then_branch holds the next If, the innermost
+// returns the outer x.
+onnx::ModelProto nested_ifs(int depth) {
+  auto leaf = [](const std::string& out) {
+    onnx::GraphProto g;
+    g.set_name("g_" + out);
+    onnx::NodeProto* n = g.add_node();
+    n->set_op_type("Identity");
+    n->add_input("x");
+    n->add_output(out);
+    g.add_output()->set_name(out);
+    g.mutable_output(0)->mutable_type()->mutable_tensor_type()->set_elem_type(1);
+    g.mutable_output(0)->mutable_type()->mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_value(1);
+    return g;
+  };
+  onnx::GraphProto g = leaf("y" + std::to_string(depth));
+  for (int d = depth - 1; d >= 0; --d) {
+    onnx::GraphProto outer;
+    outer.set_name("b" + std::to_string(d));
+    onnx::NodeProto* n = outer.add_node();
+    n->set_op_type("If");
+    n->add_input("c");
+    n->add_output("y" + std::to_string(d));
+    onnx::AttributeProto* then_branch = n->add_attribute();
+    then_branch->set_name("then_branch");
+    then_branch->set_type(onnx::AttributeProto::GRAPH);
+    *then_branch->mutable_g() = g;
+    onnx::AttributeProto* else_branch = n->add_attribute();
+    else_branch->set_name("else_branch");
+    else_branch->set_type(onnx::AttributeProto::GRAPH);
+    *else_branch->mutable_g() = leaf("e" + std::to_string(d));
+    outer.add_output()->set_name("y" + std::to_string(d));
+    outer.mutable_output(0)->mutable_type()->mutable_tensor_type()->set_elem_type(1);
+    outer.mutable_output(0)->mutable_type()->mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_value(1);
+    g = std::move(outer);
+  }
+  onnx::ModelProto m;
+  m.set_ir_version(8);
+  m.add_opset_import()->set_version(17);
+  *m.mutable_graph() = g;
+  onnx::ValueInfoProto* c = m.mutable_graph()->add_input();
+  c->set_name("c");
+  c->mutable_type()->mutable_tensor_type()->set_elem_type(9);
+  c->mutable_type()->mutable_tensor_type()->mutable_shape();
+  onnx::ValueInfoProto* x = m.mutable_graph()->add_input();
+  x->set_name("x");
+  x->mutable_type()->mutable_tensor_type()->set_elem_type(1);
+  x->mutable_type()->mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_value(1);
+  return m;
+}
+
+// If bodies nested 200 deep are a depth-limit error, not a stack overflow or a bare parse
+// failure; 40 deep loads.
+TEST(Malformed, subgraphs_nested_past_the_depth_limit_are_a_clear_error) {
+  std::optional<Error> shallow = load_error(bytes_of(nested_ifs(40)));
+  EXPECT_FALSE(shallow.has_value()) << shallow->what();
+  expect_load_error(bytes_of(nested_ifs(200)), ErrorCode::InvalidModel, "nested more than 64 levels deep");
+}
+
+// A single-file model over 2 GiB (a sparse file here) is an error pointing to external data,
+// found before anything tries to parse it.
+TEST(Malformed, a_single_file_model_over_2_gib_points_to_external_data) {
+  const std::string path = ::testing::TempDir() + "/terrace_over_2gib.onnx";
+  {
+    std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  }
+  std::filesystem::resize_file(path, (uint64_t(1) << 31) + 16);  // sparse: no disk space used
+  try {
+    load_onnx_file(path);
+    ADD_FAILURE() << "a 2 GiB model loaded";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::InvalidModel);
+    EXPECT_NE(std::string(e.what()).find("external data"), std::string::npos) << e.what();
+  }
+  std::filesystem::remove(path);
 }
 
 }  // namespace
