@@ -1,6 +1,8 @@
 // The reference interpreter: dispatch through the kernel table, value lifetimes, error context.
 #include "interp/interpreter.h"
 
+#include "interp/cancel.h"
+
 #include <algorithm>
 #include <chrono>
 #include <limits>
@@ -154,6 +156,7 @@ std::vector<RValue> interpret(const Graph& g, std::vector<RValue> inputs, const 
   // Free each intermediate after its last use, so peak memory follows the live set.
   std::vector<int> last_use = last_use_positions(g, position);
   for (int n = 0; n < int(g.nodes.size()); ++n) {
+    check_cancelled();
     run_node(frame, n, observe);
     release_dead_inputs(frame, n, n, last_use);
   }

@@ -7,6 +7,7 @@
 #include <mutex>
 #include <sstream>
 
+#include "interp/cancel.h"
 #include "interp/interpreter.h"
 #include "interp/json.h"
 #include "interp/omp_threads.h"
@@ -82,8 +83,11 @@ CallRecord Session::last_call() const {
 }
 
 
-NamedTensors Session::run(const NamedTensors& inputs) {
+NamedTensors Session::run(const NamedTensors& inputs) { return run(inputs, RunOptions()); }
+
+NamedTensors Session::run(const NamedTensors& inputs, const RunOptions& run_options) {
   Impl& im = *impl_;
+  CancelScope cancel(run_options.terminate_flag(), run_options.deadline);
   const Graph& g = *im.graph;
   // Options::interp_threads for this run() on the calling thread (0: its own setting).
   ScopedOmpThreads threads(im.options.interp_threads);
@@ -98,6 +102,7 @@ NamedTensors Session::run(const NamedTensors& inputs) {
   bool tiers_used[3] = {false, false, false};
   for (size_t s = 0; s < im.plan.steps.size(); ++s) {
     const Step& step = im.plan.steps[s];
+    check_cancelled();
     if (step.region < 0) {
       run_node(frame, step.node);
       tiers_used[0] = true;

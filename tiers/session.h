@@ -1,5 +1,7 @@
 // Session: Terrace's public API. Load a model, run it (from any number of threads), report.
 #pragma once
+#include <atomic>
+#include <chrono>
 #include <memory>
 #include <string>
 #include <utility>
@@ -21,6 +23,23 @@ struct CallRecord {
   std::vector<std::string> tiers;  // tiers that ran during the call ("interp", "cpu", "gpu")
 };
 
+// Per-call settings. A run that is terminated (from any thread) or passes its deadline stops
+// before its next step, or its next node inside a Loop, Scan or If body, and throws
+// Error(Cancelled); the session stays usable.
+class RunOptions {
+ public:
+  RunOptions() : terminate_(std::make_shared<std::atomic<bool>>(false)) {}
+  // Asks the runs given these options (and copies of them) to stop; thread-safe.
+  void terminate() const { terminate_->store(true); }
+  bool terminated() const { return terminate_->load(); }
+  const std::atomic<bool>* terminate_flag() const { return terminate_.get(); }
+  // The time by which the run must end (none by default).
+  std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
+
+ private:
+  std::shared_ptr<std::atomic<bool>> terminate_;
+};
+
 class Session {
  public:
   // Loads an ONNX model; throws terrace::Error (InvalidModel, IoError, NotImplemented).
@@ -34,6 +53,7 @@ class Session {
   // declared dtype, rank and static dims (InvalidArgument naming the input otherwise). Returns
   // the graph outputs in declaration order. Thread-safe.
   NamedTensors run(const NamedTensors& inputs);
+  NamedTensors run(const NamedTensors& inputs, const RunOptions& options);
 
   // A JSON report: per region (id, ops, tier, calls, compile_ms, ...) and per call.
   std::string report_json() const;

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <chrono>
 #include <cstring>
 #include <thread>
 
@@ -144,6 +145,71 @@ TEST(Session, eight_threads_calling_run_get_the_serial_results) {
   for (auto& th : threads) th.join();
   for (int t = 0; t < 8; ++t) EXPECT_TRUE(ok[size_t(t)]) << "thread " << t;
   EXPECT_EQ(s->calls().size(), 8u + 8u * 20u);
+}
+
+// x -> Loop(trip) { v = v * 1.0001 } -> y: one step that runs as long as its trip count says.
+std::shared_ptr<Graph> long_loop_model() {
+  GraphBuilder body;
+  body.input("i", DType::Int64, {});
+  int c = body.input("c", DType::Bool, {});
+  int v = body.input("v", DType::Float32, {1});
+  int k = body.constant("k", Tensor::from_vector<float>({1}, {1.0001f}));
+  body.output(body.node(Op::Identity, {c}));
+  body.output(body.node(Op::Mul, {v, k}));
+  GraphBuilder b;
+  int trip = b.input("trip", DType::Int64, {});
+  int x = b.input("x", DType::Float32, {1});
+  Attribute g;
+  g.kind = Attribute::Kind::Graph;
+  g.g = body.build();
+  b.output(b.node(Op::Loop, {trip, -1, x}, {{"body", g}}));
+  return b.build();
+}
+
+NamedTensors loop_inputs(int64_t trip) {
+  return {{"trip", Tensor::scalar<int64_t>(trip)}, {"x", Tensor::from_vector<float>({1}, {1.0f})}};
+}
+
+// Terminated from another thread mid-run, a run stops inside the Loop's body within one node's
+// time and throws Error(Cancelled); the session then runs normally. (The 10 s bound is a bound on
+// stopping at all, with a wide margin: the loop would run for hours.)
+TEST(Session, a_run_terminated_from_another_thread_stops_with_cancelled_and_the_session_stays_usable) {
+  auto s = Session::from_graph(long_loop_model(), interp_only());
+  RunOptions options;
+  std::thread killer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    options.terminate();
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    s->run(loop_inputs(int64_t(1) << 40), options);
+    ADD_FAILURE() << "the run was not cancelled";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::Cancelled) << e.what();
+  }
+  killer.join();
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 10.0);
+  NamedTensors out = s->run(loop_inputs(3));
+  EXPECT_FLOAT_EQ(out[0].second.data<float>()[0], 1.0001f * 1.0001f * 1.0001f);
+}
+
+// A deadline in the past cancels before the first step; a deadline that passes mid-run cancels
+// the run there.
+TEST(Session, a_run_past_its_deadline_stops_with_cancelled) {
+  auto s = Session::from_graph(long_loop_model(), interp_only());
+  RunOptions past;
+  past.deadline = std::chrono::steady_clock::now() - std::chrono::seconds(1);
+  try {
+    s->run(loop_inputs(1), past);
+    ADD_FAILURE() << "a run past its deadline ran";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::Cancelled);
+    EXPECT_NE(std::string(e.what()).find("deadline"), std::string::npos) << e.what();
+  }
+  RunOptions soon;
+  soon.deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
+  EXPECT_THROW(s->run(loop_inputs(int64_t(1) << 40), soon), Error);
+  EXPECT_EQ(s->run(loop_inputs(1)).size(), 1u);
 }
 
 }  // namespace
