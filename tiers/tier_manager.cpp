@@ -286,7 +286,10 @@ void TierManager::Core::compile_job(RegionState& st, std::string sig, std::vecto
       std::this_thread::sleep_for(std::chrono::seconds(2));
     if (fault_enabled("hang-compile:" + tier))  // a compile that does not come back, for tests of abandoning
       std::this_thread::sleep_for(std::chrono::hours(1));
+    if (fault_enabled("oom:" + tier)) throw std::bad_alloc();  // the host out of memory mid-compile
     code = backend_->compile(graph_, *st.region, in);
+  } catch (const std::bad_alloc&) {
+    error = std::string(error_code_name(ErrorCode::OutOfMemory)) + ": the host ran out of memory while compiling";
   } catch (const std::exception& e) {
     error = e.what();
   }

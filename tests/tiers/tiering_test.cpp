@@ -371,6 +371,22 @@ TEST(Tiering, a_hung_compile_blocks_no_call_and_is_abandoned_by_the_destructor) 
   EXPECT_TRUE(ran_tier(*other, "cpu")) << other->report();
 }
 
+// The host out of memory while compiling (TERRACE_FAULT=oom:cpu) leaves the region on the
+// interpreter, with correct answers and the reason in the report.
+TEST(Tiering, out_of_memory_while_compiling_leaves_the_region_on_the_interpreter_and_says_why) {
+  setenv("TERRACE_FAULT", "oom:cpu", 1);
+  auto g = chain_model();
+  auto s = Session::from_graph(g, tiered());
+  NamedTensors in = chain_inputs(8, 8, 4);
+  warm_up(*s, in);
+  unsetenv("TERRACE_FAULT");
+  expect_matches_reference(s->run(in), reference(g, in));
+  EXPECT_FALSE(ran_tier(*s, "cpu"));
+  const std::string json = s->report_json();
+  EXPECT_NE(json.find("stopped: compile failed: OutOfMemory: the host ran out of memory while compiling"),
+            std::string::npos) << json;
+}
+
 TEST(Tiering, eight_threads_calling_run_through_a_promotion_all_get_correct_results) {
   auto g = chain_model();
   auto s = Session::from_graph(g, tiered());
