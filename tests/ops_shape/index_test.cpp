@@ -2,6 +2,7 @@
 #include <omp.h>
 
 #include <cstring>
+#include <limits>
 
 #include "tests/ops_shape/shape_runner.h"
 
@@ -23,6 +24,31 @@ TEST(ShapeIndex, GatherOutOfRangeIsInvalidArgumentNamingNode) {
             ErrorCode::InvalidArgument);
   EXPECT_EQ(error_of([] { run1(Op::GatherND, {iota({2, 2}), ints({1, 2}, {0, 2})}); }).code(),
             ErrorCode::InvalidArgument);
+}
+
+// Every index-taking op with an index past either end (INT64_MIN and INT64_MAX included, where
+// wrapping a negative index would overflow) is InvalidArgument naming the node: never a read or a
+// write out of bounds. Slice's starts and ends are clamped, as ONNX defines, not errors.
+TEST(ShapeIndex, OutOfRangeIndicesAreInvalidArgumentInEveryIndexOp) {
+  const int64_t lo = std::numeric_limits<int64_t>::min(), hi = std::numeric_limits<int64_t>::max();
+  for (int64_t bad : {int64_t(3), int64_t(-4), lo, hi}) {
+    SCOPED_TRACE("index " + std::to_string(bad));
+    std::vector<Error> errors = {
+        error_of([&] { run1(Op::Gather, {iota({3, 2}), ints({1}, {bad})}); }),
+        error_of([&] { run1(Op::GatherElements, {iota({3, 2}), ints({1, 2}, {0, bad})}); }),
+        error_of([&] { run1(Op::GatherND, {iota({3, 2}), ints({1, 1}, {bad})}); }),
+        error_of([&] { run1(Op::ScatterND, {iota({3, 2}), ints({1, 1}, {bad}), iota({1, 2})}); }),
+        error_of([&] { run1(Op::ScatterElements, {iota({3, 2}), ints({1, 1}, {bad}), iota({1, 1})}); }),
+    };
+    for (const Error& e : errors) {
+      EXPECT_EQ(e.code(), ErrorCode::InvalidArgument) << e.what();
+      EXPECT_NE(e.message().find("node_under_test"), std::string::npos) << e.what();
+    }
+  }
+  Tensor y = run1(Op::Slice, {iota({3, 2}), ints({1}, {lo}), ints({1}, {hi}), ints({1}, {0})});
+  EXPECT_EQ(values_of<float>(y), (std::vector<float>{0, 1, 2, 3, 4, 5}));
+  y = run1(Op::Slice, {iota({3, 2}), ints({1}, {hi}), ints({1}, {lo}), ints({1}, {0}), ints({1}, {-1})});
+  EXPECT_EQ(values_of<float>(y), (std::vector<float>{4, 5, 2, 3, 0, 1}));
 }
 
 TEST(ShapeIndex, GatherElementsAlongAxis1) {
