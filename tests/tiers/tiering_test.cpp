@@ -142,9 +142,26 @@ TEST(Tiering, tier1_matches_the_interpreter_with_nan_and_infinities) {
   a[9] = -std::numeric_limits<float>::infinity();
   a[100] = 88.0f;  // exp overflows inside sigmoid
   a[101] = -88.0f;
+  a[200] = -0.0f;
+  a[201] = std::numeric_limits<float>::denorm_min();
+  a[202] = -std::numeric_limits<float>::denorm_min() * 1000;
+  a[203] = std::numeric_limits<float>::min() / 2;  // subnormal
   NamedTensors out = s->run(in);
   EXPECT_TRUE(ran_tier(*s, "cpu"));
   expect_matches_reference(out, reference(g, in));
+  // Subnormal results are not flushed to zero by tier 1: Neg of a subnormal is that subnormal.
+  GraphBuilder gb;
+  int x = gb.input("x", DType::Float32, {4});
+  gb.output(gb.node(Op::Neg, {gb.node(Op::Abs, {x})}));
+  auto neg = Session::from_graph(gb.build(), tiered());
+  const float sub = std::numeric_limits<float>::denorm_min() * 7;
+  NamedTensors tiny = {{"x", Tensor::from_vector<float>({4}, {sub, -sub, -0.0f, 0.0f})}};
+  warm_up(*neg, tiny);
+  Tensor y = neg->run(tiny)[0].second;
+  EXPECT_TRUE(ran_tier(*neg, "cpu"));
+  EXPECT_EQ(y.data<float>()[0], -sub);
+  EXPECT_EQ(y.data<float>()[1], -sub);
+  EXPECT_TRUE(std::signbit(y.data<float>()[2]) && std::signbit(y.data<float>()[3])) << "-|0| is -0";
 }
 
 TEST(Tiering, shape_change_deopts_and_a_new_hot_shape_gets_a_second_version) {
