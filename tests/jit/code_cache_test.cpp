@@ -1,10 +1,15 @@
 // The disk code cache: round trips, misses on another key or a damaged file, and a second JIT
 // that links the object without compiling it.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <thread>
+#include <vector>
 
 #include "jit/code_cache.h"
 #include "jit/cpu_jit.h"
@@ -45,6 +50,89 @@ TEST(CodeCache, a_corrupt_or_truncated_entry_is_a_miss) {
   EXPECT_FALSE(cache.load("k"));
   cache.store("k", "fresh");
   EXPECT_EQ(cache.load("k"), "fresh");
+}
+
+// An entry written under another key (another compiler version, flags or source: all are in the
+// key) at this key's path is a miss: the key inside the file decides, not the file name.
+TEST(CodeCache, an_entry_from_another_compiler_version_is_a_miss) {
+  CodeCache cache(fresh_dir("version"));
+  cache.store("source|clang 18.1|-O2", "old object");
+  std::filesystem::rename(cache.path_of("source|clang 18.1|-O2"), cache.path_of("source|clang 19.1|-O2"));
+  EXPECT_FALSE(cache.load("source|clang 19.1|-O2"));
+}
+
+// A directory that cannot be written (read-only) stores nothing and loads nothing: every
+// lookup is a miss and nothing throws, so the compile goes on without the cache.
+// (Root writes anywhere: as root, the check runs in a child process that becomes 'nobody'.)
+TEST(CodeCache, a_read_only_directory_is_a_miss_and_no_error) {
+  const auto dir = fresh_dir("readonly");
+  std::filesystem::create_directories(dir / "cpu");
+  using std::filesystem::perms;
+  std::filesystem::permissions(dir, perms::owner_all | perms::others_read | perms::others_exec);
+  std::filesystem::permissions(dir / "cpu", perms::owner_read | perms::owner_exec | perms::others_read | perms::others_exec);
+  auto check = [&] {  // 0: the store was skipped quietly and the load missed
+    try {
+      CodeCache cache(dir);
+      cache.store("k", "object");
+      return cache.load("k") ? 1 : 0;
+    } catch (...) {
+      return 2;
+    }
+  };
+  int result;
+  if (::geteuid() != 0) {
+    result = check();
+  } else {
+    const pid_t child = ::fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) _exit(::setgid(65534) == 0 && ::setuid(65534) == 0 ? check() : 3);
+    int status = 0;
+    ::waitpid(child, &status, 0);
+    result = WIFEXITED(status) ? WEXITSTATUS(status) : 4;
+  }
+  EXPECT_EQ(result, 0) << "1: an entry was stored, 2: it threw, 3: could not drop root, 4: crashed";
+  std::filesystem::permissions(dir / "cpu", perms::owner_all);
+}
+
+// A file system that is full (a cache whose folder is a file under /dev/full cannot be made
+// portably; the same failure, a write that fails midway, comes from a cache folder that is a
+// regular file) stores nothing, throws nothing, and leaves no temporary file behind.
+TEST(CodeCache, a_directory_that_cannot_take_the_entry_is_a_miss_and_no_error) {
+  const auto dir = fresh_dir("blocked");
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "cpu") << "a file where the entries' folder should be";
+  CodeCache cache(dir);
+  EXPECT_NO_THROW(cache.store("k", "object"));
+  EXPECT_FALSE(cache.load("k"));
+}
+
+// Writers racing on one key (as two processes compiling the same kernel do) leave one whole
+// entry: every load meanwhile is a miss or one writer's exact object, never a mix.
+TEST(CodeCache, concurrent_writers_of_one_key_leave_one_whole_entry) {
+  CodeCache cache(fresh_dir("race"));
+  std::vector<std::string> objects;
+  for (int w = 0; w < 8; ++w) objects.push_back(std::string(size_t(20000 + w * 1000), char('a' + w)));
+  std::atomic<int> bad{0};
+  std::vector<std::thread> threads;
+  for (int w = 0; w < 8; ++w)
+    threads.emplace_back([&, w] {
+      for (int i = 0; i < 50; ++i) {
+        cache.store("shared key", objects[size_t(w)]);
+        std::optional<std::string> got = cache.load("shared key");
+        if (got && std::find(objects.begin(), objects.end(), *got) == objects.end()) ++bad;
+      }
+    });
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(bad.load(), 0);
+  std::optional<std::string> last = cache.load("shared key");
+  ASSERT_TRUE(last);
+  EXPECT_NE(std::find(objects.begin(), objects.end(), *last), objects.end());
+  size_t files = 0;
+  for (auto& e : std::filesystem::directory_iterator(cache.path_of("shared key").parent_path())) {
+    (void)e;
+    ++files;
+  }
+  EXPECT_EQ(files, 1u) << "temporary files were left behind";
 }
 
 TEST(CodeCache, an_empty_directory_disables_it) {
