@@ -4,6 +4,7 @@ set -euo pipefail
 pkgs=(
   build-essential cmake ninja-build pkg-config
   llvm-19-dev libclang-19-dev libclang-cpp19-dev clang-19
+  libfuzzer-19-dev libclang-rt-19-dev libomp-19-dev
   libtbb-dev libdnnl-dev
   libonnx-dev libprotobuf-dev protobuf-compiler libonnx-testdata
   libgtest-dev libgmock-dev libbenchmark-dev

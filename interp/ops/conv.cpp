@@ -156,7 +156,8 @@ void qlinear_conv_kernel(KernelContext& ctx) {
         T* dst = yd + (n * g0.cout + co) * g0.out_size() + j0;
         for (int64_t j = 0; j < cnt; ++j) {
           const float v = std::nearbyint(float(s[j] + add) * multiplier[size_t(co)]) + zp;
-          dst[j] = T(std::clamp(v, float(std::numeric_limits<T>::min()), float(std::numeric_limits<T>::max())));
+          dst[j] = v != v ? T(0)  // a NaN scale: 0, as Cast gives
+                   : T(std::clamp(v, float(std::numeric_limits<T>::min()), float(std::numeric_limits<T>::max())));
         }
       });
     } else {

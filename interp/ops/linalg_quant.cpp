@@ -82,8 +82,8 @@ void qlinear_matmul_kernel(KernelContext& ctx) {
         const float ra = sa[size_t(row % std::max<int64_t>(p.M, 1))] / sy[0];
         for (int64_t j = 0; j < n; ++j) {
           const float v = std::nearbyint(float(s[j]) * (ra * sb[size_t(j0 + j)])) + zp;
-          yd[row * p.N + j0 + j] =
-              T(std::clamp(v, float(std::numeric_limits<T>::min()), float(std::numeric_limits<T>::max())));
+          yd[row * p.N + j0 + j] = v != v ? T(0)  // a NaN scale: 0, as Cast gives
+              : T(std::clamp(v, float(std::numeric_limits<T>::min()), float(std::numeric_limits<T>::max())));
         }
       });
     } else {

@@ -25,7 +25,7 @@ void range_kernel(KernelContext& ctx) {
   double count = std::ceil((limit - start) / delta);
   TERRACE_CHECK(std::isfinite(count) && count < 4e18, InvalidArgument, ctx.node.describe(),
                 ": range of ", count, " elements is too large");
-  int64_t n = std::max<int64_t>(0, int64_t(count));
+  int64_t n = count > 0 ? int64_t(count) : 0;  // count may be hugely negative: no int64 for it
   Tensor out = Tensor::empty(start_t.dtype(), {n});
   dispatch_dtype(start_t.dtype(), [&](auto tag) {
     using T = decltype(tag);
