@@ -244,7 +244,12 @@ NamedTensors random_inputs(const Graph& g, uint64_t seed,
       for (auto& [n, val] : dims)
         if (n == sym) shape[d] = val;
     }
-    Tensor t = Tensor::empty(*v.info.dtype, shape);
+    Tensor t;
+    try {
+      t = Tensor::empty(*v.info.dtype, shape);
+    } catch (const Error& e) {  // say which input it was: the shape came from the model and --dim
+      fail(e.code(), "random input '", v.name, "': ", e.message());
+    }
     dispatch_dtype(t.dtype(), [&](auto tag) {
       using T = decltype(tag);
       T* p = t.data<T>();
