@@ -24,15 +24,27 @@ const std::string kTerrace = std::getenv("TERRACE_CLI_UNDER_TEST") ? std::getenv
                                                                   : std::string(TERRACE_BINARY_DIR) + "/tools/terrace";
 const std::string kTestData = "/usr/share/libonnx-testdata/data";
 
+fs::path scratch_path() { return fs::temp_directory_path() / ("terrace_cli_test_" + std::to_string(::getpid())); }
+
 fs::path scratch() {
   static const fs::path dir = [] {
-    fs::path d = fs::temp_directory_path() / ("terrace_cli_test_" + std::to_string(::getpid()));
+    fs::path d = scratch_path();
     fs::remove_all(d);
     fs::create_directories(d);
     return d;
   }();
   return dir;
 }
+
+// The scratch folder goes when the test process ends.
+class RemoveScratch : public ::testing::Environment {
+ public:
+  void TearDown() override {
+    std::error_code ec;
+    fs::remove_all(scratch_path(), ec);
+  }
+};
+const auto* const kRemoveScratch = ::testing::AddGlobalTestEnvironment(new RemoveScratch);
 
 std::string slurp(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);

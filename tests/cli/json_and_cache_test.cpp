@@ -49,7 +49,8 @@ std::filesystem::path fresh_dir(const std::string& name) {
 
 TEST(CodeCacheCap, the_oldest_entries_go_once_the_cache_passes_its_limit) {
   const std::string object(300 << 10, 'o');  // 300 KiB an entry
-  terrace::jit::CodeCache cache(fresh_dir("cap"), uint64_t(1) << 20);  // 1 MiB: three entries fit
+  const auto dir = fresh_dir("cap");
+  terrace::jit::CodeCache cache(dir, uint64_t(1) << 20);  // 1 MiB: three entries fit
   for (int i = 0; i < 3; ++i) {
     cache.store("key " + std::to_string(i), object);
     std::this_thread::sleep_for(std::chrono::milliseconds(20));  // distinct modification times
@@ -67,6 +68,7 @@ TEST(CodeCacheCap, the_oldest_entries_go_once_the_cache_passes_its_limit) {
   terrace::jit::CodeCache::Info removed = cache.clear();
   EXPECT_EQ(removed.entries, 3u);
   EXPECT_EQ(cache.info().entries, 0u);
+  std::filesystem::remove_all(dir);
 }
 
 TEST(CodeCacheCap, has_a_documented_default_and_an_environment_override) {
