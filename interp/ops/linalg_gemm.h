@@ -189,6 +189,9 @@ inline void gemm_micro_body(int64_t kc, const Acc* __restrict a, const Acc* __re
 // where the CPU has it. Separate multiplies and adds (no FMA) give the same bits on either.
 void gemm_micro_f64(int64_t kc, const double* __restrict a, const double* __restrict b,
                     double* __restrict c, int64_t ldc);
+using GemmMicroF64 = void (*)(int64_t, const double*, const double*, double*, int64_t);
+// One copy by name ("baseline", "avx2"), for tests; nullptr where this CPU cannot run it.
+GemmMicroF64 gemm_micro_f64_variant(const char* isa);
 
 template <typename Acc>
 inline void gemm_micro(int64_t kc, const Acc* __restrict a, const Acc* __restrict b,

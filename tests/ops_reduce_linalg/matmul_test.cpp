@@ -1,5 +1,9 @@
 // MatMul, Gemm, Det and Einsum: bitwise agreement with an ordered double sum, thread-count
 // independence, broadcasting and errors.
+#include <cmath>
+#include <cstring>
+
+#include "interp/ops/linalg_gemm.h"
 #include "tests/ops_reduce_linalg/run_node.h"
 
 namespace terrace::testing {
@@ -46,6 +50,27 @@ TEST(Gemm, one_row_with_transposed_b_equals_the_ordered_double_sum_bitwise) {
     for (int64_t n = 0; n < N; ++n) b.data<float>()[k * N + n] = bt.data<float>()[n * K + k];
   Tensor y = run1(Op::Gemm, {a, bt}, {{"transB", int_attr(1)}});
   EXPECT_EQ(values_of<float>(y), ordered_matmul(a, b, 1, K, N));
+}
+
+// The interpreter's double micro-kernel has a baseline (x86-64-v2) copy and an AVX2 copy picked
+// at run time; both are called here on the same panels and must agree bitwise, so the path a
+// machine without AVX2 takes is covered on any machine.
+TEST(MatMul, the_baseline_and_avx2_micro_kernels_agree_bitwise) {
+  using ops::kGemmMR;
+  using ops::kGemmNR;
+  auto baseline = ops::detail::gemm_micro_f64_variant("baseline");
+  auto avx2 = ops::detail::gemm_micro_f64_variant("avx2");
+  ASSERT_NE(baseline, nullptr);
+  if (!avx2) GTEST_SKIP() << "this CPU has no AVX2: only the baseline copy can run";
+  const int64_t kc = 37;
+  std::vector<double> a(size_t(kc * kGemmMR)), b(size_t(kc * kGemmNR));
+  for (size_t i = 0; i < a.size(); ++i) a[i] = std::sin(double(i) * 1.7) * 1e3;
+  for (size_t i = 0; i < b.size(); ++i) b[i] = std::cos(double(i) * 0.3) / 7;
+  std::vector<double> c1(size_t(kGemmMR * kGemmNR), 0.5), c2 = c1;
+  baseline(kc, a.data(), b.data(), c1.data(), kGemmNR);
+  avx2(kc, a.data(), b.data(), c2.data(), kGemmNR);
+  EXPECT_EQ(std::memcmp(c1.data(), c2.data(), c1.size() * sizeof(double)), 0);
+  EXPECT_EQ(ops::detail::gemm_micro_f64_variant("avx512"), nullptr) << "an unknown copy is refused";
 }
 
 TEST(MatMul, result_is_identical_for_any_thread_count) {
