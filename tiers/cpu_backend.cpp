@@ -108,9 +108,15 @@ class CpuBackend : public Backend {
 
   std::string can_compile(const Graph& g, const Node& node) const override {
     if (is_library_op(node.op)) return library_can_compile(g, node);
-    if (std::strcmp(op_family(node.op), "elementwise") != 0)
-      return std::string("tier 1 compiles elementwise ops only (") + op_name(node.op) + " is " +
-             op_family(node.op) + ")";
+    if (std::strcmp(op_family(node.op), "elementwise") != 0) {
+#ifdef TERRACE_HAVE_DNNL
+      const char* what = "elementwise ops, and MatMul, Gemm and Conv through oneDNN";
+#else
+      const char* what = "elementwise ops (built without oneDNN: no MatMul, Gemm or Conv)";
+#endif
+      return std::string("tier 1 compiles ") + what + "; " + op_name(node.op) + " (" + op_family(node.op) +
+             ") is not among them";
+    }
     std::vector<DType> dtypes;
     for (int v : node.inputs) {
       if (v < 0) { dtypes.push_back(DType::Float32); continue; }

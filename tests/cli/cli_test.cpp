@@ -255,7 +255,7 @@ TEST(CliExplain, matmul_is_a_region_and_breaks_give_the_backends_reason) {
 // The reason tier 1 gives for an op it does not compile must not claim it compiles elementwise ops
 // only (MatMul, Gemm and Conv compile). Disabled until tiers/cpu_backend.cpp's can_compile changes
 // (see the report of the CLI work on issue 13, point 3).
-TEST(CliExplain, DISABLED_break_reasons_do_not_say_elementwise_only) {
+TEST(CliExplain, break_reasons_do_not_say_elementwise_only) {
   Result r = terrace("explain " + matmul_softmax_model());
   ASSERT_EQ(r.code, 0) << show(r);
   EXPECT_EQ(r.out.find("elementwise ops only"), std::string::npos) << show(r);
