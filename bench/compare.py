@@ -11,7 +11,7 @@ installed torch has it, and ONNX Runtime (CPU) where it is installed; Terrace ru
 `terrace bench --json` per tier. Every peer is timed the same way: the first call after setup
 separately, then `--warmup` calls, then the median (and p90) of `--calls` calls, each a wall clock
 around a synchronised call (CUDA events when torch runs on a GPU). Outputs are checked against eager
-PyTorch (Terrace's through `terrace bench --expect`, with DESIGN.md's tolerances).
+PyTorch (Terrace's through `terrace bench --expect`, with the tolerances of ARCHITECTURE.md's "Rules the code keeps").
 """
 import argparse
 import datetime
@@ -30,7 +30,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 import make_models  # noqa: E402  (tools/ is not a package)
 
-RTOL, ATOL = 1e-3, 1e-5  # DESIGN.md's fp32 tolerances, as Terrace's own checks use
+RTOL, ATOL = 1e-3, 1e-5  # ARCHITECTURE.md's fp32 tolerances, as Terrace's own checks use
 COMPILE_MODES = ["default", "reduce-overhead", "max-autotune"]
 
 

@@ -9,7 +9,7 @@ namespace terrace {
 struct Tolerance {
   double rtol = 1e-3;
   double atol = 1e-5;
-  // DESIGN.md's tolerances for a compiled tier against the interpreter, by dtype:
+  // the tolerances of ARCHITECTURE.md's "Rules the code keeps" for a compiled tier against the interpreter, by dtype:
   // fp32 1e-3/1e-5, fp16 1e-3/1e-3, bf16 1.6e-2/1e-5, float64 as fp32, integers and bools exact.
   static Tolerance for_dtype(DType t);
 };

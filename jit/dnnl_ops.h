@@ -1,4 +1,4 @@
-// Tier-1 matrix products and convolutions through oneDNN (DESIGN.md: "GEMM/conv through oneDNN"),
+// Tier-1 matrix products and convolutions through oneDNN (ARCHITECTURE.md),
 // float32, on the caller's plain row-major / NCHW buffers. Each object is one primitive built for
 // one signature (the region's guards keep the shapes fixed); run() is thread-safe.
 #pragma once

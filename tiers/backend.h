@@ -30,7 +30,7 @@ class Backend {
   virtual bool alone(const Node&) const { return false; }
   // True when `next` joins `alone_node`'s region (partition's AbsorbPredicate).
   virtual bool absorbs(const Graph&, const Node&, const Node&) const { return false; }
-  // Per region output, an error allowance for validation on top of DESIGN.md's tolerance (an
+  // Per region output, an error allowance for validation on top of the tolerance of ARCHITECTURE.md's "Rules the code keeps" (an
   // undefined tensor: none): a bound on the rounding error of the compiled version's own
   // arithmetic where it legitimately differs from the interpreter's (fp32 products of long
   // reductions against the interpreter's double). `inputs` are the region's inputs of the call.

@@ -132,7 +132,7 @@ class CpuBackend : public Backend {
 
   // A library op is a region by itself, validated against a bound on its own fp32 rounding (the
   // interpreter accumulates in double). A ResNet-50 trunk of 50 convolutions in one region, or
-  // one convolution with a long reduction under DESIGN.md's plain tolerance, differs from the
+  // one convolution with a long reduction under the plain tolerance (ARCHITECTURE.md), differs from the
   // interpreter by more than rtol 1e-3 / atol 1e-5 on a few outputs near zero (max abs err 1.4e-3
   // and 4.7e-4, measured) though every product is rounded correctly.
   bool alone(const Node& node) const override { return is_library_op(node.op); }

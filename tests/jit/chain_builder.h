@@ -100,7 +100,7 @@ inline Tensor random_tensor(DType dtype, Shape shape, double lo, double hi, uint
   return t.cast(dtype);
 }
 
-// Compiled tier vs interpreter: DESIGN.md's tolerances; NaN and Inf positions exact.
+// Compiled tier vs interpreter: the tolerances of ARCHITECTURE.md's "Rules the code keeps"; NaN and Inf positions exact.
 inline void expect_close(const Tensor& got, const Tensor& want, const std::string& what) {
   ASSERT_EQ(got.dtype(), want.dtype()) << what;
   ASSERT_EQ(got.shape(), want.shape()) << what;

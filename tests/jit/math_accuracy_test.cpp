@@ -1,7 +1,7 @@
 // The prelude's vectorised float32 exp, tanh and sigmoid against double-precision references over
 // a sweep of every 1021st float of both signs (about 4 million inputs each), compiled by the JIT
 // as tier 1 compiles them. The bounds are the accuracy their comments in render_prelude.cpp state,
-// with a little room; DESIGN.md's tolerance (rtol 1e-3) is thousands of times looser.
+// with a little room; the tolerance of ARCHITECTURE.md's "Rules the code keeps" (rtol 1e-3) is thousands of times looser.
 #include <gtest/gtest.h>
 
 #include <bit>

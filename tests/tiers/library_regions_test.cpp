@@ -1,5 +1,5 @@
 // Tier 1's library regions (MatMul, Gemm, Conv through oneDNN): each is a region by itself,
-// promoted and validated like any region, against the interpreter within DESIGN.md's tolerance
+// promoted and validated like any region, against the interpreter within the tolerance of ARCHITECTURE.md's "Rules the code keeps"
 // plus the fp32 rounding bound of its own reduction; a wrong result is still caught.
 #include <gtest/gtest.h>
 
