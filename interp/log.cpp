@@ -56,8 +56,8 @@ std::string log_level_problem() { return level_from_env().problem; }
 bool log_enabled(LogLevel level) { return level <= env_level().level; }
 
 void log_line(LogLevel level, const std::string& line) {
-  static std::mutex mu;
-  std::lock_guard<std::mutex> lock(mu);
+  static std::mutex* mu = new std::mutex;  // never destroyed: abandoned compiles may log at exit
+  std::lock_guard<std::mutex> lock(*mu);
   std::fprintf(stderr, "[terrace %s] %s\n", kNames[int(level)], line.c_str());
 }
 

@@ -196,8 +196,10 @@ std::unique_ptr<CpuJit> CpuJit::create() {
   return std::unique_ptr<CpuJit>(new CpuJit(std::move(impl)));
 }
 
+// Never destroyed: a compile a session abandoned (TierManager's destructor) may still run in it
+// while the process exits and static objects are destroyed.
 CpuJit& CpuJit::global() {
-  static std::unique_ptr<CpuJit> jit = create();
+  static CpuJit* jit = create().release();
   return *jit;
 }
 

@@ -23,9 +23,10 @@ struct SharedCode {
   std::map<std::pair<const CpuJit*, std::string>, std::weak_ptr<CompiledCode>> by_source;
 };
 
+// Never destroyed: a compile the session abandoned may still use it while the process exits.
 SharedCode& shared_code() {
-  static SharedCode s;
-  return s;
+  static SharedCode* s = new SharedCode;
+  return *s;
 }
 
 }  // namespace
