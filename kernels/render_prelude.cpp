@@ -382,7 +382,8 @@ std::string render_prelude(Dialect dialect) {
 }
 
 std::string render_prelude(Dialect dialect, std::string_view code) {
-  static const std::vector<PreludeItem> items = prelude_items();
+  // Never destroyed: a compile a session abandoned may render while the process exits.
+  static const std::vector<PreludeItem>& items = *new std::vector<PreludeItem>(prelude_items());
   // Names needed: those of `code`, then, to a fixed point, those of the items that define them.
   std::set<std::string> needed = names_used(code);
   std::vector<bool> take(items.size(), false);
