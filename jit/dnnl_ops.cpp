@@ -104,6 +104,25 @@ void apply_activation(const DnnlActivation& a, float* p, size_t n) {
 // The number of floats a plain memory descriptor spans.
 size_t floats_of(const memory::desc& d) { return d.get_size() / sizeof(float); }
 
+// A product or convolution as run: built with its activation as a post-op (`fused`) and, when it
+// has one, also without (`plain`, the activation then applied after it with the interpreter's
+// semantics), for calls whose inputs are not all finite.
+struct Activated {
+  DnnlActivation activation;
+  int threads = 1;
+  dnnl::primitive fused, plain;
+  memory::desc fused_scratch, plain_scratch;
+
+  bool has_activation() const { return activation.kind != DnnlActivation::Kind::None; }
+  // `inputs_finite` is asked only when there is an activation (it reads every input).
+  template <typename Finite>
+  void run(std::unordered_map<int, memory> args, Finite&& inputs_finite, float* out, size_t n) const {
+    const bool use_fused = !has_activation() || inputs_finite();
+    execute(use_fused ? fused : plain, use_fused ? fused_scratch : plain_scratch, std::move(args), threads);
+    if (!use_fused) apply_activation(activation, out, n);
+  }
+};
+
 // Runs f, which builds oneDNN objects, with `threads` OpenMP threads: oneDNN sizes a primitive's
 // scratchpad by the count at creation, and each run uses the same count (a call with more, e.g.
 // under a caller's own OpenMP setting, would write past it). oneDNN's errors become CompileFailed.
@@ -193,10 +212,10 @@ class MatMul : public DnnlPrimitive {
       : out_(std::move(out)), a_(std::move(a)), b_(std::move(b)), dst_(plain(dst)), c_(std::move(c)) {
     double flops = double(a_.dims().back());  // K
     for (memory::dim d : dst) flops *= double(d);
-    threads_ = threads_for(flops);
-    activation_ = activation;
+    prims_.threads = threads_for(flops);
+    prims_.activation = activation;
     auto build = [&](const DnnlActivation& act, memory::desc& scratch) {
-      return building(node, threads_, [&] {
+      return building(node, prims_.threads, [&] {
         dnnl::primitive_attr attr = user_scratchpad();
         if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
         dnnl::post_ops ops;
@@ -208,19 +227,19 @@ class MatMul : public DnnlPrimitive {
         return dnnl::primitive(dnnl::matmul(pd));
       });
     };
-    prim_ = build(activation, scratch_);
-    if (activation.kind != DnnlActivation::Kind::None) plain_ = build({}, plain_scratch_);
+    prims_.fused = build(activation, prims_.fused_scratch);
+    if (prims_.has_activation()) prims_.plain = build({}, prims_.plain_scratch);
   }
   const Shape& output_shape() const override { return out_; }
   void run(const std::vector<const float*>& in, float* out) const override {
-    const bool fused = activation_.kind == DnnlActivation::Kind::None ||
-                       (all_finite(in[0], floats_of(a_), threads_) && all_finite(in[1], floats_of(b_), threads_) &&
-                        (!c_ || all_finite(in.at(2), size_t(shape_numel(*c_)), threads_)));
+    const int t = prims_.threads;
+    auto finite = [&] {
+      return all_finite(in[0], floats_of(a_), t) && all_finite(in[1], floats_of(b_), t) &&
+             (!c_ || all_finite(in.at(2), size_t(shape_numel(*c_)), t));
+    };
     if (c_) broadcast_c(in.at(2), out);
-    execute(fused ? prim_ : plain_, fused ? scratch_ : plain_scratch_,
-            {{DNNL_ARG_SRC, wrap(a_, in[0])}, {DNNL_ARG_WEIGHTS, wrap(b_, in[1])}, {DNNL_ARG_DST, wrap(dst_, out)}},
-            threads_);
-    if (!fused) apply_activation(activation_, out, size_t(shape_numel(out_)));
+    prims_.run({{DNNL_ARG_SRC, wrap(a_, in[0])}, {DNNL_ARG_WEIGHTS, wrap(b_, in[1])}, {DNNL_ARG_DST, wrap(dst_, out)}},
+               finite, out, size_t(shape_numel(out_)));
   }
 
  private:
@@ -235,13 +254,9 @@ class MatMul : public DnnlPrimitive {
   }
 
   Shape out_;
-  memory::desc a_, b_, dst_, scratch_;
+  memory::desc a_, b_, dst_;
   std::optional<Shape> c_;
-  int threads_ = 1;
-  DnnlActivation activation_;
-  dnnl::primitive prim_;                     // with the activation as a post-op
-  dnnl::primitive plain_;                    // without it, for inputs that are not all finite
-  memory::desc plain_scratch_;
+  Activated prims_;
 };
 
 std::unique_ptr<DnnlPrimitive> make_matmul(const Node& node, const std::vector<Shape>& shapes,
@@ -335,12 +350,12 @@ class Conv : public DnnlPrimitive {
     bias_ = plain({g.cout});
     // Constant weights may take the layout oneDNN prefers; they are reordered once, below.
     memory::desc w_any(w, memory::data_type::f32, memory::format_tag::any);
-    threads_ = threads_for(double(shape_numel(out_)) * double(g.cin_g()) * double(g.kernel_size()));
-    activation_ = activation;
+    prims_.threads = threads_for(double(shape_numel(out_)) * double(g.cin_g()) * double(g.kernel_size()));
+    prims_.activation = activation;
     // `weights`: the layout the weights are given in (or `any`, for oneDNN to choose).
     auto build = [&](const DnnlActivation& act, const memory::desc& weights, dnnl::primitive& prim,
                      memory::desc& scratch) {
-      return building(node, threads_, [&] {
+      return building(node, prims_.threads, [&] {
         dnnl::convolution_forward::desc d =
             has_bias_ ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
                                                         dnnl::algorithm::convolution_direct, src_, weights,
@@ -358,16 +373,17 @@ class Conv : public DnnlPrimitive {
         return pd;
       });
     };
-    auto pd = build(activation, constant_weights ? w_any : user_w_, prim_, scratch_);
+    auto pd = build(activation, constant_weights ? w_any : user_w_, prims_.fused, prims_.fused_scratch);
     // The unfused twin reads the weights in the layout the fused one chose.
-    if (activation.kind != DnnlActivation::Kind::None) build({}, pd.weights_desc(), plain_, plain_scratch_);
+    if (prims_.has_activation()) build({}, pd.weights_desc(), prims_.plain, prims_.plain_scratch);
+    const int threads = prims_.threads;
     if (constant_weights) {
-      weights_finite_ = all_finite(constant_weights->data<float>(), size_t(constant_weights->numel()), threads_);
+      weights_finite_ = all_finite(constant_weights->data<float>(), size_t(constant_weights->numel()), threads);
       weights_ = memory(pd.weights_desc(), cpu_engine());
-      building(node, threads_, [&] {
+      building(node, threads, [&] {
         memory user = wrap(user_w_, constant_weights->data<float>());
         dnnl::reorder::primitive_desc rpd(cpu_engine(), user.get_desc(), cpu_engine(), weights_.get_desc(), user_scratchpad());
-        execute(dnnl::reorder(rpd), rpd.scratchpad_desc(), {{DNNL_ARG_FROM, user}, {DNNL_ARG_TO, weights_}}, threads_);
+        execute(dnnl::reorder(rpd), rpd.scratchpad_desc(), {{DNNL_ARG_FROM, user}, {DNNL_ARG_TO, weights_}}, threads);
         return 0;
       });
     }
@@ -378,25 +394,21 @@ class Conv : public DnnlPrimitive {
                                          {DNNL_ARG_WEIGHTS, weights_ ? weights_ : wrap(user_w_, in[1])},
                                          {DNNL_ARG_DST, wrap(dst_, out)}};
     if (has_bias_) args.emplace(DNNL_ARG_BIAS, wrap(bias_, in.at(2)));
-    const bool fused = activation_.kind == DnnlActivation::Kind::None ||
-                       (all_finite(in[0], floats_of(src_), threads_) &&
-                        (weights_ ? weights_finite_ : all_finite(in[1], floats_of(user_w_), threads_)) &&
-                        (!has_bias_ || all_finite(in[2], floats_of(bias_), threads_)));
-    execute(fused ? prim_ : plain_, fused ? scratch_ : plain_scratch_, std::move(args), threads_);
-    if (!fused) apply_activation(activation_, out, size_t(shape_numel(out_)));
+    const int t = prims_.threads;
+    auto finite = [&] {
+      return all_finite(in[0], floats_of(src_), t) && (weights_ ? weights_finite_ : all_finite(in[1], floats_of(user_w_), t)) &&
+             (!has_bias_ || all_finite(in[2], floats_of(bias_), t));
+    };
+    prims_.run(std::move(args), finite, out, size_t(shape_numel(out_)));
   }
 
  private:
   Shape out_;
   bool has_bias_ = false;
-  memory::desc src_, dst_, user_w_, bias_, scratch_;
+  memory::desc src_, dst_, user_w_, bias_;
   memory weights_;  // the constant weights in oneDNN's layout, when known at compile time
   bool weights_finite_ = true;
-  int threads_ = 1;
-  DnnlActivation activation_;
-  dnnl::primitive prim_;   // with the activation as a post-op
-  dnnl::primitive plain_;  // without it, for inputs that are not all finite
-  memory::desc plain_scratch_;
+  Activated prims_;
 };
 
 // A Conv whose input, weights or output hold no element, as an EmptySum; nullptr otherwise.

@@ -39,6 +39,34 @@ void expect_matches(Op op, const std::vector<Shape>& shapes, std::map<std::strin
   expect_close(got, want, what);
 }
 
+// One op with its input shapes and attributes.
+struct Case {
+  Op op;
+  std::vector<Shape> shapes;
+  std::map<std::string, Attr> attrs;
+};
+
+// The case's primitive (with `activation`, input 1 handed over at compile time when
+// `constant_weights`) run on `in`.
+Tensor run_primitive(const Case& c, const std::vector<Tensor>& in, jit::DnnlActivation activation,
+                     bool constant_weights = false) {
+  std::vector<const Tensor*> constants(c.shapes.size(), nullptr);
+  if (constant_weights) constants[1] = &in[1];
+  auto prim = jit::make_dnnl_primitive(make_node(c.op, c.shapes.size(), c.attrs), c.shapes, constants, activation);
+  Tensor got = Tensor::empty(DType::Float32, prim->output_shape());
+  std::vector<const float*> ptrs;
+  for (const Tensor& t : in) ptrs.push_back(t.data<float>());
+  prim->run(ptrs, got.data<float>());
+  return got;
+}
+
+std::vector<Tensor> random_inputs(const Case& c, uint32_t seed) {
+  std::vector<Tensor> in;
+  for (size_t i = 0; i < c.shapes.size(); ++i)
+    in.push_back(random_tensor(DType::Float32, c.shapes[i], -1, 1, seed + uint32_t(i), false));
+  return in;
+}
+
 TEST(DnnlOps, MatMulShapes) {
   expect_matches(Op::MatMul, {{5, 7}, {7, 3}});
   expect_matches(Op::MatMul, {{2, 3, 4, 5}, {5, 6}});
@@ -87,11 +115,6 @@ TEST(DnnlOps, ConvGeometries) {
 // instruction set, and forced down to AVX2 and to SSE4.1 (DNNL_MAX_CPU_ISA); see
 // DnnlOps.RunsOnTheInstructionSetItIsAllowed.
 TEST(DnnlOps, ZeroSizedOperandsGiveTheInterpretersAnswer) {
-  struct Case {
-    Op op;
-    std::vector<Shape> shapes;
-    std::map<std::string, Attr> attrs;
-  };
   using Ints = std::vector<int64_t>;
   const std::vector<Case> cases = {
       {Op::MatMul, {{0, 5}, {5, 3}}, {}},           // M = 0
@@ -122,19 +145,10 @@ TEST(DnnlOps, ZeroSizedOperandsGiveTheInterpretersAnswer) {
     for (bool relu : {false, true}) {
       SCOPED_TRACE(std::string(op_name(c.op)) + " " + shape_str(c.shapes[0]) + " x " + shape_str(c.shapes[1]) +
                    (relu ? " + Relu" : ""));
-      std::vector<Tensor> in;
-      for (size_t i = 0; i < c.shapes.size(); ++i)
-        in.push_back(random_tensor(DType::Float32, c.shapes[i], -1, 1, 40 + uint32_t(i), false));
+      std::vector<Tensor> in = random_inputs(c, 40);
       Tensor want = run1(c.op, in, c.attrs);
       if (relu) want = run1(Op::Relu, {want});
-      auto prim = jit::make_dnnl_primitive(make_node(c.op, c.shapes.size(), c.attrs), c.shapes,
-                                           std::vector<const Tensor*>(c.shapes.size(), nullptr),
-                                           {relu ? jit::DnnlActivation::Kind::Relu : jit::DnnlActivation::Kind::None});
-      ASSERT_EQ(prim->output_shape(), want.shape());
-      Tensor got = Tensor::empty(DType::Float32, prim->output_shape());
-      std::vector<const float*> ptrs;
-      for (const Tensor& t : in) ptrs.push_back(t.data<float>());
-      prim->run(ptrs, got.data<float>());
+      Tensor got = run_primitive(c, in, {relu ? jit::DnnlActivation::Kind::Relu : jit::DnnlActivation::Kind::None});
       expect_close(got, want, "empty sum");
       if (want.numel() > 0 && c.op != Op::MatMul && c.shapes.size() == 3) {
         bool any_nonzero = false;  // the C or bias term really reached the result
@@ -163,29 +177,15 @@ TEST(DnnlOps, RunsOnTheInstructionSetItIsAllowed) {
 
 // A Relu fused as the primitive's activation gives what the interpreter's node and then Relu give.
 TEST(DnnlOps, FusedReluMatchesTheTwoOps) {
-  struct Case {
-    Op op;
-    std::vector<Shape> shapes;
-    std::map<std::string, Attr> attrs;
-  };
   const std::vector<Case> cases = {
       {Op::Conv, {{1, 4, 9, 9}, {6, 4, 3, 3}, {6}}, {{"pads", std::vector<int64_t>{1, 1, 1, 1}}}},
       {Op::Gemm, {{5, 7}, {3, 7}, {3}}, {{"transB", 1}}},
       {Op::MatMul, {{2, 5, 7}, {7, 3}}, {}},
   };
   for (const Case& c : cases) {
-    std::vector<Tensor> in;
-    for (size_t i = 0; i < c.shapes.size(); ++i)
-      in.push_back(random_tensor(DType::Float32, c.shapes[i], -1, 1, 20 + uint32_t(i), false));
-    auto prim = jit::make_dnnl_primitive(make_node(c.op, c.shapes.size(), c.attrs), c.shapes,
-                                         std::vector<const Tensor*>(c.shapes.size(), nullptr),
-                                         {jit::DnnlActivation::Kind::Relu});
+    std::vector<Tensor> in = random_inputs(c, 20);
     Tensor want = run1(Op::Relu, {run1(c.op, in, c.attrs)});
-    Tensor got = Tensor::empty(DType::Float32, prim->output_shape());
-    std::vector<const float*> ptrs;
-    for (const Tensor& t : in) ptrs.push_back(t.data<float>());
-    prim->run(ptrs, got.data<float>());
-    expect_close(got, want, std::string(op_name(c.op)) + " + Relu");
+    expect_close(run_primitive(c, in, {jit::DnnlActivation::Kind::Relu}), want, std::string(op_name(c.op)) + " + Relu");
   }
 }
 
@@ -194,11 +194,6 @@ TEST(DnnlOps, FusedReluMatchesTheTwoOps) {
 // of larger convolutions and of MatMul give 0 for NaN); the primitive gives the interpreter's
 // answer (0 for -inf, NaN kept) for every shape, the weights given at compile time or not.
 TEST(DnnlOps, FusedReluKeepsTheInterpretersNonFiniteValues) {
-  struct Case {
-    Op op;
-    std::vector<Shape> shapes;
-    std::map<std::string, Attr> attrs;
-  };
   const std::vector<Case> cases = {
       {Op::Conv, {{1, 3, 16, 16}, {8, 3, 3, 3}, {8}}, {{"pads", std::vector<int64_t>{1, 1, 1, 1}}}},
       {Op::Conv, {{1, 64, 28, 28}, {64, 64, 3, 3}, {64}}, {{"pads", std::vector<int64_t>{1, 1, 1, 1}}}},
@@ -211,21 +206,12 @@ TEST(DnnlOps, FusedReluKeepsTheInterpretersNonFiniteValues) {
       for (int poison = 0; poison < 3; ++poison) {  // -inf, NaN, +inf in the first input
         SCOPED_TRACE(std::string(op_name(c.op)) + " " + shape_str(c.shapes[0]) + " poison " + std::to_string(poison) +
                      (constant ? " constant weights" : ""));
-        std::vector<Tensor> in;
-        for (size_t i = 0; i < c.shapes.size(); ++i)
-          in.push_back(random_tensor(DType::Float32, c.shapes[i], -1, 1, 60 + uint32_t(i), false));
+        std::vector<Tensor> in = random_inputs(c, 60);
         const float bad = poison == 0 ? -INFINITY : poison == 1 ? NAN : INFINITY;
         for (int64_t i = 0; i < in[0].numel(); i += 97) in[0].data<float>()[i] = bad;
-        std::vector<const Tensor*> constants(c.shapes.size(), nullptr);
-        if (constant) constants[1] = &in[1];
-        auto prim = jit::make_dnnl_primitive(make_node(c.op, c.shapes.size(), c.attrs), c.shapes, constants,
-                                             {jit::DnnlActivation::Kind::Relu});
         Tensor want = run1(Op::Relu, {run1(c.op, in, c.attrs)});
-        Tensor got = Tensor::empty(DType::Float32, prim->output_shape());
-        std::vector<const float*> ptrs;
-        for (const Tensor& t : in) ptrs.push_back(t.data<float>());
-        prim->run(ptrs, got.data<float>());
-        expect_close(got, want, "fused Relu on non-finite inputs");
+        expect_close(run_primitive(c, in, {jit::DnnlActivation::Kind::Relu}, constant), want,
+                     "fused Relu on non-finite inputs");
       }
 }
 
