@@ -130,6 +130,8 @@ NamedTensors Session::run(const NamedTensors& inputs, const RunOptions& run_opti
   return result;
 }
 
+std::vector<RegionReport> Session::region_reports() const { return impl_->tiers->report(); }
+
 std::string Session::report_json() const {
   JsonWriter j;
   j.begin_object();

@@ -15,6 +15,7 @@
 namespace terrace {
 
 using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+struct RegionReport;
 
 // What one run() call did.
 struct CallRecord {
@@ -57,6 +58,8 @@ class Session {
 
   // A JSON report: per region (id, ops, tier, calls, compile_ms, ...) and per call.
   std::string report_json() const;
+  // The regions' part of it, typed (tiers/tier_manager.h): for tools that poll it between calls.
+  std::vector<RegionReport> region_reports() const;
   // A short human-readable report.
   std::string report() const;
 

@@ -1,6 +1,4 @@
 // terrace bench: runs a model N times from a cold start and reports the warm-up timeline.
-#include <google/protobuf/struct.pb.h>
-#include <google/protobuf/util/json_util.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -13,6 +11,7 @@
 #include "interp/compare.h"
 #include "interp/json.h"
 #include "interp/onnx_import.h"
+#include "tiers/tier_manager.h"
 #include "tools/cli_util.h"
 
 #ifndef TERRACE_SOURCE_DIR
@@ -103,7 +102,7 @@ class Progress {
   bool tty_ = isatty(STDERR_FILENO);
 };
 
-// A region as the benchmark sees it: from Session::report_json, plus the first call that could
+// A region as the benchmark sees it: from Session::region_reports, plus the first call that could
 // use its compiled code (polled after every call, since the report knows only the trigger call).
 struct RegionTimeline {
   int64_t id = 0;
@@ -113,28 +112,20 @@ struct RegionTimeline {
   int64_t ready_at_call = -1;     // the first call after the compiled version was published
 };
 
-google::protobuf::Struct parse_json(const std::string& json) {
-  google::protobuf::Struct s;
-  auto status = google::protobuf::util::JsonStringToMessage(json, &s);
-  TERRACE_ASSERT(status.ok(), "report_json is not valid JSON: ", status.ToString());
-  return s;
-}
-
-// Refreshes `regions` from a report taken after call `call`.
-void update_regions(std::vector<RegionTimeline>& regions, const std::string& report_json, int64_t call) {
-  google::protobuf::Struct report = parse_json(report_json);
-  const auto& list = report.fields().at("regions").list_value().values();
-  regions.resize(size_t(list.size()));
-  for (int i = 0; i < list.size(); ++i) {
-    const auto& f = list[i].struct_value().fields();
-    RegionTimeline& r = regions[size_t(i)];
-    r.id = int64_t(f.at("id").number_value());
-    r.ops = f.at("ops").string_value();
-    r.tier = f.at("tier").string_value();
-    r.state = f.at("state").string_value();
-    r.compile_ms = f.at("compile_ms").number_value();
-    r.promoted_at_call = int64_t(f.at("promoted_at_call").number_value());
-    if (r.ready_at_call < 0 && f.at("versions").number_value() > 0) r.ready_at_call = call + 1;
+// Refreshes `regions` from the session's region reports taken after call `call`.
+void update_regions(std::vector<RegionTimeline>& regions, const Session& session, int64_t call) {
+  const std::vector<RegionReport> reports = session.region_reports();
+  regions.resize(reports.size());
+  for (size_t i = 0; i < reports.size(); ++i) {
+    const RegionReport& f = reports[i];
+    RegionTimeline& r = regions[i];
+    r.id = f.id;
+    r.ops = f.ops;
+    r.tier = tier_name(f.tier);
+    r.state = f.state;
+    r.compile_ms = f.compile_ms;
+    r.promoted_at_call = f.promoted_at_call;
+    if (r.ready_at_call < 0 && f.versions > 0) r.ready_at_call = call + 1;
   }
 }
 
@@ -179,7 +170,7 @@ TimedRun timed_run(const BenchArgs& b, Options options, int64_t calls, int64_t s
   int64_t c = 0;
   auto call = [&] {
     run.outputs = session->run(inputs);
-    if (options.max_tier != Tier::Interp) update_regions(run.regions, session->report_json(), c);
+    if (options.max_tier != Tier::Interp) update_regions(run.regions, *session, c);
     progress.update(++c, session->last_call().ms);
   };
   while (c < calls) call();
@@ -187,7 +178,7 @@ TimedRun timed_run(const BenchArgs& b, Options options, int64_t calls, int64_t s
   while (steady_calls > 0 && warming(c) && ms_since(extra) < 300e3) call();
   session->wait_for_compiles();  // compile times of jobs still in flight belong in the report
   run.report_json = session->report_json();
-  update_regions(run.regions, run.report_json, c - 1);  // ready_at_call == c: after the run
+  update_regions(run.regions, *session, c - 1);  // ready_at_call == c: after the run
   run.calls = session->calls();
   return run;
 }
