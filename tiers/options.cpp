@@ -34,6 +34,13 @@ Options Options::from_env() {
                   "': expected a fraction of run time between 0 and 1 (default 0.01)");
     o.recheck_budget = budget;
   }
+  if (const char* l = std::getenv("TERRACE_OPTIMIZE")) {
+    std::string s = l;
+    if (s == "none" || s == "0") o.optimize = OptimizeLevel::None;
+    else if (s == "basic" || s == "1") o.optimize = OptimizeLevel::Basic;
+    else if (s == "extended" || s == "2") o.optimize = OptimizeLevel::Extended;
+    else fail(ErrorCode::InvalidArgument, "TERRACE_OPTIMIZE='", s, "': expected none, basic or extended");
+  }
   return o;
 }
 

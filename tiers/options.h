@@ -9,6 +9,14 @@ const char* tier_name(Tier t);  // "interp", "cpu", "gpu"
 
 enum class ValidateMode { Off, First, Always };
 
+// The graph optimizer's level (tiers/passes/pipeline.h), as ONNX Runtime's levels go.
+//   None:     the graph runs as loaded.
+//   Basic:    constant and shape folding, no-op removal (Identity, inference Dropout, Reshape to
+//             the same shape, ...), dead code: answers bitwise those of the loaded graph.
+//   Extended: Basic, and BatchNormalization folded into the Conv or Gemm before it: answers
+//             differ by rounding only, within ARCHITECTURE.md's tolerances.
+enum class OptimizeLevel { None = 0, Basic = 1, Extended = 2 };
+
 struct Options {
   Tier max_tier = Tier::Gpu;    // the highest tier regions may be promoted to
   int hot_threshold = 2;        // calls with one input signature before promotion to tier 1
@@ -31,8 +39,14 @@ struct Options {
   // regions, so that no compile takes long (partition.h; measured in bench/RESULTS.md).
   int max_region_nodes = 64;
   std::string cache_dir;        // empty: $TERRACE_CACHE_DIR or ~/.cache/terrace
+  // The graph optimizer's level before partitioning; $TERRACE_OPTIMIZE (none|basic|extended).
+  // Extended by default: as ONNX Runtime's default (all levels), since a BatchNormalization left
+  // unfolded costs a pass over its activations and a graph break, and its folding changes
+  // answers by rounding only (every tier is validated against the interpreter running the same
+  // optimized graph).
+  OptimizeLevel optimize = OptimizeLevel::Extended;
 
-  // Options with TERRACE_MAX_TIER and TERRACE_CACHE_DIR applied over the defaults.
+  // Options with TERRACE_MAX_TIER, TERRACE_CACHE_DIR, TERRACE_RECHECK and TERRACE_OPTIMIZE applied over the defaults.
   static Options from_env();
 };
 

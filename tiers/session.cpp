@@ -13,6 +13,7 @@
 #include "interp/omp_threads.h"
 #include "interp/onnx_import.h"
 #include "tiers/input_check.h"
+#include "tiers/passes/pipeline.h"
 #include "tiers/tier_manager.h"
 
 namespace terrace {
@@ -33,7 +34,8 @@ Session::~Session() = default;
 
 std::unique_ptr<Session> Session::from_graph(std::shared_ptr<const Graph> graph, Options options) {
   auto impl = std::make_unique<Impl>();
-  impl->graph = std::move(graph);
+  // The graph optimizer (tiers/passes/): the plan, the tiers and graph() see the optimized graph.
+  impl->graph = optimize_graph(std::move(graph), options.optimize);
   impl->options = options;
   std::unique_ptr<Backend> backend;
   if (options.max_tier >= Tier::Cpu) backend = make_cpu_backend(options.cache_dir);

@@ -1,0 +1,89 @@
+// The graph optimizer's pipeline (pipeline.h): which passes run at which level, in which order.
+//
+// Basic (answers bitwise those of the original graph): constant folding and shape folding, in
+// turn until neither finds more (a folded Shape feeds a Gather that constant folding takes, whose
+// result may feed a Reshape target ...), no-op elimination, constant folding once more for what
+// removing no-ops exposed, then dead code. Extended adds BatchNormalization folding (rounding
+// changes only) after no-op elimination, so that a Dropout or Identity between a Conv and its BN
+// is gone first.
+#include "tiers/passes/pipeline.h"
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "interp/log.h"
+#include "tiers/passes/graph_edit.h"
+
+namespace terrace {
+
+const char* optimize_level_name(OptimizeLevel level) {
+  switch (level) {
+    case OptimizeLevel::None: return "none";
+    case OptimizeLevel::Basic: return "basic";
+    case OptimizeLevel::Extended: return "extended";
+  }
+  return "?";
+}
+
+namespace {
+
+// $TERRACE_DUMP_DIR/passes, created; empty when dumps are off or the folder cannot be made.
+std::filesystem::path dump_dir() {
+  const char* d = std::getenv("TERRACE_DUMP_DIR");
+  if (!d || !*d) return {};
+  std::filesystem::path dir = std::filesystem::path(d) / "passes";
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) {
+    log(LogLevel::Warn, "passes: cannot create ", dir.string(), ": ", ec.message());
+    return {};
+  }
+  return dir;
+}
+
+void dump(const std::filesystem::path& dir, int index, const std::string& pass, const Graph& g) {
+  if (dir.empty()) return;
+  char prefix[16];
+  std::snprintf(prefix, sizeof prefix, "%02d_", index);
+  std::ofstream out(dir / (prefix + pass + ".txt"));
+  out << passes::graph_text(g);
+}
+
+}  // namespace
+
+std::shared_ptr<const Graph> optimize_graph(std::shared_ptr<const Graph> graph, OptimizeLevel level,
+                                            const passes::PassConfig& config,
+                                            std::vector<PassRecord>* records) {
+  if (level == OptimizeLevel::None || !graph) return graph;
+  auto t_start = std::chrono::steady_clock::now();
+  auto g = std::make_shared<Graph>(*graph);  // tensors share storage: a copy of the structure only
+  const size_t nodes_before = g->nodes.size(), inits_before = g->initializers.size();
+  const std::filesystem::path dir = dump_dir();
+  int step = 0;
+  dump(dir, step++, "input", *g);
+  auto run = [&](const char* name, int (*pass)(Graph&, const passes::PassConfig&)) {
+    const size_t nodes = g->nodes.size(), inits = g->initializers.size();
+    auto t0 = std::chrono::steady_clock::now();
+    int rewrites = pass(*g, config);
+    double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    log(LogLevel::Debug, "passes: ", name, ": ", rewrites, " rewrites, nodes ", nodes, " -> ", g->nodes.size(),
+        ", initializers ", inits, " -> ", g->initializers.size(), " (", ms, " ms)");
+    dump(dir, step++, name, *g);
+    if (records) records->push_back({name, rewrites, g->nodes.size(), ms});
+    return rewrites;
+  };
+  run("constant_folding", passes::fold_constants);
+  for (int round = 0; round < 8; ++round)
+    if (run("shape_folding", passes::fold_shapes) + run("constant_folding", passes::fold_constants) == 0) break;
+  if (run("noop_elimination", passes::eliminate_noops) > 0) run("constant_folding", passes::fold_constants);
+  if (level >= OptimizeLevel::Extended) run("batchnorm_folding", passes::fold_batchnorm);
+  run("dead_code", passes::eliminate_dead_code);
+  double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_start).count();
+  log(LogLevel::Debug, "passes: level ", optimize_level_name(level), ": nodes ", nodes_before, " -> ",
+      g->nodes.size(), ", initializers ", inits_before, " -> ", g->initializers.size(), " (", ms, " ms)");
+  return g;
+}
+
+}  // namespace terrace
