@@ -101,6 +101,12 @@ void apply_activation(const DnnlActivation& a, float* p, size_t n) {
     for (size_t i = 0; i < n; ++i) p[i] = p[i] < 0.0f ? 0.0f : p[i];  // NaN stays, as in the interpreter
 }
 
+std::string dims_str(const Dims& d) { return shape_str(Shape(d.begin(), d.end())); }
+std::string dims_str(const memory::desc& d) { return dims_str(d.dims()); }
+std::string activation_text(const DnnlActivation& a) {
+  return a.kind == DnnlActivation::Kind::Relu ? "; post-op relu (fused on inputs that are all finite)" : "";
+}
+
 // The number of floats a plain memory descriptor spans.
 size_t floats_of(const memory::desc& d) { return d.get_size() / sizeof(float); }
 
@@ -156,7 +162,11 @@ class EmptySum : public DnnlPrimitive {
     double scale = 1.0;
   };
   EmptySum(Shape out, double sum_scale, Addend addend, DnnlActivation activation)
-      : out_(std::move(out)), sum_(0.0 * sum_scale), addend_(std::move(addend)), activation_(activation) {}
+      : out_(std::move(out)), sum_(0.0 * sum_scale), addend_(std::move(addend)), activation_(activation) {
+    description_ = "no library call (a zero-sized operand or result): dst " + shape_str(out_) + " = " +
+                   (addend_.input >= 0 ? "scale * input " + std::to_string(addend_.input) + " broadcast" : "0") +
+                   (activation_.kind == DnnlActivation::Kind::Relu ? ", then relu" : "");
+  }
   const Shape& output_shape() const override { return out_; }
   void run(const std::vector<const float*>& in, float* out) const override {
     const int64_t n = shape_numel(out_);
@@ -229,6 +239,10 @@ class MatMul : public DnnlPrimitive {
     };
     prims_.fused = build(activation, prims_.fused_scratch);
     if (prims_.has_activation()) prims_.plain = build({}, prims_.plain_scratch);
+    description_ = "oneDNN matmul (" + node.describe() + "): src " + dims_str(a_) + " x weights " + dims_str(b_) +
+                   " -> dst " + dims_str(dst_) + "; alpha " + std::to_string(alpha) +
+                   (c_ ? "; sum post-op (C " + shape_str(*c_) + ", beta " + std::to_string(beta) + ")" : "") +
+                   activation_text(activation) + "; " + std::to_string(prims_.threads) + " OpenMP threads";
   }
   const Shape& output_shape() const override { return out_; }
   void run(const std::vector<const float*>& in, float* out) const override {
@@ -377,6 +391,12 @@ class Conv : public DnnlPrimitive {
     // The unfused twin reads the weights in the layout the fused one chose.
     if (prims_.has_activation()) build({}, pd.weights_desc(), prims_.plain, prims_.plain_scratch);
     const int threads = prims_.threads;
+    description_ = "oneDNN convolution_forward (" + node.describe() + "): src " + dims_str(src_) + ", weights " +
+                   dims_str(user_w_) + (constant_weights ? " (constant, reordered once)" : "") +
+                   (has_bias_ ? ", bias " + dims_str(bias_) : "") + " -> dst " + dims_str(dst_) + "; strides " +
+                   dims_str(strides) + ", dilations (gaps) " + dims_str(dil) + ", pads " + dims_str(pad_l) + " " +
+                   dims_str(pad_r) + ", groups " + std::to_string(g.group) + activation_text(activation) + "; " +
+                   std::to_string(threads) + " OpenMP threads";
     if (constant_weights) {
       weights_finite_ = all_finite(constant_weights->data<float>(), size_t(constant_weights->numel()), threads);
       weights_ = memory(pd.weights_desc(), cpu_engine());

@@ -4,6 +4,7 @@
 #pragma once
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "interp/graph.h"
@@ -16,6 +17,12 @@ class DnnlPrimitive {
   virtual const Shape& output_shape() const = 0;
   // inputs: the node's inputs in ONNX order (nullptr for an absent optional one).
   virtual void run(const std::vector<const float*>& inputs, float* output) const = 0;
+  // What the primitive is, for dumps and repros: the oneDNN primitive, its shapes, attributes and
+  // post-ops ("oneDNN matmul: src [5,7] x weights [7,3] -> dst [5,3]; post-ops: relu").
+  std::string describe() const { return description_; }
+
+ protected:
+  std::string description_;
 };
 
 // ONNX MatMul (numpy broadcasting of batch dimensions, 1-D operands promoted), Gemm (transA,

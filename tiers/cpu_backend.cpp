@@ -42,7 +42,8 @@ class CpuRegion : public CompiledRegion {
             size_t n_outputs, bool perturb)
       : parts_(std::move(parts)), slots_(std::move(slots)), n_inputs_(n_inputs),
         n_outputs_(n_outputs), perturb_(perturb) {
-    for (const Part& p : parts_) source += p.kernel ? p.kernel->source : "";
+    for (const Part& p : parts_)
+      source += p.kernel ? p.kernel->source : "// a library primitive, no generated code:\n// " + p.primitive->describe() + "\n";
   }
 
   std::vector<Tensor> run(const std::vector<Tensor>& inputs) override {
@@ -186,6 +187,7 @@ class CpuBackend : public Backend {
     std::string ir;
     if (is_library_op(g.nodes[size_t(region.nodes[0])].op)) {
       parts.push_back(compile_library(g, region, slots));
+      ir = parts.back().primitive->describe() + "\n";
     } else {
       kernels::SplitGroup split = kernels::split_by_domain(elementwise_group(g, region, inputs));
       slots = std::move(split.slots);

@@ -351,7 +351,8 @@ bool TierManager::Core::validate(RegionState& st, Version& v, Frame& frame, cons
   for (int v : region.outputs) expected.push_back(frame.env[size_t(v)].tensor);
   if (std::optional<std::string> why = mismatch(region, in, expected, out)) {
     v.demoted = true;  // before the dump: no later call takes this version
-    std::string dump = dump_repro(graph_, region, in, expected, v.code.get(), *why);
+    std::string dump = dump_repro(graph_, region, in, expected, backend_->error_allowance(graph_, region, in),
+                                  v.code.get(), *why);
     std::lock_guard<std::mutex> lock(st.mu);
     demote(st, v, *why + (dump.empty() ? "" : " (repro in " + dump + ")"));
     return false;
@@ -406,7 +407,9 @@ void TierManager::Core::recheck_job(RegionState& st, std::shared_ptr<Version> v,
   if (why) {
     v->demoted = true;
     std::string dump = expected.size() == region.outputs.size()
-                           ? dump_repro(graph_, region, in, expected, v->code.get(), *why) : "";
+                           ? dump_repro(graph_, region, in, expected, backend_->error_allowance(graph_, region, in),
+                                        v->code.get(), *why)
+                           : "";
     *why = "re-check of call " + std::to_string(call) + ": " + *why + (dump.empty() ? "" : " (repro in " + dump + ")");
   }
   std::lock_guard<std::mutex> lock(st.mu);

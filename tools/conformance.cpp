@@ -1,6 +1,8 @@
 // Conformance engine: test discovery, running one test on a tier, classifying, and forked isolation.
 #include "tools/conformance.h"
 
+#include "interp/tensor_proto.h"
+
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -250,14 +252,51 @@ std::string join(const std::vector<std::string>& parts, const char* sep) {
   return out;
 }
 
+// How a test's outputs are judged: the run's tolerance, or, for a repro folder Terrace dumped
+// (tiers/repro.h), the tolerance each output was judged by (tolerance.txt: "N rtol atol" lines)
+// and the per-element rounding allowance it was given (test_data_set_K/allowance_N.pb).
+struct Judge {
+  std::vector<std::optional<Tolerance>> per_output;  // from tolerance.txt, where present
+  std::vector<Tensor> allowance;                     // from allowance_N.pb, where present
+};
+
+Judge read_judge(const fs::path& test_dir, const fs::path& set, size_t outputs) {
+  Judge j;
+  j.per_output.resize(outputs);
+  j.allowance.resize(outputs);
+  if (fs::is_regular_file(test_dir / "tolerance.txt")) {
+    std::istringstream in(read_file_bytes((test_dir / "tolerance.txt").string(), uint64_t(1) << 20));
+    std::string line;
+    while (std::getline(in, line)) {
+      if (line.empty() || line[0] == '#') continue;
+      std::istringstream fields(line);
+      size_t i;
+      Tolerance t;
+      if (fields >> i >> t.rtol >> t.atol && i < outputs) j.per_output[i] = t;
+    }
+  }
+  for (size_t i = 0; i < outputs; ++i)
+    if (fs::path a = set / ("allowance_" + std::to_string(i) + ".pb"); fs::is_regular_file(a))
+      j.allowance[i] = load_tensor_pb(a.string());
+  return j;
+}
+
 // The first output of `got` that differs from `want`, or nullopt.
 std::optional<std::string> first_mismatch(const Graph& g, const std::vector<RValue>& want,
-                                          const std::vector<RValue>& got, const Tolerance& tol) {
+                                          const std::vector<RValue>& got, const Tolerance& tol, const Judge& judge) {
   if (got.size() != want.size())
     return detail::concat("expected ", want.size(), " outputs, got ", got.size());
-  for (size_t i = 0; i < want.size(); ++i)
-    if (auto m = compare_values(want[i], got[i], tol))
-      return detail::concat("output ", i, " '", g.value(g.outputs[i]).name, "' ", *m);
+  for (size_t i = 0; i < want.size(); ++i) {
+    const Tolerance t = judge.per_output[i].value_or(tol);
+    std::optional<std::string> m;
+    if (judge.allowance[i].defined() && want[i].kind == ValueKind::Tensor && got[i].kind == ValueKind::Tensor) {
+      Comparison c = compare_tensors(want[i].tensor, got[i].tensor, t, judge.allowance[i]);
+      if (!c.equal) m = c.message;
+    } else {
+      m = compare_values(want[i], got[i], t);
+    }
+    if (m) return detail::concat("output ", i, " '", g.value(g.outputs[i]).name, "' ", *m);
+  }
   return std::nullopt;
 }
 
@@ -288,9 +327,11 @@ TestResult run_test(const TestCase& test, Tier tier, const Tolerance& tol) {
   for (const fs::path& set : sets) {
     std::string where = sets.size() > 1 ? set.filename().string() + ": " : "";
     std::vector<RValue> inputs, want;
+    Judge judge;
     if (!guarded(Phase::LoadData, where, r, [&] {
           inputs = load_values(g, g.inputs, set, "input");
           want = load_values(g, g.outputs, set, "output");
+          judge = read_judge(test.dir, set, g.outputs.size());
         }))
       return done();
     for (int call = 0; call < runner->calls(); ++call) {
@@ -298,7 +339,7 @@ TestResult run_test(const TestCase& test, Tier tier, const Tolerance& tol) {
       std::vector<RValue> got;
       if (!guarded(Phase::Run, at, r, [&] { got = runner->run(inputs); })) return done();
       r.tiers = runner->last_tiers();
-      if (auto m = first_mismatch(g, want, got, tol)) {
+      if (auto m = first_mismatch(g, want, got, tol, judge)) {
         r.status = Status::ResultDiffers;
         r.message = at + "ran on " + join(r.tiers, "+") + ": " + *m;
         return done();

@@ -467,4 +467,27 @@ TEST(CliHardening, an_input_without_a_file_is_a_usage_error) {
   EXPECT_EQ(terrace("bench " + elementwise_model() + " --expect y=").code, 2);
 }
 
+// Issue 13 point 4: a repro of a library region replays as `terrace conformance DIR --tier cpu`
+// with the tolerance and rounding allowance it was judged by (a healthy oneDNN region failed
+// ONNX's default atol 1e-7 before), says in kernel.cpp what the primitive is, and dumps of two
+// runs do not overwrite each other.
+TEST(CliRepro, a_dumped_library_region_replays_with_its_own_tolerance_and_says_what_it_is) {
+  const fs::path dumps = scratch() / "dumps";
+  fs::remove_all(dumps);
+  const std::string model = std::string(TERRACE_SOURCE_DIR) + "/tests/repros/S1_conv_relu_minus_inf_gives_nan/conv.onnx";
+  const std::string env = "TERRACE_DUMP_DIR=" + dumps.string() + " TERRACE_FAULT=miscompile:cpu";
+  for (int i = 0; i < 2; ++i) terrace("bench " + model + " --tier cpu --calls 6 --steady-calls 3 --quiet", env);
+  std::vector<fs::path> repros;
+  for (const auto& e : fs::directory_iterator(dumps))
+    if (e.path().filename().string().rfind("repro-", 0) == 0) repros.push_back(e.path());
+  ASSERT_GE(repros.size(), 2u) << "two runs, one dump each at least";
+  for (const fs::path& r : repros) {
+    EXPECT_NE(slurp(r / "kernel.cpp").find("oneDNN convolution_forward"), std::string::npos) << r;
+    EXPECT_TRUE(fs::exists(r / "tolerance.txt")) << r;
+    EXPECT_TRUE(fs::exists(r / "test_data_set_0" / "allowance_0.pb")) << r;
+  }
+  Result replay = terrace("conformance " + dumps.string() + " --tier cpu");
+  EXPECT_EQ(replay.code, 0) << show(replay);
+}
+
 }  // namespace
