@@ -6,6 +6,7 @@
 // (PassConfig::fold_max_bytes) that would make the model's constants grow. A node whose kernel
 // fails stays, so that it fails at run time as it did before.
 #include <algorithm>
+#include <cmath>
 #include <optional>
 #include <set>
 
@@ -49,6 +50,16 @@ std::optional<double> static_bytes(const Graph& g, const Node& n, int out) {
     double count = 1;
     for (int64_t d : shape.to_int64_vector()) count *= double(std::max<int64_t>(d, 0));
     return count * double(info.dtype ? dtype_size(*info.dtype) : 8);
+  }
+  if (n.op == Op::Range && n.inputs.size() == 3) {
+    const Tensor &start = constant(g, n.inputs[0]), &limit = constant(g, n.inputs[1]), &delta = constant(g, n.inputs[2]);
+    if (start.numel() != 1 || limit.numel() != 1 || delta.numel() != 1 || start.dtype() == DType::String)
+      return std::nullopt;
+    const double d = delta.get_as_double(0);
+    if (d == 0 || !std::isfinite(d)) return std::nullopt;
+    const double count = std::ceil((limit.get_as_double(0) - start.get_as_double(0)) / d);
+    if (!std::isfinite(count)) return std::nullopt;
+    return std::max(count, 0.0) * double(dtype_size(start.dtype()));
   }
   const Shape* s = static_shape(g, out);
   if (!s || !info.dtype || *info.dtype == DType::String) return std::nullopt;
