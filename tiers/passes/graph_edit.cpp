@@ -167,7 +167,14 @@ std::string value_type(const Graph& g, int v) {
   if (info.kind == ValueKind::Sequence) return "sequence";
   if (info.kind == ValueKind::Optional) return "optional";
   std::string s = info.dtype ? dtype_name(*info.dtype) : "?";
-  return s + (info.shape ? shape_str(*info.shape) : std::string("[?]"));
+  if (!info.shape) return s + "[?]";
+  s += "[";
+  for (size_t d = 0; d < info.shape->size(); ++d) {
+    const int64_t dim = (*info.shape)[d];
+    const bool named = dim < 0 && d < info.dim_names.size() && !info.dim_names[d].empty();
+    s += (d ? "," : "") + (named ? info.dim_names[d] : std::to_string(dim));
+  }
+  return s + "]";
 }
 
 std::string attr_text(const Attribute& a) {
