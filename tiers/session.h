@@ -63,6 +63,8 @@ class Session {
   // A short human-readable report.
   std::string report() const;
 
+  // The graph the session runs: the loaded one after the graph passes (Options::optimize), whose
+  // node indices the plan uses.
   const Graph& graph() const;
   // The execution plan: regions and interpreted nodes (graph breaks) with their reasons.
   const Plan& plan() const;

@@ -75,7 +75,10 @@ int cmd_explain(const ParsedArgs& args) {
               m.graph->opset);
   print_graph(*m.graph, "  ");
   auto session = Session::from_graph(m.graph, options);
-  const Graph& g = *m.graph;
+  const Graph& g = session->graph();  // the optimized graph the plan indexes (tiers/passes)
+  if (g.nodes.size() != m.graph->nodes.size())
+    std::printf("optimized: %zu nodes -> %zu (tiers/passes; TERRACE_OPTIMIZE=none to keep the model as loaded)\n",
+                m.graph->nodes.size(), g.nodes.size());
   const Plan& plan = session->plan();
   std::printf("plan (up to tier %s): %zu regions, %zu graph breaks\n", tier_name(options.max_tier), plan.regions.size(),
               plan.steps.size() - plan.regions.size());
