@@ -4,6 +4,9 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #include <deque>
 #include <functional>
 #include <thread>
@@ -36,8 +39,13 @@ struct TierManager::Jobs {
   bool stopping = false;
   std::vector<std::thread> threads;
 
-  explicit Jobs(int n) {
-    for (int i = 0; i < std::max(1, n); ++i) threads.emplace_back([this] { loop(); });
+  // `nice`: the threads' scheduling priority (0 as the caller's; 19 yields to every other thread).
+  explicit Jobs(int n, int nice = 0) {
+    for (int i = 0; i < std::max(1, n); ++i)
+      threads.emplace_back([this, nice] {
+        if (nice > 0) ::setpriority(PRIO_PROCESS, pid_t(::syscall(SYS_gettid)), nice);  // Linux: per thread
+        loop();
+      });
   }
   ~Jobs() {  // only once stop() has found nothing running
     for (std::thread& t : threads) t.join();
@@ -147,30 +155,37 @@ struct TierManager::Core : std::enable_shared_from_this<Core> {
   const Options options_;
   std::unique_ptr<Backend> backend_;
   std::vector<std::unique_ptr<RegionState>> regions_;
-  Jobs* jobs_ = nullptr;  // valid while any job may run (TierManager leaks it when it abandons one)
+  Jobs* jobs_ = nullptr;    // compiles; valid while any job may run (leaked when one is abandoned)
+  Jobs* checks_ = nullptr;  // continuous validation's re-checks, at the lowest priority
 };
 
 TierManager::TierManager(std::shared_ptr<const Graph> graph, Plan plan, const Options& options,
                          std::unique_ptr<Backend> backend)
     : core_(std::make_shared<Core>(std::move(graph), std::move(plan), options, std::move(backend))),
-      jobs_(new Jobs(options.compile_threads)) {
+      jobs_(new Jobs(options.compile_threads)), checks_(new Jobs(1, 19)) {
   core_->jobs_ = jobs_;
+  core_->checks_ = checks_;
 }
 
 TierManager::~TierManager() {
-  if (jobs_->stop(core_->options_.compile_wait_ms)) {
-    delete jobs_;
-    return;
+  for (Jobs* jobs : {jobs_, checks_}) {
+    if (jobs->stop(core_->options_.compile_wait_ms)) {
+      delete jobs;
+      continue;
+    }
+    log(LogLevel::Warn, "a background job still runs after ", core_->options_.compile_wait_ms,
+        " ms; abandoned: it ends on its own thread and its result is dropped");
+    jobs->abandon();  // and the Jobs object is left alive for the detached thread
   }
-  log(LogLevel::Warn, "a background compile still runs after ", core_->options_.compile_wait_ms,
-      " ms; abandoned: it ends on its own thread and its result is dropped");
-  jobs_->abandon();  // and jobs_ is left alive for the detached thread
 }
 
 Tier TierManager::execute(int r, Frame& frame, int64_t call) { return core_->execute(r, frame, call); }
 std::vector<RegionReport> TierManager::report() const { return core_->report(); }
 
-void TierManager::wait_idle() { jobs_->wait(); }
+void TierManager::wait_idle() {
+  jobs_->wait();
+  checks_->wait();
+}
 
 void TierManager::Core::interpret_region(const Region& region, Frame& frame) const {
   for (int n : region.nodes) run_node(frame, n);
@@ -381,7 +396,7 @@ void TierManager::Core::maybe_recheck(RegionState& st, const std::shared_ptr<Ver
   for (const Tensor& t : in) in_copy.push_back(t.clone());
   for (const Tensor& t : out) out_copy.push_back(t.clone());
   RegionState* sp = &st;
-  jobs_->enqueue([self = shared_from_this(), sp, v, in_copy = std::move(in_copy), out_copy = std::move(out_copy), call] {
+  checks_->enqueue([self = shared_from_this(), sp, v, in_copy = std::move(in_copy), out_copy = std::move(out_copy), call] {
     self->recheck_job(*sp, v, in_copy, out_copy, call);
   });
 }
@@ -393,7 +408,7 @@ void TierManager::Core::recheck_job(RegionState& st, std::shared_ptr<Version> v,
   std::optional<std::string> why;
   std::vector<Tensor> expected;
   try {
-    ScopedOmpThreads one(1);  // in the background: leave the cores to the calls
+    ScopedOmpThreads one(1);  // in the background, on a nice-19 thread: leave the cores to the calls
     Frame frame;
     frame.graph = &graph_;
     frame.env.resize(graph_.values.size());

@@ -70,7 +70,8 @@ class TierManager {
   struct Core;  // regions, policy and jobs' work; shared with the jobs, so a job may outlive this
   struct Jobs;  // the background threads and their queue
   std::shared_ptr<Core> core_;
-  Jobs* jobs_;  // owned; left alive (leaked) when a running job is abandoned
+  Jobs* jobs_;    // compiles; owned, left alive (leaked) when a running job is abandoned
+  Jobs* checks_;  // continuous validation's re-checks, on a lowest-priority thread; the same
 };
 
 }  // namespace terrace
