@@ -202,8 +202,13 @@ void mel_weight_matrix(KernelContext& ctx) {
   std::vector<int64_t> edge(size_t(mels + 2));
   for (int64_t i = 0; i < mels + 2; ++i) {
     double hz = 700 * (std::pow(10.0, (double(i) * step + lo_mel) / 2595) - 1);
-    edge[size_t(i)] = int64_t(std::floor(double(dft_len + 1) * hz / double(rate)));
+    const double bin = std::floor(double(dft_len + 1) * hz / double(rate));
+    // Every used edge must be a spectrum row (set() checks); one past int64's range is no row.
+    TERRACE_CHECK(std::isfinite(bin) && std::fabs(bin) < 9.0e18, InvalidArgument, node.describe(),
+                  ": upper_edge_hertz lies beyond the spectrum (mel edge ", i, " at bin ", bin, ")");
+    edge[size_t(i)] = int64_t(bin);
   }
+  checked_numel(node, {rows, mels}, "dft_length x num_mel_bins");
   std::vector<double> m(size_t(rows * mels), 0.0);
   auto set = [&](int64_t r, int64_t c, double v) {
     TERRACE_CHECK(r >= 0 && r < rows, InvalidArgument, node.describe(),

@@ -121,6 +121,8 @@ void compress_kernel(KernelContext& ctx) {
   TERRACE_CHECK(cond.dtype() == DType::Bool && cond.rank() == 1, InvalidArgument,
                 ctx.node.describe(), ": condition must be a 1-D bool tensor");
   bool flat = !ctx.node.has_attr("axis");
+  TERRACE_CHECK(flat || x.rank() >= 1, InvalidArgument, ctx.node.describe(),
+                ": attribute 'axis' needs an input of rank 1 or more, got a scalar");
   Tensor data = flat ? x.reshaped({x.numel()}) : x;
   size_t axis = flat ? 0 : size_t(normalize_axis(ctx.node, ctx.node.attr_int("axis"), x.rank()));
   std::vector<int64_t> keep;
