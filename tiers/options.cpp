@@ -17,15 +17,25 @@ const char* tier_name(Tier t) {
   return "?";
 }
 
+namespace {
+// The value of environment variable `var` as one of three levels, named or numbered 0-2.
+template <typename Level>
+void read_level(const char* var, const char* const (&names)[3], const Level (&levels)[3], Level& out) {
+  const char* v = std::getenv(var);
+  if (!v) return;
+  const std::string s = v;
+  for (int i = 0; i < 3; ++i)
+    if (s == names[i] || s == std::to_string(i)) {
+      out = levels[i];
+      return;
+    }
+  fail(ErrorCode::InvalidArgument, var, "='", s, "': expected ", names[0], ", ", names[1], " or ", names[2]);
+}
+}  // namespace
+
 Options Options::from_env() {
   Options o;
-  if (const char* t = std::getenv("TERRACE_MAX_TIER")) {
-    std::string s = t;
-    if (s == "interp" || s == "0") o.max_tier = Tier::Interp;
-    else if (s == "cpu" || s == "1") o.max_tier = Tier::Cpu;
-    else if (s == "gpu" || s == "2") o.max_tier = Tier::Gpu;
-    else fail(ErrorCode::InvalidArgument, "TERRACE_MAX_TIER='", s, "': expected interp, cpu or gpu");
-  }
+  read_level("TERRACE_MAX_TIER", {"interp", "cpu", "gpu"}, {Tier::Interp, Tier::Cpu, Tier::Gpu}, o.max_tier);
   if (const char* d = std::getenv("TERRACE_CACHE_DIR")) o.cache_dir = d;
   if (const char* r = std::getenv("TERRACE_RECHECK")) {
     char* end = nullptr;
@@ -34,13 +44,8 @@ Options Options::from_env() {
                   "': expected a fraction of run time between 0 and 1 (default 0.01)");
     o.recheck_budget = budget;
   }
-  if (const char* l = std::getenv("TERRACE_OPTIMIZE")) {
-    std::string s = l;
-    if (s == "none" || s == "0") o.optimize = OptimizeLevel::None;
-    else if (s == "basic" || s == "1") o.optimize = OptimizeLevel::Basic;
-    else if (s == "extended" || s == "2") o.optimize = OptimizeLevel::Extended;
-    else fail(ErrorCode::InvalidArgument, "TERRACE_OPTIMIZE='", s, "': expected none, basic or extended");
-  }
+  read_level("TERRACE_OPTIMIZE", {"none", "basic", "extended"},
+             {OptimizeLevel::None, OptimizeLevel::Basic, OptimizeLevel::Extended}, o.optimize);
   return o;
 }
 

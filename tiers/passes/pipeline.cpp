@@ -15,6 +15,7 @@
 
 #include "interp/log.h"
 #include "tiers/passes/graph_edit.h"
+#include "tiers/repro.h"
 
 namespace terrace {
 
@@ -30,10 +31,10 @@ const char* optimize_level_name(OptimizeLevel level) {
 namespace {
 
 // $TERRACE_DUMP_DIR/passes, created; empty when dumps are off or the folder cannot be made.
-std::filesystem::path dump_dir() {
-  const char* d = std::getenv("TERRACE_DUMP_DIR");
-  if (!d || !*d) return {};
-  std::filesystem::path dir = std::filesystem::path(d) / "passes";
+std::filesystem::path passes_dump_dir() {
+  const std::string root = dump_dir();  // tiers/repro.h: TERRACE_DUMP_DIR, or "" when off
+  if (root.empty()) return {};
+  std::filesystem::path dir = std::filesystem::path(root) / "passes";
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) {
@@ -60,7 +61,7 @@ std::shared_ptr<const Graph> optimize_graph(std::shared_ptr<const Graph> graph, 
   auto t_start = std::chrono::steady_clock::now();
   auto g = std::make_shared<Graph>(*graph);  // tensors share storage: a copy of the structure only
   const size_t nodes_before = g->nodes.size(), inits_before = g->initializers.size();
-  const std::filesystem::path dir = dump_dir();
+  const std::filesystem::path dir = passes_dump_dir();
   int step = 0;
   dump(dir, step++, "input", *g);
   auto run = [&](const char* name, int (*pass)(Graph&, const passes::PassConfig&)) {
