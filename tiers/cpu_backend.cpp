@@ -12,6 +12,7 @@
 #include "interp/interpreter.h"
 #include "jit/cpu_kernel.h"
 #include "jit/dnnl_ops.h"
+#include "tiers/cpu_library.h"
 #include "interp/log.h"
 #include "kernels/lower.h"
 #include "kernels/printer.h"
@@ -108,7 +109,7 @@ class CpuBackend : public Backend {
   Tier tier() const override { return Tier::Cpu; }
 
   std::string can_compile(const Graph& g, const Node& node) const override {
-    if (is_library_op(node.op)) return library_can_compile(g, node);
+    if (cpu_library::is_library_op(node.op)) return cpu_library::can_compile(g, node);
     if (std::strcmp(op_family(node.op), "elementwise") != 0) {
 #ifdef TERRACE_HAVE_DNNL
       const char* what = "elementwise ops, and MatMul, Gemm and Conv through oneDNN";
@@ -131,63 +132,32 @@ class CpuBackend : public Backend {
     return "";
   }
 
-  // A library op is a region by itself, validated against a bound on its own fp32 rounding (the
-  // interpreter accumulates in double). A ResNet-50 trunk of 50 convolutions in one region, or
-  // one convolution with a long reduction under the plain tolerance (ARCHITECTURE.md), differs from the
-  // interpreter by more than rtol 1e-3 / atol 1e-5 on a few outputs near zero (max abs err 1.4e-3
-  // and 4.7e-4, measured) though every product is rounded correctly.
-  bool alone(const Node& node) const override { return is_library_op(node.op); }
-
-  // A Relu after a library op runs inside its primitive.
+  // A library op is a region by itself (tiers/cpu_library.h), with the activation it absorbs.
+  bool alone(const Node& node) const override { return cpu_library::is_library_op(node.op); }
   bool absorbs(const Graph& g, const Node& node, const Node& next) const override {
-    return is_library_op(node.op) && activation_of(g, next).has_value();
+    return cpu_library::absorbs(g, node, next);
   }
-
-  // For a region of one MatMul, Gemm or Conv: gamma_K * (|A| |B| + |C|), the classic bound on the
-  // rounding error of K-term fp32 dot products in any summation order (gamma_K = K u / (1 - K u),
-  // u = 2^-24), with K counting the bias and scaling too. |A| |B| is the interpreter's own result
-  // on the inputs' absolute values. A wrong kernel is off by the size of the terms, far outside it.
   std::vector<Tensor> error_allowance(const Graph& g, const Region& region,
                                       const std::vector<Tensor>& inputs) const override {
-    std::vector<Tensor> out(region.outputs.size());
-    // Relu moves no value further than it was: the bound holds after it too.
-    if (region.nodes.size() > 2 || region.outputs.size() != 1) return out;
-    const Node& node = g.nodes[size_t(region.nodes[0])];
-    if (!is_library_op(node.op)) return out;
-    if (region.nodes.size() == 2 && !activation_of(g, g.nodes[size_t(region.nodes[1])])) return out;
-    Node magnitude = node;
-    magnitude.inputs.clear();
-    std::vector<RValue> abs_inputs;
-    for (int v : node.inputs) {
-      if (v < 0) { magnitude.inputs.push_back(-1); continue; }
-      Tensor t = inputs[region_input_index(region, v)].cast(DType::Float64);
-      for (int64_t i = 0; i < t.numel(); ++i) t.data<double>()[i] = std::abs(t.data<double>()[i]);
-      magnitude.inputs.push_back(int(abs_inputs.size()));
-      abs_inputs.emplace_back(std::move(t));
-    }
-    for (const char* k : {"alpha", "beta"})
-      if (auto a = magnitude.attrs.find(k); a != magnitude.attrs.end()) a->second.f = std::abs(a->second.f);
-    std::vector<const RValue*> args;
-    for (int v : magnitude.inputs) args.push_back(v < 0 ? nullptr : &abs_inputs[size_t(v)]);
-    Tensor m = interpret_node(magnitude, args).at(0).tensor;
-    const double u = std::ldexp(1.0, -24), K = double(reduction_length(node, inputs[0].shape(), inputs[1].shape())) + 2;
-    const double gamma = K * u / (1 - K * u);
-    for (int64_t i = 0; i < m.numel(); ++i) m.data<double>()[i] *= gamma;
-    out[0] = std::move(m);
-    return out;
+    return cpu_library::error_allowance(g, region, inputs);
   }
 
-  // Partition gives tier 1 two kinds of region: one library op (with the Relu it absorbs), or
-  // elementwise ops only.
+  // Partition gives tier 1 two kinds of region: one library op (with the activation it absorbs),
+  // or elementwise ops only.
   std::unique_ptr<CompiledRegion> compile(const Graph& g, const Region& region,
                                           const std::vector<Tensor>& inputs) override {
     std::vector<kernels::TensorSig> slots;  // the region's inputs, its outputs, then intermediates
     for (const Tensor& t : inputs) slots.push_back({t.dtype(), t.shape()});
     std::vector<CpuRegion::Part> parts;
     std::string ir;
-    if (is_library_op(g.nodes[size_t(region.nodes[0])].op)) {
-      parts.push_back(compile_library(g, region, slots));
-      ir = parts.back().primitive->describe() + "\n";
+    if (cpu_library::is_library_op(g.nodes[size_t(region.nodes[0])].op)) {
+      cpu_library::LibraryPart lib = cpu_library::compile_library(g, region, slots);
+      ir = lib.primitive->describe() + "\n";
+      CpuRegion::Part part;
+      part.primitive = std::move(lib.primitive);
+      part.slots = std::move(lib.slots);
+      part.node = std::move(lib.node);
+      parts.push_back(std::move(part));
     } else {
       kernels::SplitGroup split = kernels::split_by_domain(elementwise_group(g, region, inputs));
       slots = std::move(split.slots);
@@ -208,85 +178,6 @@ class CpuBackend : public Backend {
   }
 
  private:
-  static bool is_library_op(Op op) { return op == Op::MatMul || op == Op::Gemm || op == Op::Conv; }
-
-  // The oneDNN activation a node can be: a Relu.
-  static std::optional<jit::DnnlActivation> activation_of(const Graph&, const Node& n) {
-#ifdef TERRACE_HAVE_DNNL
-    if (n.op == Op::Relu && n.outputs.size() == 1) return jit::DnnlActivation{jit::DnnlActivation::Kind::Relu};
-#else
-    (void)n;
-#endif
-    return std::nullopt;
-  }
-
-  // The number of products summed into each output.
-  static int64_t reduction_length(const Node& node, const Shape& a, const Shape& b) {
-    if (node.op == Op::MatMul) return a.back();
-    if (node.op == Op::Gemm) return node.attr_int("transA", 0) ? a[0] : a[1];
-    int64_t k = 1;  // Conv: weights [M, C/group, k...]
-    for (size_t i = 1; i < b.size(); ++i) k *= b[i];
-    return k;
-  }
-
-  // Where value v is among the region's inputs.
-  static size_t region_input_index(const Region& region, int v) {
-    auto it = std::find(region.inputs.begin(), region.inputs.end(), v);
-    TERRACE_ASSERT(it != region.inputs.end(), "tier 1: a library op reads a value from inside its region");
-    return size_t(it - region.inputs.begin());
-  }
-
-  std::string library_can_compile(const Graph& g, const Node& node) const {
-#ifdef TERRACE_HAVE_DNNL
-    std::vector<DType> dtypes;
-    std::vector<std::optional<size_t>> ranks;
-    for (int v : node.inputs) {
-      if (v < 0) continue;
-      const ValueInfo& info = g.values[size_t(v)].info;
-      if (info.kind != ValueKind::Tensor || !info.dtype)
-        return "input '" + g.values[size_t(v)].name + "' has no known tensor dtype";
-      dtypes.push_back(*info.dtype);
-      ranks.push_back(info.shape ? std::optional(info.shape->size()) : std::nullopt);
-    }
-    return jit::dnnl_can_compile(node, dtypes, ranks);
-#else
-    (void)g;
-    return std::string("tier 1 was built without oneDNN, which runs ") + op_name(node.op);
-#endif
-  }
-
-  // A MatMul, Gemm or Conv (and the Relu it absorbed): one oneDNN primitive, reading the region's
-  // inputs and writing its one output. Inputs that are initializers (and not graph inputs) are
-  // handed over at compile time, so that constant weights are laid out once.
-  CpuRegion::Part compile_library(const Graph& g, const Region& region, std::vector<kernels::TensorSig>& slots) {
-    const Node& node = g.nodes[size_t(region.nodes[0])];
-    TERRACE_CHECK(node.outputs.size() == 1 && node.outputs[0] >= 0, NotImplemented, node.describe(),
-                  ": tier 1 runs single-output library ops");
-    TERRACE_ASSERT(region.nodes.size() <= 2 && region.outputs.size() == 1,
-                   "tier 1: a library region holds its op and at most its activation");
-    std::optional<jit::DnnlActivation> act;
-    if (region.nodes.size() == 2) act = activation_of(g, g.nodes[size_t(region.nodes[1])]);
-    TERRACE_ASSERT(region.nodes.size() == 1 || act, "tier 1: a library region's second node is no activation");
-    std::vector<Shape> shapes;
-    std::vector<const Tensor*> constants;
-    CpuRegion::Part part;
-    for (int v : node.inputs) {
-      if (v < 0) continue;
-      const size_t slot = region_input_index(region, v);
-      shapes.push_back(slots[slot].shape);
-      auto init = g.initializers.find(v);
-      bool constant = init != g.initializers.end() &&
-                      std::find(g.inputs.begin(), g.inputs.end(), v) == g.inputs.end();
-      constants.push_back(constant ? &init->second : nullptr);
-      part.slots.push_back(int(slot));
-    }
-    part.node = node.describe();
-    part.primitive = jit::make_dnnl_primitive(node, shapes, constants, act.value_or(jit::DnnlActivation{}));
-    slots.push_back({DType::Float32, part.primitive->output_shape()});
-    part.slots.push_back(int(slots.size()) - 1);
-    return part;
-  }
-
   // An elementwise region as one fusion group over the region's inputs.
   static kernels::FusionGroup elementwise_group(const Graph& g, const Region& region,
                                                 const std::vector<Tensor>& inputs) {

@@ -1,0 +1,41 @@
+// Tier 1's library regions: a MatMul, Gemm or Conv (and the activation it absorbed) run by a oneDNN
+// primitive, validated against a bound on its own fp32 rounding. tiers/cpu_backend.cpp asks these
+// functions about library ops and hands such regions to compile_library.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "interp/graph.h"
+#include "jit/dnnl_ops.h"
+#include "kernels/fusion_group.h"
+#include "tiers/partition.h"
+
+namespace terrace::cpu_library {
+
+// True for the ops tier 1 runs through oneDNN, each a region by itself.
+bool is_library_op(Op op);
+
+// "" when tier 1 compiles `node` (a library op) through oneDNN, else the reason.
+std::string can_compile(const Graph& g, const Node& node);
+
+// True when `next`, the only reader of library op `node`'s result, runs inside its primitive.
+bool absorbs(const Graph& g, const Node& node, const Node& next);
+
+// Per region output, the error allowance of a library region (see Backend::error_allowance);
+// undefined tensors for any other region.
+std::vector<Tensor> error_allowance(const Graph& g, const Region& region, const std::vector<Tensor>& inputs);
+
+// A compiled library region: its primitive and its buffers' slots (inputs in node order, then the
+// output) in the region's slot table.
+struct LibraryPart {
+  std::unique_ptr<jit::DnnlPrimitive> primitive;
+  std::vector<int> slots;
+  std::string node;  // the op's node, for errors
+};
+
+// Compiles a library region; `slots` holds the region's inputs' signatures and gets the output's
+// appended.
+LibraryPart compile_library(const Graph& g, const Region& region, std::vector<kernels::TensorSig>& slots);
+
+}  // namespace terrace::cpu_library
