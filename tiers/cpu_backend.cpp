@@ -7,6 +7,8 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <functional>
+#include <map>
 #include <optional>
 
 #include "interp/interpreter.h"
@@ -15,6 +17,7 @@
 #include "tiers/cpu_library.h"
 #include "interp/log.h"
 #include "kernels/lower.h"
+#include "kernels/lower_op.h"
 #include "kernels/printer.h"
 #include "kernels/split.h"
 #endif
@@ -30,40 +33,55 @@ namespace {
 
 class CpuRegion : public CompiledRegion {
  public:
-  // A fused elementwise kernel or a library primitive, with its buffers' slots (inputs, then
-  // outputs) in the region's slot table.
+  // One step of the region over its slot table: a compiled kernel, a library primitive, or a copy
+  // of one slot into another (a region output that is a view of another value).
   struct Part {
     std::optional<jit::CpuKernel> kernel;
     std::unique_ptr<jit::DnnlPrimitive> primitive;
-    std::vector<int> slots;
-    std::string node;  // the library op's node, for errors
+    std::vector<int> slots;  // the kernel's buffers; a primitive's inputs then output; a copy's source then target
+    std::string node;        // the op's node, for errors
+    // Run-time checks of a lowered op (kernels::OpKernels::error_slot): zeroed before its first
+    // kernel (check_first), read after its last one (check_last).
+    int error_slot = -1;
+    bool check_first = false, check_last = false;
+    std::string error_message;
   };
-  // `slots`: the region's inputs, its outputs, then intermediates.
-  CpuRegion(std::vector<Part> parts, std::vector<kernels::TensorSig> slots, size_t n_inputs,
-            size_t n_outputs, bool perturb)
-      : parts_(std::move(parts)), slots_(std::move(slots)), n_inputs_(n_inputs),
+  // `slots`: the region's inputs, its outputs, then intermediates. `alias[s]` >= 0: slot s is slot
+  // alias[s]'s buffer seen with another shape (a Reshape or Squeeze), not a buffer of its own.
+  CpuRegion(std::vector<Part> parts, std::vector<kernels::TensorSig> slots, std::vector<int> alias,
+            size_t n_inputs, size_t n_outputs, bool perturb)
+      : parts_(std::move(parts)), slots_(std::move(slots)), alias_(std::move(alias)), n_inputs_(n_inputs),
         n_outputs_(n_outputs), perturb_(perturb) {
-    for (const Part& p : parts_)
-      source += p.kernel ? p.kernel->source : "// a library primitive, no generated code:\n// " + p.primitive->describe() + "\n";
+    for (const Part& p : parts_) {
+      if (p.kernel) source += p.kernel->source;
+      else if (p.primitive) source += "// a library primitive, no generated code:\n// " + p.primitive->describe() + "\n";
+    }
   }
 
   std::vector<Tensor> run(const std::vector<Tensor>& inputs) override {
     std::vector<Tensor> owned;  // outputs, then intermediates
-    std::vector<void*> table;
-    table.reserve(slots_.size());
-    for (const Tensor& t : inputs) table.push_back(const_cast<void*>(t.raw()));
+    std::vector<void*> table(slots_.size(), nullptr);
+    for (size_t s = 0; s < inputs.size(); ++s) table[s] = const_cast<void*>(inputs[s].raw());
+    owned.reserve(slots_.size() - n_inputs_);
     for (size_t s = n_inputs_; s < slots_.size(); ++s) {
+      if (alias_[s] >= 0) {
+        owned.emplace_back();
+        continue;
+      }
       owned.push_back(Tensor::empty(slots_[s].dtype, slots_[s].shape));
-      table.push_back(owned.back().raw());
+      table[s] = owned.back().raw();
     }
+    for (size_t s = n_inputs_; s < slots_.size(); ++s)  // aliases refer to earlier slots only
+      if (alias_[s] >= 0) table[s] = table[size_t(alias_[s])];
     std::vector<void*> buffers;
     std::vector<const float*> args;
     for (const Part& p : parts_) {
+      if (p.check_first) std::memset(table[size_t(p.error_slot)], 0, 2 * sizeof(int64_t));
       if (p.kernel) {
         buffers.clear();
         for (int s : p.slots) buffers.push_back(table[size_t(s)]);
         jit::run_cpu_kernel(*p.kernel, buffers);
-      } else {
+      } else if (p.primitive) {
         args.clear();
         for (size_t i = 0; i + 1 < p.slots.size(); ++i) args.push_back(static_cast<const float*>(table[size_t(p.slots[i])]));
         try {
@@ -71,6 +89,14 @@ class CpuRegion : public CompiledRegion {
         } catch (const Error& e) {
           fail(e.code(), p.node, ": ", e.message());
         }
+      } else {
+        const kernels::TensorSig& sig = slots_[size_t(p.slots[1])];
+        std::memcpy(table[size_t(p.slots[1])], table[size_t(p.slots[0])],
+                    size_t(shape_numel(sig.shape)) * dtype_size(sig.dtype));
+      }
+      if (p.check_last) {
+        const auto* word = static_cast<const int64_t*>(table[size_t(p.error_slot)]);
+        if (word[0] != 0) fail(ErrorCode::InvalidArgument, p.node, ": ", p.error_message, " (got ", word[1], ")");
       }
     }
     owned.resize(n_outputs_);
@@ -92,6 +118,7 @@ class CpuRegion : public CompiledRegion {
   }
   std::vector<Part> parts_;
   std::vector<kernels::TensorSig> slots_;
+  std::vector<int> alias_;
   size_t n_inputs_, n_outputs_;
   bool perturb_;
   // TERRACE_FAULT=miscompile-late:cpu: right for the first kHonestRuns runs (the validated
@@ -111,6 +138,7 @@ class CpuBackend : public Backend {
   std::string can_compile(const Graph& g, const Node& node) const override {
     if (cpu_library::is_library_op(node.op)) return cpu_library::can_compile(g, node);
     if (std::strcmp(op_family(node.op), "elementwise") != 0) {
+      if (kernels::is_reduction_op(node.op) || kernels::is_movement_op(node.op)) return kernels::can_lower_op(g, node);
 #ifdef TERRACE_HAVE_DNNL
       const char* what = "elementwise ops, and MatMul, Gemm and Conv through oneDNN";
 #else
@@ -143,74 +171,209 @@ class CpuBackend : public Backend {
   }
 
   // Partition gives tier 1 two kinds of region: one library op (with the activation it absorbs),
-  // or elementwise ops only.
+  // or a run of elementwise ops (fused into as few kernels as their iteration domains allow) and
+  // lowered ops (reductions, data movement: kernels/lower_op.h), over one slot table.
   std::unique_ptr<CompiledRegion> compile(const Graph& g, const Region& region,
                                           const std::vector<Tensor>& inputs) override {
-    std::vector<kernels::TensorSig> slots;  // the region's inputs, its outputs, then intermediates
-    for (const Tensor& t : inputs) slots.push_back({t.dtype(), t.shape()});
-    std::vector<CpuRegion::Part> parts;
-    std::string ir;
+    RegionBuild b;
+    for (const Tensor& t : inputs) b.add_slot({t.dtype(), t.shape()});
     if (cpu_library::is_library_op(g.nodes[size_t(region.nodes[0])].op)) {
-      cpu_library::LibraryPart lib = cpu_library::compile_library(g, region, slots);
-      ir = lib.primitive->describe() + "\n";
+      cpu_library::LibraryPart lib = cpu_library::compile_library(g, region, b.slots);
+      b.alias.resize(b.slots.size(), -1);
+      b.ir = lib.primitive->describe() + "\n";
       CpuRegion::Part part;
       part.primitive = std::move(lib.primitive);
       part.slots = std::move(lib.slots);
       part.node = std::move(lib.node);
-      parts.push_back(std::move(part));
+      b.parts.push_back(std::move(part));
     } else {
-      kernels::SplitGroup split = kernels::split_by_domain(elementwise_group(g, region, inputs));
-      slots = std::move(split.slots);
-      for (const kernels::KernelPart& p : split.parts) {
-        kernels::LoweredFunc f = kernels::lower(p.group);
-        CpuRegion::Part part;
-        part.kernel = jit::compile_cpu_kernel(f, jit::CpuJit::global(), cache_ ? &*cache_ : nullptr);
-        part.slots = p.input_slots;
-        part.slots.insert(part.slots.end(), p.output_slots.begin(), p.output_slots.end());
-        parts.push_back(std::move(part));
-        ir += kernels::to_string(f);
-      }
+      build_mixed(g, region, b);
     }
-    auto compiled = std::make_unique<CpuRegion>(std::move(parts), std::move(slots), region.inputs.size(),
-                                                region.outputs.size(), fault_enabled("miscompile:cpu"));
-    compiled->ir = std::move(ir);
+    auto compiled = std::make_unique<CpuRegion>(std::move(b.parts), std::move(b.slots), std::move(b.alias),
+                                                region.inputs.size(), region.outputs.size(),
+                                                fault_enabled("miscompile:cpu"));
+    compiled->ir = std::move(b.ir);
     return compiled;
   }
 
  private:
-  // An elementwise region as one fusion group over the region's inputs.
-  static kernels::FusionGroup elementwise_group(const Graph& g, const Region& region,
-                                                const std::vector<Tensor>& inputs) {
-    kernels::FusionGroup group;
-    group.name = "region" + std::to_string(region.id);
-    std::vector<std::pair<int, kernels::Operand>> where;  // value id -> operand
-    auto operand_of = [&](int v) {
-      for (auto& [id, op] : where)
-        if (id == v) return op;
-      return kernels::Operand::absent();
+  struct RegionBuild {
+    std::vector<kernels::TensorSig> slots;  // the region's inputs, its outputs, then intermediates
+    std::vector<int> alias;                 // per slot: the slot whose buffer it views, or -1
+    std::vector<CpuRegion::Part> parts;
+    std::string ir;
+    int add_slot(kernels::TensorSig sig, int alias_of = -1) {
+      slots.push_back(std::move(sig));
+      alias.push_back(alias_of);
+      return int(slots.size()) - 1;
+    }
+  };
+
+  CpuRegion::Part compile_kernel(const kernels::LoweredFunc& f, std::vector<int> slots, RegionBuild& b) {
+    CpuRegion::Part part;
+    part.kernel = jit::compile_cpu_kernel(f, jit::CpuJit::global(), cache_ ? &*cache_ : nullptr);
+    part.slots = std::move(slots);
+    b.ir += kernels::to_string(f);
+    return part;
+  }
+
+  // The region's nodes in order: each maximal run of elementwise nodes becomes one fusion group
+  // (split by iteration domain), each other node its lowered kernels. Region outputs get the slots
+  // after the inputs; a region output that is a view of another value is copied into its slot.
+  void build_mixed(const Graph& g, const Region& region, RegionBuild& b) {
+    const size_t n_in = region.inputs.size(), n_out = region.outputs.size();
+    std::map<int, int> slot_of;  // value id -> slot holding it
+    for (size_t i = 0; i < n_in; ++i) slot_of[region.inputs[i]] = int(i);
+    for (size_t j = 0; j < n_out; ++j) b.add_slot({});  // signatures set when computed
+    auto is_region_output = [&](int v) {
+      auto it = std::find(region.outputs.begin(), region.outputs.end(), v);
+      return it == region.outputs.end() ? -1 : int(n_in + size_t(it - region.outputs.begin()));
     };
-    for (size_t i = 0; i < region.inputs.size(); ++i) {
-      group.inputs.push_back({inputs[i].dtype(), inputs[i].shape()});
-      where.emplace_back(region.inputs[i], kernels::Operand::input(int(i)));
+    // Where a computed value goes: its region output slot, or a new intermediate.
+    auto place = [&](int v, const kernels::TensorSig& sig) {
+      int s = is_region_output(v);
+      if (s >= 0) b.slots[size_t(s)] = sig;
+      else s = b.add_slot(sig);
+      slot_of[v] = s;
+      return s;
+    };
+    // Values read by region nodes at or after position k (or outside the region).
+    auto read_later = [&](int v, size_t k) {
+      if (is_region_output(v) >= 0) return true;
+      for (size_t i = k; i < region.nodes.size(); ++i)
+        for (int u : g.nodes[size_t(region.nodes[i])].inputs)
+          if (u == v) return true;
+      return false;
+    };
+    auto is_elementwise = [&](const Node& n) { return std::strcmp(op_family(n.op), "elementwise") == 0; };
+
+    size_t k = 0;
+    int group_count = 0;
+    while (k < region.nodes.size()) {
+      const Node& first = g.nodes[size_t(region.nodes[k])];
+      if (!is_elementwise(first)) {
+        lower_node(g, first, "region" + std::to_string(region.id) + "_n" + std::to_string(k), slot_of,
+                   is_region_output, place, b);
+        ++k;
+        continue;
+      }
+      size_t end = k;
+      while (end < region.nodes.size() && is_elementwise(g.nodes[size_t(region.nodes[end])])) ++end;
+      // The run [k, end) as one fusion group over the slots it reads.
+      kernels::FusionGroup group;
+      group.name = "region" + std::to_string(region.id) + (group_count++ ? "_g" + std::to_string(group_count) : "");
+      std::vector<int> input_slots;
+      std::map<int, kernels::Operand> where;
+      auto operand_of = [&](const Node& node, int v) {
+        if (auto it = where.find(v); it != where.end()) return it->second;
+        auto s = slot_of.find(v);
+        TERRACE_ASSERT(s != slot_of.end(), "tier 1: ", node.describe(), " reads a value its region has not computed");
+        group.inputs.push_back(b.slots[size_t(s->second)]);
+        input_slots.push_back(s->second);
+        kernels::Operand op = kernels::Operand::input(int(input_slots.size()) - 1);
+        where[v] = op;
+        return op;
+      };
+      std::vector<int> produced;
+      for (size_t i = k; i < end; ++i) {
+        const Node& node = g.nodes[size_t(region.nodes[i])];
+        kernels::FusedOp op;
+        op.node = node;
+        for (int v : node.inputs) op.operands.push_back(v < 0 ? kernels::Operand::absent() : operand_of(node, v));
+        group.ops.push_back(std::move(op));
+        const int index = int(group.ops.size()) - 1;
+        group.ops.back().result = kernels::infer_result(group, index);
+        TERRACE_CHECK(node.outputs.size() == 1, NotImplemented, node.describe(), " has ",
+                      node.outputs.size(), " outputs; tier 1 fuses single-output ops");
+        where[node.outputs[0]] = kernels::Operand::result(index);
+        produced.push_back(node.outputs[0]);
+      }
+      std::vector<int> output_values;
+      for (int v : produced)
+        if (read_later(v, end)) {
+          group.outputs.push_back(where[v].index);
+          output_values.push_back(v);
+        }
+      k = end;
+      if (group.outputs.empty()) continue;  // dead ops
+      kernels::SplitGroup split = kernels::split_by_domain(group);
+      // The split's slot table (group inputs, group outputs, its intermediates) in the region's.
+      std::vector<int> map;
+      for (int s : input_slots) map.push_back(s);
+      for (size_t j = 0; j < output_values.size(); ++j)
+        map.push_back(place(output_values[j], split.slots[input_slots.size() + j]));
+      for (size_t s = map.size(); s < split.slots.size(); ++s) map.push_back(b.add_slot(split.slots[s]));
+      for (const kernels::KernelPart& p : split.parts) {
+        std::vector<int> slots;
+        for (int s : p.input_slots) slots.push_back(map[size_t(s)]);
+        for (int s : p.output_slots) slots.push_back(map[size_t(s)]);
+        b.parts.push_back(compile_kernel(kernels::lower(p.group), std::move(slots), b));
+      }
     }
-    for (int n : region.nodes) {
-      const Node& node = g.nodes[size_t(n)];
-      kernels::FusedOp op;
-      op.node = node;
-      for (int v : node.inputs) op.operands.push_back(v < 0 ? kernels::Operand::absent() : operand_of(v));
-      group.ops.push_back(std::move(op));
-      int index = int(group.ops.size()) - 1;
-      group.ops.back().result = kernels::infer_result(group, index);
-      TERRACE_CHECK(node.outputs.size() == 1, NotImplemented, node.describe(), " has ",
-                    node.outputs.size(), " outputs; tier 1 fuses single-output ops");
-      where.emplace_back(node.outputs[0], kernels::Operand::result(index));
+    for (size_t j = 0; j < n_out; ++j)
+      TERRACE_ASSERT(slot_of.count(region.outputs[j]), "tier 1: region output '",
+                     g.values[size_t(region.outputs[j])].name, "' is not computed in it");
+  }
+
+  // A reduction or data-movement node: its kernels (kernels/lower_op.h) over region slots.
+  // `output_slot(v)`: v's region output slot, or -1; `place(v, sig)`: the slot v is computed into.
+  void lower_node(const Graph& g, const Node& node, const std::string& name, std::map<int, int>& slot_of,
+                  const std::function<int(int)>& output_slot,
+                  const std::function<int(int, const kernels::TensorSig&)>& place, RegionBuild& b) {
+    std::vector<kernels::OpInput> in;
+    std::vector<int> op_slots;  // the op's slot table in the region's
+    for (int v : node.inputs) {
+      kernels::OpInput x;
+      if (v < 0) {
+        x.absent = true;
+        op_slots.push_back(-1);
+      } else {
+        auto s = slot_of.find(v);
+        TERRACE_ASSERT(s != slot_of.end(), "tier 1: ", node.describe(), " reads a value its region has not computed");
+        x.sig = b.slots[size_t(s->second)];
+        auto init = g.initializers.find(v);
+        if (init != g.initializers.end() && std::find(g.inputs.begin(), g.inputs.end(), v) == g.inputs.end())
+          x.value = &init->second;
+        op_slots.push_back(s->second);
+      }
+      in.push_back(std::move(x));
     }
-    for (int v : region.outputs) {
-      kernels::Operand op = operand_of(v);
-      TERRACE_ASSERT(op.kind == kernels::Operand::Kind::Result, "region output is not computed in it");
-      group.outputs.push_back(op.index);
+    kernels::OpKernels k = kernels::lower_op(node, in, name);
+    TERRACE_ASSERT(k.outputs.size() == node.outputs.size(), node.describe(), ": lowering gave ",
+                   k.outputs.size(), " outputs");
+    for (size_t j = 0; j < node.outputs.size(); ++j) {
+      const int v = node.outputs[j];
+      const int viewed = k.alias_of.empty() || k.alias_of[j] < 0 ? -1 : op_slots[size_t(k.alias_of[j])];
+      if (v < 0) {
+        op_slots.push_back(b.add_slot(k.outputs[j]));  // an unused output still needs a buffer
+      } else if (viewed >= 0 && output_slot(v) < 0) {
+        op_slots.push_back(slot_of[v] = b.add_slot(k.outputs[j], viewed));  // a view, no copy
+      } else if (viewed >= 0) {  // region outputs are tensors of their own: copied
+        CpuRegion::Part copy;
+        copy.slots = {viewed, place(v, k.outputs[j])};
+        copy.node = node.describe();
+        op_slots.push_back(copy.slots[1]);
+        b.parts.push_back(std::move(copy));
+      } else {
+        op_slots.push_back(place(v, k.outputs[j]));
+      }
     }
-    return group;
+    for (const kernels::TensorSig& sig : k.scratch) op_slots.push_back(b.add_slot(sig));
+    const size_t first = b.parts.size();
+    for (const kernels::OpKernels::Call& call : k.calls) {
+      std::vector<int> slots;
+      for (int s : call.slots) slots.push_back(op_slots[size_t(s)]);
+      b.parts.push_back(compile_kernel(call.func, std::move(slots), b));
+      b.parts.back().node = node.describe();
+    }
+    if (k.error_slot >= 0 && b.parts.size() > first) {
+      for (size_t p = first; p < b.parts.size(); ++p) {
+        b.parts[p].error_slot = op_slots[size_t(k.error_slot)];
+        b.parts[p].error_message = k.error_message;
+      }
+      b.parts[first].check_first = true;
+      b.parts.back().check_last = true;
+    }
   }
 
  private:
