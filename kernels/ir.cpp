@@ -148,6 +148,13 @@ Stmt IfThenElse::make(Expr cond, Stmt then_case, Stmt else_case) {
   TERRACE_ASSERT(cond.type() == DType::Bool, "IfThenElse condition must be bool");
   return stmt<IfThenElse>(std::move(cond), std::move(then_case), std::move(else_case));
 }
+Stmt Allocate::make(Buffer buffer, int64_t extent, Stmt body) {
+  TERRACE_ASSERT(buffer.slot == kLocalSlot, "Allocate of ", buffer.name, ": slot must be kLocalSlot");
+  TERRACE_ASSERT(extent >= 1, "Allocate of ", buffer.name, ": extent ", extent);
+  TERRACE_ASSERT(buffer.dtype != DType::String, "Allocate of ", buffer.name, ": string dtype");
+  TERRACE_ASSERT(body.defined(), "Allocate without body");
+  return stmt<Allocate>(std::move(buffer), extent, std::move(body));
+}
 
 Expr make_index(int64_t v) { return IntImm::make(DType::Int64, v); }
 Expr make_const(DType t, double v) {

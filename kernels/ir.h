@@ -39,7 +39,9 @@ const char* cmp_op_name(CmpOp op);
 enum class ForKind : uint8_t { Serial, Parallel, Vectorized, GpuBlock, GpuThread };
 const char* for_kind_name(ForKind kind);
 
-// A kernel parameter: buffers[slot] viewed as an array of dtype.
+// A kernel parameter: buffers[slot] viewed as an array of dtype; or, with slot kLocalSlot, a local
+// array declared by an enclosing Allocate.
+inline constexpr int kLocalSlot = -1;
 struct Buffer {
   std::string name;
   DType dtype = DType::Float32;
@@ -198,6 +200,20 @@ struct IfThenElse final : BaseStmtNode {
   IfThenElse(Expr c, Stmt t, Stmt e)
       : BaseStmtNode(kKind), cond(std::move(c)), then_case(std::move(t)), else_case(std::move(e)) {}
   static Stmt make(Expr cond, Stmt then_case, Stmt else_case = Stmt());
+};
+
+// A local array of `extent` elements of buffer.dtype (slot kLocalSlot), uninitialised, read and
+// written through Load and Store in body: reductions keep their accumulators in one (a scalar is
+// extent 1, which the C compiler keeps in a register). Private to each iteration of the loops
+// around it (in CUDA: to each thread).
+struct Allocate final : BaseStmtNode {
+  static constexpr IRNodeKind kKind = IRNodeKind::Allocate;
+  Buffer buffer;
+  int64_t extent;
+  Stmt body;
+  Allocate(Buffer b, int64_t n, Stmt s)
+      : BaseStmtNode(kKind), buffer(std::move(b)), extent(n), body(std::move(s)) {}
+  static Stmt make(Buffer buffer, int64_t extent, Stmt body);  // extent >= 1
 };
 
 // One compiled unit: `void name(void** buffers, int64_t begin, int64_t end)`. The body's

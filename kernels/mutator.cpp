@@ -92,5 +92,9 @@ Stmt IRMutator::visit(const IfThenElse* op, const Stmt& self) {
   bool same = c.same_as(op->cond) && t.same_as(op->then_case) && e.same_as(op->else_case);
   return same ? self : IfThenElse::make(c, t, e);
 }
+Stmt IRMutator::visit(const Allocate* op, const Stmt& self) {
+  Stmt body = mutate(op->body);
+  return body.same_as(op->body) ? self : Allocate::make(op->buffer, op->extent, body);
+}
 
 }  // namespace terrace::kernels

@@ -82,6 +82,11 @@ class IRPrinter : public IRVisitor {
     os_ << "\n";
     visit(op->body);
   }
+  void visit_node(const Allocate* op) override {
+    line() << "allocate " << op->buffer.name << ": " << dtype_name(op->buffer.dtype) << "[" << op->extent
+           << "]\n";
+    visit(op->body);
+  }
   void visit_node(const IfThenElse* op) override {
     line() << "if (";
     visit(op->cond);

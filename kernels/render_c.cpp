@@ -175,6 +175,11 @@ class CRenderer : public IRVisitor {
            << ";\n";
     visit(op->body);
   }
+  // A local array in the enclosing C scope (names are unique, as for LetStmt).
+  void visit_node(const Allocate* op) override {
+    line() << c_type(op->buffer.dtype) << " " << op->buffer.name << "[" << op->extent << "];\n";
+    visit(op->body);
+  }
   void visit_node(const IfThenElse* op) override {
     line() << "if (" << print(op->cond) << ") {\n";
     nested(op->then_case);

@@ -56,6 +56,14 @@ class Verifier : public IRVisitor {
     visit(op->value);
     bind(op->name, op->value.type(), op->body);
   }
+  void visit_node(const Allocate* op) override {
+    const std::string& name = op->buffer.name;
+    check(locals_.count(name) == 0 && scope_.count(name) == 0, "'", name, "' bound twice");
+    for (const Buffer& p : f_.buffers) check(p.name != name, "local array '", name, "' shadows a parameter");
+    locals_[name] = op->buffer.dtype;
+    visit(op->body);
+    locals_.erase(name);
+  }
 
  private:
   template <typename... Args>
@@ -67,6 +75,13 @@ class Verifier : public IRVisitor {
           to_string(e), " (cast to float32 first)");
   }
   void check_buffer(const Buffer& b) {
+    if (b.slot == kLocalSlot) {
+      auto it = locals_.find(b.name);
+      check(it != locals_.end(), "local array '", b.name, "' used out of scope");
+      check(it->second == b.dtype, "local array '", b.name, "' used as ", dtype_name(b.dtype),
+            " but allocated as ", dtype_name(it->second));
+      return;
+    }
     check(b.slot >= 0 && size_t(b.slot) < f_.buffers.size(), "buffer ", b.name, " slot ", b.slot,
           " is not a parameter");
     const Buffer& p = f_.buffers[size_t(b.slot)];
@@ -74,7 +89,7 @@ class Verifier : public IRVisitor {
           p.name);
   }
   void bind(const std::string& name, DType t, const Stmt& body) {
-    check(scope_.count(name) == 0, "'", name, "' bound twice");
+    check(scope_.count(name) == 0 && locals_.count(name) == 0, "'", name, "' bound twice");
     scope_[name] = t;
     visit(body);
     scope_.erase(name);
@@ -82,6 +97,7 @@ class Verifier : public IRVisitor {
 
   const LoweredFunc& f_;
   std::map<std::string, DType> scope_;
+  std::map<std::string, DType> locals_;  // Allocate'd arrays in scope
   int loop_depth_ = 0;
 };
 

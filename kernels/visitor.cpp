@@ -53,5 +53,6 @@ void IRVisitor::visit_node(const IfThenElse* op) {
   visit(op->then_case);
   visit(op->else_case);
 }
+void IRVisitor::visit_node(const Allocate* op) { visit(op->body); }
 
 }  // namespace terrace::kernels
