@@ -59,8 +59,8 @@ bool has_elementwise_lowering(Op op) {
     case Op::BitwiseNot: case Op::BitwiseOr: case Op::BitwiseXor: case Op::Cast:
     case Op::CastLike: case Op::Ceil: case Op::Celu: case Op::Clip: case Op::Cos: case Op::Cosh:
     case Op::Div: case Op::Elu: case Op::Equal: case Op::Erf: case Op::Exp: case Op::Floor:
-    case Op::Greater: case Op::GreaterOrEqual: case Op::HardSigmoid: case Op::HardSwish:
-    case Op::Identity: case Op::IsInf: case Op::IsNaN: case Op::LeakyRelu: case Op::Less:
+    case Op::Gelu: case Op::Greater: case Op::GreaterOrEqual: case Op::HardSigmoid:
+    case Op::HardSwish: case Op::Identity: case Op::IsInf: case Op::IsNaN: case Op::LeakyRelu: case Op::Less:
     case Op::LessOrEqual: case Op::Log: case Op::Max: case Op::Mean: case Op::Min: case Op::Mish:
     case Op::Mod: case Op::Mul: case Op::Neg: case Op::Not: case Op::Or: case Op::Pow:
     case Op::PRelu: case Op::Reciprocal: case Op::Relu: case Op::Round: case Op::Selu:
@@ -229,6 +229,14 @@ Expr lower_op(const Node& node, const Args& a) {
     case Op::Softplus: return softplus(x());
     case Op::Softsign: return x() / (c(1) + abs_of(x()));
     case Op::Mish: return x() * call(Intrinsic::Tanh, softplus(x()));
+    case Op::Gelu: {  // the interpreter's forms (interp/ops/elementwise_activation.cpp)
+      std::string form = node.attr_string("approximate", "none");
+      TERRACE_CHECK(form == "none" || form == "tanh", InvalidModel, node.describe(),
+                    ": attribute 'approximate' must be \"none\" or \"tanh\"");
+      if (form == "tanh")  // 0.5 x (1 + tanh z) = x sigmoid(2 z)
+        return x() * call(Intrinsic::Sigmoid, c(1.5957691216057308) * (x() + c(0.044715) * x() * x() * x()));
+      return c(0.5) * x() * (c(1) + call(Intrinsic::Erf, x() * c(0.7071067811865476)));
+    }
     case Op::IsNaN: return is_nan(x());
     case Op::IsInf: {
       Expr inf = c(std::numeric_limits<double>::infinity());

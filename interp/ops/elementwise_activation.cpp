@@ -1,5 +1,6 @@
 // Activation kernels: Relu and its relatives, sigmoid-like curves, Shrink; attributes as in ONNX.
 #include <cmath>
+#include <string>
 
 #include "interp/ops/elementwise_common.h"
 
@@ -99,6 +100,27 @@ struct Mish : FloatActivation {
   template <typename C> C operator()(C x) const { return x * std::tanh(softplus(x)); }
 };
 
+// Gelu (opset 20): x * Phi(x) with the normal CDF exact (erf) or, approximate = "tanh", the
+// tanh curve of Hendrycks and Gimpel. Written as 0.5 x erfc(-x / sqrt 2) and x sigmoid(2 z), the
+// same functions as ONNX's 0.5 x (1 + erf(x / sqrt 2)) and 0.5 x (1 + tanh z) without their
+// cancellation for negative x.
+struct Gelu : FloatActivation {
+  bool tanh_form;
+  explicit Gelu(const Node& n) {
+    std::string a = n.attr_string("approximate", "none");
+    TERRACE_CHECK(a == "none" || a == "tanh", InvalidModel, n.describe(),
+                  ": attribute 'approximate' must be \"none\" or \"tanh\", not \"", a, "\"");
+    tanh_form = a == "tanh";
+  }
+  template <typename C> C operator()(C x) const {
+    if (tanh_form) {
+      const C z = C(0.7978845608028654) * (x + C(0.044715) * x * x * x);  // sqrt(2 / pi) (...)
+      return z >= C(0) ? x / (C(1) + std::exp(C(-2) * z)) : x * std::exp(C(2) * z) / (C(1) + std::exp(C(2) * z));
+    }
+    return C(0.5) * x * std::erfc(-x * C(0.7071067811865476));  // 1 / sqrt(2)
+  }
+};
+
 // Shrink takes integers too; they are compared and shifted in double, then converted back.
 struct Shrink {
   float lambd, bias;
@@ -129,6 +151,7 @@ void register_activations(KernelTable& t) {
   t.add(Op::Softplus, unary_kernel<Softplus>);
   t.add(Op::Softsign, unary_kernel<Softsign>);
   t.add(Op::Mish, unary_kernel<Mish>);
+  t.add(Op::Gelu, unary_kernel<Gelu>);
   t.add(Op::Shrink, unary_kernel<Shrink>);
 }
 

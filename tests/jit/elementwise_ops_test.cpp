@@ -22,6 +22,7 @@ const std::vector<OpCase>& float_cases() {
       {Op::Asin, 1, -1, 1}, {Op::Acos, 1, -1, 1}, {Op::Sinh, 1, -89, 89}, {Op::Cosh, 1, -89, 89},
       {Op::Asinh, 1, -1e3, 1e3}, {Op::Acosh, 1, 1, 1e3}, {Op::Atanh, 1, -1, 1},
       {Op::Softplus, 1, -100, 100}, {Op::Softsign, 1, -10, 10}, {Op::Mish, 1, -10, 10},
+      {Op::Gelu, 1, -8, 8}, {Op::Gelu, 1, -8, 8, {{"approximate", str_attr("tanh")}}},
       {Op::Elu, 1, -5, 5, {{"alpha", float_attr(0.7f)}}}, {Op::Selu, 1, -5, 5},
       {Op::Celu, 1, -5, 5, {{"alpha", float_attr(1.3f)}}}, {Op::HardSigmoid, 1, -6, 6},
       {Op::HardSwish, 1, -6, 6}, {Op::LeakyRelu, 1, -5, 5}, {Op::ThresholdedRelu, 1, -3, 3},

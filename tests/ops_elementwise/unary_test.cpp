@@ -76,6 +76,32 @@ TEST(Activation, defaults_follow_the_onnx_schema) {
   EXPECT_FLOAT_EQ(selu[1], 6.0f);
 }
 
+TEST(Activation, gelu_exact_and_tanh_forms_match_their_formulas) {
+  std::vector<double> xs = {-6, -1.5, -0.25, 0, 0.5, 2, 7};
+  Tensor x = Tensor::from_vector<double>({7}, xs);
+  std::vector<double> exact = values_of<double>(run(Op::Gelu, {x}));
+  std::vector<double> tanh_form = values_of<double>(run(Op::Gelu, {x}, {{"approximate", "tanh"}}));
+  // In double, against long-double forms without cancellation (1 + erf(x) and 1 + tanh(x) lose
+  // every digit for x near -6, erfc and the logistic form do not).
+  for (size_t i = 0; i < xs.size(); ++i) {
+    long double v = xs[i];
+    long double want_exact = 0.5L * v * std::erfc(-v / std::sqrt(2.0L));
+    long double z = std::sqrt(2.0L / 3.14159265358979323846264338327950288L) * (v + 0.044715L * v * v * v);
+    long double want_tanh = v / (1 + std::exp(-2 * z));
+    EXPECT_NEAR(exact[i], double(want_exact), 1e-13 * std::fabs(double(want_exact))) << xs[i];
+    EXPECT_NEAR(tanh_form[i], double(want_tanh), 1e-13 * std::fabs(double(want_tanh))) << xs[i];
+  }
+  EXPECT_NE(exact[2], tanh_form[2]) << "the two forms differ away from 0";
+}
+
+TEST(Activation, gelu_rejects_an_unknown_approximation_naming_the_node) {
+  Tensor x = Tensor::from_vector<float>({1}, {1});
+  Error e = error_of([&] { run(Op::Gelu, {x}, {{"approximate", "sigmoid"}}); });
+  EXPECT_EQ(e.code(), ErrorCode::InvalidModel);
+  EXPECT_NE(e.message().find("Gelu"), std::string::npos);
+  EXPECT_NE(e.message().find("approximate"), std::string::npos);
+}
+
 TEST(Activation, softplus_and_sigmoid_do_not_overflow) {
   Tensor x = Tensor::from_vector<float>({3}, {-1000, 0, 1000});
   std::vector<float> sp = values_of<float>(run(Op::Softplus, {x}));
