@@ -1,0 +1,354 @@
+// Reductions and normalisations lowered to kernels (kernels/lower_reduce.cpp), compiled by tier 1's
+// JIT and run, against the interpreter on the same node: every op over inner, outer, middle and all
+// axes, keepdims on and off, size-1 and zero-sized dims, NaN and infinities.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "interp/interpreter.h"
+#include "jit/cpu_kernel.h"
+#include "kernels/lower_reduce.h"
+#include "tests/jit/chain_builder.h"
+#include "tests/support/attrs.h"
+
+namespace terrace::testing {
+namespace {
+
+using kernels::OpInput;
+using kernels::OpKernels;
+
+struct Case {
+  Node node;
+  std::vector<Tensor> inputs;  // undefined: an absent optional input
+  std::vector<bool> constant;  // inputs the lowering sees as known values
+  int opset = 17;
+};
+
+Case make_case(Op op, std::vector<Tensor> inputs, std::map<std::string, Attribute> attrs = {}, int outputs = 1) {
+  Case c;
+  c.node.op = op;
+  c.node.name = std::string("n_") + op_name(op);
+  c.node.attrs = std::move(attrs);
+  for (size_t i = 0; i < inputs.size(); ++i) c.node.inputs.push_back(inputs[i].defined() ? int(i) : -1);
+  for (int j = 0; j < outputs; ++j) c.node.outputs.push_back(int(inputs.size()) + j);
+  c.inputs = std::move(inputs);
+  c.constant.assign(c.inputs.size(), false);
+  return c;
+}
+
+// The interpreter's outputs for the node (at the case's opset, through a one-node graph's frame).
+std::vector<Tensor> interpret(const Case& c) {
+  Graph g;
+  g.opset = c.opset;
+  Frame frame;
+  frame.graph = &g;
+  std::vector<RValue> values;
+  for (const Tensor& t : c.inputs) values.push_back(RValue(t));
+  std::vector<const RValue*> ptrs;
+  for (size_t i = 0; i < values.size(); ++i) ptrs.push_back(c.inputs[i].defined() ? &values[i] : nullptr);
+  std::vector<Tensor> out;
+  for (RValue& v : interpret_node(c.node, ptrs, &frame)) out.push_back(v.tensor);
+  return out;
+}
+
+struct Compiled {
+  OpKernels k;
+  std::vector<jit::CpuKernel> kernels;
+};
+
+Compiled compile(const Case& c) {
+  std::vector<OpInput> in;
+  for (size_t i = 0; i < c.inputs.size(); ++i) {
+    OpInput x;
+    x.absent = !c.inputs[i].defined();
+    if (!x.absent) x.sig = {c.inputs[i].dtype(), c.inputs[i].shape()};
+    if (c.constant[i]) x.value = &c.inputs[i];
+    in.push_back(x);
+  }
+  Compiled r;
+  r.k = kernels::lower_reduction(c.node, in, "reduce_test", c.opset);
+  for (const auto& call : r.k.calls) r.kernels.push_back(jit::compile_cpu_kernel(call.func));
+  return r;
+}
+
+std::vector<Tensor> run(const Case& c, const Compiled& k) {
+  std::vector<Tensor> outs, scratch;
+  std::vector<void*> table;
+  for (const Tensor& t : c.inputs) table.push_back(t.defined() ? const_cast<void*>(t.raw()) : nullptr);
+  for (const auto& sig : k.k.outputs) {
+    outs.push_back(Tensor::empty(sig.dtype, sig.shape));
+    table.push_back(outs.back().raw());
+  }
+  for (const auto& sig : k.k.scratch) {
+    scratch.push_back(Tensor::empty(sig.dtype, sig.shape));
+    table.push_back(scratch.back().raw());
+  }
+  for (size_t i = 0; i < k.kernels.size(); ++i) {
+    std::vector<void*> buffers;
+    for (int s : k.k.calls[i].slots) buffers.push_back(table[size_t(s)]);
+    jit::run_cpu_kernel(k.kernels[i], buffers);
+  }
+  return outs;
+}
+
+// Lowers, compiles and runs the case; its outputs must match the interpreter's.
+void expect_matches(const Case& c, const std::string& what) {
+  SCOPED_TRACE(what);
+  std::vector<Tensor> want = interpret(c);
+  Compiled k = compile(c);
+  std::vector<Tensor> got = run(c, k);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t j = 0; j < want.size(); ++j) {
+    if (!want[j].defined()) continue;  // an output the node does not ask for
+    expect_close(got[j], want[j], what + " output " + std::to_string(j));
+  }
+}
+
+std::string shape_name(const Shape& s) { return shape_str(s); }
+
+const Op kReduceOps[] = {Op::ReduceSum,  Op::ReduceMean,      Op::ReduceMax,      Op::ReduceMin,
+                         Op::ReduceProd, Op::ReduceL1,        Op::ReduceL2,       Op::ReduceLogSum,
+                         Op::ReduceLogSumExp, Op::ReduceSumSquare};
+
+// Inputs for op: positive for the logs (ReduceLogSum of a negative sum is NaN either way, but
+// rounding could put a sum near 0 on either side), small for Prod (so products stay finite).
+Tensor reduce_input(Op op, DType t, const Shape& s, uint32_t seed, bool specials = true) {
+  if (op == Op::ReduceProd) return random_tensor(t, s, 0.8, 1.25, seed, specials);
+  if (op == Op::ReduceLogSum) return random_tensor(t, s, 0.1, 3, seed, specials);
+  return random_tensor(t, s, -3, 3, seed, specials);
+}
+
+TEST(ReduceLowering, EveryReduceOpOverInnerOuterMiddleAndAllAxesMatchesInterpreter) {
+  const Shape shape{3, 5, 37};
+  const std::vector<std::vector<int64_t>> axes_list = {{2}, {-1}, {0}, {1}, {0, 2}, {0, 1}, {}, {1, 2}};
+  for (Op op : kReduceOps) {
+    for (const auto& axes : axes_list) {
+      for (int keep : {0, 1}) {
+        Case c = make_case(op, {reduce_input(op, DType::Float32, shape, 11, false)},
+                           {{"keepdims", int_attr(keep)}});
+        if (!axes.empty()) c.node.attrs["axes"] = ints_attr(axes);
+        expect_matches(c, std::string(op_name(op)) + " axes " + shape_name(axes) + " keepdims " + std::to_string(keep));
+      }
+    }
+  }
+}
+
+TEST(ReduceLowering, NanAndInfinitiesPropagateAsInInterpreter) {
+  for (Op op : kReduceOps) {
+    for (const std::vector<int64_t>& axes : {std::vector<int64_t>{1}, std::vector<int64_t>{0}}) {
+      // Long rows, so that max/min fold in vector lanes and a tail.
+      Case c = make_case(op, {reduce_input(op, DType::Float32, {6, 75}, 12)}, {{"axes", ints_attr(axes)}});
+      expect_matches(c, std::string(op_name(op)) + " with specials over axes " + shape_name(axes));
+    }
+  }
+  // Rows of only NaN, only -inf, only +inf, and NaN after +inf.
+  Tensor x = Tensor::from_vector<float>({4, 3}, {NAN, NAN, NAN, -INFINITY, -INFINITY, -INFINITY, INFINITY,
+                                                 INFINITY, INFINITY, INFINITY, 1.0f, NAN});
+  for (Op op : {Op::ReduceMax, Op::ReduceMin, Op::ReduceLogSumExp, Op::ReduceSum})
+    expect_matches(make_case(op, {x}, {{"axes", ints_attr({1})}}), std::string(op_name(op)) + " special rows");
+}
+
+TEST(ReduceLowering, AxesAsInputNoopWithEmptyAxesAndSizeOneDims) {
+  Tensor x = random_tensor(DType::Float32, {4, 1, 6, 1}, -2, 2, 13);
+  Case c = make_case(Op::ReduceSum, {x, Tensor::from_vector<int64_t>({2}, {1, -2})});
+  c.constant[1] = true;
+  expect_matches(c, "ReduceSum axes as an input");
+  Case noop = make_case(Op::ReduceL1, {x, Tensor::from_vector<int64_t>({0}, {})}, {{"noop_with_empty_axes", int_attr(1)}});
+  noop.constant[1] = true;
+  expect_matches(noop, "ReduceL1 with no axes and noop_with_empty_axes: |x| elementwise");
+  Case all = make_case(Op::ReduceMean, {x, Tensor::from_vector<int64_t>({0}, {})});
+  all.constant[1] = true;
+  expect_matches(all, "ReduceMean with no axes: all of them");
+  // Axes known only at run time: not lowered, and the error says why.
+  Case dynamic = make_case(Op::ReduceSum, {x, Tensor::from_vector<int64_t>({1}, {2})});
+  try {
+    compile(dynamic);
+    ADD_FAILURE() << "run-time axes were lowered";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::NotImplemented);
+    EXPECT_NE(std::string(e.what()).find("n_ReduceSum"), std::string::npos) << e.what();
+  }
+}
+
+TEST(ReduceLowering, ZeroSizedDimsGiveTheInterpretersIdentities) {
+  for (Op op : kReduceOps) {
+    // Reduced dim of size 0: sums are 0, max is -inf, mean is NaN, log-sum is -inf.
+    expect_matches(make_case(op, {Tensor::empty(DType::Float32, {3, 0, 2})}, {{"axes", ints_attr({1})}}),
+                   std::string(op_name(op)) + " over an empty axis");
+    // Kept dim of size 0: an empty output.
+    expect_matches(make_case(op, {Tensor::empty(DType::Float32, {0, 4})}, {{"axes", ints_attr({1})}}),
+                   std::string(op_name(op)) + " with an empty kept dim");
+  }
+}
+
+TEST(ReduceLowering, Float64AndIntegersMatchInterpreter) {
+  for (Op op : kReduceOps) {
+    expect_matches(make_case(op, {reduce_input(op, DType::Float64, {4, 9, 5}, 14)}, {{"axes", ints_attr({1})}}),
+                   std::string(op_name(op)) + " float64");
+  }
+  for (DType t : {DType::Int32, DType::Int64, DType::UInt8}) {
+    for (Op op : {Op::ReduceSum, Op::ReduceMean, Op::ReduceMax, Op::ReduceMin, Op::ReduceL1, Op::ReduceSumSquare,
+                  Op::ReduceProd}) {
+      for (const std::vector<int64_t>& axes : {std::vector<int64_t>{2}, std::vector<int64_t>{0, 1}}) {
+        Tensor x = random_tensor(t, {3, 4, 33}, t == DType::UInt8 ? 0 : -100, 100, 15);
+        expect_matches(make_case(op, {x}, {{"axes", ints_attr(axes)}}),
+                       std::string(op_name(op)) + " " + dtype_name(t) + " axes " + shape_name(axes));
+      }
+    }
+  }
+}
+
+TEST(ReduceLowering, UnsupportedDtypesAreRefusedWithAReason) {
+  Graph g;
+  int x = g.add_value("x", ValueInfo{ValueKind::Tensor, DType::Float16, Shape{2, 3}, {}});
+  Node n;
+  n.op = Op::ReduceSum;
+  n.inputs = {x};
+  std::string why = kernels::can_lower_reduction(g, n);
+  EXPECT_NE(why.find("float16"), std::string::npos) << why;
+  n.op = Op::ReduceL2;
+  g.values[size_t(x)].info.dtype = DType::Int32;
+  why = kernels::can_lower_reduction(g, n);
+  EXPECT_NE(why.find("int32"), std::string::npos) << why;
+  g.values[size_t(x)].info.dtype = DType::Float32;
+  EXPECT_EQ(kernels::can_lower_reduction(g, n), "");
+}
+
+TEST(ArgLowering, ArgMaxAndArgMinWithKeepdimsAndLastIndexMatchInterpreter) {
+  // Few distinct values, so that ties are common.
+  Tensor xf = random_tensor(DType::Float32, {5, 7, 19}, -3, 3, 16);
+  Tensor xi = random_tensor(DType::Int32, {5, 7, 19}, -3, 3, 17);
+  for (Op op : {Op::ArgMax, Op::ArgMin})
+    for (const Tensor& x : {xf, xi})
+      for (int64_t axis : {0, 1, 2, -1})
+        for (int keep : {0, 1})
+          for (int last : {0, 1})
+            expect_matches(make_case(op, {x}, {{"axis", int_attr(axis)}, {"keepdims", int_attr(keep)},
+                                               {"select_last_index", int_attr(last)}}),
+                           std::string(op_name(op)) + " " + dtype_name(x.dtype()) + " axis " + std::to_string(axis) +
+                               " keepdims " + std::to_string(keep) + " last " + std::to_string(last));
+  Tensor nan_first = Tensor::from_vector<float>({2, 3}, {NAN, 5, 7, 1, NAN, NAN});
+  expect_matches(make_case(Op::ArgMax, {nan_first}, {{"axis", int_attr(1)}}), "ArgMax: a NaN wins");
+}
+
+TEST(ArgLowering, AnEmptyAxisIsInvalidArgumentNamingTheNode) {
+  Case c = make_case(Op::ArgMax, {Tensor::empty(DType::Float32, {2, 0})}, {{"axis", int_attr(1)}});
+  try {
+    compile(c);
+    ADD_FAILURE() << "an empty axis was lowered";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::InvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("n_ArgMax"), std::string::npos) << e.what();
+  }
+}
+
+TEST(SoftmaxLowering, SoftmaxAndLogSoftmaxOverEveryAxisMatchInterpreter) {
+  for (Op op : {Op::Softmax, Op::LogSoftmax}) {
+    for (DType t : {DType::Float32, DType::Float64}) {
+      for (int64_t axis : {-1, 0, 1, 2}) {
+        Tensor x = random_tensor(t, {3, 4, 37}, -20, 20, 18, false);
+        expect_matches(make_case(op, {x}, {{"axis", int_attr(axis)}}),
+                       std::string(op_name(op)) + " " + dtype_name(t) + " axis " + std::to_string(axis));
+      }
+    }
+    // Lanes with NaN, +inf, all -inf; a size-1 axis; an empty tensor.
+    Tensor s = random_tensor(DType::Float32, {8, 40}, -5, 5, 19);
+    expect_matches(make_case(op, {s}, {}), std::string(op_name(op)) + " with specials");
+    Tensor inf_rows = Tensor::from_vector<float>({3, 3}, {-INFINITY, -INFINITY, -INFINITY, INFINITY, 1, 2, NAN, 0, 1});
+    expect_matches(make_case(op, {inf_rows}, {}), std::string(op_name(op)) + " special rows");
+    expect_matches(make_case(op, {random_tensor(DType::Float32, {5, 1}, -3, 3, 20)}, {}), std::string(op_name(op)) + " size-1 axis");
+    expect_matches(make_case(op, {Tensor::empty(DType::Float32, {0, 3})}, {}), std::string(op_name(op)) + " empty");
+    // Large inputs: the maximum is subtracted first, so nothing overflows.
+    expect_matches(make_case(op, {random_tensor(DType::Float32, {4, 300}, 50, 90, 21, false)}, {}),
+                   std::string(op_name(op)) + " large values");
+  }
+}
+
+TEST(SoftmaxLowering, BeforeOpset13TheInputIsFlattenedFromAxis) {
+  for (Op op : {Op::Softmax, Op::LogSoftmax}) {
+    for (int64_t axis : {0, 1, 2}) {
+      Case c = make_case(op, {random_tensor(DType::Float32, {3, 4, 5}, -4, 4, 22, false)}, {{"axis", int_attr(axis)}});
+      c.opset = 11;
+      expect_matches(c, std::string(op_name(op)) + " opset 11 axis " + std::to_string(axis));
+    }
+    Case def = make_case(op, {random_tensor(DType::Float32, {3, 4, 5}, -4, 4, 23, false)});
+    def.opset = 12;
+    expect_matches(def, std::string(op_name(op)) + " opset 12 default axis (1, flattened)");
+  }
+}
+
+TEST(SoftmaxLowering, BeforeOpset13OnlyTheLastAxisFormIsOfferedToTier1) {
+  Graph g;
+  g.opset = 11;
+  int x = g.add_value("x", ValueInfo{ValueKind::Tensor, DType::Float32, Shape{2, 3, 4}, {}});
+  Node n;
+  n.op = Op::Softmax;
+  n.inputs = {x};
+  EXPECT_NE(kernels::can_lower_reduction(g, n), "") << "default axis 1 flattens dims 1 and 2";
+  n.attrs["axis"] = int_attr(2);
+  EXPECT_EQ(kernels::can_lower_reduction(g, n), "");
+  n.attrs["axis"] = int_attr(-1);
+  EXPECT_EQ(kernels::can_lower_reduction(g, n), "");
+  g.opset = 13;
+  n.attrs.erase("axis");
+  EXPECT_EQ(kernels::can_lower_reduction(g, n), "");
+}
+
+TEST(LayerNormLowering, WithAndWithoutBiasAndStatisticsMatchesInterpreter) {
+  const Shape shape{4, 6, 40};
+  for (DType t : {DType::Float32, DType::Float64}) {
+    for (int64_t axis : {-1, 1, 0}) {
+      Shape norm(shape.begin() + (axis < 0 ? axis + 3 : axis), shape.end());
+      Tensor x = random_tensor(t, shape, -3, 3, 24, false);
+      Tensor scale = random_tensor(t, norm, 0.5, 2, 25, false);
+      Tensor bias = random_tensor(t, norm, -1, 1, 26, false);
+      std::string what = std::string(dtype_name(t)) + " axis " + std::to_string(axis);
+      expect_matches(make_case(Op::LayerNormalization, {x, scale, bias}, {{"axis", int_attr(axis)}}), what + " with bias");
+      expect_matches(make_case(Op::LayerNormalization, {x, scale}, {{"axis", int_attr(axis)}}), what + " without bias");
+      expect_matches(make_case(Op::LayerNormalization, {x, scale, bias}, {{"axis", int_attr(axis)}, {"epsilon", float_attr(1e-3f)}}, 3),
+                     what + " with Mean and InvStdDev");
+    }
+  }
+  // A scale broadcast over the normalized dims, an offset far from the spread (cancellation), a
+  // group of one element, NaN and infinities.
+  Tensor x = random_tensor(DType::Float32, {5, 3, 8}, 999, 1001, 27, false);
+  Tensor scale = random_tensor(DType::Float32, {1, 8}, 0.5, 2, 28, false);
+  expect_matches(make_case(Op::LayerNormalization, {x, scale}, {{"axis", int_attr(1)}}), "broadcast scale, offset inputs");
+  expect_matches(make_case(Op::LayerNormalization, {random_tensor(DType::Float32, {6, 1}, -1, 1, 29), Tensor::scalar<float>(2.0f)},
+                           {}, 3),
+                 "groups of one element");
+  expect_matches(make_case(Op::LayerNormalization, {random_tensor(DType::Float32, {6, 50}, -1, 1, 30),
+                                                    random_tensor(DType::Float32, {50}, -1, 1, 31, false)}),
+                 "NaN and infinities");
+  Case stash = make_case(Op::LayerNormalization, {random_tensor(DType::Float32, {3, 16}, -1, 1, 32, false),
+                                                  random_tensor(DType::Float32, {16}, -1, 1, 33, false)},
+                         {{"stash_type", int_attr(11)}}, 3);
+  expect_matches(stash, "float64 statistics (stash_type 11)");
+}
+
+TEST(GlobalPoolLowering, AverageAndMaxOverSpatialDimsMatchInterpreter) {
+  for (Op op : {Op::GlobalAveragePool, Op::GlobalMaxPool}) {
+    for (const Shape& s : {Shape{2, 3, 7, 7}, Shape{1, 16, 5}, Shape{2, 4, 3, 2, 2}, Shape{2, 3, 1, 1}, Shape{2, 3, 0, 4}}) {
+      expect_matches(make_case(op, {random_tensor(DType::Float32, s, -5, 5, 34)}), std::string(op_name(op)) + " " + shape_name(s));
+      expect_matches(make_case(op, {random_tensor(DType::Float64, s, -5, 5, 35)}), std::string(op_name(op)) + " f64 " + shape_name(s));
+    }
+  }
+}
+
+TEST(ReduceLowering, KernelsSplitRowsAcrossThreadsAndVectoriseTheInnerLoop) {
+  Case c = make_case(Op::ReduceSum, {random_tensor(DType::Float32, {512, 1024}, -1, 1, 36, false)}, {{"axes", ints_attr({1})}});
+  Compiled k = compile(c);
+  ASSERT_EQ(k.k.calls.size(), 1u);
+  EXPECT_EQ(k.k.calls[0].func.parallel_extent, 512) << "one parallel iteration per output row";
+  EXPECT_EQ(k.k.calls[0].func.work_per_iteration, 1024);
+  EXPECT_NE(k.kernels[0].source.find("vectorize(enable)"), std::string::npos) << k.kernels[0].source;
+  expect_matches(c, "large row sum");
+  // Over the outer axis: the kept inner axis is the vector lane.
+  Case cols = make_case(Op::ReduceMax, {random_tensor(DType::Float32, {300, 2000}, -1, 1, 37)}, {{"axes", ints_attr({0})}});
+  Compiled kc = compile(cols);
+  EXPECT_EQ(kc.k.calls[0].func.parallel_extent, 4) << "2000 columns in blocks of 512";
+  expect_matches(cols, "column max in blocks");
+}
+
+}  // namespace
+}  // namespace terrace::testing
