@@ -1,0 +1,286 @@
+// Resize lowered to one kernel (kernels/lower_op.h): nearest (any dtype, elements moved
+// bit-exactly) and linear (float32, float64) with the half_pixel, pytorch_half_pixel,
+// align_corners, asymmetric and tf_half_pixel_for_nn coordinate transformations. Each output
+// position's source coordinate is computed in the kernel in float64, by the same operations in the
+// same order as interp/ops/shape_resize.cpp (the specification), so the results are bit-identical
+// to the interpreter's: linear mode sums its taps in float64 in the reference's order, each
+// product bound to a name of its own so that Clang cannot contract it into a fused multiply-add.
+#include <algorithm>
+#include <cmath>
+#include <functional>
+
+#include "kernels/lower_movement.h"
+#include "kernels/verify.h"
+
+namespace terrace::kernels::movement {
+namespace {
+
+enum class Mode { Nearest, Linear };
+enum class Coord { HalfPixel, PytorchHalfPixel, AlignCorners, Asymmetric, TfHalfPixelForNn };
+enum class Rounding { RoundPreferFloor, RoundPreferCeil, Floor, Ceil };
+
+struct Attrs {
+  Mode mode = Mode::Nearest;
+  Coord coord = Coord::Asymmetric;
+  Rounding rounding = Rounding::Floor;
+};
+
+// The attributes, or the reason tier 1 cannot compile them (the interpreter judges bad values).
+std::string read_attrs(const Node& node, Attrs& a) {
+  std::string mode = node.attr_string("mode", "nearest");
+  if (mode == "nearest") a.mode = Mode::Nearest;
+  else if (mode == "linear" || mode == "bilinear") a.mode = Mode::Linear;
+  else return "tier 1 compiles Resize in nearest and linear modes, not '" + mode + "'";
+  if (node.inputs.size() <= 2) return "";  // opset 10: asymmetric coordinates, rounding down
+  std::string coord = node.attr_string("coordinate_transformation_mode", "half_pixel");
+  if (coord == "half_pixel") a.coord = Coord::HalfPixel;
+  else if (coord == "pytorch_half_pixel") a.coord = Coord::PytorchHalfPixel;
+  else if (coord == "align_corners") a.coord = Coord::AlignCorners;
+  else if (coord == "asymmetric") a.coord = Coord::Asymmetric;
+  else if (coord == "tf_half_pixel_for_nn") a.coord = Coord::TfHalfPixelForNn;
+  else return "tier 1 does not compile Resize's coordinate_transformation_mode '" + coord + "'";
+  std::string rounding = node.attr_string("nearest_mode", "round_prefer_floor");
+  if (rounding == "round_prefer_floor") a.rounding = Rounding::RoundPreferFloor;
+  else if (rounding == "round_prefer_ceil") a.rounding = Rounding::RoundPreferCeil;
+  else if (rounding == "floor") a.rounding = Rounding::Floor;
+  else if (rounding == "ceil") a.rounding = Rounding::Ceil;
+  else return "tier 1 does not compile Resize's nearest_mode '" + rounding + "'";
+  if (node.attr_int("exclude_outside", 0) != 0) return "tier 1 does not compile Resize with exclude_outside";
+  return "";
+}
+
+// One axis: the scale, lengths, and the source coordinate of output index x, written once as a
+// template so that the compile-time check of trivial axes (below) and the kernel's IR compute the
+// same thing.
+struct Axis {
+  double scale;
+  int64_t in_len, out_len;
+  double scaled_len() const { return scale * double(in_len); }  // unrounded, as the reference
+};
+
+template <typename D>
+D source_coord(Coord c, const Axis& ax, const D& x, const D& half, auto constant) {
+  const double out_len = ax.scaled_len();
+  switch (c) {
+    case Coord::HalfPixel: return (x + half) / constant(ax.scale) - half;
+    case Coord::PytorchHalfPixel: return out_len > 1 ? (x + half) / constant(ax.scale) - half : constant(-0.5);
+    case Coord::AlignCorners:
+      return out_len == 1 ? constant(0.0) : x * constant(double(ax.in_len - 1)) / constant(out_len - 1);
+    case Coord::Asymmetric: return x / constant(ax.scale);
+    case Coord::TfHalfPixelForNn: return (x + half) / constant(ax.scale);
+  }
+  return x;
+}
+
+// The reference's two taps around coordinate xo: the window start (before clamping into the
+// input) and the fraction r in (0, 1] past the first tap. Nearest takes the second tap when `up`.
+struct HostTaps {
+  int64_t start;
+  double r;
+};
+HostTaps host_taps(const Attrs& a, const Axis& ax, int64_t x) {
+  double xo = source_coord<double>(a.coord, ax, double(x), 0.5, [](double v) { return v; });
+  double fl = std::floor(xo);
+  double r = xo == fl ? 1.0 : xo - fl;
+  double first = std::ceil(xo) - 1;
+  return {int64_t(std::clamp(first, -1.0, double(ax.in_len - 1))), r};
+}
+bool host_up(Rounding m, double r) {
+  return r == 1.0 || m == Rounding::Ceil || (m == Rounding::RoundPreferFloor && r > 0.5) ||
+         (m == Rounding::RoundPreferCeil && r >= 0.5);
+}
+
+// True when every output index of the axis reads its own input index with weight 1 (the reference
+// then computes 0 + 1 * v, which only turns -0 into +0; the kernel adds 0 once at the end).
+bool is_identity(const Attrs& a, const Axis& ax) {
+  if (ax.in_len != ax.out_len) return false;
+  for (int64_t x = 0; x < ax.out_len; ++x) {
+    HostTaps t = host_taps(a, ax, x);
+    bool up = a.mode == Mode::Linear ? t.r == 1.0 : host_up(a.rounding, t.r);
+    if (!up || std::clamp<int64_t>(t.start + 1, 0, ax.in_len - 1) != x) return false;
+  }
+  return true;
+}
+
+Expr f64(double v) { return FloatImm::make(DType::Float64, v); }
+
+// The kernel's taps of one axis at index expression `x`, bound by LetStmts named with `tag`.
+struct KernelTaps {
+  Expr i0, i1;  // clamped input indices of the two taps
+  Expr w0, w1;  // weights (linear)
+  Expr up;      // nearest: take tap 1
+};
+KernelTaps kernel_taps(const Attrs& a, const Axis& ax, const Expr& x, const std::string& tag,
+                       const std::function<Expr(const std::string&, Expr)>& let) {
+  Expr xd = Cast::make(DType::Float64, x);
+  Expr xo = let("xo" + tag, source_coord<Expr>(a.coord, ax, xd, f64(0.5), [](double v) { return f64(v); }));
+  Expr fl = Call::make(Intrinsic::Floor, {xo});
+  Expr r = let("fr" + tag, select(cmp(CmpOp::EQ, xo, fl), f64(1.0), xo - fl));
+  Expr first = Call::make(Intrinsic::Ceil, {xo}) - f64(1.0);
+  Expr clamped = select(cmp(CmpOp::LT, first, f64(-1.0)), f64(-1.0), first);
+  clamped = select(cmp(CmpOp::GT, clamped, f64(double(ax.in_len - 1))), f64(double(ax.in_len - 1)), clamped);
+  Expr start = let("st" + tag, Cast::make(DType::Int64, clamped));
+  KernelTaps t;
+  t.i0 = clamp_index(start, 0, ax.in_len - 1);
+  t.i1 = clamp_index(start + make_index(1), 0, ax.in_len - 1);
+  if (a.mode == Mode::Linear) {
+    t.w0 = f64(1.0) - r;
+    t.w1 = r;
+  } else {
+    Expr is_one = cmp(CmpOp::EQ, r, f64(1.0));
+    Expr up;
+    switch (a.rounding) {
+      case Rounding::Ceil: up = make_const(DType::Bool, 1); break;
+      case Rounding::Floor: up = is_one; break;
+      case Rounding::RoundPreferFloor: up = Binary::make(BinaryOp::Or, is_one, cmp(CmpOp::GT, r, f64(0.5))); break;
+      case Rounding::RoundPreferCeil: up = Binary::make(BinaryOp::Or, is_one, cmp(CmpOp::GE, r, f64(0.5))); break;
+    }
+    t.up = up;
+  }
+  return t;
+}
+
+std::vector<double> float_values(const Node& node, const OpInput& in, const char* what) {
+  TERRACE_CHECK(in.value != nullptr, NotImplemented, node.describe(), ": tier 1 needs input '", what,
+                "' known at compile time (an initializer)");
+  std::vector<double> v(size_t(in.value->numel()));
+  for (int64_t i = 0; i < in.value->numel(); ++i) v[size_t(i)] = in.value->get_as_double(i);
+  return v;
+}
+
+}  // namespace
+
+std::string can_lower_resize(const Graph& g, const Node& node) {
+  Attrs a;
+  if (std::string why = read_attrs(node, a); !why.empty()) return why;
+  const bool opset10 = node.inputs.size() == 2;
+  if (opset10) {
+    if (std::string why = require_constant(g, node, 1, "scales"); !why.empty()) return why;
+  } else {
+    if (std::string why = require_constant(g, node, 2, "scales"); !why.empty()) return why;
+    if (std::string why = require_constant(g, node, 3, "sizes"); !why.empty()) return why;
+  }
+  if (a.mode == Mode::Linear) {
+    const auto& t = g.values[size_t(node.inputs[0])].info.dtype;
+    if (!t || (*t != DType::Float32 && *t != DType::Float64))
+      return "tier 1 compiles linear Resize of float32 and float64 only";
+  }
+  return "";
+}
+
+OpKernels lower_resize(const Node& node, const std::vector<OpInput>& in, const std::string& name) {
+  Attrs a;
+  if (std::string why = read_attrs(node, a); !why.empty()) fail(ErrorCode::NotImplemented, node.describe(), ": ", why);
+  const TensorSig& x = in[0].sig;
+  const size_t r = x.shape.size();
+  const bool opset10 = node.inputs.size() == 2;
+  const size_t scales_at = opset10 ? 1 : 2;
+  const bool has_scales = has_input(in, scales_at) && shape_numel(in[scales_at].sig.shape) > 0;
+  const bool has_sizes = !opset10 && has_input(in, 3) && shape_numel(in[3].sig.shape) > 0;
+  TERRACE_CHECK(has_scales != has_sizes, InvalidArgument, node.describe(),
+                ": exactly one of scales and sizes must be given");
+  Shape out;
+  std::vector<double> scales;
+  if (has_scales) {
+    scales = float_values(node, in[scales_at], "scales");
+    TERRACE_CHECK(scales.size() == r, InvalidArgument, node.describe(), ": ", scales.size(),
+                  " scales for an input of rank ", r);
+    for (size_t d = 0; d < r; ++d) {
+      TERRACE_CHECK(scales[d] > 0 && std::isfinite(scales[d]), InvalidArgument, node.describe(), ": scale ",
+                    scales[d], " on axis ", d, " must be positive");
+      double o = std::floor(double(x.shape[d]) * scales[d]);
+      TERRACE_CHECK(o < 9e15, InvalidArgument, node.describe(), ": scale ", scales[d], " makes axis ", d, " too large");
+      out.push_back(int64_t(o));
+    }
+  } else {
+    out = constant_ints(node, in, 3, "sizes");
+    TERRACE_CHECK(out.size() == r, InvalidArgument, node.describe(), ": ", out.size(),
+                  " sizes for an input of rank ", r);
+    for (size_t d = 0; d < r; ++d) {
+      TERRACE_CHECK(out[d] >= 0, InvalidArgument, node.describe(), ": negative size");
+      scales.push_back(x.shape[d] ? double(out[d]) / double(x.shape[d]) : 1.0);
+    }
+  }
+  for (size_t d = 0; d < r; ++d)
+    TERRACE_CHECK(x.shape[d] > 0 || out[d] == 0, InvalidArgument, node.describe(),
+                  ": cannot resize an empty axis ", d, " to ", out[d]);
+  const bool linear = a.mode == Mode::Linear;
+  TERRACE_CHECK(!linear || x.dtype == DType::Float32 || x.dtype == DType::Float64, NotImplemented,
+                node.describe(), ": tier 1 compiles linear Resize of float32 and float64 only");
+  OpKernels k;
+  k.outputs = {{x.dtype, out}};
+  if (shape_numel(out) == 0) return k;
+
+  LoweredFunc f;
+  f.name = name;
+  const DType t = linear ? x.dtype : mover_type(node, x.dtype);
+  f.buffers = {{"src", t, 0}, {"dst", t, 1}};
+  const Buffer src = f.buffers[0], dst = f.buffers[1];
+  const std::vector<int64_t> xs = row_major_strides(x.shape);
+  DenseNest nest(out);
+  // Each axis' taps: bound per outer iteration, or per element for the last axis.
+  std::vector<std::pair<std::string, Expr>> inner_lets;
+  std::vector<KernelTaps> taps(r);
+  std::vector<bool> moves(r, false);
+  Expr base = make_index(0);  // the offset of the identity axes
+  for (size_t d = 0; d < r; ++d) {
+    Axis ax{scales[d], x.shape[d], out[d]};
+    const Expr& xi = nest.index(d);
+    if (is_identity(a, ax)) {
+      if (xs[d] != 0 && out[d] > 1) base = base + xi * make_index(xs[d]);
+      continue;
+    }
+    moves[d] = true;
+    const bool last = d + 1 == r && r > 1;
+    auto let = [&](const std::string& n, Expr v) -> Expr {
+      if (!last) return nest.outer_let(n, v);
+      inner_lets.push_back({n, v});
+      return var(n, v.type());
+    };
+    taps[d] = kernel_taps(a, ax, xi, std::to_string(d), let);
+  }
+  // The offsets: the identity axes' part per outer iteration (the last axis' per element).
+  Expr value;
+  if (!linear) {
+    Expr at = base;
+    for (size_t d = 0; d < r; ++d)
+      if (moves[d]) at = at + select(taps[d].up, taps[d].i1, taps[d].i0) * make_index(xs[d]);
+    value = Load::make(src, at);
+  } else {
+    // The reference's nesting: axis d's sum is 0 + w0 * (axis d+1's sum at tap 0) + w1 * (...),
+    // a tap of weight 0 left out. Products are bound to names (no contraction).
+    int counter = 0;
+    std::function<Expr(size_t, Expr)> level = [&](size_t d, Expr off) -> Expr {
+      while (d < r && !moves[d]) ++d;
+      if (d == r) return Cast::make(DType::Float64, Load::make(src, off));
+      Expr a0 = level(d + 1, off + taps[d].i0 * make_index(xs[d]));
+      Expr a1 = level(d + 1, off + taps[d].i1 * make_index(xs[d]));
+      std::string p0 = "m" + std::to_string(counter++), p1 = "m" + std::to_string(counter++);
+      inner_lets.push_back({p0, taps[d].w0 * a0});
+      inner_lets.push_back({p1, taps[d].w1 * a1});
+      std::string s = "s" + std::to_string(counter++);
+      Expr first = select(cmp(CmpOp::NE, taps[d].w0, f64(0.0)), var(p0, DType::Float64), f64(0.0));
+      inner_lets.push_back({s, (f64(0.0) + first) + var(p1, DType::Float64)});
+      return var(s, DType::Float64);
+    };
+    Expr sum = level(0, base);
+    inner_lets.push_back({"total", f64(0.0) + sum});  // 0 + v, as an identity axis of the reference
+    value = Cast::make(x.dtype, var("total", DType::Float64));
+  }
+  // dst is written densely: the output offset is the flat position.
+  Expr pos = make_index(0);
+  const std::vector<int64_t> os = row_major_strides(out);
+  for (size_t d = 0; d + 1 < r; ++d)
+    if (out[d] > 1) pos = pos + nest.index(d) * make_index(os[d]);
+  pos = nest.outer_let("dpos", pos);
+  Stmt body = Store::make(dst, pos + nest.index(r - 1), value);
+  for (auto it = inner_lets.rbegin(); it != inner_lets.rend(); ++it) body = LetStmt::make(it->first, it->second, body);
+  f.body = nest.wrap(body);
+  f.parallel_extent = nest.parallel_extent();
+  f.work_per_iteration = nest.work_per_iteration();
+  verify(f);
+  k.calls.push_back({std::move(f), {0, int(in.size())}});
+  return k;
+}
+
+}  // namespace terrace::kernels::movement
