@@ -9,6 +9,7 @@
 #include <onnx/defs/data_type_utils.h>
 
 #include "interp/log.h"
+#include "interp/op_versions.h"
 #include "interp/shape_infer.h"
 #include "interp/tensor_proto.h"
 #include "interp/verify.h"
@@ -281,6 +282,59 @@ void run_onnx_checker(onnx::ModelProto& m) {
   TERRACE_CHECK(error.empty(), InvalidModel, "ONNX checker: ", checker_message(error));
 }
 
+// ONNX 1.12 knows opsets up to 17. For a newer model, its checker and shape inference run with
+// the default opset taken as 17, which is right for every node whose version in force is 17 or
+// older or differs only by new types (VersionForm::Types); the other nodes (VersionForm::Own,
+// verify_model has checked them) move to kOwnDomain, which ONNX skips and Terrace's own inference
+// covers, and come back when the guard ends.
+class NewerVersionsHidden {
+ public:
+  explicit NewerVersionsHidden(onnx::ModelProto& m) : m_(m) {
+    for (auto& o : *m.mutable_opset_import())
+      if (is_default_domain(o.domain()) && o.version() > 17) {
+        opset_ = int(o.version());
+        entry_ = &o;
+      }
+    if (!entry_) return;
+    entry_->set_version(17);
+    onnx::OperatorSetIdProto* own = m.add_opset_import();
+    own->set_domain(kOwnDomain);
+    own->set_version(1);
+    hide(*m.mutable_graph());
+  }
+  ~NewerVersionsHidden() {
+    if (!entry_) return;
+    for (onnx::NodeProto* n : hidden_) n->set_domain(std::string());
+    m_.mutable_opset_import()->RemoveLast();
+    // entry_ may have moved when the list grew: find the default domain again.
+    for (auto& o : *m_.mutable_opset_import())
+      if (is_default_domain(o.domain())) o.set_version(opset_);
+  }
+  NewerVersionsHidden(const NewerVersionsHidden&) = delete;
+  NewerVersionsHidden& operator=(const NewerVersionsHidden&) = delete;
+
+ private:
+  void hide(onnx::GraphProto& g) {
+    for (auto& n : *g.mutable_node()) {
+      for (auto& a : *n.mutable_attribute()) {
+        if (a.has_g()) hide(*a.mutable_g());
+        for (auto& sub : *a.mutable_graphs()) hide(sub);
+      }
+      std::optional<Op> op = op_from_name(n.op_type());
+      if (!op || !is_default_domain(n.domain())) continue;
+      const OpVersion* v = op_version_in_force(*op, opset_);
+      if (!v || v->form == VersionForm::Types) continue;
+      n.set_domain(kOwnDomain);
+      hidden_.push_back(&n);
+    }
+  }
+
+  onnx::ModelProto& m_;
+  onnx::OperatorSetIdProto* entry_ = nullptr;
+  int opset_ = 0;
+  std::vector<onnx::NodeProto*> hidden_;
+};
+
 Model convert_model(onnx::ModelProto& mp, const std::string& base_dir) {
   Model m;
   m.ir_version = mp.ir_version();
@@ -309,8 +363,12 @@ Model load_onnx_bytes(std::string_view bytes, const std::string& base_dir) {
       fail(ErrorCode::InvalidModel, "not an ONNX model: the protobuf does not parse (truncated, corrupt, or nested over 1000 levels deep?)");
     }
     verify_model(mp, base_dir);  // before ONNX's checker, which crashes on some malformed models
-    run_onnx_checker(mp);
-    std::vector<std::string> warnings = infer_shapes(mp);
+    std::vector<std::string> warnings;
+    {
+      NewerVersionsHidden hidden(mp);
+      run_onnx_checker(mp);
+      warnings = infer_shapes(mp);
+    }
     Model model = convert_model(mp, base_dir);
     for (const std::string& w : warnings) log(LogLevel::Warn, "model: ", w);
     model.graph->warnings = std::move(warnings);

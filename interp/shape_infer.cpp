@@ -5,12 +5,15 @@
 #include <algorithm>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <set>
 #include <unordered_map>
 #include <vector>
 
 #include <onnx/defs/schema.h>
 #include <onnx/shape_inference/implementation.h>
 
+#include "interp/error.h"
 #include "interp/tensor_proto.h"
 
 namespace terrace {
@@ -211,6 +214,200 @@ void collect_graphs(onnx::GraphProto* g, std::vector<onnx::GraphProto*>& out) {
 
 }  // namespace
 
+
+// ---- Terrace's own inference of the nodes ONNX 1.12 has no schema for (kOwnDomain) ----
+namespace {
+
+using TypeMap = std::unordered_map<std::string, const onnx::TypeProto*>;
+
+const onnx::TypeProto* known_type(const TypeMap& types, const onnx::NodeProto& n, int i) {
+  if (i >= n.input_size() || n.input(i).empty()) return nullptr;
+  auto it = types.find(n.input(i));
+  if (it == types.end() || !it->second->has_tensor_type() || it->second->tensor_type().elem_type() == 0)
+    return nullptr;
+  return it->second;
+}
+
+const onnx::AttributeProto* node_attr(const onnx::NodeProto& n, const char* name) {
+  for (const auto& a : n.attribute())
+    if (a.name() == name) return &a;
+  return nullptr;
+}
+
+int64_t attr_int_or(const onnx::NodeProto& n, const char* name, int64_t def) {
+  const onnx::AttributeProto* a = node_attr(n, name);
+  return a ? a->i() : def;
+}
+
+// The integer values of input i when an initializer of this graph holds them.
+std::optional<std::vector<int64_t>> constant_ints(const onnx::GraphProto& g, const onnx::NodeProto& n, int i) {
+  if (i >= n.input_size() || n.input(i).empty()) return std::nullopt;
+  for (const auto& t : g.initializer())
+    if (t.name() == n.input(i)) {
+      if (t.data_type() != onnx::TensorProto::INT64) return std::nullopt;
+      return tensor_from_proto(t, n.op_type() + " input " + std::to_string(i)).to_int64_vector();
+    }
+  return std::nullopt;
+}
+
+using Dims = std::vector<std::optional<int64_t>>;  // nullopt: not known
+std::optional<Dims> dims_of(const onnx::TypeProto* t) {
+  if (!t || !t->tensor_type().has_shape()) return std::nullopt;
+  Dims d;
+  for (const auto& dim : t->tensor_type().shape().dim())
+    d.push_back(dim.has_dim_value() ? std::optional<int64_t>(dim.dim_value()) : std::nullopt);
+  return d;
+}
+
+std::optional<Dims> broadcast_dims(const Dims& a, const Dims& b) {
+  Dims out(std::max(a.size(), b.size()));
+  for (size_t k = 0; k < out.size(); ++k) {
+    std::optional<int64_t> x = k < out.size() - a.size() ? 1 : a[k - (out.size() - a.size())];
+    std::optional<int64_t> y = k < out.size() - b.size() ? 1 : b[k - (out.size() - b.size())];
+    if (x && y) {
+      if (*x != *y && *x != 1 && *y != 1) return std::nullopt;  // the kernel reports it
+      out[k] = *x == 1 ? *y : *x;
+    } else if (x && *x != 1) out[k] = x;
+    else if (y && *y != 1) out[k] = y;
+  }
+  return out;
+}
+
+// Reduce* from opset 18: axes from the `axes` input when it is a constant.
+std::optional<Dims> reduce_dims(const onnx::GraphProto& g, const onnx::NodeProto& n, const Dims& in) {
+  std::optional<std::vector<int64_t>> axes =
+      n.input_size() > 1 && !n.input(1).empty() ? constant_ints(g, n, 1) : std::vector<int64_t>{};
+  if (!axes) return std::nullopt;
+  const int64_t r = int64_t(in.size());
+  std::vector<bool> reduced(in.size(), axes->empty() && !attr_int_or(n, "noop_with_empty_axes", 0));
+  for (int64_t a : *axes) {
+    if (a < -r || a >= r) return std::nullopt;
+    reduced[size_t(a < 0 ? a + r : a)] = true;
+  }
+  bool keep = attr_int_or(n, "keepdims", 1) != 0;
+  Dims out;
+  for (size_t k = 0; k < in.size(); ++k)
+    if (!reduced[k]) out.push_back(in[k]);
+    else if (keep) out.push_back(1);
+  return out;
+}
+
+// Split from opset 18 (num_outputs, or the `split` input when constant).
+std::optional<Dims> split_dims(const onnx::GraphProto& g, const onnx::NodeProto& n, int out, const Dims& in) {
+  const int64_t r = int64_t(in.size());
+  int64_t axis = attr_int_or(n, "axis", 0);
+  if (axis < -r || axis >= r) return std::nullopt;
+  if (axis < 0) axis += r;
+  Dims d = in;
+  std::optional<int64_t> len = in[size_t(axis)];
+  std::optional<std::vector<int64_t>> sizes = constant_ints(g, n, 1);
+  if (sizes && out < int64_t(sizes->size())) d[size_t(axis)] = (*sizes)[size_t(out)];
+  else if (len && !sizes && n.output_size() > 0) {
+    int64_t parts = n.output_size(), chunk = (*len + parts - 1) / parts;
+    int64_t start = chunk * out;
+    d[size_t(axis)] = std::max<int64_t>(0, std::min(chunk, *len - start));
+  } else {
+    d[size_t(axis)] = std::nullopt;
+  }
+  return d;
+}
+
+// Output `out` of an own-domain node: dtype, and the shape where the op's rule is simple.
+bool own_output_type(const onnx::GraphProto& g, const onnx::NodeProto& n, int out, const TypeMap& types,
+                     onnx::TypeProto* result) {
+  const std::string& op = n.op_type();
+  const onnx::TypeProto* x = known_type(types, n, 0);
+  int32_t elem = x ? x->tensor_type().elem_type() : 0;
+  if (op == "Cast") elem = int32_t(attr_int_or(n, "to", 0));
+  else if (op == "CastLike") elem = known_type(types, n, 1) ? known_type(types, n, 1)->tensor_type().elem_type() : 0;
+  else if (op == "OptionalHasElement" || op == "RegexFullMatch") elem = onnx::TensorProto::BOOL;
+  else if (op == "StringConcat" || (op == "StringSplit" && out == 0)) elem = onnx::TensorProto::STRING;
+  else if (op == "StringSplit") elem = onnx::TensorProto::INT64;
+  else if (op == "DequantizeLinear") elem = known_type(types, n, 1) ? known_type(types, n, 1)->tensor_type().elem_type() : 0;
+  else if (op == "QuantizeLinear") {
+    const onnx::TypeProto* zp = known_type(types, n, 2);
+    elem = zp ? zp->tensor_type().elem_type() : int32_t(attr_int_or(n, "output_dtype", 0));
+    if (elem == 0) elem = onnx::TensorProto::UINT8;
+  } else if (op == "OptionalGetElement" || (x && x->tensor_type().elem_type() == 0)) {
+    return false;
+  }
+  if (elem == 0) return false;
+  result->mutable_tensor_type()->set_elem_type(elem);
+  std::optional<Dims> in = dims_of(x), dims;
+  static const std::set<std::string> kSameShape = {"Gelu", "Mish", "BitwiseNot", "Cast", "CastLike",
+      "GroupNormalization", "RMSNormalization", "QuantizeLinear", "DequantizeLinear", "IsNaN", "IsInf"};
+  if (!in) return true;
+  if (kSameShape.count(op)) dims = in;
+  else if (op == "BitwiseAnd" || op == "BitwiseOr" || op == "BitwiseXor" || op == "StringConcat") {
+    if (std::optional<Dims> y = dims_of(known_type(types, n, 1))) dims = broadcast_dims(*in, *y);
+  } else if (op.rfind("Reduce", 0) == 0) dims = reduce_dims(g, n, *in);
+  else if (op == "Split") dims = split_dims(g, n, out, *in);
+  if (!dims) return true;
+  auto* shape = result->mutable_tensor_type()->mutable_shape();
+  for (const auto& d : *dims) {
+    auto* dim = shape->add_dim();
+    if (d) dim->set_dim_value(*d);
+  }
+  return true;
+}
+
+onnx::TypeProto initializer_type(const onnx::TensorProto& t) {
+  onnx::TypeProto tp;
+  tp.mutable_tensor_type()->set_elem_type(t.data_type());
+  auto* shape = tp.mutable_tensor_type()->mutable_shape();
+  for (int64_t d : t.dims()) shape->add_dim()->set_dim_value(d);
+  return tp;
+}
+
+// One round over every graph: types for the outputs of own-domain nodes whose inputs' types are
+// now known. Returns how many it added (to value_info, where ONNX's next round reads them).
+int infer_own_nodes(const std::vector<onnx::GraphProto*>& graphs) {
+  int added = 0;
+  for (onnx::GraphProto* g : graphs) {
+    std::vector<onnx::TypeProto> init_types;
+    init_types.reserve(size_t(g->initializer_size()));
+    TypeMap types;
+    for (const auto& t : g->initializer()) {
+      init_types.push_back(initializer_type(t));
+      types[t.name()] = &init_types.back();
+    }
+    for (const auto& v : g->input()) types[v.name()] = &v.type();
+    for (const auto& v : g->value_info()) types[v.name()] = &v.type();
+    std::set<std::string> outputs;
+    for (const auto& v : g->output()) outputs.insert(v.name());
+    std::vector<onnx::ValueInfoProto> found;
+    for (const auto& n : g->node()) {
+      if (n.domain() != kOwnDomain) continue;
+      for (int i = 0; i < n.output_size(); ++i) {
+        const std::string& name = n.output(i);
+        if (name.empty() || types.count(name) || outputs.count(name)) continue;
+        onnx::ValueInfoProto vi;
+        vi.set_name(name);
+        try {
+          if (!own_output_type(*g, n, i, types, vi.mutable_type())) continue;
+        } catch (const Error&) {
+          continue;  // a bad constant: the kernel reports it at run time
+        }
+        found.push_back(std::move(vi));
+      }
+    }
+    for (auto& vi : found) *g->add_value_info() = std::move(vi);
+    added += int(found.size());
+  }
+  return added;
+}
+
+// ONNX's inference, then Terrace's for own-domain nodes, in rounds until nothing new is learnt
+// (each round reaches at least one more own node, so a chain of k own nodes takes k + 1 rounds).
+void infer_rounds(onnx::ModelProto& m, onnx::ISchemaRegistry* registry, const std::vector<onnx::GraphProto*>& graphs) {
+  for (int round = 0; round < 64; ++round) {
+    onnx::shape_inference::InferShapes(m, registry);
+    if (infer_own_nodes(graphs) == 0) return;
+  }
+}
+
+}  // namespace
+
 namespace {
 // "[2,3]", "[N,3]" or "[?]" for a type's shape; "" when it has no shape.
 std::string shape_text(const onnx::TypeProto& t) {
@@ -252,7 +449,7 @@ std::vector<std::string> infer_shapes(onnx::ModelProto& m) {
     }
   };
   try {
-    onnx::shape_inference::InferShapes(m, registry);
+    infer_rounds(m, registry, graphs);
     return {};
   } catch (const std::exception&) {
     restore();
@@ -267,7 +464,7 @@ std::vector<std::string> infer_shapes(onnx::ModelProto& m) {
       if (out.type().has_tensor_type()) out.mutable_type()->mutable_tensor_type()->clear_shape();
   }
   try {
-    onnx::shape_inference::InferShapes(m, registry);
+    infer_rounds(m, registry, graphs);
   } catch (const std::exception&) {
     restore();
     return {};

@@ -15,6 +15,12 @@ namespace terrace {
 // value_info) disagree with what the graph computes, it runs again without them and returns a
 // warning per disagreeing output; when it still fails, every graph's value_info and outputs are
 // restored, so a failure records nothing.
+// Nodes in kOwnDomain (onnx_import moves there the ones whose version ONNX 1.12 does not know)
+// are Terrace's to infer: their outputs' dtypes, and shapes where the op's rule is simple
+// (same shape, broadcasting, Reduce*, Split); ONNX then carries on from what they give.
 std::vector<std::string> infer_shapes(onnx::ModelProto& m);
+
+// The private domain of nodes whose op version is newer than ONNX 1.12's registry.
+inline constexpr const char* kOwnDomain = "terrace.own";
 
 }  // namespace terrace

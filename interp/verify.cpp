@@ -11,6 +11,8 @@
 #include <onnx/defs/schema.h>
 
 #include "interp/graph.h"
+#include "interp/kernel.h"
+#include "interp/op_versions.h"
 #include "interp/tensor_proto.h"
 
 namespace terrace {
@@ -75,6 +77,7 @@ class Verifier {
   }
   void op(const onnx::NodeProto& n, const std::string& what);
   void check_pre_opset7_semantics(const onnx::NodeProto& n, const std::string& what);
+  void check_new_version(const onnx::NodeProto& n, const OpVersion& v, const std::string& what);
   // Checks a node's attributes; returns the names its subgraphs read from enclosing graphs.
   std::set<std::string> attributes(onnx::NodeProto& n, const Scope& scope, const std::string& what);
   void declare(Scope& scope, const std::string& name, const std::string& what);
@@ -94,16 +97,43 @@ void Verifier::check_pre_opset7_semantics(const onnx::NodeProto& n, const std::s
                 kMaxOpset);
 }
 
+// A version from opset 18 on: ONNX 1.12 knows nothing of it, so Terrace checks what its schema
+// declares (interp/op_versions.def): implemented at all, the number of inputs and outputs, and
+// the attribute names.
+void Verifier::check_new_version(const onnx::NodeProto& n, const OpVersion& v, const std::string& what) {
+  TERRACE_CHECK(v.form != VersionForm::Missing, NotImplemented, what, ": op '", n.op_type(),
+                "' version ", v.since, " (in force at opset ", opset_, ") is not implemented by Terrace: ",
+                v.note);
+  if (v.form != VersionForm::Own) return;  // ONNX's checker checks it as its opset-17 version
+  TERRACE_CHECK(n.input_size() >= v.min_inputs && n.input_size() <= v.max_inputs, InvalidModel, what,
+                " has ", n.input_size(), " inputs; version ", v.since, " of ", n.op_type(), " takes ",
+                v.min_inputs, v.min_inputs == v.max_inputs ? "" : " to " + std::to_string(v.max_inputs));
+  TERRACE_CHECK(n.output_size() >= v.min_outputs && n.output_size() <= v.max_outputs, InvalidModel, what,
+                " has ", n.output_size(), " outputs; version ", v.since, " of ", n.op_type(), " gives ",
+                v.min_outputs, v.min_outputs == v.max_outputs ? "" : " to " + std::to_string(v.max_outputs));
+  for (const auto& a : n.attribute())
+    TERRACE_CHECK(version_has_attribute(v, a.name()), InvalidModel, what, ": unknown attribute '",
+                  a.name(), "' (version ", v.since, " of ", n.op_type(), " has: ",
+                  *v.attributes ? v.attributes : "none", ")");
+}
+
 void Verifier::op(const onnx::NodeProto& n, const std::string& what) {
   TERRACE_CHECK(!n.op_type().empty(), InvalidModel, what, " has no op type");
   TERRACE_CHECK(is_default_domain(n.domain()), NotImplemented, what, ": op '", n.op_type(),
                 "' of domain '", n.domain(), "' is not supported (only the default ONNX domain is)");
-  if (op_from_name(n.op_type())) {
+  if (std::optional<Op> known = op_from_name(n.op_type())) {
     if (opset_ < kMinOpset) check_pre_opset7_semantics(n, what);
+    if (const OpVersion* v = op_version_in_force(*known, opset_)) check_new_version(n, *v, what);
+    TERRACE_CHECK(has_kernel(*known), NotImplemented, what, ": ONNX op '", n.op_type(),
+                  "' is not implemented by Terrace (no kernel yet)");
     return;
   }
   TERRACE_CHECK(!onnx::OpSchemaRegistry::Schema(n.op_type(), opset_, ""), NotImplemented, what,
                 ": ONNX op '", n.op_type(), "' is not implemented by Terrace");
+  // Ops newer than ONNX 1.12's registry that Terrace lacks (ops.def lists every other one).
+  for (const char* newer : {"ImageDecoder"})
+    TERRACE_CHECK(n.op_type() != newer || opset_ < 20, NotImplemented, what, ": ONNX op '",
+                  n.op_type(), "' (opset 20) is not implemented by Terrace");
   fail(ErrorCode::InvalidModel, what, ": unknown op '", n.op_type(), "' (no such ONNX op in opset ",
        opset_, ")");
 }

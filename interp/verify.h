@@ -7,9 +7,10 @@
 namespace terrace {
 
 // The default-domain opset versions Terrace implements. Older models load when every op they use
-// has the same meaning (schema version) at their opset as at kMinOpset.
+// has the same meaning (schema version) at their opset as at kMinOpset; from opset 18 on, each
+// node's version in force is checked against interp/op_versions.def (interp/op_versions.h).
 constexpr int kMinOpset = 7;
-constexpr int kMaxOpset = 17;
+constexpr int kMaxOpset = 23;
 
 // Checks what ONNX 1.12's checker and shape inference would crash on or misjudge, and what would
 // make Terrace allocate without bound: a missing graph, an unsupported opset (above kMaxOpset,

@@ -1,0 +1,147 @@
+// Opsets 18 to 23: each node's version in force from interp/op_versions.def decides who checks
+// and infers it (ONNX 1.12 for new types only, Terrace for new ops, inputs and attributes), and
+// versions Terrace lacks are NotImplemented at load.
+#include <set>
+#include <sstream>
+
+#include <onnx/defs/schema.h>
+
+#include "interp/interpreter.h"
+#include "interp/op_versions.h"
+#include "tests/import/import_util.h"
+
+namespace terrace::test {
+namespace {
+
+const ValueInfo& info_of(const Graph& g, const std::string& name) {
+  int id = g.find_value(name);
+  EXPECT_GE(id, 0) << name;
+  return g.value(id).info;
+}
+
+TEST(OpsetVersions, reduce_at_opset_18_takes_axes_as_an_input_and_infers_its_shape) {
+  Model m = load_onnx_bytes(bytes_of(parse_model(R"(
+<ir_version: 8, opset_import: ["" : 18]>
+g (float[2, 3] X) => (float[2, 1] Y)
+<int64[1] axes = {1}>
+{
+  R = ReduceMean<keepdims: int = 1>(X, axes)
+  Y = Relu(R)
+}
+)")));
+  EXPECT_EQ(m.graph->opset, 18);
+  const ValueInfo& r = info_of(*m.graph, "R");
+  EXPECT_EQ(r.dtype, DType::Float32);
+  ASSERT_TRUE(r.shape.has_value()) << "Terrace infers the Reduce of opset 18";
+  EXPECT_EQ(*r.shape, Shape({2, 1}));
+  std::vector<RValue> out = interpret(*m.graph, {RValue(Tensor::from_vector<float>({2, 3}, {1, 2, 3, -4, -5, -6}))});
+  const Tensor& y = out[0].tensor;
+  EXPECT_EQ(y.shape(), Shape({2, 1}));
+  EXPECT_FLOAT_EQ(y.data<float>()[0], 2.0f);
+  EXPECT_FLOAT_EQ(y.data<float>()[1], 0.0f);
+}
+
+TEST(OpsetVersions, onnx_inference_carries_on_after_a_node_terrace_inferred) {
+  Model m = load_onnx_bytes(bytes_of(parse_model(R"(
+<ir_version: 9, opset_import: ["" : 20]>
+g (float[4, 5] X) => (float[4, 5] Y)
+{
+  G = Gelu<approximate: string = "tanh">(X)
+  T = Transpose<perm: ints = [1, 0]>(G)
+  Y = Transpose<perm: ints = [1, 0]>(T)
+}
+)")));
+  EXPECT_EQ(info_of(*m.graph, "G").shape, std::optional<Shape>(Shape({4, 5})));
+  EXPECT_EQ(info_of(*m.graph, "T").shape, std::optional<Shape>(Shape({5, 4})))
+      << "ONNX's inference of Transpose reads the shape Terrace gave Gelu's output";
+}
+
+TEST(OpsetVersions, a_version_with_new_types_only_is_checked_by_onnx) {
+  // Acos-22 only adds bfloat16: ONNX 1.12 checks it as Acos-7, and rejects a second input.
+  expect_load_error(bytes_of(parse_model(R"(
+<ir_version: 10, opset_import: ["" : 22]>
+g (float[3] X) => (float[3] Y)
+{ Y = Acos(X, X) }
+)")), ErrorCode::InvalidModel, "ONNX checker");
+  Model m = load_onnx_bytes(bytes_of(parse_model(R"(
+<ir_version: 10, opset_import: ["" : 22]>
+g (float[3] X) => (float[3] Y)
+{ A = Acos(X)
+  Y = Neg(A) }
+)")));
+  EXPECT_EQ(info_of(*m.graph, "A").shape, std::optional<Shape>(Shape({3})));
+}
+
+TEST(OpsetVersions, new_versions_are_checked_against_their_attributes_and_input_counts) {
+  expect_load_error(bytes_of(parse_model(R"(
+<ir_version: 9, opset_import: ["" : 20]>
+g (float[3] X) => (float[3] Y)
+{ Y = Gelu<approximation: string = "tanh">(X) }
+)")), ErrorCode::InvalidModel, "unknown attribute 'approximation'");
+  expect_load_error(bytes_of(parse_model(R"(
+<ir_version: 9, opset_import: ["" : 18]>
+g (int32[3] X) => (int32[3] Y)
+{ Y = BitwiseAnd(X) }
+)")), ErrorCode::InvalidModel, "has 1 inputs; version 18 of BitwiseAnd takes 2");
+}
+
+TEST(OpsetVersions, a_missing_version_is_not_implemented_naming_op_and_version) {
+  expect_load_error(bytes_of(parse_model(R"(
+<ir_version: 10, opset_import: ["" : 23]>
+g (float[1, 2, 4] X, float[4] S) => (float[1, 2, 4] Y)
+{ Y = RMSNormalization(X, S) }
+)")), ErrorCode::NotImplemented, "'RMSNormalization' version 23");
+  expect_load_error(bytes_of(parse_model(R"(
+<ir_version: 9, opset_import: ["" : 20]>
+g (uint8[10] X) => (uint8[2, 2, 3] Y)
+{ Y = ImageDecoder(X) }
+)")), ErrorCode::NotImplemented, "ImageDecoder");
+}
+
+TEST(OpsetVersions, opsets_past_23_are_refused) {
+  expect_load_error(bytes_of(parse_model(R"(
+<ir_version: 10, opset_import: ["" : 24]>
+g (float[3] X) => (float[3] Y)
+{ Y = Relu(X) }
+)")), ErrorCode::NotImplemented, "opset 24 is not supported (Terrace supports 7 to 23)");
+}
+
+TEST(OpsetVersions, version_in_force_is_the_newest_at_or_below_the_opset) {
+  EXPECT_EQ(op_version_in_force(Op::ReduceMax, 17), nullptr);
+  ASSERT_NE(op_version_in_force(Op::ReduceMax, 19), nullptr);
+  EXPECT_EQ(op_version_in_force(Op::ReduceMax, 19)->since, 18);
+  EXPECT_EQ(op_version_in_force(Op::ReduceMax, 23)->since, 20);
+  EXPECT_EQ(op_version_in_force(Op::Relu, 23), nullptr) << "Relu's last version is 14";
+}
+
+std::set<std::string> words(const char* s) {
+  std::istringstream in(s);
+  std::set<std::string> out;
+  for (std::string w; in >> w;) out.insert(w);
+  return out;
+}
+
+// "Types" promises ONNX 1.12's opset-17 schema has the same inputs, outputs and attributes:
+// checked here against that schema, for every such entry.
+TEST(OpsetVersions, types_only_versions_match_the_opset_17_schema) {
+  for (const OpVersion& v : op_versions()) {
+    if (v.form != VersionForm::Types) continue;
+    std::string what = std::string(op_name(v.op)) + "-" + std::to_string(v.since);
+    const onnx::OpSchema* old = onnx::OpSchemaRegistry::Schema(op_name(v.op), 17, "");
+    ASSERT_NE(old, nullptr) << what << ": a Types version needs an opset-17 schema";
+    EXPECT_EQ(old->min_input(), v.min_inputs) << what;
+    EXPECT_EQ(std::min(old->max_input(), 1 << 20), v.max_inputs) << what;
+    EXPECT_EQ(old->min_output(), v.min_outputs) << what;
+    EXPECT_EQ(std::min(old->max_output(), 1 << 20), v.max_outputs) << what;
+    std::set<std::string> attrs;
+    for (const auto& [name, a] : old->attributes()) attrs.insert(name);
+    EXPECT_EQ(attrs, words(v.attributes)) << what;
+    for (const OpVersion& earlier : op_versions()) {
+      if (earlier.op == v.op && earlier.since < v.since)
+        EXPECT_EQ(earlier.form, VersionForm::Types) << what << " follows " << earlier.since;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace terrace::test
