@@ -4,6 +4,7 @@
 // pass treats a node with a body as opaque and never renames or removes a value a body reads.
 #pragma once
 #include <cstddef>
+#include <vector>
 
 #include "interp/graph.h"
 
@@ -14,6 +15,10 @@ struct PassConfig {
   // constants it is computed from (a Transpose or Cast of a weight): folding never makes a
   // model's constants grow by more than this per node.
   size_t fold_max_bytes = size_t(1) << 20;
+  // For tests of terrace validate only (TERRACE_FAULT=wrong-pass:NAME sets it for pass NAME): the
+  // pass makes a deliberately wrong rewrite where it has one (constant folding doubles the float32
+  // results it folds, LayerNorm fusion uses epsilon 1).
+  bool deliberately_wrong = false;
 };
 
 // constant_folding.cpp: nodes whose inputs are all constants become initializers, computed by
@@ -33,6 +38,32 @@ int eliminate_noops(Graph& g, const PassConfig& config = {});
 // comes from a Conv or Gemm with constant weights is folded into that Conv's or Gemm's weights
 // and bias.
 int fold_batchnorm(Graph& g, const PassConfig& config = {});
+
+// layernorm_fusion.cpp: the exporters' decomposed layer normalization (ReduceMean, Sub, Pow,
+// ReduceMean, Add epsilon, Sqrt, Div, then Mul gamma and Add beta) becomes one LayerNormalization.
+int fuse_layernorm(Graph& g, const PassConfig& config = {});
+
+// gelu_fusion.cpp: the exporters' decomposed GELU (x * 0.5 * (1 + Erf(x / sqrt 2)), in its
+// orderings, and the tanh approximation) becomes one Gelu.
+int fuse_gelu(Graph& g, const PassConfig& config = {});
+
+// attention.cpp: scaled dot-product attention blocks, Softmax(MatMul(Q, Kt) [scaled] [masked]) @ V
+// with every value in between read by the block alone: found, not rewritten yet (the file says
+// into what, and what it waits for).
+struct AttentionBlock {
+  enum class MaskKind { None, Additive, WhereNegInf };  // + mask, or Where(mask, -inf, scores)
+  int q = -1, k_transposed = -1, v = -1, mask = -1;     // value ids (mask -1: none)
+  MaskKind mask_kind = MaskKind::None;
+  double scale = 1;                                     // the scores' factor (1 when not scaled)
+  int softmax = -1, output_matmul = -1;                 // node indices
+  std::vector<int> nodes;                               // every node of the block, in graph order
+};
+std::vector<AttentionBlock> find_attention(const Graph& g);
+
+// shape_inference.cpp: values whose shapes the rewrites made computable (a Reshape whose target
+// became a constant) get them in their ValueInfo, through the import's shape inference; returns
+// how many values learnt a shape or a dim.
+int infer_static_shapes(Graph& g, const PassConfig& config = {});
 
 // dead_code.cpp: nodes whose results nobody reads, and values and initializers nothing refers to.
 int eliminate_dead_code(Graph& g, const PassConfig& config = {});

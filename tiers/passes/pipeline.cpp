@@ -5,7 +5,13 @@
 // result may feed a Reshape target ...), no-op elimination, constant folding once more for what
 // removing no-ops exposed, then dead code. Extended adds BatchNormalization folding (rounding
 // changes only) after no-op elimination, so that a Dropout or Identity between a Conv and its BN
-// is gone first.
+// is gone first, then the pattern fusions (decomposed LayerNorm and GELU), which need the folded
+// constants (an exporter's Constant nodes are initializers by then). Last, at every level, shape
+// inference gives the values whose shapes folding made static their shapes, for the partitioner
+// and terrace explain.
+//
+// TERRACE_FAULT=wrong-pass:NAME makes pass NAME rewrite wrongly (PassConfig::deliberately_wrong), so
+// that terrace validate's failure is tested on a real model.
 #include "tiers/passes/pipeline.h"
 
 #include <chrono>
@@ -67,7 +73,9 @@ std::shared_ptr<const Graph> optimize_graph(std::shared_ptr<const Graph> graph, 
   auto run = [&](const char* name, int (*pass)(Graph&, const passes::PassConfig&)) {
     const size_t nodes = g->nodes.size(), inits = g->initializers.size();
     auto t0 = std::chrono::steady_clock::now();
-    int rewrites = pass(*g, config);
+    passes::PassConfig pass_config = config;
+    pass_config.deliberately_wrong = fault_enabled(std::string("wrong-pass:") + name);
+    int rewrites = pass(*g, pass_config);
     double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     log(LogLevel::Debug, "passes: ", name, ": ", rewrites, " rewrites, nodes ", nodes, " -> ", g->nodes.size(),
         ", initializers ", inits, " -> ", g->initializers.size(), " (", ms, " ms)");
@@ -79,8 +87,17 @@ std::shared_ptr<const Graph> optimize_graph(std::shared_ptr<const Graph> graph, 
   for (int round = 0; round < 8; ++round)
     if (run("shape_folding", passes::fold_shapes) + run("constant_folding", passes::fold_constants) == 0) break;
   if (run("noop_elimination", passes::eliminate_noops) > 0) run("constant_folding", passes::fold_constants);
-  if (level >= OptimizeLevel::Extended) run("batchnorm_folding", passes::fold_batchnorm);
+  if (level >= OptimizeLevel::Extended) {
+    run("batchnorm_folding", passes::fold_batchnorm);
+    run("layernorm_fusion", passes::fuse_layernorm);
+    run("gelu_fusion", passes::fuse_gelu);
+    if (log_enabled(LogLevel::Debug))
+      log(LogLevel::Debug, "passes: attention: ", passes::find_attention(*g).size(),
+          " blocks found (MatMul, scale, mask, Softmax, MatMul); not rewritten: Attention (opset 23) is not in the "
+          "interpreter yet");
+  }
   run("dead_code", passes::eliminate_dead_code);
+  run("shape_inference", passes::infer_static_shapes);
   double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_start).count();
   log(LogLevel::Debug, "passes: level ", optimize_level_name(level), ": nodes ", nodes_before, " -> ",
       g->nodes.size(), ", initializers ", inits_before, " -> ", g->initializers.size(), " (", ms, " ms)");
