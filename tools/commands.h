@@ -17,12 +17,14 @@ extern const CommandDef kExplainCommand;
 extern const CommandDef kConformanceCommand;
 extern const CommandDef kBenchCommand;
 extern const CommandDef kCacheCommand;
+extern const CommandDef kValidateCommand;
 
 int cmd_run(const ParsedArgs& args);
 int cmd_explain(const ParsedArgs& args);
 int cmd_conformance(const ParsedArgs& args);
 int cmd_bench(const ParsedArgs& args);
 int cmd_cache(const ParsedArgs& args);
+int cmd_validate(const ParsedArgs& args);
 
 // Thrown for a usage error; main prints the message and exits 2.
 struct UsageError {

@@ -31,6 +31,7 @@ struct Command {
 const Command kCommands[] = {
     {&kRunCommand, cmd_run, true},
     {&kExplainCommand, cmd_explain, false},
+    {&kValidateCommand, cmd_validate, true},
     {&kConformanceCommand, cmd_conformance, true},
     {&kBenchCommand, cmd_bench, true},
     {&kCacheCommand, cmd_cache, false},

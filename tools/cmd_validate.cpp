@@ -1,0 +1,291 @@
+// terrace validate: the optimized model on each tier against the unoptimized graph on the
+// interpreter (DESIGN.md, principle 1: every graph rewrite is judged against the unrewritten graph).
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+
+#include "interp/compare.h"
+#include "interp/json.h"
+#include "interp/onnx_import.h"
+#include "interp/tensor_proto.h"
+#include "tiers/passes/pipeline.h"
+#include "tiers/tier_manager.h"
+#include "tools/cli_util.h"
+
+namespace terrace::cli {
+
+const CommandDef kValidateCommand{
+    "validate",
+    "MODEL",
+    "Runs the optimized model (TERRACE_OPTIMIZE, default extended) on each tier for enough calls that "
+    "its regions are compiled and validated, and compares every call's outputs with the unoptimized "
+    "graph's on the interpreter, within the compare module's tolerance for each output's dtype.",
+    {
+        {"--tier", "interp|cpu|gpu|all", "the tiers to check (default all: every tier this build has)"},
+        {"--calls", "N", "calls per tier (default: the promotion threshold plus the validated calls, plus one)"},
+        {"--input", "NAME=FILE.pb", "the input NAME from a TensorProto file (the same for every call)", true},
+        {"--random-inputs", nullptr, "random values for every input not given with --input (a new draw per call)"},
+        {"--dim", "SYM=N", "the symbolic dim SYM of the random inputs (default 1)", true},
+        {"--json", "FILE", "write the per-tier, per-output results as JSON"},
+    },
+    1,
+    1,
+    "MODEL",
+    "Without --input, every input is random (as with --random-inputs). Each call is followed by a wait\n"
+    "for the background compiles, so that a region is compiled once it is hot and the calls after it\n"
+    "run the compiled code (its first ones shadow-validated by the session itself). A tier fails when\n"
+    "an output differs from the reference, a call raises, or a region's own validation demoted its\n"
+    "compiled code. The last line is `&&&& PASSED ...` or `&&&& FAILED ...`.\n",
+};
+
+namespace {
+
+// One output of one tier, over every call.
+struct OutputResult {
+  std::string name;
+  double max_abs_err = 0, max_rel_err = 0;
+  bool passed = true;
+  std::string message;  // the first failure: "call 3: element 17 ..."
+};
+
+struct TierResult {
+  Tier tier = Tier::Interp;
+  bool available = true;
+  std::string unavailable;                 // why, when not available
+  std::vector<std::string> ran;            // tiers any call ran on, lowest first
+  std::map<std::string, int> regions;      // regions by the tier they ended on
+  std::map<std::string, int> validations;  // "passed", "failed", "pending", "off"
+  std::vector<OutputResult> outputs;
+  std::vector<std::string> failures;       // calls that raised, regions demoted by validation
+  bool passed() const {
+    if (!available) return true;
+    bool ok = failures.empty();
+    for (const OutputResult& o : outputs) ok = ok && o.passed;
+    return ok;
+  }
+};
+
+int tier_rank(const std::string& t) { return t == "interp" ? 0 : t == "cpu" ? 1 : t == "gpu" ? 2 : 3; }
+
+// The tiers to check, in order; tiers this build lacks are listed as not available.
+std::vector<TierResult> tiers_to_check(const ParsedArgs& args) {
+  const std::string asked = args.get("--tier").value_or("all");
+  const Tier highest = highest_available_tier();
+  std::vector<TierResult> tiers;
+  auto add = [&](Tier t) {
+    TierResult r;
+    r.tier = t;
+    if (t > highest) {
+      r.available = false;
+      r.unavailable = t == Tier::Gpu ? "tier 2 (the GPU) is not written yet" : "this build has no tier-1 JIT";
+    }
+    tiers.push_back(r);
+  };
+  if (asked == "all") {
+    for (Tier t : {Tier::Interp, Tier::Cpu, Tier::Gpu}) add(t);
+  } else {
+    add(parse_tier(asked));
+  }
+  return tiers;
+}
+
+// The inputs of call `c`: --input files, random values (seed 42 + c) for the rest.
+NamedTensors call_inputs(const Graph& graph, const ParsedArgs& args, int64_t c,
+                         const std::vector<std::pair<std::string, Tensor>>& files,
+                         const std::vector<std::pair<std::string, int64_t>>& dims) {
+  NamedTensors inputs;
+  if (files.empty() || args.has("--random-inputs")) inputs = random_inputs(graph, 42 + uint64_t(c), dims);
+  for (auto& [name, t] : files) {
+    bool replaced = false;
+    for (auto& [n, v] : inputs)
+      if (n == name) v = t, replaced = true;
+    if (!replaced) inputs.emplace_back(name, t);
+  }
+  return inputs;
+}
+
+void check_tier(TierResult& r, std::shared_ptr<const Graph> graph, const Options& base, int64_t calls,
+                const std::vector<NamedTensors>& inputs, const std::vector<NamedTensors>& reference) {
+  Options options = base;
+  options.max_tier = r.tier;
+  std::unique_ptr<Session> session;
+  try {
+    session = Session::from_graph(graph, options);
+  } catch (const Error& e) {
+    r.failures.push_back(std::string("the optimized graph does not load: ") + e.what());
+    return;
+  }
+  for (auto& [name, t] : reference[0]) {
+    OutputResult o;
+    o.name = name;
+    r.outputs.push_back(o);
+  }
+  for (int64_t c = 0; c < calls; ++c) {
+    NamedTensors got;
+    try {
+      got = session->run(inputs[size_t(c)]);
+    } catch (const Error& e) {
+      r.failures.push_back("call " + std::to_string(c) + " raised: " + e.what());
+      continue;
+    }
+    session->wait_for_compiles();  // the next call runs what this one made hot
+    for (auto& t : session->last_call().tiers)
+      if (std::find(r.ran.begin(), r.ran.end(), t) == r.ran.end()) r.ran.push_back(t);
+    const NamedTensors& want = reference[size_t(c)];
+    if (got.size() != want.size()) {
+      r.failures.push_back("call " + std::to_string(c) + " returned " + std::to_string(got.size()) +
+                           " outputs, the reference " + std::to_string(want.size()));
+      continue;
+    }
+    for (size_t i = 0; i < want.size(); ++i) {
+      OutputResult& o = r.outputs[i];
+      Comparison cmp;
+      if (got[i].first != want[i].first) {
+        cmp.equal = false;
+        cmp.message = "named '" + got[i].first + "' in the optimized graph";
+      } else {
+        cmp = compare_tensors(want[i].second, got[i].second, Tolerance::for_dtype(want[i].second.dtype()));
+      }
+      o.max_abs_err = std::max(o.max_abs_err, cmp.max_abs_err);
+      o.max_rel_err = std::max(o.max_rel_err, cmp.max_rel_err);
+      if (!cmp.equal && o.passed) o.message = "call " + std::to_string(c) + ": " + cmp.message;
+      o.passed = o.passed && cmp.equal;
+    }
+  }
+  std::sort(r.ran.begin(), r.ran.end(), [](auto& a, auto& b) { return tier_rank(a) < tier_rank(b); });
+  for (const RegionReport& rep : session->region_reports()) {
+    ++r.regions[tier_name(rep.tier)];
+    const bool failed = rep.validation.rfind("failed", 0) == 0;
+    ++r.validations[failed ? "failed" : rep.validation];
+    if (failed)
+      r.failures.push_back("region " + std::to_string(rep.id) + " (" + rep.ops + "): compiled code demoted, " +
+                           rep.validation);
+  }
+}
+
+std::string counts_text(const std::map<std::string, int>& m) {
+  std::string s;
+  for (auto& [k, n] : m) s += (s.empty() ? "" : ", ") + std::to_string(n) + " " + k;
+  return s.empty() ? "none" : s;
+}
+
+void print_tier(const TierResult& r) {
+  if (!r.available) {
+    std::printf("tier %s: not available: %s\n", tier_name(r.tier), r.unavailable.c_str());
+    return;
+  }
+  std::string ran;
+  for (auto& t : r.ran) ran += (ran.empty() ? "" : ", ") + t;
+  int regions = 0;
+  for (auto& [k, n] : r.regions) regions += n;
+  std::string plan = regions == 0 ? "no regions (every node interpreted)"
+                                  : std::to_string(regions) + " regions, ended on " + counts_text(r.regions) +
+                                        ", their own validation " + counts_text(r.validations);
+  std::printf("tier %s: %s; ran on %s; %s\n", tier_name(r.tier), r.passed() ? "passed" : "FAILED",
+              ran.empty() ? "nothing" : ran.c_str(), plan.c_str());
+  for (const OutputResult& o : r.outputs)
+    std::printf("  output %-24s max abs err %-10.3g max rel err %-10.3g %s%s%s\n", o.name.c_str(), o.max_abs_err,
+                o.max_rel_err, o.passed ? "passed" : "FAILED", o.passed ? "" : ": ", o.message.c_str());
+  for (const std::string& f : r.failures) std::printf("  FAILED: %s\n", f.c_str());
+}
+
+void tier_json(JsonWriter& j, const TierResult& r) {
+  j.begin_object().field("tier", tier_name(r.tier)).field("available", r.available);
+  if (!r.available) {
+    j.field("reason", r.unavailable).end_object();
+    return;
+  }
+  j.field("passed", r.passed()).field("tiers_ran", r.ran);
+  auto map = [&](const char* key, const std::map<std::string, int>& m) {
+    j.key(key).begin_object();
+    for (auto& [k, n] : m) j.field(k, n);
+    j.end_object();
+  };
+  map("regions_by_tier", r.regions);
+  map("region_validation", r.validations);
+  j.key("outputs").begin_array();
+  for (const OutputResult& o : r.outputs)
+    j.begin_object().field("name", o.name).field("max_abs_err", o.max_abs_err).field("max_rel_err", o.max_rel_err)
+        .field("passed", o.passed).field("message", o.message).end_object();
+  j.end_array();
+  j.field("failures", r.failures);
+  j.end_object();
+}
+
+}  // namespace
+
+int cmd_validate(const ParsedArgs& args) {
+  std::string model = args.operands[0];
+  if (std::filesystem::is_directory(model)) model += "/model.onnx";  // a zoo folder
+  const std::string json_path = args.get("--json").value_or("");
+  if (args.get("--json") && json_path.empty()) throw UsageError{"--json needs a file name"};
+  std::vector<std::pair<std::string, int64_t>> dims;
+  for (auto& [n, v] : assignments(args, "--dim")) dims.emplace_back(n, parse_count("--dim " + n, v));
+  auto input_files = assignments(args, "--input");
+  if (!dims.empty() && !input_files.empty() && !args.has("--random-inputs"))
+    throw UsageError{"--dim sets the random inputs' dims: it needs --random-inputs"};
+  std::vector<TierResult> tiers = tiers_to_check(args);
+  const Options base = Options::from_env();
+  const int64_t calls = args.get("--calls") ? parse_positive("--calls", *args.get("--calls"))
+                                            : base.hot_threshold + base.validate_calls + 1;
+
+  std::shared_ptr<const Graph> graph = load_onnx_file(model).graph;
+  for (auto& [name, file] : input_files) check_input_name(*graph, name);
+  check_dim_names(*graph, dims);
+  std::vector<std::pair<std::string, Tensor>> files;
+  for (auto& [name, file] : input_files) files.emplace_back(name, load_tensor_pb(file));
+  std::vector<NamedTensors> inputs;
+  for (int64_t c = 0; c < calls; ++c) inputs.push_back(call_inputs(*graph, args, c, files, dims));
+
+  // The reference: the graph as loaded, on the interpreter.
+  Options ref_options = base;
+  ref_options.max_tier = Tier::Interp;
+  ref_options.optimize = OptimizeLevel::None;
+  auto reference_session = Session::from_graph(graph, ref_options);
+  std::vector<NamedTensors> reference;
+  for (int64_t c = 0; c < calls; ++c) reference.push_back(reference_session->run(inputs[size_t(c)]));
+  reference_session.reset();
+
+  std::vector<PassRecord> records;
+  std::shared_ptr<const Graph> optimized = optimize_graph(graph, base.optimize, {}, &records);
+  std::printf("validate %s: optimize %s (%zu nodes -> %zu), %lld calls per tier, against the unoptimized graph on "
+              "the interpreter\n",
+              model.c_str(), optimize_level_name(base.optimize), graph->nodes.size(), optimized->nodes.size(),
+              (long long)calls);
+  std::string rewrites;
+  for (const PassRecord& p : records)
+    if (p.rewrites > 0) rewrites += (rewrites.empty() ? "" : ", ") + p.pass + " " + std::to_string(p.rewrites);
+  if (!rewrites.empty()) std::printf("passes that rewrote: %s\n", rewrites.c_str());
+
+  bool ok = true;
+  int checked = 0;
+  for (TierResult& r : tiers) {
+    // The session runs the passes itself (Options::optimize): the graph it is given is the loaded one.
+    if (r.available) check_tier(r, graph, base, calls, inputs, reference), ++checked;
+    print_tier(r);
+    ok = ok && r.passed();
+  }
+  if (checked == 0) {  // nothing was validated: that is no pass
+    std::printf("no tier asked for is available: nothing validated\n");
+    ok = false;
+  }
+  if (!json_path.empty()) {
+    JsonWriter j;
+    j.begin_object().field("model", model).field("optimize", optimize_level_name(base.optimize))
+        .field("calls", calls).field("nodes_before", graph->nodes.size())
+        .field("nodes_after", optimized->nodes.size());
+    j.key("passes").begin_array();
+    for (const PassRecord& p : records)
+      j.begin_object().field("pass", p.pass).field("rewrites", p.rewrites).end_object();
+    j.end_array();
+    j.key("tiers").begin_array();
+    for (const TierResult& r : tiers) tier_json(j, r);
+    j.end_array();
+    j.field("passed", ok).end_object();
+    write_text_file(json_path, j.str() + "\n");
+  }
+  return ok ? 0 : 1;
+}
+
+}  // namespace terrace::cli
