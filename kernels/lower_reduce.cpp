@@ -220,28 +220,56 @@ struct Fold {
   Expr init;
   std::function<Expr(Expr off, Expr k)> term;
   std::function<Expr(Expr acc, Expr v)> combine;
-  bool order_free = false;  // max/min: rows may fold in vector lanes (the answer is the same)
+  // Max/min: rows may fold in kLanes vector lanes (the answer does not depend on the order) with
+  // this compare-and-select, which ignores NaN; with nan_wins, a NaN flag per lane makes the
+  // result NaN (LLVM vectorises neither a float max reduction nor the NaN-propagating select).
+  std::function<Expr(Expr acc, Expr v)> lane_combine;
+  bool nan_wins = false;
 };
 
-// acc (already allocated) = the fold over the group. Rows whose fold is order-free and whose
-// innermost run is long enough fold kLanes partial accumulators, then combine them in order.
+// acc (already allocated) = the fold over the group.
 Stmt emit_fold(const Nest& n, const Acc& acc, const Fold& f, const std::string& prefix) {
   std::vector<Stmt> s;
   s.push_back(n.over_lanes(acc.set(n, f.init)));
-  if (n.rows() && f.order_free) {
-    Buffer lanes{prefix + "lanes", f.type, kLocalSlot};
-    auto lane_at = [&](Expr l) { return Load::make(lanes, l); };
-    Stmt init = For::make(prefix + "li", idx(0), idx(kLanes), ForKind::Vectorized,
-                          Store::make(lanes, var(prefix + "li"), f.init));
-    Stmt loop = n.over_reduced_in_lanes(
-        kLanes, [&](Expr off, Expr l) { return Store::make(lanes, l, f.combine(lane_at(l), f.term(off, idx(0)))); },
-        [&](Expr off) { return Store::make(lanes, idx(0), f.combine(lane_at(idx(0)), f.term(off, idx(0)))); });
-    Stmt merge = For::make(prefix + "lm", idx(0), idx(kLanes), ForKind::Serial,
-                           acc.set(n, f.combine(acc.at(n), lane_at(var(prefix + "lm")))));
-    s.push_back(Allocate::make(lanes, kLanes, seq({init, loop, merge})));
-  } else {
+  if (!n.rows() || !f.lane_combine) {
     s.push_back(n.over_reduced([&](Expr off, Expr k) { return acc.set(n, f.combine(acc.at(n), f.term(off, k))); }));
+    return seq(std::move(s));
   }
+  const bool flags = f.nan_wins && is_float(f.type);
+  const Buffer lanes{prefix + "lanes", f.type, kLocalSlot}, nans{prefix + "nans", DType::Int32, kLocalSlot};
+  auto lane_at = [&](const Buffer& b, Expr l) { return Load::make(b, l); };
+  // lanes[l] = combine(lanes[l], v); nans[l] |= v is NaN.
+  auto update = [&](Expr l, Expr v) {
+    Stmt value = Store::make(lanes, l, f.lane_combine(lane_at(lanes, l), v));
+    if (!flags) return value;
+    Expr is_nan = Cast::make(DType::Int32, Compare::make(CmpOp::NE, v, v));
+    return seq({value, Store::make(nans, l, Binary::make(BinaryOp::Or, lane_at(nans, l), is_nan))});
+  };
+  auto with_value = [&](Expr v, const std::function<Stmt(Expr)>& body) {
+    return LetStmt::make(prefix + "v", v, body(Var::make(f.type, prefix + "v")));
+  };
+  const std::string li = prefix + "li", lm = prefix + "lm";
+  std::vector<Stmt> init{Store::make(lanes, var(li), f.init)};
+  if (flags) init.push_back(Store::make(nans, var(li), IntImm::make(DType::Int32, 0)));
+  std::vector<Stmt> body;
+  body.push_back(For::make(li, idx(0), idx(kLanes), ForKind::Vectorized, seq(init)));
+  body.push_back(n.over_reduced_in_lanes(
+      kLanes, [&](Expr off, Expr l) { return with_value(f.term(off, idx(0)), [&](Expr v) { return update(l, v); }); },
+      [&](Expr off) { return with_value(f.term(off, idx(0)), [&](Expr v) { return update(idx(0), v); }); }));
+  body.push_back(For::make(lm, idx(0), idx(kLanes), ForKind::Serial,
+                           acc.set(n, f.lane_combine(acc.at(n), lane_at(lanes, var(lm))))));
+  Stmt merged = seq(std::move(body));
+  if (flags) {
+    const Buffer any{prefix + "anynan", DType::Int32, kLocalSlot};
+    Expr nan = make_const(f.type, std::numeric_limits<double>::quiet_NaN());
+    merged = seq({merged, Store::make(any, idx(0), IntImm::make(DType::Int32, 0)),
+                  For::make(lm + "n", idx(0), idx(kLanes), ForKind::Serial,
+                            Store::make(any, idx(0), Binary::make(BinaryOp::Or, lane_at(any, idx(0)), lane_at(nans, var(lm + "n"))))),
+                  IfThenElse::make(Compare::make(CmpOp::NE, lane_at(any, idx(0)), IntImm::make(DType::Int32, 0)),
+                                   acc.set(n, nan))});
+    merged = Allocate::make(nans, kLanes, Allocate::make(any, 1, merged));
+  }
+  s.push_back(Allocate::make(lanes, kLanes, merged));
   return seq(std::move(s));
 }
 
@@ -255,8 +283,11 @@ Expr fold_extreme(bool is_max, Expr a, Expr v) {
   }
   return Select::make(better, v, a);
 }
-// Max ignoring NaN (Softmax's `if (v > m) m = v`).
-Expr fold_max_no_nan(Expr a, Expr v) { return Select::make(Compare::make(CmpOp::GT, v, a), v, a); }
+// Max or min ignoring NaN (Softmax's `if (v > m) m = v`).
+Expr fold_plain(bool is_max, Expr a, Expr v) {
+  return Select::make(Compare::make(is_max ? CmpOp::GT : CmpOp::LT, v, a), v, a);
+}
+Expr fold_max_no_nan(Expr a, Expr v) { return fold_plain(true, a, v); }
 
 Expr lowest(DType t) {
   if (is_float(t)) return make_const(t, -std::numeric_limits<double>::infinity());
@@ -405,7 +436,8 @@ OpKernels lower_reduce_op(const Node& node, const std::vector<OpInput>& in, cons
     f.init = is_max ? lowest(f.type) : highest(f.type);
     f.term = elem(f.type);
     f.combine = [is_max](Expr s, Expr v) { return fold_extreme(is_max, s, v); };
-    f.order_free = true;
+    f.lane_combine = [is_max](Expr s, Expr v) { return fold_plain(is_max, s, v); };
+    f.nan_wins = true;
   } else if (op == Op::ReduceProd) {
     f.init = make_one(a);
     f.combine = [](Expr s, Expr v) { return s * v; };
@@ -427,7 +459,7 @@ OpKernels lower_reduce_op(const Node& node, const std::vector<OpInput>& in, cons
   if (op == Op::ReduceLogSumExp) {
     // log(sum(exp(x - m))) + m with m the maximum (0 where it is not finite), as the interpreter.
     const Acc mx = make_acc(nest, "mx", t);
-    Fold fm{t, lowest(t), elem(t), [](Expr s, Expr v) { return fold_extreme(true, s, v); }, true};
+    Fold fm{t, lowest(t), elem(t), [](Expr s, Expr v) { return fold_extreme(true, s, v); }, fold_max_no_nan, true};
     Expr mv = mx.at(nest);
     Expr finite = Unary::make(UnaryOp::Not, Binary::make(BinaryOp::Or, Call::make(Intrinsic::IsNaN, {mv}),
                                                          Call::make(Intrinsic::IsInf, {mv})));
@@ -485,22 +517,41 @@ OpKernels lower_arg(const Node& node, const std::vector<OpInput>& in, const std:
   const Buffer xb = kern.add("in0", x.dtype, 0);
   const Buffer yb = kern.add("out0", DType::Int64, int(in.size()));
   const DType t = is_float(x.dtype) ? x.dtype : acc_type(x.dtype);
-  const Acc best = make_acc(nest, "best", t), at = make_acc(nest, "at", DType::Int64);
-  // First element, then: a NaN already held wins; otherwise a NaN or a better value takes over.
-  Stmt init = nest.over_lanes(seq({best.set(nest, load_as(xb, nest.base() + nest.lane(), t)), at.set(nest, idx(0))}));
-  Stmt loop = nest.over_reduced(
-      [&](Expr off, Expr k) {
-        Expr v = load_as(xb, off, t), b = best.at(nest);
-        CmpOp cmp = is_max ? (last ? CmpOp::GE : CmpOp::GT) : (last ? CmpOp::LE : CmpOp::LT);
-        Expr better = Compare::make(cmp, v, b);
-        if (is_float(t))
-          better = Binary::make(BinaryOp::And, Binary::make(BinaryOp::Or, better, Compare::make(CmpOp::NE, v, v)),
-                                Compare::make(CmpOp::EQ, b, b));
-        return seq({at.set(nest, Select::make(better, k, at.at(nest))), best.set(nest, Select::make(better, v, b))});
-      },
-      ForKind::Serial);
-  Stmt store = nest.over_lanes(Store::make(yb, nest.obase() + nest.lane(), at.at(nest)));
-  finish(k, std::move(kern), nest, best.wrap(at.wrap(seq({init, loop, store}))));
+  const int64_t len = rank == 0 ? 1 : x.shape[size_t(axis)];
+  // Two passes, each vectorisable: the extreme m (NaN if any element is), then the first index
+  // holding it (the last, with select_last_index), or the first NaN: the interpreter's scan stops
+  // at the first NaN and otherwise takes the first (last) of equal extremes.
+  const Acc best = make_acc(nest, "best", t), at = make_acc(nest, "at", DType::Int64),
+            nan_at = make_acc(nest, "nan_at", DType::Int64);
+  auto elem = [&](Expr off, Expr) { return load_as(xb, off, t); };
+  Fold fm{t, is_max ? lowest(t) : highest(t), elem, [is_max](Expr a, Expr v) { return fold_extreme(is_max, a, v); },
+          [is_max](Expr a, Expr v) { return fold_plain(is_max, a, v); }, true};
+  auto first_index = [](Expr a, Expr v) { return Select::make(Compare::make(CmpOp::LT, v, a), v, a); };
+  auto last_index = [](Expr a, Expr v) { return Select::make(Compare::make(CmpOp::GT, v, a), v, a); };
+  const bool floats = is_float(t);
+  Expr m = best.at(nest);
+  Fold fi{DType::Int64, last ? idx(-1) : idx(len),
+          [&, m](Expr off, Expr k) {
+            Expr v = load_as(xb, off, t);
+            Expr match = Compare::make(CmpOp::EQ, v, m);
+            if (floats && !last) match = Binary::make(BinaryOp::Or, match, Compare::make(CmpOp::NE, v, v));
+            return Select::make(match, k, last ? idx(-1) : idx(len));
+          },
+          last ? last_index : first_index, {}, false};
+  std::vector<Stmt> body{emit_fold(nest, best, fm, "m"), emit_fold(nest, at, fi, "i")};
+  Expr result = at.at(nest);
+  if (floats && last) {
+    Fold fn{DType::Int64, idx(len),
+            [&](Expr off, Expr k) {
+              Expr v = load_as(xb, off, t);
+              return Select::make(Compare::make(CmpOp::NE, v, v), k, idx(len));
+            },
+            first_index, {}, false};
+    body.push_back(emit_fold(nest, nan_at, fn, "n"));
+    result = Select::make(Compare::make(CmpOp::NE, m, m), nan_at.at(nest), result);
+  }
+  body.push_back(nest.over_lanes(Store::make(yb, nest.obase() + nest.lane(), result)));
+  finish(k, std::move(kern), nest, best.wrap(at.wrap(nan_at.wrap(seq(std::move(body))))));
   return k;
 }
 
@@ -525,7 +576,7 @@ OpKernels lower_softmax(const Node& node, const std::vector<OpInput>& in, const 
   const Buffer yb = kern.add("out0", t, int(in.size()));
   const bool log = node.op == Op::LogSoftmax;
   const Acc mx = make_acc(nest, "mx", t), sum = make_acc(nest, "sum", DType::Float64);
-  Fold fm{t, lowest(t), [&](Expr off, Expr) { return Load::make(xb, off); }, fold_max_no_nan, true};
+  Fold fm{t, lowest(t), [&](Expr off, Expr) { return Load::make(xb, off); }, fold_max_no_nan, fold_max_no_nan, false};
   auto z = [&](Expr off) { return Load::make(xb, off) - mx.at(nest); };
   // The sum of exp(x - max) in double; softmax keeps each exp in Y for the scaling pass.
   Stmt sum_pass = seq({nest.over_lanes(sum.set(nest, f64(0))),
