@@ -131,9 +131,6 @@ std::vector<int64_t> normalize_axes(const Node& node, std::vector<int64_t> axes,
 
 namespace {
 
-// Edge of the square tiles a transpose moves through: two tiles of 32 x 32 elements stay in L1.
-constexpr int64_t kTile = 32;
-
 // A copy with unit dims dropped and dims merged wherever both views are contiguous across them.
 struct CopyPlan {
   Shape shape;
@@ -167,59 +164,76 @@ Expr add_terms(Expr base, const std::vector<std::pair<Expr, int64_t>>& terms) {
     if (s != 0) base = base + term(i, s);
   return base;
 }
-Expr min_index(Expr a, int64_t b) { return select(cmp(CmpOp::LT, a, make_index(b)), a, make_index(b)); }
-
 // The transpose: the source is contiguous along dim k, the target along the last dim J. Each
-// parallel item is one band of kTile along k; it walks J in tiles, so each tile is read and
-// written in cache-line runs.
+// parallel item is a band of kBlock along k that walks J in kBlock x kBlock blocks, each block
+// fully unrolled (kBlock^2 loads, then the stores): LLVM's SLP vectoriser turns it into row loads,
+// shuffles and row stores. [64,768,768] perm (0,2,1), float32, 2 threads, output reused: 26-28 ms
+// against 72-76 ms for 32 x 32 tiles moved element by element (the interpreter's scheme).
+constexpr int64_t kBlock = 8;
+
 LoweredFunc tiled_copy(LoweredFunc f, const CopyPlan& p, size_t k, const View& from, const View& to) {
   const Buffer& src = f.buffers[0];
   const Buffer& dst = f.buffers[1];
-  size_t last = p.shape.size() - 1;
+  const size_t last = p.shape.size() - 1;
   std::vector<size_t> outer;
   for (size_t d = 0; d < last; ++d)
     if (d != k) outer.push_back(d);
-  const int64_t K = p.shape[k], J = p.shape[last];
-  const int64_t ktiles = (K + kTile - 1) / kTile, jtiles = (J + kTile - 1) / kTile;
+  const int64_t K = p.shape[k], J = p.shape[last], sj = p.from[last], dk = p.to[k];
+  const int64_t kbands = (K + kBlock - 1) / kBlock, jblocks = J / kBlock;
   int64_t outer_count = 1;
   for (size_t d : outer) outer_count *= p.shape[d];
 
   std::vector<std::pair<std::string, Expr>> lets;
-  lets.push_back({"kt", Binary::make(BinaryOp::Mod, var("item"), make_index(ktiles))});
-  Expr rest = var("item") / make_index(ktiles);
+  lets.push_back({"kt", Binary::make(BinaryOp::Mod, var("item"), make_index(kbands))});
+  Expr rest = var("item") / make_index(kbands);
   std::vector<std::pair<Expr, int64_t>> src_terms, dst_terms;
   for (size_t n = outer.size(); n-- > 0;) {
     size_t d = outer[n];
-    std::string name = "t" + std::to_string(d);
     Expr idx = rest;
     if (n > 0) {
-      lets.push_back({name, Binary::make(BinaryOp::Mod, rest, make_index(p.shape[d]))});
+      lets.push_back({"t" + std::to_string(d), Binary::make(BinaryOp::Mod, rest, make_index(p.shape[d]))});
       lets.push_back({"q" + std::to_string(d), rest / make_index(p.shape[d])});
-      idx = var(name);
+      idx = var("t" + std::to_string(d));
       rest = var("q" + std::to_string(d));
     }
     src_terms.push_back({idx, p.from[d]});
     dst_terms.push_back({idx, p.to[d]});
   }
-  lets.push_back({"sb", add_terms(make_index(from.base), src_terms)});
-  lets.push_back({"db", add_terms(make_index(to.base), dst_terms)});
-  lets.push_back({"k0", var("kt") * make_index(kTile)});
-  lets.push_back({"k1", K % kTile == 0 ? var("k0") + make_index(kTile) : min_index(var("k0") + make_index(kTile), K)});
+  lets.push_back({"k0", var("kt") * make_index(kBlock)});
+  lets.push_back({"sb", add_terms(make_index(from.base), src_terms) + var("k0")});
+  lets.push_back({"db", add_terms(make_index(to.base), dst_terms) + term(var("k0"), dk)});
 
-  Expr s_at = var("sb") + var("kk") + term(var("j"), p.from[last]);
-  Expr d_at = var("db") + term(var("kk"), p.to[k]) + var("j");
-  Stmt move = Store::make(dst, d_at, Load::make(src, s_at));
-  Stmt inner = For::make("j", var("j0"), var("j1"), ForKind::Vectorized, move);
-  Stmt band = For::make("kk", var("k0"), var("k1"), ForKind::Serial, inner);
-  band = LetStmt::make("j0", var("jt") * make_index(kTile),
-                       LetStmt::make("j1", J % kTile == 0 ? var("j0") + make_index(kTile)
-                                                          : min_index(var("j0") + make_index(kTile), J),
-                                     band));
-  Stmt body = For::make("jt", make_index(0), make_index(jtiles), ForKind::Serial, band);
+  // Element (kk, j) of the band, kk counted from k0, moved one by one (the edges).
+  auto move_range = [&](Expr k_end, Expr j_begin, int64_t j_end) {
+    Stmt move = Store::make(dst, var("db") + term(var("kk"), dk) + var("j"),
+                            Load::make(src, var("sb") + var("kk") + term(var("j"), sj)));
+    Stmt inner = For::make("j", j_begin, make_index(j_end), ForKind::Serial, move);
+    return For::make("kk", make_index(0), k_end, ForKind::Serial, inner);
+  };
+  // A full band: unrolled blocks, then the columns past the last whole block.
+  std::vector<Stmt> loads_then_stores;
+  for (int64_t b = 0; b < kBlock; ++b)
+    for (int64_t a = 0; a < kBlock; ++a)
+      loads_then_stores.push_back(Store::make(dst, var("dj") + make_index(b * dk + a),
+                                              var("v" + std::to_string(a) + "_" + std::to_string(b), src.dtype)));
+  Stmt block = Block::make(std::move(loads_then_stores));
+  for (int64_t a = kBlock; a-- > 0;)
+    for (int64_t b = kBlock; b-- > 0;)
+      block = LetStmt::make("v" + std::to_string(a) + "_" + std::to_string(b),
+                            Load::make(src, var("sj0") + make_index(b + a * sj)), block);
+  block = LetStmt::make("j0", var("jt") * make_index(kBlock),
+                        LetStmt::make("sj0", var("sb") + term(var("j0"), sj),
+                                      LetStmt::make("dj", var("db") + var("j0"), block)));
+  std::vector<Stmt> full = {For::make("jt", make_index(0), make_index(jblocks), ForKind::Serial, block)};
+  if (J % kBlock != 0) full.push_back(move_range(make_index(kBlock), make_index(jblocks * kBlock), J));
+  Stmt body = Block::make(std::move(full));
+  if (K % kBlock != 0)  // the last band is narrower
+    body = IfThenElse::make(cmp(CmpOp::LE, var("k0") + make_index(kBlock), make_index(K)), body,
+                            move_range(make_index(K) - var("k0"), make_index(0), J));
   for (auto it = lets.rbegin(); it != lets.rend(); ++it) body = LetStmt::make(it->first, it->second, body);
   f.body = For::make("item", var("begin"), var("end"), ForKind::Parallel, body);
-  f.parallel_extent = outer_count * ktiles;
-  f.work_per_iteration = kTile * J;
+  f.parallel_extent = outer_count * kbands;
+  f.work_per_iteration = kBlock * J;
   verify(f);
   return f;
 }

@@ -23,7 +23,7 @@ View dense_view(const Shape& shape, int64_t base = 0);
 // One kernel, `name`, copying `shape` elements (numel > 0) of type `t` from buffer 0's view
 // `from` into buffer 1's view `to`. Unit dims are dropped and dims contiguous in both views merged;
 // the outer dims run as one Parallel loop around a unit-stride inner loop, or, for a transpose
-// (the source contiguous along another dim than the target's last), in square tiles.
+// (the source contiguous along another dim than the target's last), in unrolled 8 x 8 blocks.
 LoweredFunc copy_kernel(const std::string& name, DType t, const View& from, const View& to,
                         const Shape& shape);
 
