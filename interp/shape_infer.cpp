@@ -300,9 +300,10 @@ std::optional<Dims> split_dims(const onnx::GraphProto& g, const onnx::NodeProto&
   if (axis < 0) axis += r;
   Dims d = in;
   std::optional<int64_t> len = in[size_t(axis)];
+  const bool split_given = n.input_size() > 1 && !n.input(1).empty();
   std::optional<std::vector<int64_t>> sizes = constant_ints(g, n, 1);
   if (sizes && out < int64_t(sizes->size())) d[size_t(axis)] = (*sizes)[size_t(out)];
-  else if (len && !sizes && n.output_size() > 0) {
+  else if (len && !split_given && n.output_size() > 0) {  // num_outputs: equal parts, the last smaller
     int64_t parts = n.output_size(), chunk = (*len + parts - 1) / parts;
     int64_t start = chunk * out;
     d[size_t(axis)] = std::max<int64_t>(0, std::min(chunk, *len - start));

@@ -27,6 +27,11 @@ DType dtype_from_proto_code(int code, const std::string& what) {
   DType t;
   if (dtype_from_onnx(code, &t)) return t;
   TERRACE_CHECK(code != 0, InvalidModel, what, " has no data type");
+  // Types newer than ONNX 1.12's proto (which stops at 16, bfloat16), up to ONNX 1.18's.
+  static const char* const kNewer[] = {"FLOAT8E4M3FN", "FLOAT8E4M3FNUZ", "FLOAT8E5M2",
+                                       "FLOAT8E5M2FNUZ", "UINT4", "INT4", "FLOAT4E2M1"};
+  TERRACE_CHECK(code < 17 || code > 23, NotImplemented, what, ": data type ", kNewer[code < 17 || code > 23 ? 0 : code - 17],
+                " (ONNX type ", code, ") is not supported by Terrace");
   TERRACE_CHECK(onnx::TensorProto_DataType_IsValid(code), InvalidModel, what,
                 ": unknown data type code ", code);
   fail(ErrorCode::NotImplemented, what, ": data type ",

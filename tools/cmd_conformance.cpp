@@ -37,8 +37,14 @@ struct Config {
 // The source tree's expected-failures file for `tier`, found next to this source file:
 // tests/conformance_expected_<tier>.txt where a compiled tier has its own list, else
 // tests/conformance_expected.txt (the interpreter's); empty if neither is there.
-std::string default_expected_file(Tier tier) {
+std::string default_expected_file(Tier tier, const std::vector<std::string>& dirs) {
   fs::path tests = fs::path(__FILE__).parent_path().parent_path() / "tests";
+  // ONNX 1.18's suite has its own list (for every tier), named by the suite or its folder.
+  for (const std::string& d : dirs)
+    if (d == conformance::kOnnx118Suite || d.find("onnx-1.18.0") != std::string::npos) {
+      fs::path own = tests / "conformance_expected_onnx118.txt";
+      return fs::is_regular_file(own) ? own.string() : "";
+    }
   fs::path own = tests / (std::string("conformance_expected_") + tier_name(tier) + ".txt");
   if (tier != Tier::Interp && fs::is_regular_file(own)) return own.string();
   fs::path shared = tests / "conformance_expected.txt";
@@ -81,9 +87,9 @@ Config parse_config(const ParsedArgs& args) {
   }
   c.dirs = args.operands;
   c.tier = effective_tier("conformance", c.tier, args.has("--tier"));
-  c.expected_path = expected_path ? *expected_path : default_expected_file(c.tier);
-  if (c.jobs > 1) c.isolate = true;  // parallel runs happen in forked children only
   if (c.dirs.empty()) c.dirs.push_back("node");
+  c.expected_path = expected_path ? *expected_path : default_expected_file(c.tier, c.dirs);
+  if (c.jobs > 1) c.isolate = true;  // parallel runs happen in forked children only
   return c;
 }
 
@@ -303,7 +309,7 @@ const CommandDef kConformanceCommand{
         {"--tier", "interp|cpu|gpu", "the tier to test (default interp)"},
         {"--filter", "REGEX", "only tests whose names match (searched, as ctest -R)"},
         {"--json", "FILE", "write the full result as JSON"},
-        {"--expected", "FILE", "the expected-failures list (default tests/conformance_expected.txt)"},
+        {"--expected", "FILE", "the expected-failures list (default tests/conformance_expected.txt, or _onnx118.txt)"},
         {"--write-expected", "FILE", "write this run's failures as an expected-failures list"},
         {"--min-pass", "N", "fail when fewer than N tests pass"},
         {"--isolate", nullptr, "run each test in its own process (a crash or hang fails that test only)"},
@@ -318,9 +324,11 @@ const CommandDef kConformanceCommand{
     "DIR",
     "DIR is a test folder, a folder of test folders, or a suite shipped by libonnx-testdata under\n"
     "/usr/share/libonnx-testdata/data: node (the default), simple, pytorch-converted,\n"
-    "pytorch-operator, real (its models are not shipped: it runs no test, which is a failure).\n"
+    "pytorch-operator, real (its models are not shipped: it runs no test, which is a failure);\n"
+    "or onnx-1.18: ONNX 1.18's node tests (opsets to 23) as tools/fetch_onnx_tests.sh downloads\n"
+    "them, judged by tests/conformance_expected_onnx118.txt.\n"
     "Every failure must be listed in the expected-failures file (`test_name  reason` a line; one\n"
-    "file for every suite); a run that executes no test fails. The last line is `&&&& PASSED ...`\n"
+    "file for every Debian suite); a run that executes no test fails. The last line is `&&&& PASSED ...`\n"
     "or `&&&& FAILED ...`.\n",
 };
 

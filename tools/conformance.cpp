@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <cstdlib>
 #include <filesystem>
 #include <sstream>
 #include <tuple>
@@ -59,8 +60,19 @@ std::optional<Status> status_from_name(const std::string& name) {
 
 // ---- discovery ----
 
+std::string downloaded_suite_dir(const std::string& name) {
+  if (name != kOnnx118Suite) return "";
+  const char* home = std::getenv("HOME");
+  return (fs::path(home ? home : "") / ".cache/terrace/onnx-tests/onnx-1.18.0/node").string();
+}
+
 std::string resolve_suite_dir(const std::string& arg) {
   if (fs::is_directory(arg)) return arg;
+  if (std::string dl = downloaded_suite_dir(arg); !dl.empty()) {
+    TERRACE_CHECK(fs::is_directory(dl), InvalidArgument, "suite '", arg, "' is not downloaded (",
+                  dl, " is absent): bash tools/fetch_onnx_tests.sh fetches it");
+    return dl;
+  }
   fs::path shipped = fs::path(kDataRoot) / arg;
   TERRACE_CHECK(arg.find('/') == std::string::npos && fs::is_directory(shipped), InvalidArgument,
                 "'", arg, "' is neither a folder nor a suite under ", kDataRoot);

@@ -41,8 +41,17 @@ struct TestResult {
 // compiled tier against the interpreter).
 inline constexpr Tolerance kOnnxTolerance{1e-3, 1e-7};
 
-// A DIR argument: an existing folder, or a short name for a folder under kDataRoot ("node",
-// "simple", "pytorch-converted", "pytorch-operator"). Throws InvalidArgument if neither.
+// ONNX 1.18's node tests (opsets up to 23), as tools/fetch_onnx_tests.sh downloads them to
+// ~/.cache/terrace/onnx-tests/onnx-1.18.0/node; they have their own expected-failures file,
+// tests/conformance_expected_onnx118.txt.
+inline constexpr const char* kOnnx118Suite = "onnx-1.18";
+
+// The download folder of a suite name such as kOnnx118Suite; empty for other names.
+std::string downloaded_suite_dir(const std::string& name);
+
+// A DIR argument: an existing folder, a short name for a folder under kDataRoot ("node",
+// "simple", "pytorch-converted", "pytorch-operator"), or kOnnx118Suite when downloaded. Throws
+// InvalidArgument if none.
 std::string resolve_suite_dir(const std::string& arg);
 
 // The tests in `dirs` (each a test folder itself or a folder of test folders) whose names match

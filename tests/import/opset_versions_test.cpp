@@ -56,6 +56,29 @@ g (float[4, 5] X) => (float[4, 5] Y)
       << "ONNX's inference of Transpose reads the shape Terrace gave Gelu's output";
 }
 
+TEST(OpsetVersions, split_sizes_known_only_at_run_time_leave_the_split_dim_unknown) {
+  Model m = load_onnx_bytes(bytes_of(parse_model(R"(
+<ir_version: 9, opset_import: ["" : 18]>
+g (float[2, 8] X, int64[2] S) => (float[2, ?] C, float[2, ?] D)
+{ A, B = Split<axis: int = 1>(X, S)
+  C = Relu(A)
+  D = Relu(B) }
+)")));
+  const ValueInfo& a = info_of(*m.graph, "A");
+  ASSERT_TRUE(a.shape.has_value());
+  EXPECT_EQ((*a.shape)[0], 2);
+  EXPECT_EQ((*a.shape)[1], -1) << "not 4: the sizes are an input, not num_outputs";
+  Model eq = load_onnx_bytes(bytes_of(parse_model(R"(
+<ir_version: 9, opset_import: ["" : 18]>
+g (float[2, 7] X) => (float[2, ?] C, float[2, ?] D)
+{ A, B = Split<axis: int = 1, num_outputs: int = 2>(X)
+  C = Relu(A)
+  D = Relu(B) }
+)")));
+  EXPECT_EQ(info_of(*eq.graph, "A").shape, std::optional<Shape>(Shape({2, 4})));
+  EXPECT_EQ(info_of(*eq.graph, "B").shape, std::optional<Shape>(Shape({2, 3})));
+}
+
 TEST(OpsetVersions, a_version_with_new_types_only_is_checked_by_onnx) {
   // Acos-22 only adds bfloat16: ONNX 1.12 checks it as Acos-7, and rejects a second input.
   expect_load_error(bytes_of(parse_model(R"(

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Downloads ONNX 1.18.0's node tests (onnx/backend/test/data/node: 1,450 tests, opsets up to 23)
+# from the pinned `onnx` wheel on PyPI, checks the wheel's SHA-256 and extracts the tests only.
+# Data for `terrace conformance`, never a build dependency:
+#   bash tools/fetch_onnx_tests.sh [CACHE_DIR]    # default ~/.cache/terrace/onnx-tests
+#   build/tools/terrace conformance CACHE_DIR/onnx-1.18.0/node --tier interp \
+#       --expected tests/conformance_expected_onnx118.txt
+# Prints the folder of the node tests. Running it again reuses what is there.
+set -euo pipefail
+cache="${1:-${HOME}/.cache/terrace/onnx-tests}"
+version=1.18.0
+wheel=onnx-1.18.0-cp311-cp311-manylinux_2_17_x86_64.manylinux2014_x86_64.whl
+sha256=6acafb3823238bbe8f4340c7ac32fb218689442e074d797bee1c5c9a02fdae75
+dest="$cache/onnx-$version"
+if [ -f "$dest/node/.complete" ]; then
+  echo "$dest/node"
+  exit 0
+fi
+mkdir -p "$cache"
+if [ ! -f "$cache/$wheel" ] || ! echo "$sha256  $cache/$wheel" | sha256sum -c --status; then
+  rm -f "$cache/$wheel"
+  # pip fetches the one wheel named by version, platform and ABI (the tests inside are the same
+  # in every wheel of a release), without installing anything.
+  python3 -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.11 \
+    --platform manylinux_2_17_x86_64 --implementation cp --abi cp311 -d "$cache" "onnx==$version" >&2
+fi
+echo "$sha256  $cache/$wheel" | sha256sum -c --status || {
+  echo "fetch_onnx_tests: $cache/$wheel does not have the pinned SHA-256 $sha256" >&2
+  exit 1
+}
+tmp="$(mktemp -d "$cache/extract.XXXXXX")"
+trap 'rm -rf "$tmp"' EXIT
+python3 - "$cache/$wheel" "$tmp" <<'PY'
+import sys, zipfile
+prefix = "onnx/backend/test/data/node/"
+with zipfile.ZipFile(sys.argv[1]) as z:
+    names = [n for n in z.namelist() if n.startswith(prefix) and not n.endswith("/")]
+    for n in names:
+        if ".." in n.split("/"):
+            sys.exit("fetch_onnx_tests: unsafe path in the wheel: " + n)
+    z.extractall(sys.argv[2], names)
+PY
+rm -rf "$dest"
+mkdir -p "$dest"
+mv "$tmp/onnx/backend/test/data/node" "$dest/node"
+count=$(find "$dest/node" -mindepth 1 -maxdepth 1 -type d | wc -l)
+touch "$dest/node/.complete"
+echo "fetch_onnx_tests: $count node tests in $dest/node" >&2
+echo "$dest/node"
