@@ -1,5 +1,5 @@
 // Micro-benchmarks of single ops through Session, per tier: softmax, layernorm, GEMM (+bias +GELU),
-// conv (+bias +ReLU). Each checks its result against a double-precision reference computed here and
+// conv (+bias +ReLU), ReduceMean, GlobalAveragePool. Each checks its result against a double-precision reference computed here and
 // reports FLOP/s or bytes/s as a fraction of the machine's measured ceilings (bench/ceilings.h).
 #include <benchmark/benchmark.h>
 
@@ -73,6 +73,38 @@ OpCase layernorm_case(int64_t rows, int64_t cols) {
   return {g.build(), {{"x", xt}}, ref, 2.0 * 4 * double(xt.numel()), 0};
 }
 
+// ReduceMean over the last axis of [a, b, c], keepdims (a reduction of short contiguous rows).
+OpCase reduce_mean_case(int64_t a, int64_t b, int64_t c) {
+  GraphBuilder g;
+  int x = g.input("x", DType::Float32, {a, b, c});
+  g.output(g.node(Op::ReduceMean, {x}, {{"axes", GraphBuilder::attr_ints({-1})}}));
+  Tensor xt = random_tensor({a, b, c}, 11);
+  Tensor ref = Tensor::empty(DType::Float32, {a, b, 1});
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < a * b; ++r) {
+    double sum = 0;
+    for (int64_t k = 0; k < c; ++k) sum += xt.data<float>()[r * c + k];
+    ref.data<float>()[r] = float(sum / double(c));
+  }
+  return {g.build(), {{"x", xt}}, ref, 4.0 * double(xt.numel() + ref.numel()), 0};
+}
+
+// GlobalAveragePool over [n, ch, hw, hw] (a CNN's head).
+OpCase global_average_pool_case(int64_t n, int64_t ch, int64_t hw) {
+  GraphBuilder g;
+  int x = g.input("x", DType::Float32, {n, ch, hw, hw});
+  g.output(g.node(Op::GlobalAveragePool, {x}));
+  Tensor xt = random_tensor({n, ch, hw, hw}, 12);
+  Tensor ref = Tensor::empty(DType::Float32, {n, ch, 1, 1});
+#pragma omp parallel for schedule(static)
+  for (int64_t p = 0; p < n * ch; ++p) {
+    double sum = 0;
+    for (int64_t k = 0; k < hw * hw; ++k) sum += xt.data<float>()[p * hw * hw + k];
+    ref.data<float>()[p] = float(sum / double(hw * hw));
+  }
+  return {g.build(), {{"x", xt}}, ref, 4.0 * double(xt.numel() + ref.numel()), 0};
+}
+
 // GELU as PyTorch exports it (opset 17 has no Gelu op): x * 0.5 * (1 + erf(x / sqrt(2))).
 int gelu(GraphBuilder& g, int x) {
   auto c = [&](const char* name, float v) { return g.constant(name, Tensor::scalar<float>(v)); };
@@ -138,6 +170,14 @@ const OpCase& get_case(const std::string& name) {
       {"layernorm", [] { return layernorm_case(8192, 1024); }},
       {"gemm_bias_gelu", [] { return gemm_case(1024, 1024, 1024); }},
       {"conv_bias_relu", [] { return conv_case(4, 64, 56); }},
+      // The reductions of issue 10 at model shapes: BERT-base's attention softmax ([8,12,128,128]
+      // as its 12288 rows of 128) and layernorm ([8,128,768] as 1024 rows), a mean over short
+      // rows, MobileNetV2's and a ResNet stage's global pools.
+      {"softmax_attention", [] { return softmax_case(8 * 12 * 128, 128); }},
+      {"layernorm_bert", [] { return layernorm_case(8 * 128, 768); }},
+      {"reducemean_rows64", [] { return reduce_mean_case(64, 1024, 64); }},
+      {"global_avgpool_1280x7x7", [] { return global_average_pool_case(1, 1280, 7); }},
+      {"global_avgpool_32x256x56x56", [] { return global_average_pool_case(32, 256, 56); }},
   };
   auto it = cache.find(name);
   if (it == cache.end()) it = cache.emplace(name, makers.at(name)()).first;
@@ -180,7 +220,9 @@ void run_case(benchmark::State& state, const std::string& name, Tier tier) {
 }
 
 void register_all() {
-  for (const char* name : {"softmax", "layernorm", "gemm_bias_gelu", "conv_bias_relu"})
+  for (const char* name : {"softmax", "layernorm", "gemm_bias_gelu", "conv_bias_relu", "softmax_attention",
+                           "layernorm_bert", "reducemean_rows64", "global_avgpool_1280x7x7",
+                           "global_avgpool_32x256x56x56"})
     for (Tier tier : {Tier::Interp, Tier::Cpu})
       benchmark::RegisterBenchmark((std::string(name) + "/" + tier_name(tier)).c_str(),
                                    [name = std::string(name), tier](benchmark::State& s) { run_case(s, name, tier); })
