@@ -231,6 +231,34 @@ TEST(ArgLowering, ArgMaxAndArgMinWithKeepdimsAndLastIndexMatchInterpreter) {
   expect_matches(make_case(Op::ArgMax, {nan_first}, {{"axis", int_attr(1)}}), "ArgMax: a NaN wins");
 }
 
+// What the interpreter rejects, the lowering rejects with the same code, naming the node.
+void expect_error(const Case& c, ErrorCode code, const std::string& what) {
+  SCOPED_TRACE(what);
+  try {
+    interpret(c);
+    ADD_FAILURE() << "the interpreter accepted it";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), code) << e.what();
+  }
+  try {
+    compile(c);
+    ADD_FAILURE() << "the lowering accepted it";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), code) << e.what();
+    EXPECT_NE(std::string(e.what()).find(c.node.name), std::string::npos) << e.what();
+  }
+}
+
+TEST(ReduceLowering, BadAttributesAndShapesAreTheInterpretersErrorsNamingTheNode) {
+  Tensor x = random_tensor(DType::Float32, {3, 4}, -1, 1, 40);
+  expect_error(make_case(Op::ReduceSum, {x}, {{"axes", ints_attr({2})}}), ErrorCode::InvalidModel, "axis out of range");
+  expect_error(make_case(Op::ReduceMax, {x}, {{"axes", ints_attr({1, -1})}}), ErrorCode::InvalidModel, "repeated axis");
+  expect_error(make_case(Op::Softmax, {x}, {{"axis", int_attr(-3)}}), ErrorCode::InvalidModel, "softmax axis");
+  expect_error(make_case(Op::LayerNormalization, {x, random_tensor(DType::Float32, {3}, -1, 1, 41)}),
+               ErrorCode::InvalidArgument, "scale that does not broadcast");
+  expect_error(make_case(Op::GlobalAveragePool, {x}), ErrorCode::InvalidArgument, "global pool of rank 2");
+}
+
 TEST(ArgLowering, AnEmptyAxisIsInvalidArgumentNamingTheNode) {
   Case c = make_case(Op::ArgMax, {Tensor::empty(DType::Float32, {2, 0})}, {{"axis", int_attr(1)}});
   try {
