@@ -7,11 +7,14 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <array>
+#include <cstdlib>
 #include <cstring>
 #include <unordered_map>
 #include <vector>
 
 #include "interp/error.h"
+#include "interp/interpreter.h"
 #include "interp/omp_threads.h"
 #include "interp/ops/conv.h"
 
@@ -77,6 +80,7 @@ void execute(const dnnl::primitive& p, const memory::desc& scratch, std::unorder
 
 void append_activation(dnnl::post_ops& ops, const DnnlActivation& a) {
   if (a.kind == DnnlActivation::Kind::Relu) ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+  if (a.kind == DnnlActivation::Kind::Clip) ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_clip, a.lo, a.hi);
 }
 
 // oneDNN's Relu (and Clip) post-op is the interpreter's Relu on finite values only, and what it
@@ -96,15 +100,35 @@ bool all_finite(const float* p, size_t n, int threads) {
   return top != 0x7f800000u;
 }
 
+// The interpreter's Relu and Clip: NaN stays.
+float activate(const DnnlActivation& a, float x) {
+  switch (a.kind) {
+    case DnnlActivation::Kind::Relu: return x < 0.0f ? 0.0f : x;
+    case DnnlActivation::Kind::Clip: {
+      const float r = x < a.lo ? a.lo : x;
+      return r > a.hi ? a.hi : r;
+    }
+    default: return x;
+  }
+}
+
 void apply_activation(const DnnlActivation& a, float* p, size_t n) {
-  if (a.kind == DnnlActivation::Kind::Relu)
-    for (size_t i = 0; i < n; ++i) p[i] = p[i] < 0.0f ? 0.0f : p[i];  // NaN stays, as in the interpreter
+  if (a.kind != DnnlActivation::Kind::None)
+    for (size_t i = 0; i < n; ++i) p[i] = activate(a, p[i]);
 }
 
 std::string dims_str(const Dims& d) { return shape_str(Shape(d.begin(), d.end())); }
 std::string dims_str(const memory::desc& d) { return dims_str(d.dims()); }
+std::string activation_name(const DnnlActivation& a) {
+  switch (a.kind) {
+    case DnnlActivation::Kind::Relu: return "relu";
+    case DnnlActivation::Kind::Clip: return "clip(" + std::to_string(a.lo) + ", " + std::to_string(a.hi) + ")";
+    default: return "none";
+  }
+}
 std::string activation_text(const DnnlActivation& a) {
-  return a.kind == DnnlActivation::Kind::Relu ? "; post-op relu (fused on inputs that are all finite)" : "";
+  return a.kind == DnnlActivation::Kind::None ? ""
+                                              : "; post-op " + activation_name(a) + " (fused on inputs that are all finite)";
 }
 
 // The number of floats a plain memory descriptor spans.
@@ -165,7 +189,7 @@ class EmptySum : public DnnlPrimitive {
       : out_(std::move(out)), sum_(0.0 * sum_scale), addend_(std::move(addend)), activation_(activation) {
     description_ = "no library call (a zero-sized operand or result): dst " + shape_str(out_) + " = " +
                    (addend_.input >= 0 ? "scale * input " + std::to_string(addend_.input) + " broadcast" : "0") +
-                   (activation_.kind == DnnlActivation::Kind::Relu ? ", then relu" : "");
+                   (activation_.kind != DnnlActivation::Kind::None ? ", then " + activation_name(activation_) : "");
   }
   const Shape& output_shape() const override { return out_; }
   void run(const std::vector<const float*>& in, float* out) const override {
@@ -179,9 +203,7 @@ class EmptySum : public DnnlPrimitive {
         for (size_t d = 0; d < index.size(); ++d) offset += index[d] * addend_.strides[d];
         v += addend_.scale * double(add[offset]);
       }
-      float f = float(v);
-      if (activation_.kind == DnnlActivation::Kind::Relu) f = relu(f);
-      out[i] = f;
+      out[i] = activate(activation_, float(v));
       for (size_t d = index.size(); d-- > 0;) {  // next row-major index
         if (++index[d] < out_[d]) break;
         index[d] = 0;
@@ -190,8 +212,6 @@ class EmptySum : public DnnlPrimitive {
   }
 
  private:
-  // The interpreter's Relu: max(x, 0) with NaN kept.
-  static float relu(float x) { return x < 0.0f ? 0.0f : x; }
   Shape out_;
   double sum_;  // alpha * (an empty sum): 0, or NaN for an infinite or NaN alpha
   Addend addend_;
@@ -339,18 +359,192 @@ std::unique_ptr<DnnlPrimitive> make_gemm(const Node& node, const std::vector<Sha
 
 // ---- Conv ----
 
-class Conv : public DnnlPrimitive {
+// A buffer of the calling thread for a chain's blocked intermediates, at least `bytes` long and
+// 64-byte aligned, kept across calls (a fresh allocation of a few MB per call costs its page
+// faults again each time). Slots: 0 and 1 alternate as one step's source and the next's
+// destination, 2 holds the chain's input reordered, 3 weights reordered at run time.
+float* thread_buffer(size_t slot, size_t bytes) {
+  struct Buffer {
+    std::unique_ptr<float, decltype(&std::free)> data{nullptr, &std::free};
+    size_t bytes = 0;
+  };
+  thread_local std::array<Buffer, 4> pool;
+  Buffer& b = pool.at(slot);
+  if (b.bytes < bytes) {
+    const size_t rounded = (bytes + 63) / 64 * 64;
+    b.data.reset(static_cast<float*>(std::aligned_alloc(64, rounded)));
+    TERRACE_CHECK(b.data, OutOfMemory, "tier 1: no memory for a ", rounded, "-byte convolution buffer");
+    b.bytes = rounded;
+  }
+  return b.data.get();
+}
+
+// Runs a reorder from one memory to another with `threads` OpenMP threads.
+struct Reorder {
+  dnnl::primitive prim;
+  memory::desc scratch;
+  void operator()(const memory& from, const memory& to, int threads) const {
+    execute(prim, scratch, {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}}, threads);
+  }
+};
+Reorder make_reorder(const Node& node, const memory::desc& from, const memory::desc& to, int threads) {
+  return building(node, threads, [&] {
+    dnnl::reorder::primitive_desc pd(cpu_engine(), from, cpu_engine(), to, user_scratchpad());
+    return Reorder{dnnl::reorder(pd), pd.scratchpad_desc()};
+  });
+}
+
+class ConvChain : public DnnlPrimitive {
  public:
-  Conv(const Node& node, const std::vector<Shape>& shapes, const Tensor* constant_weights,
-       const DnnlActivation& activation) {
-    const ops::ConvGeometry g = ops::conv_geometry(node, shapes[0], shapes[1]);
-    out_ = g.out_shape();
-    has_bias_ = shapes.size() == 3;
-    if (has_bias_)
-      TERRACE_CHECK(shapes[2] == Shape{g.cout}, InvalidArgument, node.describe(), ": bias ",
-                    shape_str(shapes[2]), ", expected [", g.cout, "]");
-    Dims src(shapes[0].begin(), shapes[0].end()), dst(out_.begin(), out_.end());
-    Dims w(shapes[1].begin(), shapes[1].end());
+  ConvChain(const std::vector<DnnlChainOp>& ops, const std::vector<Shape>& shapes,
+            const std::vector<const Tensor*>& constants)
+      : input_shapes_(shapes), constant_(shapes.size(), false) {
+    TERRACE_CHECK(!ops.empty() && ops[0].kind == DnnlChainOp::Kind::Conv, Internal,
+                  "tier 1: a convolution chain starts with a Conv");
+    for (size_t i = 0; i < constants.size() && i < shapes.size(); ++i) constant_[i] = constants[i] != nullptr;
+    parse(ops, shapes);
+    bool empty = false;
+    for (const Step& s : steps_)
+      empty = empty || has_zero_dim(s.x_shape) || has_zero_dim(s.w_shape) || has_zero_dim(s.out_shape);
+    out_ = steps_.back().out_shape;
+    description_ = "oneDNN convolution chain of " + std::to_string(steps_.size()) + ":";
+    if (empty) {  // nothing for oneDNN (it divides by zero on such shapes): the reference path
+      reference_only_ = true;
+      description_ += " a zero-sized tensor, run with the interpreter's semantics, no library call";
+      return;
+    }
+    for (size_t i = 0; i < constants.size() && i < shapes.size(); ++i)
+      if (constants[i] && has_activation_ && !all_finite(constants[i]->data<float>(), size_t(constants[i]->numel()), 1))
+        reference_only_ = true;  // non-finite weights: the fused activations would differ
+    // A lone 1x1 convolution keeps plain layouts: measured with one thread on AVX-512, reorders
+    // at its edges cost as much as the blocked kernel saves (e.g. 144->24 channels at 56x56:
+    // 0.134 ms plain, 0.275 ms reordered), while a depthwise 3x3 is 4-7x faster reordered
+    // (0.29 ms against 1.38 at 32 channels, 112x112) and a dense 3x3 1.4x.
+    const bool plain_edges = steps_.size() == 1 && shape_numel(Shape(steps_[0].w_shape.begin() + 2, steps_[0].w_shape.end())) == 1;
+    for (size_t k = 0; k < steps_.size(); ++k) build_step(k, plain_edges, constants);
+    const Step &first = steps_.front(), &last = steps_.back();
+    in_user_ = plain(dims_of(first.x_shape));
+    if (first.src != in_user_) in_reorder_ = make_reorder(first.node, in_user_, first.src, first.threads);
+    out_user_ = plain(dims_of(out_));
+    if (last.dst != out_user_) out_reorder_ = make_reorder(last.node, last.dst, out_user_, last.threads);
+    for (const Step& s : steps_) description_ += "\n  " + s.text;
+    description_ += "\n  layouts: input " + std::string(in_reorder_ ? "reordered from plain" : "plain") + ", output " +
+                    (out_reorder_ ? "reordered to plain" : "plain");
+  }
+
+  const Shape& output_shape() const override { return out_; }
+
+  void run(const std::vector<const float*>& in, float* out) const override {
+    TERRACE_CHECK(in.size() == input_shapes_.size(), Internal, "tier 1: a convolution chain got ", in.size(),
+                  " inputs, not ", input_shapes_.size());
+    if (reference_only_ || (has_activation_ && !inputs_finite(in))) return run_reference(in, out);
+    memory cur;
+    const Step& first = steps_.front();
+    if (in_reorder_) {
+      cur = memory(first.src, cpu_engine(), thread_buffer(2, first.src.get_size()));
+      (*in_reorder_)(wrap(in_user_, in[size_t(first.x)]), cur, first.threads);
+    } else {
+      cur = wrap(first.src, in[size_t(first.x)]);
+    }
+    for (size_t k = 0; k < steps_.size(); ++k) {
+      const Step& s = steps_[k];
+      const bool last = k + 1 == steps_.size();
+      memory dst = last && !out_reorder_ ? wrap(s.dst, out)
+                                         : memory(s.dst, cpu_engine(), thread_buffer(k % 2, s.dst.get_size()));
+      if (s.sum_input >= 0) s.sum_reorder(wrap(s.sum_user, in[size_t(s.sum_input)]), dst, s.threads);
+      memory w = s.weights;
+      if (!w) {
+        memory user = wrap(s.user_w, in[size_t(s.w)]);
+        if (s.w_reorder) {
+          w = memory(s.w_desc, cpu_engine(), thread_buffer(3, s.w_desc.get_size()));
+          (*s.w_reorder)(user, w, s.threads);
+        } else {
+          w = user;
+        }
+      }
+      std::unordered_map<int, memory> args{{DNNL_ARG_SRC, cur}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_DST, dst}};
+      if (s.b >= 0) args.emplace(DNNL_ARG_BIAS, wrap(s.bias, in[size_t(s.b)]));
+      execute(s.conv, s.scratch, std::move(args), s.threads);
+      cur = dst;
+    }
+    if (out_reorder_) (*out_reorder_)(cur, wrap(out_user_, out), steps_.back().threads);
+  }
+
+ private:
+  struct Step {
+    Node node;                   // the Conv
+    int x = -1, w = -1, b = -1;  // chain inputs; x = -1: the previous step's result
+    Shape x_shape, w_shape, out_shape;
+    // In order after the convolution: an activation, or a sum of chain input `sum` (activation None).
+    struct Post {
+      DnnlActivation activation;
+      int sum = -1;
+    };
+    std::vector<Post> post;
+    int sum_input = -1;
+    int threads = 1;
+    dnnl::primitive conv;
+    memory::desc scratch, src, dst, user_w, w_desc, bias, sum_user;
+    memory weights;                   // constant weights in the primitive's layout
+    std::optional<Reorder> w_reorder;  // weights given at run time, into the primitive's layout
+    Reorder sum_reorder;              // the residual, from plain into dst's layout
+    std::string text;
+  };
+
+  static Dims dims_of(const Shape& s) { return Dims(s.begin(), s.end()); }
+
+  // The ops as steps: each Conv and the activations and Add after it; checks the chain's form.
+  void parse(const std::vector<DnnlChainOp>& ops, const std::vector<Shape>& shapes) {
+    auto input_shape = [&](const DnnlChainOp& op, int i) -> const Shape& {
+      TERRACE_CHECK(i >= 0 && size_t(i) < shapes.size(), Internal, op.node.describe(),
+                    ": a chain op reads input ", i, " of ", shapes.size());
+      return shapes[size_t(i)];
+    };
+    for (size_t k = 0; k < ops.size(); ++k) {
+      const DnnlChainOp& op = ops[k];
+      if (op.kind == DnnlChainOp::Kind::Conv) {
+        TERRACE_CHECK(op.inputs.size() == 2 || op.inputs.size() == 3, InvalidArgument, op.node.describe(),
+                      ": Conv takes 2 or 3 inputs");
+        TERRACE_CHECK((k == 0) == (op.inputs[0] >= 0) && op.inputs[1] >= 0 && (op.inputs.size() == 2 || op.inputs[2] >= 0),
+                      Internal, op.node.describe(), ": a chained Conv reads the previous result as x only");
+        Step s;
+        s.node = op.node;
+        s.x = op.inputs[0];
+        s.w = op.inputs[1];
+        s.b = op.inputs.size() == 3 ? op.inputs[2] : -1;
+        s.x_shape = k == 0 ? input_shape(op, s.x) : steps_.back().out_shape;
+        s.w_shape = input_shape(op, s.w);
+        const ops::ConvGeometry g = ops::conv_geometry(op.node, s.x_shape, s.w_shape);
+        s.out_shape = g.out_shape();
+        if (s.b >= 0)
+          TERRACE_CHECK(input_shape(op, s.b) == Shape{g.cout}, InvalidArgument, op.node.describe(), ": bias ",
+                        shape_str(input_shape(op, s.b)), ", expected [", g.cout, "]");
+        steps_.push_back(std::move(s));
+        continue;
+      }
+      TERRACE_CHECK(k > 0, Internal, op.node.describe(), ": a chain starts with a Conv");
+      Step& s = steps_.back();
+      if (op.kind == DnnlChainOp::Kind::Activation) {
+        TERRACE_CHECK(op.activation.kind != DnnlActivation::Kind::None, Internal, op.node.describe(), ": no activation");
+        s.post.push_back({op.activation, -1});
+        has_activation_ = true;
+      } else {
+        TERRACE_CHECK(ops[k - 1].kind == DnnlChainOp::Kind::Conv && s.sum_input < 0 && op.inputs.size() == 1 &&
+                          op.inputs[0] >= 0,
+                      Internal, op.node.describe(), ": a chained Add follows a Conv and reads one chain input");
+        TERRACE_CHECK(input_shape(op, op.inputs[0]) == s.out_shape, NotImplemented, op.node.describe(),
+                      ": tier 1 fuses an Add of equal shapes only, not ", shape_str(input_shape(op, op.inputs[0])),
+                      " and ", shape_str(s.out_shape));
+        s.sum_input = op.inputs[0];
+        s.post.push_back({{}, op.inputs[0]});
+      }
+    }
+  }
+
+  void build_step(size_t k, bool plain_edges, const std::vector<const Tensor*>& constants) {
+    Step& s = steps_[k];
+    const ops::ConvGeometry g = ops::conv_geometry(s.node, s.x_shape, s.w_shape);
+    Dims w = dims_of(s.w_shape);
     if (g.group > 1) {  // [M, C/G, k...] -> [G, M/G, C/G, k...], the same bytes
       w[0] = g.cout_g();
       w.insert(w.begin(), g.group);
@@ -358,77 +552,107 @@ class Conv : public DnnlPrimitive {
     Dims strides(g.strides.begin(), g.strides.end()), pad_l(g.pads_begin.begin(), g.pads_begin.end()),
         pad_r(g.pads_end.begin(), g.pads_end.end()), dil(g.dilations.size());
     for (size_t i = 0; i < dil.size(); ++i) dil[i] = g.dilations[i] - 1;  // oneDNN counts the gaps
-    src_ = plain(src);
-    dst_ = plain(dst);
-    user_w_ = plain(w);
-    bias_ = plain({g.cout});
-    // Constant weights may take the layout oneDNN prefers; they are reordered once, below.
-    memory::desc w_any(w, memory::data_type::f32, memory::format_tag::any);
-    prims_.threads = threads_for(double(shape_numel(out_)) * double(g.cin_g()) * double(g.kernel_size()));
-    prims_.activation = activation;
-    // `weights`: the layout the weights are given in (or `any`, for oneDNN to choose).
-    auto build = [&](const DnnlActivation& act, const memory::desc& weights, dnnl::primitive& prim,
-                     memory::desc& scratch) {
-      return building(node, prims_.threads, [&] {
-        dnnl::convolution_forward::desc d =
-            has_bias_ ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
-                                                        dnnl::algorithm::convolution_direct, src_, weights,
-                                                        bias_, dst_, strides, dil, pad_l, pad_r)
-                      : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
-                                                        dnnl::algorithm::convolution_direct, src_, weights,
-                                                        dst_, strides, dil, pad_l, pad_r);
-        dnnl::post_ops ops;
-        append_activation(ops, act);
-        dnnl::primitive_attr attr = user_scratchpad();
-        attr.set_post_ops(ops);
-        dnnl::convolution_forward::primitive_desc pd(d, attr, cpu_engine());
-        prim = dnnl::convolution_forward(pd);
-        scratch = pd.scratchpad_desc();
-        return pd;
-      });
-    };
-    auto pd = build(activation, constant_weights ? w_any : user_w_, prims_.fused, prims_.fused_scratch);
-    // The unfused twin reads the weights in the layout the fused one chose.
-    if (prims_.has_activation()) build({}, pd.weights_desc(), prims_.plain, prims_.plain_scratch);
-    const int threads = prims_.threads;
-    description_ = "oneDNN convolution_forward (" + node.describe() + "): src " + dims_str(src_) + ", weights " +
-                   dims_str(user_w_) + (constant_weights ? " (constant, reordered once)" : "") +
-                   (has_bias_ ? ", bias " + dims_str(bias_) : "") + " -> dst " + dims_str(dst_) + "; strides " +
-                   dims_str(strides) + ", dilations (gaps) " + dims_str(dil) + ", pads " + dims_str(pad_l) + " " +
-                   dims_str(pad_r) + ", groups " + std::to_string(g.group) + activation_text(activation) + "; " +
-                   std::to_string(threads) + " OpenMP threads";
-    if (constant_weights) {
-      weights_finite_ = all_finite(constant_weights->data<float>(), size_t(constant_weights->numel()), threads);
-      weights_ = memory(pd.weights_desc(), cpu_engine());
-      building(node, threads, [&] {
-        memory user = wrap(user_w_, constant_weights->data<float>());
-        dnnl::reorder::primitive_desc rpd(cpu_engine(), user.get_desc(), cpu_engine(), weights_.get_desc(), user_scratchpad());
-        execute(dnnl::reorder(rpd), rpd.scratchpad_desc(), {{DNNL_ARG_FROM, user}, {DNNL_ARG_TO, weights_}}, threads);
-        return 0;
-      });
+    s.user_w = plain(w);
+    s.bias = plain({g.cout});
+    s.threads = threads_for(double(shape_numel(s.out_shape)) * double(g.cin_g()) * double(g.kernel_size()));
+    auto any = [](const Dims& d) { return memory::desc(d, memory::data_type::f32, memory::format_tag::any); };
+    const memory::desc src = plain_edges ? plain(dims_of(s.x_shape)) : any(dims_of(s.x_shape));
+    const memory::desc dst = plain_edges ? plain(dims_of(s.out_shape)) : any(dims_of(s.out_shape));
+    const Tensor* constant_w = size_t(s.w) < constants.size() ? constants[size_t(s.w)] : nullptr;
+    auto pd = building(s.node, s.threads, [&] {
+      const memory::desc weights = any(w);
+      dnnl::convolution_forward::desc d =
+          s.b >= 0 ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
+                                                     dnnl::algorithm::convolution_direct, src, weights, s.bias, dst,
+                                                     strides, dil, pad_l, pad_r)
+                   : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
+                                                     dnnl::algorithm::convolution_direct, src, weights, dst, strides,
+                                                     dil, pad_l, pad_r);
+      dnnl::post_ops post;
+      for (const Step::Post& p : s.post) {
+        if (p.sum >= 0) post.append_sum(1.0f);  // dst = conv + dst, dst holding the residual
+        else append_activation(post, p.activation);
+      }
+      dnnl::primitive_attr attr = user_scratchpad();
+      attr.set_post_ops(post);
+      return dnnl::convolution_forward::primitive_desc(d, attr, cpu_engine());
+    });
+    s.conv = dnnl::convolution_forward(pd);
+    s.scratch = pd.scratchpad_desc();
+    s.src = pd.src_desc();
+    s.dst = pd.dst_desc();
+    s.w_desc = pd.weights_desc();
+    if (s.sum_input >= 0) {
+      s.sum_user = plain(dims_of(s.out_shape));
+      s.sum_reorder = make_reorder(s.node, s.sum_user, s.dst, s.threads);
     }
-  }
-  const Shape& output_shape() const override { return out_; }
-  void run(const std::vector<const float*>& in, float* out) const override {
-    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, wrap(src_, in[0])},
-                                         {DNNL_ARG_WEIGHTS, weights_ ? weights_ : wrap(user_w_, in[1])},
-                                         {DNNL_ARG_DST, wrap(dst_, out)}};
-    if (has_bias_) args.emplace(DNNL_ARG_BIAS, wrap(bias_, in.at(2)));
-    const int t = prims_.threads;
-    auto finite = [&] {
-      return all_finite(in[0], floats_of(src_), t) && (weights_ ? weights_finite_ : all_finite(in[1], floats_of(user_w_), t)) &&
-             (!has_bias_ || all_finite(in[2], floats_of(bias_), t));
-    };
-    prims_.run(std::move(args), finite, out, size_t(shape_numel(out_)));
+    if (constant_w) {
+      s.weights = memory(s.w_desc, cpu_engine());
+      make_reorder(s.node, s.user_w, s.w_desc, s.threads)(wrap(s.user_w, constant_w->data<float>()), s.weights, s.threads);
+    } else if (s.w_desc != s.user_w) {
+      s.w_reorder = make_reorder(s.node, s.user_w, s.w_desc, s.threads);
+    }
+    s.text = "convolution_forward (" + s.node.describe() + ", " + pd.impl_info_str() + "): src " +
+             dims_str(s.x_shape.empty() ? Dims{} : dims_of(s.x_shape)) + ", weights " + dims_str(w) +
+             (constant_w ? " (constant, reordered once)" : s.w_reorder ? " (reordered each call)" : "") +
+             (s.b >= 0 ? ", bias" : "") + " -> dst " + dims_str(dims_of(s.out_shape)) + "; strides " +
+             dims_str(strides) + ", dilations (gaps) " + dims_str(dil) + ", pads " + dims_str(pad_l) + " " +
+             dims_str(pad_r) + ", groups " + std::to_string(g.group) + "; post-ops:";
+    for (const Step::Post& p : s.post)
+      s.text += p.sum >= 0 ? " sum(input " + std::to_string(p.sum) + ")" : " " + activation_name(p.activation);
+    if (s.post.empty()) s.text += " none";
+    s.text += "; " + std::to_string(s.threads) + " OpenMP threads";
   }
 
- private:
+  // Every input that is not a constant (constants were checked once) holds finite values only.
+  bool inputs_finite(const std::vector<const float*>& in) const {
+    for (size_t i = 0; i < in.size(); ++i)
+      if (!constant_[i] && in[i] && !all_finite(in[i], size_t(shape_numel(input_shapes_[i])), steps_[0].threads))
+        return false;
+    return true;
+  }
+
+  // The chain with the interpreter's semantics: its Conv kernel (double accumulation), then the
+  // post-ops one by one as the interpreter's Relu, Clip and Add compute them. For zero-sized
+  // tensors (nothing reaches oneDNN) and inputs that are not all finite (oneDNN's fused
+  // activations treat infinities and NaN unlike the interpreter, see all_finite).
+  void run_reference(const std::vector<const float*>& in, float* out) const {
+    auto tensor_of = [&](int i) {
+      Tensor t = Tensor::empty(DType::Float32, input_shapes_[size_t(i)]);
+      if (t.numel() > 0) std::memcpy(t.data<float>(), in[size_t(i)], t.nbytes());
+      return RValue(std::move(t));
+    };
+    Tensor cur;
+    for (size_t k = 0; k < steps_.size(); ++k) {
+      const Step& s = steps_[k];
+      RValue x = k == 0 ? tensor_of(s.x) : RValue(cur), w = tensor_of(s.w), b;
+      std::vector<const RValue*> args{&x, &w};
+      if (s.b >= 0) {
+        b = tensor_of(s.b);
+        args.push_back(&b);
+      }
+      cur = interpret_node(s.node, args).at(0).tensor;
+      float* y = cur.data<float>();
+      const size_t n = size_t(cur.numel());
+      for (const Step::Post& p : s.post) {
+        if (p.sum < 0) {
+          apply_activation(p.activation, y, n);
+          continue;
+        }
+        const float* r = in[size_t(p.sum)];
+        for (size_t i = 0; i < n; ++i) y[i] = y[i] + r[i];
+      }
+    }
+    if (cur.numel() > 0) std::memcpy(out, cur.data<float>(), cur.nbytes());
+  }
+
+  std::vector<Shape> input_shapes_;
+  std::vector<bool> constant_;
+  std::vector<Step> steps_;
   Shape out_;
-  bool has_bias_ = false;
-  memory::desc src_, dst_, user_w_, bias_;
-  memory weights_;  // the constant weights in oneDNN's layout, when known at compile time
-  bool weights_finite_ = true;
-  Activated prims_;
+  bool reference_only_ = false, has_activation_ = false;
+  memory::desc in_user_, out_user_;
+  std::optional<Reorder> in_reorder_, out_reorder_;
 };
 
 // A Conv whose input, weights or output hold no element, as an EmptySum; nullptr otherwise.
@@ -449,6 +673,12 @@ std::unique_ptr<DnnlPrimitive> make_empty_conv(const Node& node, const std::vect
 }
 
 }  // namespace
+
+std::unique_ptr<DnnlPrimitive> make_dnnl_conv_chain(const std::vector<DnnlChainOp>& ops,
+                                                    const std::vector<Shape>& input_shapes,
+                                                    const std::vector<const Tensor*>& constants) {
+  return std::make_unique<ConvChain>(ops, input_shapes, constants);
+}
 
 std::string dnnl_can_compile(const Node& node, const std::vector<DType>& dtypes,
                              const std::vector<std::optional<size_t>>& ranks) {
@@ -472,8 +702,10 @@ std::unique_ptr<DnnlPrimitive> make_dnnl_primitive(const Node& node, const std::
       TERRACE_CHECK(shapes.size() == 2 || shapes.size() == 3, InvalidArgument, node.describe(),
                     ": Conv takes 2 or 3 inputs");
       if (auto empty = make_empty_conv(node, shapes, activation)) return empty;
-      const Tensor* w = constants.size() > 1 ? constants[1] : nullptr;
-      return std::make_unique<Conv>(node, shapes, w, activation);
+      std::vector<DnnlChainOp> chain{{DnnlChainOp::Kind::Conv, node, shapes.size() == 3 ? std::vector<int>{0, 1, 2} : std::vector<int>{0, 1}, {}}};
+      if (activation.kind != DnnlActivation::Kind::None)
+        chain.push_back({DnnlChainOp::Kind::Activation, node, {}, activation});
+      return std::make_unique<ConvChain>(chain, shapes, constants);
     }
     default: fail(ErrorCode::NotImplemented, node.describe(), ": no oneDNN kernel for ", op_name(node.op));
   }

@@ -25,23 +25,49 @@ class DnnlPrimitive {
   std::string description_;
 };
 
+// An activation applied to a primitive's result before it is stored (a oneDNN post-op): the Relu
+// or Clip (Relu6 in MobileNets) that follows a convolution or a product in many models, fused
+// instead of a pass of its own. Both are monotone and 1-Lipschitz, so a bound on the error before
+// them holds after them too. On inputs that are not all finite, the activation is applied with the
+// interpreter's semantics instead (see all_finite in dnnl_ops.cpp).
+struct DnnlActivation {
+  enum class Kind { None, Relu, Clip } kind = Kind::None;
+  float lo = 0.0f, hi = 0.0f;  // Clip's bounds, lo <= hi
+};
+
 // ONNX MatMul (numpy broadcasting of batch dimensions, 1-D operands promoted), Gemm (transA,
 // transB, alpha, beta, C broadcast to the output) and Conv (1-3 spatial dimensions, groups, pads,
 // auto_pad, strides, dilations, optional bias). `constants[i]`, when set, is the value of input i
 // known at compile time (an initializer): a convolution's weights are then reordered once, here,
 // into the layout oneDNN prefers. Throws Error(NotImplemented) naming the node and what is not
 // supported, and Error(CompileFailed) with oneDNN's message when it builds no primitive.
-// An activation applied to the primitive's result before it is stored (a oneDNN post-op): the
-// Relu that follows a convolution or a product in many models, fused instead of a pass of its own.
-// (Clip as a post-op was measured and left out: with the plain layouts here, oneDNN 2.6's
-// im2col+GEMM convolution applies it slowly, and MobileNetV2 took 70-126 ms instead of 33.)
-struct DnnlActivation {
-  enum class Kind { None, Relu } kind = Kind::None;
-};
-
 std::unique_ptr<DnnlPrimitive> make_dnnl_primitive(const Node& node, const std::vector<Shape>& input_shapes,
                                                    const std::vector<const Tensor*>& constants,
                                                    DnnlActivation activation = {});
+
+// One op of a convolution chain (make_dnnl_conv_chain). `inputs` name chain inputs by index, -1
+// for the previous op's result: a Conv's x, w and optional b; an Add's other operand.
+struct DnnlChainOp {
+  enum class Kind { Conv, Activation, Add } kind = Kind::Conv;
+  Node node;                    // the ONNX node (a Conv's attributes; names in errors)
+  std::vector<int> inputs;
+  DnnlActivation activation;    // Kind::Activation
+};
+
+// Convolutions one after the other, each with the activations and the residual Add that follow it
+// as post-ops (ResNet's Conv-Relu-Conv-Relu-Conv-Add-Relu, MobileNetV2's Conv-Clip-Conv-Clip-Conv),
+// run in the layouts oneDNN chooses (blocked, e.g. nChw16c on AVX-512): the chain's input is
+// reordered from plain NCHW once, the intermediates never leave the blocked layout, the result is
+// reordered back once; constant weights are reordered once, here. The first op is a Conv reading
+// a chain input; each later Conv reads the previous op's result, an activation follows a Conv or
+// an Add, an Add follows a Conv and reads a chain input of its result's shape. A single Conv
+// whose kernel is 1x1 keeps plain layouts (as fast as reordering at its edges, measured). A chain
+// with a zero-sized tensor never reaches oneDNN, and one whose inputs are not all finite runs
+// with the interpreter's semantics (its Conv kernel and its activations). run() takes the chain
+// inputs in order.
+std::unique_ptr<DnnlPrimitive> make_dnnl_conv_chain(const std::vector<DnnlChainOp>& ops,
+                                                    const std::vector<Shape>& input_shapes,
+                                                    const std::vector<const Tensor*>& constants);
 
 // "" when make_dnnl_primitive handles this node with float32 inputs of these ranks (shapes may
 // still be refused at compile time), else the reason.

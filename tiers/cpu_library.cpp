@@ -4,6 +4,8 @@
 #ifdef TERRACE_HAVE_CPU_JIT
 #include <algorithm>
 #include <cmath>
+#include <limits>
+#include <map>
 #include <optional>
 
 #include "interp/interpreter.h"
@@ -11,11 +13,43 @@
 namespace terrace::cpu_library {
 namespace {
 
-// The oneDNN activation a node can be: a Relu.
-std::optional<jit::DnnlActivation> activation_of(const Graph&, const Node& n) {
+// An initializer that no caller can replace (not also a graph input), or nullptr.
+const Tensor* constant_of(const Graph& g, int v) {
+  if (v < 0) return nullptr;
+  auto init = g.initializers.find(v);
+  if (init == g.initializers.end() || std::find(g.inputs.begin(), g.inputs.end(), v) != g.inputs.end()) return nullptr;
+  return &init->second;
+}
+
+// A Clip bound: an absent one is no bound; a present one must be a constant float32 scalar.
+std::optional<float> clip_bound(const Graph& g, const Node& n, size_t index, float none) {
+  if (n.inputs.size() <= index || n.inputs[index] < 0) return none;
+  const Tensor* t = constant_of(g, n.inputs[index]);
+  if (!t || t->dtype() != DType::Float32 || t->numel() != 1) return std::nullopt;
+  return t->data<float>()[0];
+}
+
+bool is_float32(const Graph& g, int v) {
+  const ValueInfo& info = g.values[size_t(v)].info;
+  return info.kind == ValueKind::Tensor && info.dtype == DType::Float32;
+}
+
+// The oneDNN activation a node can be: a Relu, or a Clip with constant bounds lo <= hi (opset 11+
+// inputs, or opset 6 attributes); both are monotone and 1-Lipschitz, so an error bound before
+// them holds after them.
+std::optional<jit::DnnlActivation> activation_of(const Graph& g, const Node& n) {
 #ifdef TERRACE_HAVE_DNNL
-  if (n.op == Op::Relu && n.outputs.size() == 1) return jit::DnnlActivation{jit::DnnlActivation::Kind::Relu};
+  if (n.outputs.size() != 1 || n.inputs.empty() || n.inputs[0] < 0 || !is_float32(g, n.inputs[0])) return std::nullopt;
+  if (n.op == Op::Relu) return jit::DnnlActivation{jit::DnnlActivation::Kind::Relu};
+  if (n.op == Op::Clip) {
+    const float lowest = -std::numeric_limits<float>::max(), highest = std::numeric_limits<float>::max();
+    std::optional<float> lo = clip_bound(g, n, 1, n.attr_float("min", lowest));
+    std::optional<float> hi = clip_bound(g, n, 2, n.attr_float("max", highest));
+    if (lo && hi && std::isfinite(*lo) && std::isfinite(*hi) && *lo <= *hi)
+      return jit::DnnlActivation{jit::DnnlActivation::Kind::Clip, *lo, *hi};
+  }
 #else
+  (void)g;
   (void)n;
 #endif
   return std::nullopt;
@@ -35,6 +69,36 @@ size_t region_input_index(const Region& region, int v) {
   auto it = std::find(region.inputs.begin(), region.inputs.end(), v);
   TERRACE_ASSERT(it != region.inputs.end(), "tier 1: a library op reads a value from inside its region");
   return size_t(it - region.inputs.begin());
+}
+
+// The node that produces v, or nullptr.
+const Node* producer_of(const Graph& g, int v) {
+  const int p = v < 0 ? -1 : g.values[size_t(v)].producer;
+  return p < 0 ? nullptr : &g.nodes[size_t(p)];
+}
+
+// True when `next`, reading `last`'s result as its data input, can be the next Conv of a chain:
+// constant weights and bias, float32, a shape tier 1 runs.
+bool chains_conv(const Graph& g, const Node& last, const Node& next) {
+  if (next.op != Op::Conv || next.inputs.size() < 2 || next.inputs[0] != last.outputs[0] || next.outputs.size() != 1)
+    return false;
+  for (size_t i = 1; i < next.inputs.size(); ++i)
+    if (next.inputs[i] >= 0 && (!constant_of(g, next.inputs[i]) || next.inputs[i] == next.inputs[0])) return false;
+  return can_compile(g, next).empty();
+}
+
+// True when `next` is an Add of `conv`'s result and another value of the same static shape (a
+// residual connection): oneDNN's sum post-op.
+bool chains_add(const Graph& g, const Node& conv, const Node& next) {
+  if (next.op != Op::Add || next.inputs.size() != 2 || next.outputs.size() != 1) return false;
+  const int mine = conv.outputs[0];
+  const int other = next.inputs[0] == mine ? next.inputs[1] : next.inputs[0];
+  if ((next.inputs[0] == mine) == (next.inputs[1] == mine) || other < 0) return false;  // exactly one operand
+  const ValueInfo &a = g.values[size_t(mine)].info, &b = g.values[size_t(other)].info;
+  if (!is_float32(g, other) || !a.shape || !b.shape || a.shape->size() != b.shape->size()) return false;
+  for (size_t d = 0; d < a.shape->size(); ++d)
+    if ((*a.shape)[d] < 0 || (*a.shape)[d] != (*b.shape)[d]) return false;  // known and equal
+  return true;
 }
 
 }  // namespace
@@ -60,71 +124,162 @@ std::string can_compile(const Graph& g, const Node& node) {
 #endif
 }
 
-// A Relu after a library op runs inside its primitive.
-bool absorbs(const Graph& g, const Node& node, const Node& next) {
-  return is_library_op(node.op) && activation_of(g, next).has_value();
+// A library region grows from its op: a MatMul or Gemm takes the activation after it; a Conv
+// takes activations, the next Conv, and a residual Add after a Conv, one after the other.
+bool absorbs(const Graph& g, const Node& last, const Node& next) {
+  if (last.outputs.size() != 1 || last.outputs[0] < 0) return false;
+  const bool activation = activation_of(g, next).has_value();
+  if (last.op == Op::MatMul || last.op == Op::Gemm) return activation;
+  if (last.op == Op::Conv) return activation || chains_conv(g, last, next) || chains_add(g, last, next);
+  // `last` is an activation or an Add already in a Conv's region: the next Conv, or an
+  // activation after an Add.
+  const Node* before = producer_of(g, last.inputs.empty() ? -1 : last.inputs[0]);
+  if (last.op == Op::Add) return activation || chains_conv(g, last, next);
+  if (activation_of(g, last) && before && (before->op == Op::Conv || before->op == Op::Add))
+    return chains_conv(g, last, next);
+  return false;
 }
 
-// For a region of one MatMul, Gemm or Conv: gamma_K * (|A| |B| + |C|), the classic bound on the
-// rounding error of K-term fp32 dot products in any summation order (gamma_K = K u / (1 - K u),
-// u = 2^-24), with K counting the bias and scaling too. |A| |B| is the interpreter's own result
-// on the inputs' absolute values. A wrong kernel is off by the size of the terms, far outside it.
+// The allowance of a library region, computed op by op on the interpreter's values of the
+// region's own intermediates. For y = op(a, b, c) computed in fp32 from a compiled a' with
+// |a' - a| <= E_a (b and c: region inputs, exact):
+//   |y' - y| <= gamma_K (|B| |a'| + |C|) + |B| E_a <= |B| (gamma_K |a| + (1 + gamma_K) E_a) + gamma_K |C|,
+// one run of the op on magnitudes (|B|, |C| for the weights and bias, |alpha|, |beta|), with
+// gamma_K = K u / (1 - K u), u = 2^-24, K the reduction length plus 2 (the bias, the scaling and
+// the interpreter's own rounding of its double result). For a region of one op this is the
+// classic gamma_K (|A| |B| + |C|). Relu and Clip are monotone and 1-Lipschitz: the bound passes
+// through them. An Add of a' and an exact r rounds once: E = (1 + 2u) E_a + 2u |a + r|. A wrong
+// kernel is off by the size of the terms, far outside.
 std::vector<Tensor> error_allowance(const Graph& g, const Region& region, const std::vector<Tensor>& inputs) {
   std::vector<Tensor> out(region.outputs.size());
-  // Relu moves no value further than it was: the bound holds after it too.
-  if (region.nodes.size() > 2 || region.outputs.size() != 1) return out;
-  const Node& node = g.nodes[size_t(region.nodes[0])];
-  if (!is_library_op(node.op)) return out;
-  if (region.nodes.size() == 2 && !activation_of(g, g.nodes[size_t(region.nodes[1])])) return out;
-  Node magnitude = node;
-  magnitude.inputs.clear();
-  std::vector<RValue> abs_inputs;
-  for (int v : node.inputs) {
-    if (v < 0) { magnitude.inputs.push_back(-1); continue; }
-    Tensor t = inputs[region_input_index(region, v)].cast(DType::Float64);
-    for (int64_t i = 0; i < t.numel(); ++i) t.data<double>()[i] = std::abs(t.data<double>()[i]);
-    magnitude.inputs.push_back(int(abs_inputs.size()));
-    abs_inputs.emplace_back(std::move(t));
+  if (region.outputs.size() != 1 || !is_library_op(g.nodes[size_t(region.nodes[0])].op)) return out;
+  const double u = std::ldexp(1.0, -24);
+  std::map<int, Tensor> value, bound;  // per value id: the interpreter's value, its error bound (double)
+  auto value_of = [&](int v) -> const Tensor& {
+    if (auto it = value.find(v); it != value.end()) return it->second;
+    return inputs[region_input_index(region, v)];
+  };
+  auto abs64 = [](const Tensor& t, double scale) {
+    Tensor r = t.cast(DType::Float64);
+    double* p = r.data<double>();
+    for (int64_t i = 0; i < r.numel(); ++i) p[i] = scale * std::abs(p[i]);
+    return r;
+  };
+  for (size_t k = 0; k < region.nodes.size(); ++k) {
+    const Node& node = g.nodes[size_t(region.nodes[k])];
+    const bool last = k + 1 == region.nodes.size();
+    const int result = node.outputs[0];
+    if (is_library_op(node.op)) {
+      const Tensor& a = value_of(node.inputs[0]);
+      const double K = double(reduction_length(node, a.shape(), value_of(node.inputs[1]).shape())) + 2;
+      const double gamma = K * u / (1 - K * u);
+      Tensor z = abs64(a, gamma);  // gamma |a| + (1 + gamma) E_a
+      if (auto e = bound.find(node.inputs[0]); e != bound.end())
+        for (int64_t i = 0; i < z.numel(); ++i) z.data<double>()[i] += (1 + gamma) * e->second.data<double>()[i];
+      Node magnitude = node;
+      for (const char* key : {"alpha", "beta"})
+        if (auto at = magnitude.attrs.find(key); at != magnitude.attrs.end()) at->second.f = std::abs(at->second.f);
+      std::vector<RValue> args;
+      args.reserve(node.inputs.size());
+      std::vector<const RValue*> ptrs;
+      for (size_t i = 0; i < node.inputs.size(); ++i) {
+        if (node.inputs[i] < 0) { ptrs.push_back(nullptr); continue; }
+        args.emplace_back(i == 0 ? z : abs64(value_of(node.inputs[i]), i == 2 ? gamma : 1.0));
+        ptrs.push_back(&args.back());
+      }
+      bound[result] = interpret_node(magnitude, ptrs).at(0).tensor;
+    } else if (node.op == Op::Add) {
+      const int conv = node.inputs[0] == node.inputs[1] ? node.inputs[0]
+                       : bound.count(node.inputs[0])     ? node.inputs[0]
+                                                         : node.inputs[1];
+      Tensor e = bound.at(conv).clone();
+      RValue x(value_of(node.inputs[0])), y(value_of(node.inputs[1]));
+      value[result] = interpret_node(node, {&x, &y}).at(0).tensor;
+      const float* s = value[result].data<float>();
+      for (int64_t i = 0; i < e.numel(); ++i)
+        e.data<double>()[i] = (1 + 2 * u) * e.data<double>()[i] + 2 * u * std::abs(double(s[i]));
+      bound[result] = std::move(e);
+      continue;
+    } else {
+      TERRACE_ASSERT(activation_of(g, node).has_value(), "tier 1: a library region holds a node that is no activation");
+      bound[result] = bound.at(node.inputs[0]);
+    }
+    if (last) break;
+    // The interpreter's value of the result, for the ops after it.
+    std::vector<RValue> args;
+    args.reserve(node.inputs.size());
+    std::vector<const RValue*> ptrs;
+    for (int v : node.inputs) {
+      if (v < 0) { ptrs.push_back(nullptr); continue; }
+      args.emplace_back(value_of(v));
+      ptrs.push_back(&args.back());
+    }
+    value[result] = interpret_node(node, ptrs).at(0).tensor;
   }
-  for (const char* k : {"alpha", "beta"})
-    if (auto a = magnitude.attrs.find(k); a != magnitude.attrs.end()) a->second.f = std::abs(a->second.f);
-  std::vector<const RValue*> args;
-  for (int v : magnitude.inputs) args.push_back(v < 0 ? nullptr : &abs_inputs[size_t(v)]);
-  Tensor m = interpret_node(magnitude, args).at(0).tensor;
-  const double u = std::ldexp(1.0, -24), K = double(reduction_length(node, inputs[0].shape(), inputs[1].shape())) + 2;
-  const double gamma = K * u / (1 - K * u);
-  for (int64_t i = 0; i < m.numel(); ++i) m.data<double>()[i] *= gamma;
-  out[0] = std::move(m);
+  out[0] = bound.at(g.nodes[size_t(region.nodes.back())].outputs[0]);
   return out;
 }
 
-// A MatMul, Gemm or Conv (and the Relu it absorbed): one oneDNN primitive, reading the region's
-// inputs and writing its one output. Inputs that are initializers (and not graph inputs) are
-// handed over at compile time, so that constant weights are laid out once.
+// A MatMul or Gemm (and the activation it absorbed): one oneDNN primitive. A Conv region: a chain
+// of convolutions with their activations and residual Adds in oneDNN's blocked layouts. Inputs
+// that are initializers (and not graph inputs) are handed over at compile time, so that constant
+// weights are laid out once.
 LibraryPart compile_library(const Graph& g, const Region& region, std::vector<kernels::TensorSig>& slots) {
   const Node& node = g.nodes[size_t(region.nodes[0])];
   TERRACE_CHECK(node.outputs.size() == 1 && node.outputs[0] >= 0, NotImplemented, node.describe(),
                 ": tier 1 runs single-output library ops");
-  TERRACE_ASSERT(region.nodes.size() <= 2 && region.outputs.size() == 1,
-                 "tier 1: a library region holds its op and at most its activation");
-  std::optional<jit::DnnlActivation> act;
-  if (region.nodes.size() == 2) act = activation_of(g, g.nodes[size_t(region.nodes[1])]);
-  TERRACE_ASSERT(region.nodes.size() == 1 || act, "tier 1: a library region's second node is no activation");
-  std::vector<Shape> shapes;
-  std::vector<const Tensor*> constants;
+  TERRACE_ASSERT(region.outputs.size() == 1 && region.outputs[0] == g.nodes[size_t(region.nodes.back())].outputs[0],
+                 "tier 1: a library region's one output is its last node's");
   LibraryPart part;
-  for (int v : node.inputs) {
-    if (v < 0) continue;
-    const size_t slot = region_input_index(region, v);
-    shapes.push_back(slots[slot].shape);
-    auto init = g.initializers.find(v);
-    bool constant = init != g.initializers.end() &&
-                    std::find(g.inputs.begin(), g.inputs.end(), v) == g.inputs.end();
-    constants.push_back(constant ? &init->second : nullptr);
-    part.slots.push_back(int(slot));
-  }
   part.node = node.describe();
-  part.primitive = jit::make_dnnl_primitive(node, shapes, constants, act.value_or(jit::DnnlActivation{}));
+  if (node.op != Op::Conv) {
+    TERRACE_ASSERT(region.nodes.size() <= 2, "tier 1: a product's region holds it and at most its activation");
+    std::optional<jit::DnnlActivation> act;
+    if (region.nodes.size() == 2) act = activation_of(g, g.nodes[size_t(region.nodes[1])]);
+    TERRACE_ASSERT(region.nodes.size() == 1 || act, "tier 1: a library region's second node is no activation");
+    std::vector<Shape> shapes;
+    std::vector<const Tensor*> constants;
+    for (int v : node.inputs) {
+      if (v < 0) continue;
+      const size_t slot = region_input_index(region, v);
+      shapes.push_back(slots[slot].shape);
+      constants.push_back(constant_of(g, v));
+      part.slots.push_back(int(slot));
+    }
+    part.primitive = jit::make_dnnl_primitive(node, shapes, constants, act.value_or(jit::DnnlActivation{}));
+  } else {
+    std::vector<Shape> shapes;
+    std::vector<const Tensor*> constants;
+    for (size_t i = 0; i < region.inputs.size(); ++i) {
+      shapes.push_back(slots[i].shape);
+      constants.push_back(constant_of(g, region.inputs[i]));
+      part.slots.push_back(int(i));
+    }
+    std::vector<jit::DnnlChainOp> ops;
+    int previous = -1;  // the value the last op produced
+    for (int n : region.nodes) {
+      const Node& op = g.nodes[size_t(n)];
+      jit::DnnlChainOp c;
+      c.node = op;
+      auto index = [&](int v) { return v == previous ? -1 : v < 0 ? -2 : int(region_input_index(region, v)); };
+      if (op.op == Op::Conv) {
+        c.kind = jit::DnnlChainOp::Kind::Conv;
+        for (int v : op.inputs)
+          if (v >= 0) c.inputs.push_back(index(v));
+      } else if (op.op == Op::Add) {
+        c.kind = jit::DnnlChainOp::Kind::Add;
+        c.inputs.push_back(index(op.inputs[0] == previous ? op.inputs[1] : op.inputs[0]));
+      } else {
+        c.kind = jit::DnnlChainOp::Kind::Activation;
+        std::optional<jit::DnnlActivation> act = activation_of(g, op);
+        TERRACE_ASSERT(act.has_value(), "tier 1: a convolution region holds a node that is no activation");
+        c.activation = *act;
+      }
+      ops.push_back(std::move(c));
+      previous = op.outputs[0];
+    }
+    part.primitive = jit::make_dnnl_conv_chain(ops, shapes, constants);
+  }
   slots.push_back({DType::Float32, part.primitive->output_shape()});
   part.slots.push_back(int(slots.size()) - 1);
   return part;

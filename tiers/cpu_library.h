@@ -1,6 +1,8 @@
-// Tier 1's library regions: a MatMul, Gemm or Conv (and the activation it absorbed) run by a oneDNN
-// primitive, validated against a bound on its own fp32 rounding. tiers/cpu_backend.cpp asks these
-// functions about library ops and hands such regions to compile_library.
+// Tier 1's library regions: a MatMul or Gemm (and the activation it absorbed) run by a oneDNN
+// primitive, or a chain of convolutions (with the Relu/Clip activations and residual Adds after
+// them) run in oneDNN's blocked layouts, validated against a bound on their own fp32 rounding
+// computed op by op. tiers/cpu_backend.cpp asks these functions about library ops and hands such
+// regions to compile_library.
 #pragma once
 #include <memory>
 #include <string>
@@ -13,14 +15,16 @@
 
 namespace terrace::cpu_library {
 
-// True for the ops tier 1 runs through oneDNN, each a region by itself.
+// True for the ops tier 1 runs through oneDNN, each opening a region of its own.
 bool is_library_op(Op op);
 
 // "" when tier 1 compiles `node` (a library op) through oneDNN, else the reason.
 std::string can_compile(const Graph& g, const Node& node);
 
-// True when `next`, the only reader of library op `node`'s result, runs inside its primitive.
-bool absorbs(const Graph& g, const Node& node, const Node& next);
+// True when `next`, the only reader of `last`'s result, joins the library region `last` ends:
+// after a MatMul or Gemm its Relu or Clip; after a Conv its Relu or Clip, the next Conv (constant
+// weights) or a residual Add of a value of the same static shape; after those, as after a Conv.
+bool absorbs(const Graph& g, const Node& last, const Node& next);
 
 // Per region output, the error allowance of a library region (see Backend::error_allowance);
 // undefined tensors for any other region.

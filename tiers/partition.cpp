@@ -88,9 +88,12 @@ Plan partition(const Graph& g, const CompilablePredicate& can_compile,
     for (int u : users[size_t(i)])
       if (--pending[size_t(u)] == 0) make_ready(u);
     if (!by_itself) continue;
-    if (int u = absorbable(i); u >= 0) {
-      ready_compilable.erase(u);
+    // The region grows along the chain of only readers that `absorbs` accepts, each asked about
+    // the region's last node (tier 1: a Relu after a Conv, then the next Conv, ...).
+    for (int last = i, u; (u = absorbable(last)) >= 0; last = u) {
       Region& r = plan.regions[size_t(region_of[size_t(i)])];
+      if (max_nodes > 0 && r.nodes.size() >= max_nodes) break;
+      ready_compilable.erase(u);
       r.nodes.push_back(u);
       r.op_names.push_back(op_name(g.nodes[size_t(u)].op));
       region_of[size_t(u)] = region_of[size_t(i)];

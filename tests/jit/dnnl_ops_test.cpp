@@ -215,6 +215,218 @@ TEST(DnnlOps, FusedReluKeepsTheInterpretersNonFiniteValues) {
       }
 }
 
+// A Clip (MobileNets' Relu6) fused as the primitive's activation gives what the node and then
+// Clip give, on finite inputs and on infinities and NaN (the interpreter's: NaN kept, -inf to lo).
+TEST(DnnlOps, FusedClipMatchesTheTwoOps) {
+  const std::vector<Case> cases = {
+      {Op::Conv, {{1, 4, 9, 9}, {6, 4, 3, 3}, {6}}, {{"pads", std::vector<int64_t>{1, 1, 1, 1}}}},
+      {Op::Conv, {{1, 16, 12, 12}, {16, 1, 3, 3}, {16}}, {{"group", 16}, {"pads", std::vector<int64_t>{1, 1, 1, 1}}}},
+      {Op::Conv, {{1, 32, 14, 14}, {24, 32, 1, 1}}, {}},
+      {Op::Gemm, {{5, 7}, {3, 7}, {3}}, {{"transB", 1}}},
+      {Op::MatMul, {{2, 5, 7}, {7, 3}}, {}},
+  };
+  const jit::DnnlActivation clip{jit::DnnlActivation::Kind::Clip, -0.25f, 0.5f};
+  for (const Case& c : cases)
+    for (bool constant : {false, true})
+      for (int poison = -1; poison < 3; ++poison) {  // none, -inf, NaN, +inf in the first input
+        SCOPED_TRACE(std::string(op_name(c.op)) + " " + shape_str(c.shapes[0]) + " poison " + std::to_string(poison) +
+                     (constant ? " constant weights" : ""));
+        std::vector<Tensor> in = random_inputs(c, 70);
+        if (poison >= 0) {
+          const float bad = poison == 0 ? -INFINITY : poison == 1 ? NAN : INFINITY;
+          for (int64_t i = 0; i < in[0].numel(); i += 53) in[0].data<float>()[i] = bad;
+        }
+        Tensor want = run1(Op::Clip, {run1(c.op, in, c.attrs), Tensor::scalar(clip.lo), Tensor::scalar(clip.hi)});
+        Tensor got = run_primitive(c, in, clip, constant);
+        expect_close(got, want, "fused Clip");
+        if (poison < 0) {
+          bool clipped = false;  // the bounds were reached, so the test sees the post-op at work
+          for (int64_t i = 0; i < got.numel(); ++i) clipped = clipped || got.data<float>()[i] == clip.hi;
+          EXPECT_TRUE(clipped);
+        }
+      }
+}
+
+// ---- Convolution chains (make_dnnl_conv_chain) ----
+
+using Ints = std::vector<int64_t>;
+
+// A chain and its inputs: `ops` read chain inputs by index (-1: the previous op's result).
+struct Chain {
+  std::vector<jit::DnnlChainOp> ops;
+  std::vector<Tensor> inputs;
+  std::vector<bool> constant;  // per input: handed over at compile time
+
+  int input(Tensor t, bool is_constant) {
+    inputs.push_back(std::move(t));
+    constant.push_back(is_constant);
+    return int(inputs.size()) - 1;
+  }
+  void conv(int x, Shape w, bool bias, std::map<std::string, Attr> attrs, bool constant_weights = true) {
+    jit::DnnlChainOp op;
+    op.node = make_node(Op::Conv, bias ? 3 : 2, attrs);
+    op.node.name = "conv" + std::to_string(ops.size());
+    const int64_t cout = w[0];
+    op.inputs = {x, input(random_tensor(DType::Float32, w, -0.5, 0.5, uint32_t(ops.size() + 7), false), constant_weights)};
+    if (bias) op.inputs.push_back(input(random_tensor(DType::Float32, {cout}, -0.5, 0.5, uint32_t(ops.size() + 90), false), true));
+    ops.push_back(std::move(op));
+  }
+  void activation(jit::DnnlActivation a) {
+    jit::DnnlChainOp op;
+    op.kind = jit::DnnlChainOp::Kind::Activation;
+    op.node = make_node(a.kind == jit::DnnlActivation::Kind::Relu ? Op::Relu : Op::Clip, 1);
+    op.activation = a;
+    ops.push_back(std::move(op));
+  }
+  void add(int residual) {
+    jit::DnnlChainOp op;
+    op.kind = jit::DnnlChainOp::Kind::Add;
+    op.node = make_node(Op::Add, 2);
+    op.inputs = {residual};
+    ops.push_back(std::move(op));
+  }
+
+  // The chain op by op on the interpreter.
+  Tensor reference() const {
+    Tensor cur;
+    for (const jit::DnnlChainOp& op : ops) {
+      auto in = [&](int i) { return i < 0 ? cur : inputs[size_t(i)]; };
+      if (op.kind == jit::DnnlChainOp::Kind::Conv) {
+        std::vector<Tensor> args;
+        for (int i : op.inputs) args.push_back(in(i));
+        cur = run_node(op.node, args).at(0);
+      } else if (op.kind == jit::DnnlChainOp::Kind::Add) {
+        cur = run1(Op::Add, {cur, in(op.inputs[0])});
+      } else if (op.activation.kind == jit::DnnlActivation::Kind::Relu) {
+        cur = run1(Op::Relu, {cur});
+      } else {
+        cur = run1(Op::Clip, {cur, Tensor::scalar(op.activation.lo), Tensor::scalar(op.activation.hi)});
+      }
+    }
+    return cur;
+  }
+  std::unique_ptr<jit::DnnlPrimitive> compile() const {
+    std::vector<Shape> shapes;
+    std::vector<const Tensor*> constants;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      shapes.push_back(inputs[i].shape());
+      constants.push_back(constant[i] ? &inputs[i] : nullptr);
+    }
+    return jit::make_dnnl_conv_chain(ops, shapes, constants);
+  }
+  Tensor run(const jit::DnnlPrimitive& prim) const {
+    Tensor got = Tensor::empty(DType::Float32, prim.output_shape());
+    std::vector<const float*> ptrs;
+    for (const Tensor& t : inputs) ptrs.push_back(t.data<float>());
+    prim.run(ptrs, got.data<float>());
+    return got;
+  }
+};
+
+const jit::DnnlActivation kRelu{jit::DnnlActivation::Kind::Relu};
+const jit::DnnlActivation kRelu6{jit::DnnlActivation::Kind::Clip, 0.0f, 6.0f};
+
+// MobileNetV2's inverted residual block: 1x1 expansion, Relu6, depthwise 3x3, Relu6, 1x1 projection,
+// the residual Add.
+Chain inverted_residual(Shape x, int64_t expand, int64_t stride, bool residual) {
+  Chain c;
+  const int64_t cin = x[1], hidden = cin * expand;
+  const int in = c.input(random_tensor(DType::Float32, x, -1, 1, 3, false), false);
+  c.conv(in, {hidden, cin, 1, 1}, true, {});
+  c.activation(kRelu6);
+  c.conv(-1, {hidden, 1, 3, 3}, true, {{"group", hidden}, {"pads", Ints{1, 1, 1, 1}}, {"strides", Ints{stride, stride}}});
+  c.activation(kRelu6);
+  c.conv(-1, {cin, hidden, 1, 1}, true, {});
+  if (residual) c.add(in);
+  return c;
+}
+
+// ResNet's bottleneck: 1x1, Relu, 3x3, Relu, 1x1, the residual Add, Relu.
+Chain bottleneck(Shape x, int64_t mid) {
+  Chain c;
+  const int in = c.input(random_tensor(DType::Float32, x, -1, 1, 4, false), false);
+  c.conv(in, {mid, x[1], 1, 1}, true, {});
+  c.activation(kRelu);
+  c.conv(-1, {mid, mid, 3, 3}, true, {{"pads", Ints{1, 1, 1, 1}}});
+  c.activation(kRelu);
+  c.conv(-1, {x[1], mid, 1, 1}, true, {});
+  c.add(in);
+  c.activation(kRelu);
+  return c;
+}
+
+TEST(DnnlOps, ConvChainsMatchTheInterpreterOpByOp) {
+  std::vector<std::pair<std::string, Chain>> chains = {
+      {"inverted residual", inverted_residual({1, 24, 14, 14}, 6, 1, true)},
+      {"inverted residual, stride 2", inverted_residual({1, 16, 15, 15}, 6, 2, false)},
+      {"bottleneck", bottleneck({1, 64, 10, 10}, 16)},
+      {"batch 2, odd channels", bottleneck({2, 20, 7, 9}, 12)},
+  };
+  {  // weights given at run time, a 1-D chain, no bias, dilations
+    Chain c;
+    const int in = c.input(random_tensor(DType::Float32, {1, 6, 30}, -1, 1, 5, false), false);
+    c.conv(in, {8, 6, 3}, false, {{"dilations", Ints{2}}}, false);
+    c.activation(kRelu);
+    c.conv(-1, {5, 8, 5}, true, {{"strides", Ints{2}}, {"pads", Ints{2, 1}}}, false);
+    chains.emplace_back("1-D, weights at run time", std::move(c));
+  }
+  for (const auto& [what, c] : chains) {
+    SCOPED_TRACE(what);
+    auto prim = c.compile();
+    Tensor want = c.reference();
+    ASSERT_EQ(prim->output_shape(), want.shape());
+    expect_close(c.run(*prim), want, what);
+    expect_close(c.run(*prim), want, what + ", a second call");  // buffers reused
+  }
+}
+
+// Zero-sized tensors anywhere in a chain: the interpreter's answer (an empty result, or the bias
+// through the activations when the sums are empty), without reaching oneDNN.
+TEST(DnnlOps, ConvChainsWithZeroSizedTensorsGiveTheInterpretersAnswer) {
+  std::vector<std::pair<std::string, Chain>> chains;
+  for (const Shape& x : {Shape{0, 8, 6, 6}, Shape{1, 8, 0, 6}, Shape{1, 0, 6, 6}}) {
+    Chain c;
+    const int in = c.input(random_tensor(DType::Float32, x, -1, 1, 6, false), false);
+    const int64_t k = x[2] == 0 ? 1 : 3;  // an empty height: a 1x1 kernel over the padding only
+    c.conv(in, {4, x[1], k, k}, true, {{"pads", Ints{1, 1, 1, 1}}});
+    c.activation(kRelu6);
+    c.conv(-1, {5, 4, 1, 1}, true, {});
+    c.activation(kRelu);
+    chains.emplace_back("x " + shape_str(x), std::move(c));
+  }
+  for (const auto& [what, c] : chains) {
+    SCOPED_TRACE(what);
+    auto prim = c.compile();
+    EXPECT_NE(prim->describe().find("no library call"), std::string::npos) << prim->describe();
+    Tensor want = c.reference();
+    expect_close(c.run(*prim), want, what);
+  }
+}
+
+// Infinities and NaN in a chain's input: the interpreter's answer (its Relu and Clip keep NaN and
+// send -inf to the lower bound, which oneDNN's fused post-ops do not on every path).
+TEST(DnnlOps, ConvChainsKeepTheInterpretersNonFiniteValues) {
+  for (int poison = 0; poison < 3; ++poison) {
+    SCOPED_TRACE("poison " + std::to_string(poison));
+    Chain c = inverted_residual({1, 16, 10, 10}, 4, 1, true);
+    const float bad = poison == 0 ? -INFINITY : poison == 1 ? NAN : INFINITY;
+    for (int64_t i = 0; i < c.inputs[0].numel(); i += 211) c.inputs[0].data<float>()[i] = bad;
+    auto prim = c.compile();
+    expect_close(c.run(*prim), c.reference(), "non-finite input");
+  }
+}
+
+// A chain keeps its intermediates in oneDNN's layout: reorders only at its edges, and the
+// description says what each step runs.
+TEST(DnnlOps, ConvChainDescribesItsStepsAndLayouts) {
+  Chain c = bottleneck({1, 32, 8, 8}, 16);
+  auto prim = c.compile();
+  const std::string d = prim->describe();
+  EXPECT_NE(d.find("convolution chain of 3"), std::string::npos) << d;
+  EXPECT_NE(d.find("sum(input 0)"), std::string::npos) << d;
+  EXPECT_NE(d.find("clip") == std::string::npos && d.find("relu") != std::string::npos, false) << d;
+}
+
 TEST(DnnlOps, BadShapesAreClearErrors) {
   Node mm = make_node(Op::MatMul, 2, {});
   Error e = error_of([&] { jit::make_dnnl_primitive(mm, {{5, 7}, {6, 3}}, {}); });

@@ -1,6 +1,8 @@
-// Tier 1's library regions (MatMul, Gemm, Conv through oneDNN): each is a region by itself,
-// promoted and validated like any region, against the interpreter within the tolerance of ARCHITECTURE.md's "Rules the code keeps"
-// plus the fp32 rounding bound of its own reduction; a wrong result is still caught.
+// Tier 1's library regions (MatMul, Gemm, Conv through oneDNN): each MatMul and Gemm is a region by
+// itself (with its activation), each chain of convolutions with their activations and residual
+// Adds one region; promoted and validated like any region, against the interpreter within the
+// tolerance of ARCHITECTURE.md's "Rules the code keeps" plus the fp32 rounding bound of its own
+// arithmetic, op by op; a wrong result is still caught.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -128,6 +130,103 @@ TEST(LibraryRegions, miscompiled_conv_is_caught_and_demoted) {
   const std::string json = s->report_json();
   EXPECT_EQ(count(json, "\"validation\":\"failed: output"), 3u) << json;
   EXPECT_EQ(count(json, "\"tier\":\"cpu\""), 0u) << json;
+}
+
+// Sets the static shape of value v, as the ONNX loader's shape inference would.
+void set_shape(Graph& g, int v, Shape s) { g.values[size_t(v)].info.shape = std::move(s); }
+
+// ResNet's bottleneck (Conv-Relu-Conv-Relu-Conv, residual Add, Relu) twice, then MobileNetV2's
+// inverted residual (Conv-Clip(0,6)-depthwise Conv-Clip-Conv, residual Add): each block's ops
+// run in one library region, a chain of oneDNN primitives in blocked layouts.
+std::shared_ptr<Graph> residual_blocks_model() {
+  GraphBuilder g;
+  const Shape x_shape{1, 16, 10, 10};
+  int x = g.input("x", DType::Float32, x_shape);
+  auto conv = [&](int in, Shape w, std::map<std::string, Attribute> attrs, uint64_t seed) {
+    int wv = g.constant("w" + std::to_string(seed), random_tensor(w, seed, -0.3f, 0.3f));
+    int bv = g.constant("b" + std::to_string(seed), random_tensor({w[0]}, seed + 100, -0.3f, 0.3f));
+    return g.node(Op::Conv, {in, wv, bv}, std::move(attrs));
+  };
+  auto pads = GraphBuilder::attr_ints({1, 1, 1, 1});
+  int cur = x;
+  for (uint64_t block = 0; block < 2; ++block) {
+    int a = g.node(Op::Relu, {conv(cur, {8, 16, 1, 1}, {}, 10 * block + 1)});
+    int b = g.node(Op::Relu, {conv(a, {8, 8, 3, 3}, {{"pads", pads}}, 10 * block + 2)});
+    int c = conv(b, {16, 8, 1, 1}, {}, 10 * block + 3);
+    cur = g.node(Op::Relu, {g.node(Op::Add, {c, cur})});
+  }
+  int lo = g.constant("lo", Tensor::scalar(0.0f)), hi = g.constant("hi", Tensor::scalar(6.0f));
+  int e = g.node(Op::Clip, {conv(cur, {64, 16, 1, 1}, {}, 31), lo, hi});
+  int d = g.node(Op::Clip, {conv(e, {64, 1, 3, 3}, {{"pads", pads}, {"group", GraphBuilder::attr_int(64)}}, 32), lo, hi});
+  int p = conv(d, {16, 64, 1, 1}, {}, 33);
+  g.output(g.node(Op::Add, {cur, p}));  // the residual first: either operand order fuses
+  auto graph = g.build();
+  for (const Node& n : graph->nodes)  // every Add here adds two [1,16,10,10] tensors
+    if (n.op == Op::Add)
+      for (int v : {n.inputs[0], n.inputs[1], n.outputs[0]}) set_shape(*graph, v, x_shape);
+  return graph;
+}
+
+TEST(LibraryRegions, residual_blocks_each_run_as_one_chain_validated) {
+  auto g = residual_blocks_model();
+  auto s = Session::from_graph(g, tiered());
+  std::vector<std::string> regions;
+  for (const Region& r : s->plan().regions) regions.push_back(r.ops());
+  EXPECT_EQ(regions, (std::vector<std::string>{"Conv,Relu,Conv,Relu,Conv,Add,Relu", "Conv,Relu,Conv,Relu,Conv,Add,Relu",
+                                               "Conv,Clip,Conv,Clip,Conv,Add"}));
+  NamedTensors in = {{"x", random_tensor({1, 16, 10, 10}, 5)}};
+  warm_up(*s, in);
+  for (int i = 0; i < 4; ++i) {  // 3 validated calls, then one more
+    NamedTensors out = s->run(in);
+    Comparison c = compare_tensors(reference(g, in)[0].second, out[0].second, Tolerance::for_dtype(DType::Float32));
+    EXPECT_TRUE(c.equal) << c.message;
+  }
+  const std::string json = s->report_json();
+  EXPECT_EQ(count(json, "\"tier\":\"cpu\""), 3u) << json;
+  EXPECT_EQ(count(json, "\"validation\":\"passed\""), 3u) << json;
+}
+
+// The chain's allowance grows op by op, but stays far below a wrong result: a chain that is off
+// by 1 in one element is caught and demoted.
+TEST(LibraryRegions, miscompiled_chain_is_caught_within_its_allowance) {
+  setenv("TERRACE_FAULT", "miscompile:cpu", 1);
+  auto g = residual_blocks_model();
+  auto s = Session::from_graph(g, tiered());
+  NamedTensors in = {{"x", random_tensor({1, 16, 10, 10}, 6)}};
+  warm_up(*s, in);
+  NamedTensors out = s->run(in);
+  unsetenv("TERRACE_FAULT");
+  EXPECT_TRUE(compare_tensors(reference(g, in)[0].second, out[0].second, Tolerance::for_dtype(DType::Float32)).equal)
+      << "the caller got a perturbed result";
+  const std::string json = s->report_json();
+  EXPECT_EQ(count(json, "\"validation\":\"failed: output"), 3u) << json;
+  EXPECT_EQ(count(json, "\"tier\":\"cpu\""), 0u) << json;
+}
+
+// A Conv whose result has two readers ends its chain there; an Add whose operands' shapes are
+// not known to be equal (broadcasting) is not fused.
+TEST(LibraryRegions, chains_stop_where_a_result_is_shared_or_an_add_broadcasts) {
+  GraphBuilder gb;
+  int x = gb.input("x", DType::Float32, {1, 4, 6, 6});
+  int w = gb.constant("w", random_tensor({4, 4, 1, 1}, 1));
+  int w2 = gb.constant("w2", random_tensor({4, 4, 1, 1}, 2));
+  int bias = gb.constant("bias", random_tensor({4, 1, 1}, 3));
+  int a = gb.node(Op::Conv, {x, w});
+  int r = gb.node(Op::Relu, {a});
+  int b = gb.node(Op::Conv, {r, w2});
+  gb.output(gb.node(Op::Add, {b, bias}));  // broadcast: not a residual
+  gb.output(r);                            // r has two readers
+  auto g = gb.build();
+  auto s = Session::from_graph(g, tiered());
+  std::vector<std::string> regions;
+  for (const Region& reg : s->plan().regions) regions.push_back(reg.ops());
+  EXPECT_EQ(regions, (std::vector<std::string>{"Conv,Relu", "Conv", "Add"}));
+  NamedTensors in = {{"x", random_tensor({1, 4, 6, 6}, 4)}};
+  warm_up(*s, in);
+  NamedTensors out = s->run(in);
+  NamedTensors want = reference(g, in);
+  for (size_t i = 0; i < want.size(); ++i)
+    EXPECT_TRUE(compare_tensors(want[i].second, out[i].second, Tolerance::for_dtype(DType::Float32)).equal);
 }
 
 #else
