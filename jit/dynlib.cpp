@@ -15,7 +15,7 @@ void* try_open(const std::string& name, std::string* why) {
   void* h = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!h && why) {
     const char* e = dlerror();
-    *why += "\n  " + name + ": " + (e ? e : "not loadable");
+    *why += "\n  " + (e ? std::string(e) : name + ": not loadable");
   }
   return h;
 }

@@ -1,0 +1,77 @@
+// jit/cuda_memory.h: the stream-ordered pool and pinned buffers.
+#include "jit/cuda_memory.h"
+
+#include <cstdint>
+#include <mutex>
+#include <utility>
+
+#include "interp/error.h"
+#include "interp/log.h"
+
+namespace terrace::jit::cuda {
+
+namespace {
+
+// The default pool keeps what is freed instead of returning it to the OS at each synchronisation
+// (its release threshold is 0 by default): allocation then costs about a microsecond.
+void keep_pool_memory() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    CUmemoryPool pool = nullptr;
+    TERRACE_CU(cuDeviceGetDefaultMemPool, &pool, device().device);
+    cuuint64_t threshold = UINT64_MAX;
+    TERRACE_CU(cuMemPoolSetAttribute, pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &threshold);
+  });
+}
+
+}  // namespace
+
+DeviceBuffer::DeviceBuffer(size_t bytes, CUstream stream) : bytes_(bytes), stream_(stream) {
+  if (fault_enabled("oom:gpu"))
+    fail(ErrorCode::OutOfMemory, "device allocation of ", bytes, " bytes: injected by TERRACE_FAULT=oom:gpu");
+  keep_pool_memory();
+  if (bytes == 0) return;
+  CUresult r = driver().cuMemAllocAsync(&ptr_, bytes, stream_);
+  if (r == CUDA_ERROR_OUT_OF_MEMORY) {
+    size_t free = 0, total = 0;
+    driver().cuMemGetInfo(&free, &total);
+    fail(ErrorCode::OutOfMemory, "cuMemAllocAsync: ", bytes, " bytes asked for, ", free, " of ", total,
+         " free on ", device().name);
+  }
+  check(r, "cuMemAllocAsync");
+}
+
+DeviceBuffer::~DeviceBuffer() {
+  if (ptr_) driver().cuMemFreeAsync(ptr_, stream_);
+}
+
+void DeviceBuffer::swap(DeviceBuffer& o) noexcept {
+  std::swap(ptr_, o.ptr_);
+  std::swap(bytes_, o.bytes_);
+  std::swap(stream_, o.stream_);
+}
+
+PinnedBuffer::~PinnedBuffer() {
+  if (data_) driver().cuMemFreeHost(data_);
+}
+
+void* PinnedBuffer::reserve(size_t bytes) {
+  if (bytes <= bytes_ && data_) return data_;
+  if (data_) TERRACE_CU(cuMemFreeHost, data_);
+  data_ = nullptr;
+  bytes_ = 0;
+  device();
+  TERRACE_CU(cuMemHostAlloc, &data_, bytes ? bytes : 1, 0);
+  bytes_ = bytes;
+  return data_;
+}
+
+void copy_to_device(CUdeviceptr dst, const void* src, size_t bytes, const Stream& stream) {
+  if (bytes) TERRACE_CU(cuMemcpyHtoDAsync, dst, src, bytes, stream.get());
+}
+
+void copy_to_host(void* dst, CUdeviceptr src, size_t bytes, const Stream& stream) {
+  if (bytes) TERRACE_CU(cuMemcpyDtoHAsync, dst, src, bytes, stream.get());
+}
+
+}  // namespace terrace::jit::cuda
