@@ -87,8 +87,9 @@ bool chains_conv(const Graph& g, const Node& last, const Node& next) {
   return can_compile(g, next).empty();
 }
 
-// True when `next` is an Add of `conv`'s result and another value of the same static shape (a
-// residual connection): oneDNN's sum post-op.
+// True when `next` is an Add of `conv`'s result and another value of the same shape, each dim
+// known or the same symbolic dim ("batch"): a residual connection, oneDNN's sum post-op. (The
+// chain checks the shapes again at compile time.)
 bool chains_add(const Graph& g, const Node& conv, const Node& next) {
   if (next.op != Op::Add || next.inputs.size() != 2 || next.outputs.size() != 1) return false;
   const int mine = conv.outputs[0];
@@ -96,8 +97,11 @@ bool chains_add(const Graph& g, const Node& conv, const Node& next) {
   if ((next.inputs[0] == mine) == (next.inputs[1] == mine) || other < 0) return false;  // exactly one operand
   const ValueInfo &a = g.values[size_t(mine)].info, &b = g.values[size_t(other)].info;
   if (!is_float32(g, other) || !a.shape || !b.shape || a.shape->size() != b.shape->size()) return false;
-  for (size_t d = 0; d < a.shape->size(); ++d)
-    if ((*a.shape)[d] < 0 || (*a.shape)[d] != (*b.shape)[d]) return false;  // known and equal
+  auto name = [](const ValueInfo& i, size_t d) { return d < i.dim_names.size() ? i.dim_names[d] : std::string(); };
+  for (size_t d = 0; d < a.shape->size(); ++d) {
+    if ((*a.shape)[d] != (*b.shape)[d]) return false;
+    if ((*a.shape)[d] < 0 && (name(a, d).empty() || name(a, d) != name(b, d))) return false;  // one symbolic dim
+  }
   return true;
 }
 
