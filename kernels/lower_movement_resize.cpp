@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <optional>
 
 #include "kernels/lower_movement.h"
 #include "kernels/verify.h"
@@ -100,6 +101,29 @@ bool is_identity(const Attrs& a, const Axis& ax) {
     if (!up || std::clamp<int64_t>(t.start + 1, 0, ax.in_len - 1) != x) return false;
   }
   return true;
+}
+
+// Nearest mode's input index for output index x, as the reference picks it.
+int64_t host_nearest(const Attrs& a, const Axis& ax, int64_t x) {
+  HostTaps t = host_taps(a, ax, x);
+  return std::clamp<int64_t>(t.start + (host_up(a.rounding, t.r) ? 1 : 0), 0, ax.in_len - 1);
+}
+
+// Integer forms of nearest's index map, (x * mul + add) / div: the usual integer scales (floor of
+// x / scale, or of the pixel centre) need no float arithmetic. Each is used only when it gives the
+// reference's index for every output index of the axis.
+struct IntegerMap {
+  int64_t mul, add, div;
+};
+std::optional<IntegerMap> integer_nearest(const Attrs& a, const Axis& ax) {
+  if (ax.out_len == 0 || ax.in_len > (int64_t(1) << 30) || ax.out_len > (int64_t(1) << 30)) return std::nullopt;
+  const IntegerMap candidates[] = {{ax.in_len, 0, ax.out_len}, {2 * ax.in_len, ax.in_len, 2 * ax.out_len}};
+  for (const IntegerMap& m : candidates) {
+    bool all = true;
+    for (int64_t x = 0; x < ax.out_len && all; ++x) all = (x * m.mul + m.add) / m.div == host_nearest(a, ax, x);
+    if (all) return m;
+  }
+  return std::nullopt;
 }
 
 Expr f64(double v) { return FloatImm::make(DType::Float64, v); }
@@ -231,6 +255,14 @@ OpKernels lower_resize(const Node& node, const std::vector<OpInput>& in, const s
       continue;
     }
     moves[d] = true;
+    if (!linear) {
+      if (std::optional<IntegerMap> m = integer_nearest(a, ax)) {
+        Expr i = (xi * make_index(m->mul) + make_index(m->add)) / make_index(m->div);
+        taps[d].up = make_const(DType::Bool, 0);
+        taps[d].i0 = taps[d].i1 = d + 1 == r && r > 1 ? i : nest.outer_let("ix" + std::to_string(d), i);
+        continue;
+      }
+    }
     const bool last = d + 1 == r && r > 1;
     auto let = [&](const std::string& n, Expr v) -> Expr {
       if (!last) return nest.outer_let(n, v);
@@ -244,7 +276,10 @@ OpKernels lower_resize(const Node& node, const std::vector<OpInput>& in, const s
   if (!linear) {
     Expr at = base;
     for (size_t d = 0; d < r; ++d)
-      if (moves[d]) at = at + select(taps[d].up, taps[d].i1, taps[d].i0) * make_index(xs[d]);
+      if (moves[d]) {
+        const KernelTaps& t = taps[d];
+        at = at + (t.i0.same_as(t.i1) ? t.i0 : select(t.up, t.i1, t.i0)) * make_index(xs[d]);
+      }
     value = Load::make(src, at);
   } else {
     // The reference's nesting: axis d's sum is 0 + w0 * (axis d+1's sum at tap 0) + w1 * (...),
