@@ -198,6 +198,52 @@ TEST(ReduceLowering, Float64AndIntegersMatchInterpreter) {
   }
 }
 
+// Random ranks (0 to 4), dims (0 to 6, mostly non-zero), axes, keepdims and dtypes for every
+// op of the family: the lowering must agree with the interpreter on each.
+TEST(ReduceLowering, RandomShapesAxesAndOpsMatchInterpreter) {
+  std::mt19937 rng(2026);
+  const Op ops[] = {Op::ReduceSum, Op::ReduceMean, Op::ReduceMax, Op::ReduceMin, Op::ReduceProd, Op::ReduceL1,
+                    Op::ReduceL2, Op::ReduceLogSum, Op::ReduceLogSumExp, Op::ReduceSumSquare, Op::ArgMax,
+                    Op::ArgMin, Op::Softmax, Op::LogSoftmax, Op::LayerNormalization, Op::GlobalAveragePool,
+                    Op::GlobalMaxPool};
+  for (int trial = 0; trial < 120; ++trial) {
+    const Op op = ops[rng() % std::size(ops)];
+    const bool pool = op == Op::GlobalAveragePool || op == Op::GlobalMaxPool;
+    const bool needs_axis = op == Op::ArgMax || op == Op::ArgMin || op == Op::Softmax || op == Op::LogSoftmax ||
+                            op == Op::LayerNormalization;
+    int64_t rank = pool ? 3 + int64_t(rng() % 2) : int64_t(rng() % 5);
+    if (needs_axis && rank == 0) rank = 1;
+    Shape shape;
+    for (int64_t d = 0; d < rank; ++d) shape.push_back(rng() % 8 == 0 ? 0 : 1 + int64_t(rng() % 6));
+    const DType t = rng() % 4 == 0 ? DType::Float64 : DType::Float32;
+    std::map<std::string, Attribute> attrs;
+    if (needs_axis) {
+      int64_t axis = int64_t(rng() % uint32_t(rank)) - (rng() % 2 ? rank : 0);
+      attrs["axis"] = int_attr(axis);
+      if (op == Op::ArgMax || op == Op::ArgMin) {
+        if (shape[size_t(axis < 0 ? axis + rank : axis)] == 0) shape[size_t(axis < 0 ? axis + rank : axis)] = 3;
+        attrs["select_last_index"] = int_attr(rng() % 2);
+      }
+    } else if (!pool) {
+      std::vector<int64_t> axes;
+      for (int64_t d = 0; d < rank; ++d)
+        if (rng() % 2) axes.push_back(rng() % 2 ? d : d - rank);
+      if (!axes.empty() || rng() % 2) attrs["axes"] = ints_attr(axes);
+    }
+    if (!pool && op != Op::Softmax && op != Op::LogSoftmax && op != Op::LayerNormalization)
+      attrs["keepdims"] = int_attr(rng() % 2);
+    std::vector<Tensor> in{reduce_input(op, t, shape, 100 + uint32_t(trial), rng() % 2 == 0)};
+    if (op == Op::LayerNormalization) {
+      int64_t axis = attrs["axis"].i < 0 ? attrs["axis"].i + rank : attrs["axis"].i;
+      Shape norm(shape.begin() + axis, shape.end());
+      in.push_back(random_tensor(t, norm, 0.5, 2, 200 + uint32_t(trial), false));
+      if (rng() % 2) in.push_back(random_tensor(t, norm, -1, 1, 300 + uint32_t(trial), false));
+    }
+    expect_matches(make_case(op, in, attrs), std::string(op_name(op)) + " trial " + std::to_string(trial) + " " +
+                                                 dtype_name(t) + shape_name(shape));
+  }
+}
+
 TEST(ReduceLowering, UnsupportedDtypesAreRefusedWithAReason) {
   Graph g;
   int x = g.add_value("x", ValueInfo{ValueKind::Tensor, DType::Float16, Shape{2, 3}, {}});
