@@ -59,10 +59,19 @@ std::string differs(const Graph& g, const std::vector<RValue>& want, const std::
 TEST(ZooModels, optimized_graphs_answer_as_the_original_with_fewer_graph_breaks) {
   const fs::path zoo = fs::path(TERRACE_BINARY_DIR) / "models-small";
   if (!fs::exists(zoo / "mlp_small")) GTEST_SKIP() << zoo << " is missing: run ctest -R zoo_small_export";
-  // Graph breaks on tier 1 must go down where the model has any that the passes can remove.
-  const std::map<std::string, bool> fewer = {{"mlp_small", false}, {"resnet50_small", false},
-                                             {"mobilenetv2_small", true}, {"bert_small", true}, {"gpt2_small", true}};
-  for (auto& [name, must_drop] : fewer) {
+  // Graph breaks on tier 1 never go up, go down where the passes remove some (the transformers'
+  // Shape arithmetic on the symbolic batch), and what is left is at most what tier 1 cannot
+  // compile at all (ResNet's MaxPool).
+  struct Expected {
+    bool must_drop;
+    size_t most_after;
+  };
+  const std::map<std::string, Expected> expected = {{"mlp_small", {false, 0}},
+                                                    {"resnet50_small", {false, 1}},
+                                                    {"mobilenetv2_small", {false, 0}},
+                                                    {"bert_small", {true, 0}},
+                                                    {"gpt2_small", {true, 0}}};
+  for (auto& [name, want_breaks] : expected) {
     SCOPED_TRACE(name);
     const fs::path dir = zoo / name;
     ASSERT_TRUE(fs::exists(dir / "model.onnx"));
@@ -80,8 +89,9 @@ TEST(ZooModels, optimized_graphs_answer_as_the_original_with_fewer_graph_breaks)
     }
     const size_t before = graph_breaks(g, OptimizeLevel::None), after = graph_breaks(g, OptimizeLevel::Extended);
     std::printf("%s: graph breaks on tier 1 %zu -> %zu\n", name.c_str(), before, after);
-    if (must_drop) EXPECT_LT(after, before);
+    if (want_breaks.must_drop) EXPECT_LT(after, before);
     else EXPECT_LE(after, before);
+    EXPECT_LE(after, want_breaks.most_after);
   }
 }
 

@@ -29,6 +29,10 @@ int fold_constants(Graph& g, const PassConfig& config = {});
 // Unsqueeze, ...) on statically known dims become initializers.
 int fold_shapes(Graph& g, const PassConfig& config = {});
 
+// reshape_targets.cpp: a Reshape target computed from Shape on symbolic dims, each of which is the
+// reshaped input's own dim at that position (the same dim name), becomes a constant with 0 there.
+int fold_reshape_targets(Graph& g, const PassConfig& config = {});
+
 // noop_elimination.cpp: Identity, inference Dropout, and ops that provably copy their input
 // (Reshape/Flatten/Squeeze/Unsqueeze/Expand/Tile to the same shape, Cast to the same type,
 // an identity Transpose, a one-input Concat/Sum/Max/Min/Mean) are removed.

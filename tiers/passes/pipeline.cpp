@@ -1,9 +1,11 @@
 // The graph optimizer's pipeline (pipeline.h): which passes run at which level, in which order.
 //
-// Basic (answers bitwise those of the original graph): constant folding and shape folding, in
-// turn until neither finds more (a folded Shape feeds a Gather that constant folding takes, whose
-// result may feed a Reshape target ...), no-op elimination, constant folding once more for what
-// removing no-ops exposed, then dead code. Extended adds BatchNormalization folding (rounding
+// Basic (answers bitwise those of the original graph): constant folding, shape folding and Reshape
+// targets on symbolic dims, in turn until none finds more (a folded Shape feeds a Gather that
+// constant folding takes, whose result may feed a Reshape target ...), with shape inference after
+// each round (a Reshape given a constant target gives its result a shape, whose Shape the next
+// round folds), no-op elimination, constant folding once more for what removing no-ops exposed,
+// then dead code. Extended adds BatchNormalization folding (rounding
 // changes only) after no-op elimination, so that a Dropout or Identity between a Conv and its BN
 // is gone first, then the pattern fusions (decomposed LayerNorm and GELU), which need the folded
 // constants (an exporter's Constant nodes are initializers by then). Last, at every level, shape
@@ -84,8 +86,15 @@ std::shared_ptr<const Graph> optimize_graph(std::shared_ptr<const Graph> graph, 
     return rewrites;
   };
   run("constant_folding", passes::fold_constants);
-  for (int round = 0; round < 8; ++round)
-    if (run("shape_folding", passes::fold_shapes) + run("constant_folding", passes::fold_constants) == 0) break;
+  // A transformer takes a round per layer: a layer's Reshape targets fold once the layer before
+  // has shapes, which its own folded targets give it: two rounds a layer (BERT-base: 25 rounds, the
+  // whole pipeline 0.11 s on 2 cores).
+  for (int round = 0; round < 64; ++round) {
+    const int folded = run("shape_folding", passes::fold_shapes) + run("constant_folding", passes::fold_constants) +
+                       run("reshape_targets", passes::fold_reshape_targets);
+    if (folded == 0) break;
+    run("shape_inference", passes::infer_static_shapes);  // the next round folds on what this one made known
+  }
   if (run("noop_elimination", passes::eliminate_noops) > 0) run("constant_folding", passes::fold_constants);
   if (level >= OptimizeLevel::Extended) {
     run("batchnorm_folding", passes::fold_batchnorm);
