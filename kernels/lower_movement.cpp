@@ -313,7 +313,7 @@ OpKernels permute(const Node& node, const std::vector<OpInput>& in, const Shape&
   return k;
 }
 
-OpKernels lower_transpose(const Node& node, const std::vector<OpInput>& in, const std::string& name) {
+StridedView transpose_view(const Node& node, const std::vector<OpInput>& in) {
   const Shape& x = in[0].sig.shape;
   int64_t r = int64_t(x.size());
   std::vector<int64_t> perm = node.attr_ints("perm");
@@ -323,13 +323,15 @@ OpKernels lower_transpose(const Node& node, const std::vector<OpInput>& in, cons
                 perm.size(), " entries for an input of rank ", r);
   perm = normalize_axes(node, perm, r);
   std::vector<int64_t> moved;  // only dims longer than 1 move data
-  Shape out;
+  StridedView v;
+  View dense = dense_view(x);
   for (int64_t p : perm) {
-    out.push_back(x[size_t(p)]);
+    v.shape.push_back(x[size_t(p)]);
+    v.from.strides.push_back(dense.strides[size_t(p)]);
     if (x[size_t(p)] != 1) moved.push_back(p);
   }
-  if (std::is_sorted(moved.begin(), moved.end())) return alias_of_input(in, out);
-  return permute(node, in, x, perm, out, name);
+  v.alias = std::is_sorted(moved.begin(), moved.end());
+  return v;
 }
 
 // One axis of a slice after ONNX's clamping: `len` elements from `start` by `step`.
@@ -352,7 +354,7 @@ AxisRange clamp_range(int64_t start, int64_t end, int64_t step, int64_t dim) {
   return {start, step, start > end ? (start - end - 1) / mag + 1 : 0};
 }
 
-OpKernels lower_slice(const Node& node, const std::vector<OpInput>& in, const std::string& name) {
+StridedView slice_view(const Node& node, const std::vector<OpInput>& in) {
   const Shape& x = in[0].sig.shape;
   const int64_t rank = int64_t(x.size());
   std::vector<int64_t> starts, ends, axes, steps;
@@ -390,8 +392,7 @@ OpKernels lower_slice(const Node& node, const std::vector<OpInput>& in, const st
     v.strides[ax] = r.len > 1 ? v.strides[ax] * r.step : 0;
     out[ax] = r.len;
   }
-  if (whole) return alias_of_input(in, out);
-  return single_copy(name, in, v, out, mover_type(node, in[0].sig.dtype));
+  return {v, out, whole};
 }
 
 OpKernels lower_concat(const Node& node, const std::vector<OpInput>& in, const std::string& name) {
@@ -463,20 +464,19 @@ OpKernels lower_split(const Node& node, const std::vector<OpInput>& in, const st
   return k;
 }
 
-OpKernels lower_expand(const Node& node, const std::vector<OpInput>& in, const std::string& name) {
+StridedView expand_view(const Node& node, const std::vector<OpInput>& in) {
   const Shape& x = in[0].sig.shape;
   std::vector<int64_t> target = constant_ints(node, in, 1, "shape");
-  Shape out = x;
-  TERRACE_CHECK(try_broadcast(out, target), InvalidArgument, node.describe(), ": shapes ",
+  StridedView v;
+  v.shape = x;
+  TERRACE_CHECK(try_broadcast(v.shape, target), InvalidArgument, node.describe(), ": shapes ",
                 shape_str(x), " and ", shape_str(target), " do not broadcast");
-  if (shape_numel(out) == shape_numel(x)) return alias_of_input(in, out);  // nothing repeats
-  View from{0, std::vector<int64_t>(out.size(), 0)};
+  v.alias = shape_numel(v.shape) == shape_numel(x);  // nothing repeats
+  v.from.strides.assign(v.shape.size(), 0);
   View dense = dense_view(x);
-  for (size_t i = 0; i < x.size(); ++i) {
-    size_t d = out.size() - x.size() + i;
-    if (x[i] != 1) from.strides[d] = dense.strides[i];
-  }
-  return single_copy(name, in, from, out, mover_type(node, in[0].sig.dtype));
+  for (size_t i = 0; i < x.size(); ++i)
+    if (x[i] != 1) v.from.strides[v.shape.size() - x.size() + i] = dense.strides[i];
+  return v;
 }
 
 // Tile reads x as [r0, d0, r1, d1, ...] with stride 0 on each repeat dim.
@@ -563,21 +563,20 @@ std::optional<std::vector<int64_t>> axes_operand(const Node& node, const std::ve
   return std::nullopt;
 }
 
-OpKernels lower_alias(const Node& node, const std::vector<OpInput>& in) {
+// The shape an op that only reinterprets its input gives it.
+Shape alias_shape(const Node& node, const std::vector<OpInput>& in) {
   const Shape& x = in[0].sig.shape;
   const int64_t r = int64_t(x.size());
   switch (node.op) {
-    case Op::Identity: return alias_of_input(in, x);
+    case Op::Identity: return x;
     case Op::Reshape:
-      return alias_of_input(in, reshape_target(node, x, constant_ints(node, in, 1, "shape"),
-                                               node.attr_int("allowzero", 0) != 0));
+      return reshape_target(node, x, constant_ints(node, in, 1, "shape"), node.attr_int("allowzero", 0) != 0);
     case Op::Flatten: {
       int64_t axis = node.attr_int("axis", 1);
       TERRACE_CHECK(axis >= -r && axis <= r, InvalidArgument, node.describe(), ": axis ", axis,
                     " is out of range for rank ", r);
       if (axis < 0) axis += r;
-      Shape s = {shape_numel(std::span(x).first(size_t(axis))), shape_numel(std::span(x).subspan(size_t(axis)))};
-      return alias_of_input(in, s);
+      return {shape_numel(std::span(x).first(size_t(axis))), shape_numel(std::span(x).subspan(size_t(axis)))};
     }
     case Op::Squeeze: {
       std::vector<bool> drop(x.size(), false);
@@ -593,7 +592,7 @@ OpKernels lower_alias(const Node& node, const std::vector<OpInput>& in) {
       Shape s;
       for (size_t d = 0; d < x.size(); ++d)
         if (!drop[d]) s.push_back(x[d]);
-      return alias_of_input(in, s);
+      return s;
     }
     case Op::Unsqueeze: {
       auto axes = axes_operand(node, in);
@@ -604,7 +603,7 @@ OpKernels lower_alias(const Node& node, const std::vector<OpInput>& in) {
       Shape s;
       size_t next = 0;
       for (int64_t d = 0; d < rank; ++d) s.push_back(insert[size_t(d)] ? 1 : x[next++]);
-      return alias_of_input(in, s);
+      return s;
     }
     default: break;
   }
@@ -627,7 +626,28 @@ std::vector<ConstantInput> constant_inputs(Op op) {
   }
 }
 
+// Output 0 as a strided view of input 0: an alias, or one copy.
+OpKernels from_view(const Node& node, const std::vector<OpInput>& in, const StridedView& v, const std::string& name) {
+  if (v.alias) return alias_of_input(in, v.shape);
+  return single_copy(name, in, v.from, v.shape, mover_type(node, in[0].sig.dtype));
+}
+
 }  // namespace
+
+std::optional<StridedView> strided_view_of(const Node& node, const std::vector<OpInput>& in) {
+  TERRACE_CHECK(!in.empty() && !in[0].absent, InvalidModel, node.describe(), ": input 0 is missing");
+  switch (node.op) {
+    case Op::Transpose: return transpose_view(node, in);
+    case Op::Slice: return slice_view(node, in);
+    case Op::Expand: return expand_view(node, in);
+    case Op::Reshape: case Op::Flatten: case Op::Squeeze: case Op::Unsqueeze: case Op::Identity: {
+      Shape s = alias_shape(node, in);
+      return StridedView{dense_view(s), s, true};
+    }
+    default: return std::nullopt;
+  }
+}
+
 }  // namespace movement
 
 using namespace movement;
@@ -669,19 +689,17 @@ std::string can_lower_movement(const Graph& g, const Node& node) {
 OpKernels lower_movement(const Node& node, const std::vector<OpInput>& inputs, const std::string& name) {
   TERRACE_CHECK(!inputs.empty() && !inputs[0].absent, InvalidModel, node.describe(), ": input 0 is missing");
   switch (node.op) {
-    case Op::Transpose: return lower_transpose(node, inputs, name);
-    case Op::Slice: return lower_slice(node, inputs, name);
+    case Op::Transpose: case Op::Slice: case Op::Expand: case Op::Reshape: case Op::Flatten:
+    case Op::Squeeze: case Op::Unsqueeze: case Op::Identity:
+      return from_view(node, inputs, *strided_view_of(node, inputs), name);
     case Op::Concat: return lower_concat(node, inputs, name);
     case Op::Split: return lower_split(node, inputs, name);
-    case Op::Expand: return lower_expand(node, inputs, name);
     case Op::Tile: return lower_tile(node, inputs, name);
     case Op::DepthToSpace: case Op::SpaceToDepth: return lower_depth_space(node, inputs, name);
     case Op::Gather: return lower_gather(node, inputs, name);
     case Op::GatherElements: return lower_gather_elements(node, inputs, name);
     case Op::Pad: return lower_pad(node, inputs, name);
     case Op::Resize: return lower_resize(node, inputs, name);
-    case Op::Reshape: case Op::Flatten: case Op::Squeeze: case Op::Unsqueeze: case Op::Identity:
-      return lower_alias(node, inputs);
     default: break;
   }
   fail(ErrorCode::NotImplemented, node.describe(), ": tier 1 has no kernel for ", op_name(node.op));

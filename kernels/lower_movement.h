@@ -2,6 +2,7 @@
 // Slice, Concat, Split, Expand, Tile, DepthToSpace/SpaceToDepth, and the aliases),
 // lower_movement_index.cpp (Gather, GatherElements, Pad) and lower_movement_resize.cpp (Resize).
 #pragma once
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -65,7 +66,22 @@ std::string require_constant(const Graph& g, const Node& node, size_t i, const c
 int64_t normalize_axis(const Node& node, int64_t axis, int64_t rank);
 std::vector<int64_t> normalize_axes(const Node& node, std::vector<int64_t> axes, int64_t rank);
 
-// The op kernels of one input copied into one output, or an alias when `alias` is set.
+// The ops whose output is input 0 read through one strided view (Transpose, Slice, Expand, and
+// Reshape, Flatten, Squeeze, Unsqueeze, Identity): output element (i0, i1, ...) is input element
+// from.base + sum(i_d * from.strides[d]) (stride 0 on a broadcast dim). `alias`: the view is input
+// 0's own row-major layout seen with `shape`, so no copy is needed. This is the index map an
+// elementwise kernel can fold into its loads instead of reading a copy (kernels/lower.cpp's
+// strides_over per group input); lower_movement lowers these ops through it.
+struct StridedView {
+  View from;
+  Shape shape;
+  bool alias = false;
+};
+// The view for these ops (shape-like inputs must be known: NotImplemented otherwise;
+// InvalidArgument for inputs the op rejects), nullopt for every other op.
+std::optional<StridedView> strided_view_of(const Node& node, const std::vector<OpInput>& in);
+
+// The op kernels of one input copied into one output.
 OpKernels single_copy(const std::string& name, const std::vector<OpInput>& in, const View& from,
                       const Shape& out, DType mover);
 

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "jit/cpu_kernel.h"
+#include "kernels/lower_movement.h"
 #include "kernels/lower_op.h"
 #include "tests/support/graph_builder.h"
 #include "tests/support/node_runner.h"
@@ -401,6 +402,45 @@ TEST(MovementLowering, ReshapeFlattenSqueezeUnsqueezeIdentityAreAliases) {
   Tensor bad = ints({5, -1});
   Error e = error_of([&] { run_lowered(movement_node(Op::Reshape, {x, bad}), {x, bad}); });
   EXPECT_EQ(e.code(), ErrorCode::InvalidArgument);
+}
+
+// ---- index maps for fusion ----
+
+// Reads input 0 through the op's strided view on the host, element by element.
+Tensor read_through(const kernels::movement::StridedView& v, const Tensor& x) {
+  Tensor out = Tensor::empty(x.dtype(), v.shape);
+  const size_t size = dtype_size(x.dtype());
+  for (int64_t p = 0; p < out.numel(); ++p) {
+    int64_t at = v.from.base, rest = p;
+    for (size_t d = v.shape.size(); d-- > 0;) {
+      at += rest % v.shape[d] * v.from.strides[d];
+      rest /= v.shape[d];
+    }
+    std::memcpy(static_cast<char*>(out.raw()) + size_t(p) * size, static_cast<const char*>(x.raw()) + size_t(at) * size, size);
+  }
+  return out;
+}
+
+TEST(MovementLowering, StridedViewsReadWhatTheInterpreterComputes) {
+  Tensor x = random_bits(DType::Float32, {4, 1, 6, 5}, 35);
+  Tensor starts = ints({1, -1}), ends = ints({4, 0}), axes = ints({0, 3}), steps = ints({2, -2});
+  Tensor shape = ints({3, 4, 1, 6, 5}), flat = ints({-1, 30});
+  std::vector<std::pair<Node, std::vector<Tensor>>> cases = {
+      {movement_node(Op::Transpose, {x}, {{"perm", std::vector<int64_t>{3, 0, 2, 1}}}), {x}},
+      {movement_node(Op::Slice, {x, starts, ends, axes, steps}), {x, starts, ends, axes, steps}},
+      {movement_node(Op::Expand, {x, shape}), {x, shape}},
+      {movement_node(Op::Reshape, {x, flat}), {x, flat}},
+      {movement_node(Op::Squeeze, {x}), {x}}};
+  for (auto& [node, in] : cases) {
+    SCOPED_TRACE(node.describe());
+    std::vector<OpInput> sigs;
+    for (const Tensor& t : in) sigs.push_back({{t.dtype(), t.shape()}, &t});
+    std::optional<kernels::movement::StridedView> v = kernels::movement::strided_view_of(node, sigs);
+    ASSERT_TRUE(v.has_value());
+    expect_bitwise_equal(read_through(*v, x), run_node(node, in)[0], node.describe());
+  }
+  Tensor idx = ints({0});
+  EXPECT_FALSE(kernels::movement::strided_view_of(movement_node(Op::Gather, {x, idx}), {{{x.dtype(), x.shape()}}, {{DType::Int64, {1}}}}));
 }
 
 // ---- what the partitioner is told ----
