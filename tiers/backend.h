@@ -1,5 +1,7 @@
 // Backend: what a compiled tier provides to the tier manager (tier 1: CPU, tier 2: GPU).
 #pragma once
+#include <atomic>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -18,6 +20,8 @@ class CompiledRegion {
   virtual std::vector<Tensor> run(const std::vector<Tensor>& inputs) = 0;
   std::string source;    // the generated code, for dumps and repros
   std::string ir;        // the kernel IR, printed
+  // Tensors copied between host and device by run() so far (tier 2; tier 1 copies none).
+  std::atomic<int64_t> transfers{0};
 };
 
 class Backend {
@@ -48,5 +52,10 @@ class Backend {
 // `cache_dir`: where compiled objects are kept across processes (Options::cache_dir; empty: the
 // JIT's default, $TERRACE_CACHE_DIR or ~/.cache/terrace).
 std::unique_ptr<Backend> make_cpu_backend(const std::string& cache_dir = "");
+
+// The tier-2 backend: fused CUDA kernels through NVRTC on device 0 (tiers/gpu_backend.cpp); its
+// cubins in the same disk cache. nullptr, with the reason in `why`, where there is no GPU, no
+// driver or no NVRTC, or in a build without TERRACE_WITH_CUDA.
+std::unique_ptr<Backend> make_gpu_backend(const std::string& cache_dir = "", std::string* why = nullptr);
 
 }  // namespace terrace

@@ -1,0 +1,337 @@
+// Tier 2 backend: a region of elementwise ops -> the fusion group tier 1 builds (split by iteration
+// domain) -> kernel IR -> CUDA C (render_c's Cuda dialect) -> one NVRTC program per region, a cubin
+// for the device's arch, kept in the disk cache -> a module whose kernels run on a stream.
+// This first step takes and returns host tensors: the region's inputs are copied in and its
+// outputs out on every call, each copy counted (CompiledRegion::transfers).
+#include "tiers/backend.h"
+#include "tiers/gpu_backend.h"
+
+#ifdef TERRACE_HAVE_CUDA
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <optional>
+
+#include "interp/log.h"
+#include "jit/code_cache.h"
+#include "jit/cuda_driver.h"
+#include "jit/cuda_memory.h"
+#include "jit/nvrtc.h"
+#include "kernels/lower.h"
+#include "kernels/printer.h"
+#include "kernels/render_c.h"
+#include "kernels/split.h"
+#include "kernels/visitor.h"
+#endif
+
+namespace terrace {
+
+#ifndef TERRACE_HAVE_CUDA
+std::unique_ptr<Backend> make_gpu_backend(const std::string&, std::string* why) {
+  if (why) *why = "this build has no tier 2 (built without TERRACE_WITH_CUDA)";
+  return nullptr;
+}
+GpuRegionCode render_gpu_region(const Graph&, const Region&, const std::vector<Tensor>&) {
+  fail(ErrorCode::NotImplemented, "this build has no tier 2 (built without TERRACE_WITH_CUDA)");
+}
+#else
+
+namespace {
+
+// True when the kernel has a Parallel loop (a grid-stride loop in CUDA); one without is run by a
+// single thread.
+struct HasParallelLoop : kernels::IRVisitor {
+  bool found = false;
+  void visit_node(const kernels::For* op) override {
+    if (op->for_kind == kernels::ForKind::Parallel) found = true;
+    kernels::IRVisitor::visit_node(op);
+  }
+};
+
+struct GpuKernel {
+  std::string name;
+  CUfunction fn = nullptr;
+  std::vector<int> args;  // per kernel parameter (LoweredFunc::buffers order): a region slot
+  int64_t extent = 1;     // the Parallel loop's range [0, extent)
+  bool parallel = true;
+};
+
+// A rendered kernel without its prelude: the region's kernels share one prelude.
+std::string kernel_of(const std::string& rendered) {
+  const size_t at = rendered.rfind("extern \"C\" __global__");
+  TERRACE_ASSERT(at != std::string::npos, "render_c(Cuda) gave no __global__ kernel");
+  return rendered.substr(at);
+}
+
+// "" when tier 2 compiles the node, else why not.
+std::string gpu_can_compile(const Graph& g, const Node& node) {
+  if (std::strcmp(op_family(node.op), "elementwise") != 0)
+    return std::string("tier 2 compiles elementwise ops so far; ") + op_name(node.op) + " (" +
+           op_family(node.op) + ") is not one";
+  std::vector<DType> dtypes;
+  for (int v : node.inputs) {
+    if (v < 0) { dtypes.push_back(DType::Float32); continue; }
+    const ValueInfo& info = g.values[size_t(v)].info;
+    if (info.kind != ValueKind::Tensor || !info.dtype)
+      return "input '" + g.values[size_t(v)].name + "' has no known tensor dtype";
+    dtypes.push_back(*info.dtype);
+  }
+  if (!kernels::can_lower(node, dtypes))
+    return std::string("tier 2 cannot lower ") + op_name(node.op) + " with these dtypes";
+  if (node.outputs.size() != 1) return node.describe() + " has several outputs; tier 2 fuses single-output ops";
+  return "";
+}
+
+// A region's kernels as one CUDA C program, and how to launch them.
+struct GpuProgram {
+  std::string source, ir;
+  std::vector<GpuKernel> kernels;          // in launch order
+  std::vector<kernels::TensorSig> slots;   // the region's inputs, its outputs, then intermediates
+};
+
+// The elementwise region as the fusion group tier 1 builds (its outputs in Region::outputs
+// order), split by iteration domain, each part lowered and rendered in the Cuda dialect.
+GpuProgram render_gpu_program(const Graph& g, const Region& region, const std::vector<Tensor>& inputs) {
+  const std::string name = "region" + std::to_string(region.id);
+  for (int n : region.nodes)
+    if (std::string why = gpu_can_compile(g, g.nodes[size_t(n)]); !why.empty())
+      fail(ErrorCode::CompileFailed, g.nodes[size_t(n)].describe(), ": ", why);
+  GpuProgram p;
+  kernels::FusionGroup group;
+  group.name = name;
+  std::map<int, kernels::Operand> where;
+  std::map<int, int> input_index;
+  for (size_t i = 0; i < region.inputs.size(); ++i) input_index[region.inputs[i]] = int(i);
+  std::vector<int> group_input_slot;  // per group input: the region input slot
+  for (int n : region.nodes) {
+    const Node& node = g.nodes[size_t(n)];
+    kernels::FusedOp op;
+    op.node = node;
+    for (int v : node.inputs) {
+      if (v < 0) { op.operands.push_back(kernels::Operand::absent()); continue; }
+      if (auto it = where.find(v); it != where.end()) { op.operands.push_back(it->second); continue; }
+      auto in = input_index.find(v);
+      TERRACE_ASSERT(in != input_index.end(), "tier 2: ", node.describe(), " reads a value its region has not computed");
+      group.inputs.push_back({inputs[size_t(in->second)].dtype(), inputs[size_t(in->second)].shape()});
+      group_input_slot.push_back(in->second);
+      where[v] = kernels::Operand::input(int(group.inputs.size()) - 1);
+      op.operands.push_back(where[v]);
+    }
+    group.ops.push_back(std::move(op));
+    const int index = int(group.ops.size()) - 1;
+    group.ops.back().result = kernels::infer_result(group, index);
+    where[node.outputs[0]] = kernels::Operand::result(index);
+  }
+  for (int v : region.outputs) {
+    auto it = where.find(v);
+    TERRACE_CHECK(it != where.end() && it->second.kind == kernels::Operand::Kind::Result, CompileFailed,
+                  name, ": output '", g.values[size_t(v)].name, "' is not computed in the region");
+    group.outputs.push_back(it->second.index);
+  }
+  kernels::SplitGroup split = kernels::split_by_domain(group);
+
+  // Region slots: inputs, outputs, then the split's intermediates.
+  const size_t n_in = region.inputs.size(), n_out = region.outputs.size();
+  for (const Tensor& t : inputs) p.slots.push_back({t.dtype(), t.shape()});
+  std::vector<int> map;  // split slot -> region slot
+  for (int s : group_input_slot) map.push_back(s);
+  for (size_t j = 0; j < n_out; ++j) {
+    map.push_back(int(n_in + j));
+    p.slots.push_back(split.slots[group_input_slot.size() + j]);
+  }
+  for (size_t s = map.size(); s < split.slots.size(); ++s) {
+    map.push_back(int(p.slots.size()));
+    p.slots.push_back(split.slots[s]);
+  }
+
+  std::string code;
+  for (const kernels::KernelPart& part : split.parts) {
+    kernels::LoweredFunc f = kernels::lower(part.group);
+    f.name = name + "_k" + std::to_string(p.kernels.size());
+    std::vector<int> part_slots;  // the part's buffers (inputs, then outputs) in the region's
+    for (int s : part.input_slots) part_slots.push_back(map[size_t(s)]);
+    for (int s : part.output_slots) part_slots.push_back(map[size_t(s)]);
+    GpuKernel k;
+    k.name = f.name;
+    for (const kernels::Buffer& b : f.buffers) k.args.push_back(part_slots.at(size_t(b.slot)));
+    k.extent = f.parallel_extent;
+    HasParallelLoop has;
+    has.visit(f.body);
+    k.parallel = has.found;
+    p.kernels.push_back(std::move(k));
+    code += kernel_of(kernels::render_c(f, kernels::Dialect::Cuda)) + "\n";
+    p.ir += kernels::to_string(f);
+  }
+  p.source = "// Generated by Terrace: region " + std::to_string(region.id) + " (" + region.ops() + "), " +
+           std::to_string(p.kernels.size()) + " kernels.\n" + kernels::render_prelude(kernels::Dialect::Cuda, code) +
+           "\n" + code;
+  return p;
+}
+
+class GpuRegion : public CompiledRegion {
+ public:
+  GpuRegion(std::shared_ptr<jit::cuda::Module> module, std::vector<GpuKernel> kernels,
+            std::vector<kernels::TensorSig> slots, size_t n_inputs, size_t n_outputs, bool perturb)
+      : module_(std::move(module)), kernels_(std::move(kernels)), slots_(std::move(slots)), n_inputs_(n_inputs),
+        n_outputs_(n_outputs), perturb_(perturb) {}
+
+  std::vector<Tensor> run(const std::vector<Tensor>& inputs) override {
+    std::lock_guard<std::mutex> lock(mu_);  // one stream and one staging buffer per region
+    const jit::cuda::Device& dev = jit::cuda::device();
+    if (!stream_) stream_.emplace();
+    const CUstream s = stream_->get();
+    std::vector<jit::cuda::DeviceBuffer> buffers;
+    buffers.reserve(slots_.size());
+    for (const kernels::TensorSig& sig : slots_)
+      buffers.emplace_back(size_t(shape_numel(sig.shape)) * dtype_size(sig.dtype), s);
+
+    // Inputs through pinned memory, so that the copies are asynchronous DMA.
+    size_t in_bytes = 0, out_bytes = 0;
+    for (size_t i = 0; i < n_inputs_; ++i) in_bytes += inputs[i].nbytes();
+    for (size_t j = 0; j < n_outputs_; ++j) out_bytes += buffers[n_inputs_ + j].bytes();
+    auto* staging = static_cast<char*>(pinned_.reserve(std::max(in_bytes, out_bytes)));
+    size_t at = 0;
+    for (size_t i = 0; i < n_inputs_; ++i) {
+      std::memcpy(staging + at, inputs[i].raw(), inputs[i].nbytes());
+      jit::cuda::copy_to_device(buffers[i].ptr(), staging + at, inputs[i].nbytes(), *stream_);
+      at += inputs[i].nbytes();
+    }
+    transfers += int64_t(n_inputs_);
+
+    std::vector<CUdeviceptr> ptrs;
+    std::vector<void*> args;
+    int64_t begin = 0, end = 0;
+    for (const GpuKernel& k : kernels_) {
+      ptrs.clear();
+      for (int slot : k.args) ptrs.push_back(buffers[size_t(slot)].ptr());
+      args.clear();
+      for (CUdeviceptr& p : ptrs) args.push_back(&p);
+      end = k.extent;
+      args.push_back(&begin);
+      args.push_back(&end);
+      jit::cuda::LaunchConfig config;
+      if (k.parallel) {
+        const int64_t blocks = (k.extent + config.block - 1) / config.block;
+        config.grid = unsigned(std::clamp<int64_t>(blocks, 1, int64_t(dev.multiprocessors) * 32));
+      } else {
+        config.grid = config.block = 1;
+      }
+      if (k.extent > 0) jit::cuda::launch(k.fn, config, *stream_, args.data());
+    }
+
+    at = 0;
+    for (size_t j = 0; j < n_outputs_; ++j) {
+      const jit::cuda::DeviceBuffer& b = buffers[n_inputs_ + j];
+      jit::cuda::copy_to_host(staging + at, b.ptr(), b.bytes(), *stream_);
+      at += b.bytes();
+    }
+    stream_->synchronize();  // also surfaces a kernel's fault (an illegal address) as an Error
+    transfers += int64_t(n_outputs_);
+    std::vector<Tensor> out;
+    at = 0;
+    for (size_t j = 0; j < n_outputs_; ++j) {
+      const kernels::TensorSig& sig = slots_[n_inputs_ + j];
+      out.push_back(Tensor::empty(sig.dtype, sig.shape));
+      std::memcpy(out.back().raw(), staging + at, out.back().nbytes());
+      at += out.back().nbytes();
+    }
+    if (perturb_) perturb(out);
+    return out;
+  }
+
+ private:
+  // TERRACE_FAULT=miscompile:gpu: a deliberately wrong result, for testing validation.
+  static void perturb(std::vector<Tensor>& out) {
+    for (Tensor& t : out) {
+      if (t.numel() == 0) continue;
+      if (t.dtype() == DType::Float32) t.data<float>()[0] += 1.0f;
+      else if (t.dtype() == DType::Float64) t.data<double>()[0] += 1.0;
+      else if (t.dtype() == DType::Bool) t.data<bool>()[0] = !t.data<bool>()[0];
+      else if (t.dtype() == DType::Int32) t.data<int32_t>()[0] += 1;
+      else if (t.dtype() == DType::Int64) t.data<int64_t>()[0] += 1;
+    }
+  }
+  std::shared_ptr<jit::cuda::Module> module_;
+  std::vector<GpuKernel> kernels_;
+  std::vector<kernels::TensorSig> slots_;  // the region's inputs, its outputs, then intermediates
+  size_t n_inputs_, n_outputs_;
+  bool perturb_;
+  std::mutex mu_;
+  std::optional<jit::cuda::Stream> stream_;
+  jit::cuda::PinnedBuffer pinned_;
+};
+
+class GpuBackend : public Backend {
+ public:
+  GpuBackend(const std::string& cache_dir, std::string arch)
+      : cache_(cache_dir.empty() ? jit::CodeCache::default_dir() : std::filesystem::path(cache_dir)),
+        arch_(std::move(arch)) {}
+  Tier tier() const override { return Tier::Gpu; }
+
+  std::string can_compile(const Graph& g, const Node& node) const override { return gpu_can_compile(g, node); }
+
+  std::unique_ptr<CompiledRegion> compile(const Graph& g, const Region& region,
+                                          const std::vector<Tensor>& inputs) override {
+    const std::string name = "region" + std::to_string(region.id);
+    if (fault_enabled("compile-fail:gpu"))
+      fail(ErrorCode::CompileFailed, name, ": injected by TERRACE_FAULT=compile-fail:gpu");
+
+    GpuProgram p = render_gpu_program(g, region, inputs);
+    std::vector<char> cubin = compile_cubin(p.source, name + ".cu");
+    auto module = std::make_shared<jit::cuda::Module>(cubin);
+    for (GpuKernel& k : p.kernels) k.fn = module->function(k.name);
+    auto compiled = std::make_unique<GpuRegion>(std::move(module), std::move(p.kernels), std::move(p.slots),
+                                                region.inputs.size(), region.outputs.size(),
+                                                fault_enabled("miscompile:gpu"));
+    compiled->source = std::move(p.source);
+    compiled->ir = std::move(p.ir);
+    return compiled;
+  }
+
+ private:
+  // The cubin from the disk cache, or NVRTC's (then stored). The key holds everything the cubin
+  // depends on: the source, the arch, the options, NVRTC's and the driver's versions.
+  std::vector<char> compile_cubin(const std::string& src, const std::string& program) {
+    const std::vector<std::string> options = {"-default-device"};
+    std::string key = "terrace tier-2 cubin 1\nNVRTC " + jit::nvrtc_version() + "\n" + arch_ + "\ndriver " +
+                      std::to_string(jit::cuda::driver().version) + "\n";
+    for (const std::string& o : options) key += o + " ";
+    key += "\n" + src;
+    if (std::optional<std::string> hit = cache_.load(key)) return std::vector<char>(hit->begin(), hit->end());
+    std::vector<char> cubin = jit::nvrtc_compile(src, arch_, program, options);
+    cache_.store(key, std::string_view(cubin.data(), cubin.size()));
+    return cubin;
+  }
+
+  jit::CodeCache cache_;
+  std::string arch_;
+};
+
+}  // namespace
+
+GpuRegionCode render_gpu_region(const Graph& graph, const Region& region, const std::vector<Tensor>& inputs) {
+  GpuProgram p = render_gpu_program(graph, region, inputs);
+  GpuRegionCode code;
+  code.source = std::move(p.source);
+  for (const GpuKernel& k : p.kernels) code.kernels.push_back(k.name);
+  return code;
+}
+
+std::unique_ptr<Backend> make_gpu_backend(const std::string& cache_dir, std::string* why) {
+  std::string reason;
+  if (!jit::cuda::gpu_available(&reason) || !jit::nvrtc_available(&reason)) {
+    if (why) *why = reason;
+    return nullptr;
+  }
+  try {
+    return std::make_unique<GpuBackend>(cache_dir, jit::cuda::device().arch());
+  } catch (const Error& e) {  // a driver that loads but cannot open the device
+    if (why) *why = e.what();
+    return nullptr;
+  }
+}
+
+#endif
+
+}  // namespace terrace
