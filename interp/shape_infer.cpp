@@ -336,7 +336,7 @@ bool own_output_type(const onnx::GraphProto& g, const onnx::NodeProto& n, int ou
   result->mutable_tensor_type()->set_elem_type(elem);
   std::optional<Dims> in = dims_of(x), dims;
   static const std::set<std::string> kSameShape = {"Gelu", "Mish", "BitwiseNot", "Cast", "CastLike",
-      "GroupNormalization", "RMSNormalization", "QuantizeLinear", "DequantizeLinear", "IsNaN", "IsInf"};
+      "GroupNormalization", "RMSNormalization", "RotaryEmbedding", "QuantizeLinear", "DequantizeLinear", "IsNaN", "IsInf"};
   if (!in) return true;
   if (kSameShape.count(op)) dims = in;
   else if (op == "BitwiseAnd" || op == "BitwiseOr" || op == "BitwiseXor" || op == "StringConcat") {

@@ -55,6 +55,7 @@ void register_nn_kernels(KernelTable& t) {
   ops::register_nn_norm_kernels(t);
   ops::register_nn_rnn_kernels(t);
   ops::register_nn_loss_kernels(t);
+  ops::register_nn_attention_kernels(t);
 }
 
 }  // namespace terrace
