@@ -253,10 +253,17 @@ int cmd_validate(const ParsedArgs& args) {
               "the interpreter\n",
               model.c_str(), optimize_level_name(base.optimize), graph->nodes.size(), optimized->nodes.size(),
               (long long)calls);
+  // Rewrites per pass over all its runs (the folding loop runs some passes once per round).
+  std::vector<std::pair<std::string, int>> per_pass;
+  for (const PassRecord& p : records) {
+    auto it = std::find_if(per_pass.begin(), per_pass.end(), [&](auto& e) { return e.first == p.pass; });
+    if (it == per_pass.end()) per_pass.emplace_back(p.pass, p.rewrites);
+    else it->second += p.rewrites;
+  }
   std::string rewrites;
-  for (const PassRecord& p : records)
-    if (p.rewrites > 0) rewrites += (rewrites.empty() ? "" : ", ") + p.pass + " " + std::to_string(p.rewrites);
-  if (!rewrites.empty()) std::printf("passes that rewrote: %s\n", rewrites.c_str());
+  for (auto& [pass, n] : per_pass)
+    if (n > 0) rewrites += (rewrites.empty() ? "" : ", ") + pass + " " + std::to_string(n);
+  if (!rewrites.empty()) std::printf("rewrites by pass: %s\n", rewrites.c_str());
 
   bool ok = true;
   int checked = 0;
