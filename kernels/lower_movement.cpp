@@ -677,7 +677,8 @@ std::string can_lower_movement(const Graph& g, const Node& node) {
   for (const ConstantInput& c : constant_inputs(node.op))
     if (std::string why = require_constant(g, node, c.index, c.what); !why.empty()) return why;
   if (node.op == Op::Gather || node.op == Op::GatherElements) {
-    const Value& idx = g.values[size_t(node.inputs.at(1))];
+    if (node.inputs.size() < 2 || node.inputs[1] < 0) return std::string(op_name(node.op)) + " without indices";
+    const Value& idx = g.values[size_t(node.inputs[1])];
     if (!idx.info.dtype || (*idx.info.dtype != DType::Int32 && *idx.info.dtype != DType::Int64))
       return "indices '" + idx.name + "' are not known to be int32 or int64";
   }

@@ -462,6 +462,9 @@ TEST(MovementLowering, CanLowerNeedsShapeInputsKnownBeforeTheRun) {
   std::string why = kernels::can_lower_op(*g, g->nodes[1]);
   EXPECT_NE(why.find("starts"), std::string::npos) << why;
   EXPECT_EQ(kernels::can_lower_op(*g, g->nodes[2]), "") << "run-time Gather indices are checked in the kernel";
+  Node no_indices = g->nodes[2];
+  no_indices.inputs.resize(1);
+  EXPECT_NE(kernels::can_lower_op(*g, no_indices), "") << "a malformed node is refused, not a crash";
 }
 
 TEST(MovementLowering, CanLowerRefusesResizeModesItDoesNotCompile) {
