@@ -1,6 +1,8 @@
 // Guard checks and descriptions.
 #include "guards/guard.h"
 
+#include <cstring>
+
 namespace terrace {
 
 std::string Guard::describe() const {
@@ -10,6 +12,7 @@ std::string Guard::describe() const {
     case Kind::Rank: return in + " rank == " + std::to_string(expected);
     case Kind::Dim: return in + " dim " + std::to_string(dim) + " == " + std::to_string(expected);
     case Kind::Device: return in + " device == " + (expected == 0 ? "cpu" : "gpu:" + std::to_string(expected - 1));
+    case Kind::Value: return in + " == " + (value ? value->str() : "?");
   }
   return "?";
 }
@@ -26,6 +29,9 @@ std::string GuardFailure::describe() const {
              ", saw " + std::to_string(seen);
     case Guard::Kind::Device:
       return in + " device: expected " + std::to_string(guard.expected) + ", saw " + std::to_string(seen);
+    case Guard::Kind::Value:
+      return in + " value: expected " + (guard.value ? guard.value->str() : "?") + ", element " +
+             std::to_string(seen) + " differs";
   }
   return "?";
 }
@@ -43,6 +49,28 @@ GuardSet GuardSet::exact(const std::vector<Tensor>& inputs) {
   return s;
 }
 
+GuardSet GuardSet::exact(const std::vector<Tensor>& inputs, const std::vector<int>& by_value) {
+  GuardSet s = exact(inputs);
+  for (int i : by_value) {
+    Guard g{Guard::Kind::Value, i, 0, 0, nullptr};
+    g.value = std::make_shared<const Tensor>(inputs.at(size_t(i)).clone());
+    s.guards_.push_back(std::move(g));
+  }
+  return s;
+}
+
+// The first element (as bytes) where `t` differs from `expected`, or -1 when they are equal.
+// The dtype and shape guards before this one have passed.
+static int64_t first_difference(const Tensor& t, const Tensor& expected) {
+  if (t.numel() != expected.numel() || t.dtype() != expected.dtype()) return 0;
+  const size_t size = dtype_size(t.dtype());
+  const auto* a = static_cast<const unsigned char*>(t.raw());
+  const auto* b = static_cast<const unsigned char*>(expected.raw());
+  if (std::memcmp(a, b, size_t(t.numel()) * size) == 0) return -1;
+  for (int64_t i = 0;; ++i)
+    if (std::memcmp(a + size_t(i) * size, b + size_t(i) * size, size) != 0) return i;
+}
+
 std::optional<GuardFailure> GuardSet::check(const std::vector<Tensor>& inputs) const {
   for (const Guard& g : guards_) {
     if (size_t(g.input) >= inputs.size()) return GuardFailure{g, -1};
@@ -53,6 +81,9 @@ std::optional<GuardFailure> GuardSet::check(const std::vector<Tensor>& inputs) c
       case Guard::Kind::Dtype: seen = int64_t(t.dtype()); break;
       case Guard::Kind::Rank: seen = t.rank(); break;
       case Guard::Kind::Dim: seen = g.dim < t.rank() ? t.dim(g.dim) : -1; break;
+      case Guard::Kind::Value:
+        if (int64_t at = first_difference(t, *g.value); at >= 0) return GuardFailure{g, at};
+        continue;
     }
     if (seen != g.expected) return GuardFailure{g, seen};
   }

@@ -1,5 +1,6 @@
 // Guards: what a compiled version assumed about its inputs, as plain data, and how a check fails.
 #pragma once
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -9,11 +10,14 @@
 namespace terrace {
 
 struct Guard {
-  enum class Kind { Dtype, Rank, Dim, Device };
+  // Value: the input's elements equal `value`'s, bit for bit (a small shape-like tensor whose
+  // contents the version was compiled for, e.g. a Reshape's target shape computed in another region).
+  enum class Kind { Dtype, Rank, Dim, Device, Value };
   Kind kind = Kind::Dtype;
   int input = 0;         // which region input
   int dim = 0;           // Dim guards: which dimension
   int64_t expected = 0;  // DType as an int, the rank, the dim size, or the device index (0 = CPU)
+  std::shared_ptr<const Tensor> value;  // Value guards: the contents assumed
 
   std::string describe() const;  // "input 1 dim 0 == 16"
 };
@@ -30,6 +34,8 @@ class GuardSet {
   GuardSet() = default;
   // Guards that pin every input's dtype, rank and dims (and the CPU device).
   static GuardSet exact(const std::vector<Tensor>& inputs);
+  // Also pins the contents of the inputs listed in `by_value` (indices into `inputs`).
+  static GuardSet exact(const std::vector<Tensor>& inputs, const std::vector<int>& by_value);
 
   // The first failing guard for these inputs, or nullopt when all pass.
   std::optional<GuardFailure> check(const std::vector<Tensor>& inputs) const;

@@ -40,6 +40,14 @@ struct OpKernels {
   std::string error_message;
 };
 
+// True when value v's contents are known when a region is compiled for its input signature: an
+// initializer (not a graph input), the output of Shape or Size, or the result of a small integer
+// op (shape arithmetic: Gather, Concat, Unsqueeze, Div, ...; masks: ConstantOfShape, Trilu, Where)
+// on such values. Tier 1 evaluates these at compile time (a region input among them is guarded
+// by value), so a Reshape whose target shape is computed from Shape is compiled like one whose
+// shape is an initializer. Lowerings ask this for inputs they need as constants.
+bool known_at_compile_time(const Graph& g, int v);
+
 // "" when lower_op handles `node` (with the dtypes and ranks the graph knows), else the reason
 // tier 1 cannot compile it. The partitioner asks this for every op that is not elementwise.
 std::string can_lower_op(const Graph& g, const Node& node);

@@ -20,6 +20,9 @@ class CompiledRegion {
   virtual std::vector<Tensor> run(const std::vector<Tensor>& inputs) = 0;
   std::string source;    // the generated code, for dumps and repros
   std::string ir;        // the kernel IR, printed
+  // Region inputs whose values (not only dtype and shape) the version was compiled for: small
+  // shape-like tensors computed in another step. The tier manager guards their contents.
+  std::vector<int> value_inputs;
   // Tensors copied between host and device by run() so far (tier 2; tier 1 copies none).
   std::atomic<int64_t> transfers{0};
 };

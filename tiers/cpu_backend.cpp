@@ -47,11 +47,12 @@ class CpuRegion : public CompiledRegion {
     std::string error_message;
   };
   // `slots`: the region's inputs, its outputs, then intermediates. `alias[s]` >= 0: slot s is slot
-  // alias[s]'s buffer seen with another shape (a Reshape or Squeeze), not a buffer of its own.
+  // alias[s]'s buffer seen with another shape (a Reshape or Squeeze), not a buffer of its own;
+  // alias[s] <= -2: slot s holds constants[-2 - alias[s]], a value computed at compile time.
   CpuRegion(std::vector<Part> parts, std::vector<kernels::TensorSig> slots, std::vector<int> alias,
-            size_t n_inputs, size_t n_outputs, bool perturb)
-      : parts_(std::move(parts)), slots_(std::move(slots)), alias_(std::move(alias)), n_inputs_(n_inputs),
-        n_outputs_(n_outputs), perturb_(perturb) {
+            std::vector<Tensor> constants, size_t n_inputs, size_t n_outputs, bool perturb)
+      : parts_(std::move(parts)), slots_(std::move(slots)), alias_(std::move(alias)),
+        constants_(std::move(constants)), n_inputs_(n_inputs), n_outputs_(n_outputs), perturb_(perturb) {
     for (const Part& p : parts_) {
       if (p.kernel) source += p.kernel->source;
       else if (p.primitive) source += "// a library primitive, no generated code:\n// " + p.primitive->describe() + "\n";
@@ -64,8 +65,9 @@ class CpuRegion : public CompiledRegion {
     for (size_t s = 0; s < inputs.size(); ++s) table[s] = const_cast<void*>(inputs[s].raw());
     owned.reserve(slots_.size() - n_inputs_);
     for (size_t s = n_inputs_; s < slots_.size(); ++s) {
-      if (alias_[s] >= 0) {
+      if (alias_[s] != -1) {
         owned.emplace_back();
+        if (alias_[s] <= -2) table[s] = const_cast<void*>(constants_[size_t(-2 - alias_[s])].raw());
         continue;
       }
       owned.push_back(Tensor::empty(slots_[s].dtype, slots_[s].shape));
@@ -119,6 +121,7 @@ class CpuRegion : public CompiledRegion {
   std::vector<Part> parts_;
   std::vector<kernels::TensorSig> slots_;
   std::vector<int> alias_;
+  std::vector<Tensor> constants_;
   size_t n_inputs_, n_outputs_;
   bool perturb_;
   // TERRACE_FAULT=miscompile-late:cpu: right for the first kHonestRuns runs (the validated
@@ -137,6 +140,7 @@ class CpuBackend : public Backend {
 
   std::string can_compile(const Graph& g, const Node& node) const override {
     if (cpu_library::is_library_op(node.op)) return cpu_library::can_compile(g, node);
+    if (evaluable_here(g, node)) return "";  // computed when the region is compiled
     if (std::strcmp(op_family(node.op), "elementwise") != 0) {
       if (kernels::is_reduction_op(node.op) || kernels::is_movement_op(node.op)) return kernels::can_lower_op(g, node);
 #ifdef TERRACE_HAVE_DNNL
@@ -187,19 +191,22 @@ class CpuBackend : public Backend {
       part.node = std::move(lib.node);
       b.parts.push_back(std::move(part));
     } else {
-      build_mixed(g, region, b);
+      build_mixed(g, region, inputs, b);
     }
     auto compiled = std::make_unique<CpuRegion>(std::move(b.parts), std::move(b.slots), std::move(b.alias),
-                                                region.inputs.size(), region.outputs.size(),
-                                                fault_enabled("miscompile:cpu"));
+                                                std::move(b.constants), region.inputs.size(),
+                                                region.outputs.size(), fault_enabled("miscompile:cpu"));
     compiled->ir = std::move(b.ir);
+    compiled->value_inputs = std::move(b.value_inputs);
     return compiled;
   }
 
  private:
   struct RegionBuild {
     std::vector<kernels::TensorSig> slots;  // the region's inputs, its outputs, then intermediates
-    std::vector<int> alias;                 // per slot: the slot whose buffer it views, or -1
+    std::vector<int> alias;                 // per slot: the slot whose buffer it views, -1, or a constant
+    std::vector<Tensor> constants;          // values computed at compile time that kernels read
+    std::vector<int> value_inputs;          // region inputs whose values the version assumes
     std::vector<CpuRegion::Part> parts;
     std::string ir;
     int add_slot(kernels::TensorSig sig, int alias_of = -1) {
@@ -220,10 +227,25 @@ class CpuBackend : public Backend {
   // The region's nodes in order: each maximal run of elementwise nodes becomes one fusion group
   // (split by iteration domain), each other node its lowered kernels. Region outputs get the slots
   // after the inputs; a region output that is a view of another value is copied into its slot.
-  void build_mixed(const Graph& g, const Region& region, RegionBuild& b) {
+  void build_mixed(const Graph& g, const Region& region, const std::vector<Tensor>& inputs, RegionBuild& b) {
     const size_t n_in = region.inputs.size(), n_out = region.outputs.size();
     std::map<int, int> slot_of;  // value id -> slot holding it
     for (size_t i = 0; i < n_in; ++i) slot_of[region.inputs[i]] = int(i);
+    // Values known at compile time (kernels::known_at_compile_time): initializers, values computed
+    // here from shapes, and small region inputs derived from shapes, which the version's guards pin.
+    std::map<int, Tensor> known;
+    auto known_value = [&](int v) -> const Tensor* {
+      if (auto it = known.find(v); it != known.end()) return &it->second;
+      if (auto init = g.initializers.find(v);
+          init != g.initializers.end() && std::find(g.inputs.begin(), g.inputs.end(), v) == g.inputs.end())
+        return &init->second;
+      auto in = std::find(region.inputs.begin(), region.inputs.end(), v);
+      if (in == region.inputs.end() || !kernels::known_at_compile_time(g, v)) return nullptr;
+      const int i = int(in - region.inputs.begin());
+      if (inputs[size_t(i)].numel() > kMaxValueGuardElements) return nullptr;
+      b.value_inputs.push_back(i);
+      return &(known[v] = inputs[size_t(i)]);
+    };
     for (size_t j = 0; j < n_out; ++j) b.add_slot({});  // signatures set when computed
     auto is_region_output = [&](int v) {
       auto it = std::find(region.outputs.begin(), region.outputs.end(), v);
@@ -246,19 +268,34 @@ class CpuBackend : public Backend {
       return false;
     };
     auto is_elementwise = [&](const Node& n) { return std::strcmp(op_family(n.op), "elementwise") == 0; };
+    // A value computed at compile time that a kernel reads (or the region returns) gets a slot
+    // holding it.
+    auto materialize = [&](int v) {
+      if (slot_of.count(v)) return;
+      auto it = known.find(v);
+      if (it == known.end()) return;
+      b.constants.push_back(it->second);
+      slot_of[v] = b.add_slot({it->second.dtype(), it->second.shape()}, -2 - int(b.constants.size() - 1));
+    };
 
     size_t k = 0;
     int group_count = 0;
     while (k < region.nodes.size()) {
       const Node& first = g.nodes[size_t(region.nodes[k])];
+      if (evaluate_at_compile_time(g, first, slot_of, b, known_value, known)) {
+        ++k;
+        continue;
+      }
       if (!is_elementwise(first)) {
         lower_node(g, first, "region" + std::to_string(region.id) + "_n" + std::to_string(k), slot_of,
-                   is_region_output, place, b);
+                   is_region_output, place, known_value, materialize, b);
         ++k;
         continue;
       }
       size_t end = k;
-      while (end < region.nodes.size() && is_elementwise(g.nodes[size_t(region.nodes[end])])) ++end;
+      while (end < region.nodes.size() && is_elementwise(g.nodes[size_t(region.nodes[end])]) &&
+             (end == k || !evaluable_here(g, g.nodes[size_t(region.nodes[end])])))
+        ++end;
       // The run [k, end) as one fusion group over the slots it reads.
       kernels::FusionGroup group;
       group.name = "region" + std::to_string(region.id) + (group_count++ ? "_g" + std::to_string(group_count) : "");
@@ -266,6 +303,7 @@ class CpuBackend : public Backend {
       std::map<int, kernels::Operand> where;
       auto operand_of = [&](const Node& node, int v) {
         if (auto it = where.find(v); it != where.end()) return it->second;
+        materialize(v);
         auto s = slot_of.find(v);
         TERRACE_ASSERT(s != slot_of.end(), "tier 1: ", node.describe(), " reads a value its region has not computed");
         group.inputs.push_back(b.slots[size_t(s->second)]);
@@ -310,16 +348,89 @@ class CpuBackend : public Backend {
         b.parts.push_back(compile_kernel(kernels::lower(p.group), std::move(slots), b));
       }
     }
+    for (size_t j = 0; j < n_out; ++j) {  // region outputs computed at compile time: copied out
+      const int v = region.outputs[j];
+      if (slot_of.count(v) && size_t(slot_of[v]) == n_in + j) continue;
+      materialize(v);
+      if (auto it = known.find(v); it != known.end()) {
+        CpuRegion::Part copy;
+        copy.slots = {slot_of[v], int(n_in + j)};
+        b.slots[n_in + j] = {it->second.dtype(), it->second.shape()};
+        b.parts.push_back(std::move(copy));
+        slot_of[v] = int(n_in + j);
+      }
+    }
     for (size_t j = 0; j < n_out; ++j)
       TERRACE_ASSERT(slot_of.count(region.outputs[j]), "tier 1: region output '",
                      g.values[size_t(region.outputs[j])].name, "' is not computed in it");
+  }
+
+  // Value guards cover region inputs of at most this many elements (a guard compares them per call).
+  static constexpr int64_t kMaxValueGuardElements = 1 << 16;
+
+  // A node whose every output is known at compile time (kernels::known_at_compile_time).
+  static bool evaluable_here(const Graph& g, const Node& node) {
+    bool any = false;
+    for (int v : node.outputs) {
+      if (v < 0) continue;
+      if (!kernels::known_at_compile_time(g, v)) return false;
+      any = true;
+    }
+    return any;
+  }
+
+  // Evaluates `node` now when its outputs are known at compile time and the values it reads are
+  // at hand (Shape and Size read only their input's signature); its outputs go to `known`, and to
+  // a slot only where a kernel reads them. False: the node must be compiled like any other.
+  template <typename KnownValue>
+  static bool evaluate_at_compile_time(const Graph& g, const Node& node, const std::map<int, int>& slot_of,
+                                       const RegionBuild& b, KnownValue& known_value, std::map<int, Tensor>& known) {
+    if (!evaluable_here(g, node)) return false;
+    if (node.op == Op::Shape || node.op == Op::Size) {
+      auto s = slot_of.find(node.inputs.at(0));
+      const Shape* shape = nullptr;
+      Shape from_known;
+      if (s != slot_of.end()) shape = &b.slots[size_t(s->second)].shape;
+      else if (const Tensor* t = known_value(node.inputs[0])) shape = &(from_known = t->shape());
+      if (!shape) return false;
+      const int64_t rank = int64_t(shape->size());
+      if (node.op == Op::Size) {
+        known[node.outputs[0]] = Tensor::scalar<int64_t>(shape_numel(*shape));
+        return true;
+      }
+      auto clamp = [&](int64_t i) { return std::clamp(i < 0 ? i + rank : i, int64_t(0), rank); };
+      const int64_t start = clamp(node.attr_int("start", 0)), end = clamp(node.attr_int("end", rank));
+      std::vector<int64_t> dims;
+      for (int64_t i = start; i < end; ++i) dims.push_back((*shape)[size_t(i)]);
+      known[node.outputs[0]] = Tensor::from_vector<int64_t>({int64_t(dims.size())}, dims);
+      return true;
+    }
+    std::vector<RValue> values;
+    values.reserve(node.inputs.size());
+    std::vector<const RValue*> args;
+    for (int v : node.inputs) {
+      if (v < 0) {
+        args.push_back(nullptr);
+        continue;
+      }
+      const Tensor* t = known_value(v);
+      if (!t) return false;
+      values.emplace_back(*t);
+      args.push_back(&values.back());
+    }
+    std::vector<RValue> out = interpret_node(node, args);
+    for (size_t j = 0; j < node.outputs.size(); ++j)
+      if (node.outputs[j] >= 0) known[node.outputs[j]] = out.at(j).tensor;
+    return true;
   }
 
   // A reduction or data-movement node: its kernels (kernels/lower_op.h) over region slots.
   // `output_slot(v)`: v's region output slot, or -1; `place(v, sig)`: the slot v is computed into.
   void lower_node(const Graph& g, const Node& node, const std::string& name, std::map<int, int>& slot_of,
                   const std::function<int(int)>& output_slot,
-                  const std::function<int(int, const kernels::TensorSig&)>& place, RegionBuild& b) {
+                  const std::function<int(int, const kernels::TensorSig&)>& place,
+                  const std::function<const Tensor*(int)>& known_value, const std::function<void(int)>& materialize,
+                  RegionBuild& b) {
     std::vector<kernels::OpInput> in;
     std::vector<int> op_slots;  // the op's slot table in the region's
     for (int v : node.inputs) {
@@ -328,12 +439,11 @@ class CpuBackend : public Backend {
         x.absent = true;
         op_slots.push_back(-1);
       } else {
+        x.value = known_value(v);
+        materialize(v);
         auto s = slot_of.find(v);
         TERRACE_ASSERT(s != slot_of.end(), "tier 1: ", node.describe(), " reads a value its region has not computed");
         x.sig = b.slots[size_t(s->second)];
-        auto init = g.initializers.find(v);
-        if (init != g.initializers.end() && std::find(g.inputs.begin(), g.inputs.end(), v) == g.inputs.end())
-          x.value = &init->second;
         op_slots.push_back(s->second);
       }
       in.push_back(std::move(x));

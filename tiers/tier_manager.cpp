@@ -323,7 +323,7 @@ void TierManager::Core::compile_job(RegionState& st, std::string sig, std::vecto
   auto v = std::make_shared<Version>();
   v->tier = backend_->tier();
   v->signature = sig;
-  v->guards = GuardSet::exact(in);
+  v->guards = GuardSet::exact(in, code->value_inputs);
   v->code = std::move(code);
   v->compile_ms = ms;
   v->promoted_at_call = call;

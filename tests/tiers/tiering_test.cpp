@@ -21,7 +21,7 @@ namespace {
 using testing::GraphBuilder;
 using testing::random_tensor;
 
-// y = a*sigmoid(a) + b; out = tanh(y)*0.5 + y*y, with b broadcast along rows; then a Softmax,
+// y = a*sigmoid(a) + b; out = tanh(y)*0.5 + y*y, with b broadcast along rows; then a CumSum,
 // which tier 1 does not compile (a graph break), and a second elementwise region after it.
 std::shared_ptr<Graph> chain_model() {
   GraphBuilder g;
@@ -30,7 +30,7 @@ std::shared_ptr<Graph> chain_model() {
   int half = g.constant("half", Tensor::scalar<float>(0.5f));
   int y = g.node(Op::Add, {g.node(Op::Mul, {a, g.node(Op::Sigmoid, {a})}), b});
   int out = g.node(Op::Add, {g.node(Op::Mul, {g.node(Op::Tanh, {y}), half}), g.node(Op::Mul, {y, y})});
-  int sm = g.node(Op::Softmax, {out}, {{"axis", GraphBuilder::attr_int(-1)}});
+  int sm = g.node(Op::CumSum, {out, g.constant("axis", Tensor::scalar<int64_t>(1))});
   int z = g.node(Op::Relu, {g.node(Op::Sub, {sm, half})});
   g.output(out);
   g.output(z);
@@ -84,7 +84,7 @@ TEST(Tiering, explain_plan_has_regions_and_a_graph_break_with_its_reason) {
   for (const Step& st : s->plan().steps)
     if (st.region < 0) {
       ++breaks;
-      EXPECT_NE(st.reason.find("Softmax"), std::string::npos) << st.reason;
+      EXPECT_NE(st.reason.find("CumSum"), std::string::npos) << st.reason;
     }
   EXPECT_EQ(breaks, 1);
 }
@@ -279,9 +279,10 @@ TEST(Tiering, continuous_validation_rechecks_healthy_calls_within_its_budget) {
     if (budget > 0) {
       EXPECT_EQ(json.find("\"rechecks\":0"), std::string::npos) << "a region was never re-checked: " << json;
     } else {
-      EXPECT_EQ(json.find("\"rechecks\":0,\"versions\":1},{"), json.find("\"rechecks\":0")) << json;
-      EXPECT_EQ(json.find("\"rechecks\":1"), std::string::npos) << json;
-      EXPECT_EQ(json.find("\"rechecks\":2"), std::string::npos) << json;
+      size_t unchecked = 0;  // regions with "rechecks":0: all of them
+      for (size_t at = json.find("\"rechecks\":0,"); at != std::string::npos; at = json.find("\"rechecks\":0,", at + 1))
+        ++unchecked;
+      EXPECT_EQ(unchecked, s->plan().regions.size()) << json;
     }
   }
 }
