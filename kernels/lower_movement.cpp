@@ -105,12 +105,10 @@ std::vector<int64_t> constant_ints(const Node& node, const std::vector<OpInput>&
 std::string require_constant(const Graph& g, const Node& node, size_t i, const char* what) {
   if (i >= node.inputs.size() || node.inputs[i] < 0) return "";
   int v = node.inputs[i];
-  bool init = g.initializers.count(v) != 0 &&
-              std::find(g.inputs.begin(), g.inputs.end(), v) == g.inputs.end();
-  if (init) return "";
+  if (known_at_compile_time(g, v)) return "";  // an initializer, or computed from shapes
+  // The value is left out of the reason, so that explain's count of breaks by reason groups them.
   return std::string("tier 1 compiles ") + op_name(node.op) + " only with its '" + what +
-         "' input known before the run (an initializer); '" + g.values[size_t(v)].name +
-         "' is computed at run time";
+         "' input known when it compiles (an initializer, or computed from shapes), not computed from data";
 }
 
 int64_t normalize_axis(const Node& node, int64_t axis, int64_t rank) {
