@@ -6,7 +6,8 @@
 
 namespace terrace::kernels::reduce {
 
-OpKernels lower_softmax(const Node& node, const std::vector<OpInput>& in, const std::string& name, int opset) {
+OpKernels lower_softmax(const Node& node, const std::vector<OpInput>& in, const std::string& name, int opset,
+                        const ReductionFusion& fusion) {
   const TensorSig& x = in.at(0).sig;
   const DType t = x.dtype;
   const int64_t rank = int64_t(x.shape.size());
@@ -17,32 +18,33 @@ OpKernels lower_softmax(const Node& node, const std::vector<OpInput>& in, const 
   OpKernels k;
   k.outputs.push_back({t, x.shape});
   if (shape_numel(x.shape) == 0) return k;
-  const Layout l = make_layout(x.shape, mask);
+  Io io(node, in, &k.outputs[0], fusion);
+  const Layout l = make_layout(x.shape, mask, io.operand_shapes());
   const Nest nest(l, "");
   Kernel kern;
   kern.f.name = name;
-  const Buffer xb = kern.add("in0", t, 0);
   const Buffer yb = kern.add("out0", t, int(in.size()));
+  io.add_buffers(kern, int(in.size() + node.outputs.size()));
   const bool log = node.op == Op::LogSoftmax;
   const Acc mx = make_acc(nest, "mx", t), sum = make_acc(nest, "sum", DType::Float64);
-  Fold fm{t, lowest(t), [&](Expr off, Expr) { return Load::make(xb, off); }, fold_max_no_nan, fold_max_no_nan, false};
-  auto z = [&](Expr off) { return Load::make(xb, off) - mx.at(nest); };
+  Fold fm{t, lowest(t), [&](const At& at, Expr) { return io.x(at, t); }, fold_max_no_nan, fold_max_no_nan, false};
+  auto z = [&](const At& at) { return io.x(at, t) - mx.at(nest); };
   // The sum of exp(x - max) in double; softmax keeps each exp in Y for the scaling pass.
   Stmt sum_pass = seq({nest.over_lanes(sum.set(nest, f64(0))),
-                       nest.over_reduced([&](Expr off, Expr) {
-                         Expr e = Call::make(Intrinsic::Exp, {z(off)});
+                       nest.over_reduced([&](const At& at, Expr) {
+                         Expr e = Call::make(Intrinsic::Exp, {z(at)});
                          Stmt add = sum.set(nest, sum.at(nest) + Cast::make(DType::Float64, e));
                          if (log) return add;
-                         return LetStmt::make("e", e, seq({Store::make(yb, off, Var::make(t, "e")),
+                         return LetStmt::make("e", e, seq({Store::make(yb, at.x(), Var::make(t, "e")),
                                                            sum.set(nest, sum.at(nest) + Cast::make(DType::Float64, Var::make(t, "e")))}));
                        })});
   // Per lane: the scale 1/sum (softmax) or log(sum) (log-softmax), in the input type.
   const Acc factor = make_acc(nest, "factor", t);
   Stmt factor_pass = nest.over_lanes(factor.set(
       nest, Cast::make(t, log ? Call::make(Intrinsic::Log, {sum.at(nest)}) : f64(1) / sum.at(nest))));
-  Stmt write_pass = nest.over_reduced([&](Expr off, Expr) {
-    Expr v = log ? z(off) - factor.at(nest) : Load::make(yb, off) * factor.at(nest);
-    return Store::make(yb, off, v);
+  Stmt write_pass = nest.over_reduced([&](const At& at, Expr) {
+    Expr v = log ? z(at) - factor.at(nest) : Load::make(yb, at.x()) * factor.at(nest);
+    return io.store_y(yb, at, v);
   });
   Stmt body = mx.wrap(seq({emit_fold(nest, mx, fm, "m"), sum.wrap(seq({sum_pass, factor.wrap(seq({factor_pass, write_pass}))}))}));
   finish(k, std::move(kern), nest, body);
@@ -79,7 +81,8 @@ Expr param_index(const Node& node, const TensorSig& p, const Shape& norm, Expr k
 
 }  // namespace
 
-OpKernels lower_layer_norm(const Node& node, const std::vector<OpInput>& in, const std::string& name) {
+OpKernels lower_layer_norm(const Node& node, const std::vector<OpInput>& in, const std::string& name,
+                           const ReductionFusion& fusion) {
   const TensorSig& x = in.at(0).sig;
   const DType t = x.dtype;
   const int64_t rank = int64_t(x.shape.size());
@@ -105,44 +108,41 @@ OpKernels lower_layer_norm(const Node& node, const std::vector<OpInput>& in, con
   for (size_t j = 1; j < node.outputs.size(); ++j) k.outputs.push_back({stash, stat_shape});
   if (shape_numel(stat_shape) == 0) return k;
 
-  Layout l = make_layout(x.shape, mask);
-  if (l.red.empty()) {  // groups of one element: still rows, one reduced dim of size 1
-    if (l.inner > 1) l.outer.push_back({l.inner, 1, false});
-    l.inner = 1;
-    l.red.push_back({1, 1, true});
-  }
+  Io io(node, in, &k.outputs[0], fusion);
+  Layout l = make_layout(x.shape, mask, io.operand_shapes());
+  force_rows(l);  // groups of one element: still rows, one reduced dim of size 1
   const Nest nest(l, "");
   Kernel kern;
   kern.f.name = name;
   const int n_in = int(in.size());
-  const Buffer xb = kern.add("in0", t, 0);
   const Buffer sb = kern.add("in1", in[1].sig.dtype, 1);
   const Buffer bb = has_bias ? kern.add("in2", in[2].sig.dtype, 2) : Buffer{};
   const Buffer yb = kern.add("out0", t, n_in);
   std::vector<std::pair<Buffer, bool>> stats;  // (buffer, is the mean)
   for (size_t j = 1; j < node.outputs.size() && j < 3; ++j)
     if (node.outputs[j] >= 0) stats.push_back({kern.add("out" + std::to_string(j), stash, n_in + int(j)), j == 1});
+  io.add_buffers(kern, n_in + int(node.outputs.size()));
 
   const DType d = DType::Float64;
   const double count = double(l.red_count);
   const Acc sum = make_acc(nest, "sum", d), sq = make_acc(nest, "sq", d);
-  auto xv = [&](Expr off) { return load_as(xb, off, d); };
+  auto xv = [&](const At& at) { return io.x(at, d); };
   // Mean and variance in double, in two passes, as the interpreter (no E[x^2] - E[x]^2).
   Stmt pass1 = seq({sum.set(nest, f64(0)),
-                    nest.over_reduced([&](Expr off, Expr) { return sum.set(nest, sum.at(nest) + xv(off)); })});
+                    nest.over_reduced([&](const At& at, Expr) { return sum.set(nest, sum.at(nest) + xv(at)); })});
   Expr mean = count == 0 ? f64(0) : sum.at(nest) / f64(count);
   Expr mu = Var::make(d, "mean");
-  Stmt pass2 = seq({sq.set(nest, f64(0)), nest.over_reduced([&](Expr off, Expr) {
-                      Expr dv = xv(off) - mu;
+  Stmt pass2 = seq({sq.set(nest, f64(0)), nest.over_reduced([&](const At& at, Expr) {
+                      Expr dv = xv(at) - mu;
                       return sq.set(nest, sq.at(nest) + dv * dv);
                     })});
   Expr var_ = count == 0 ? f64(0) : sq.at(nest) / f64(count);
   Expr inv = f64(1) / Call::make(Intrinsic::Sqrt, {var_ + f64(eps)});
   Expr is = Var::make(d, "inv_std");
-  Stmt pass3 = nest.over_reduced([&](Expr off, Expr kk) {
-    Expr y = (xv(off) - mu) * is * load_as(sb, param_index(node, in[1].sig, norm, kk, "input Scale"), d);
+  Stmt pass3 = nest.over_reduced([&](const At& at, Expr kk) {
+    Expr y = (xv(at) - mu) * is * load_as(sb, param_index(node, in[1].sig, norm, kk, "input Scale"), d);
     if (has_bias) y = y + load_as(bb, param_index(node, in[2].sig, norm, kk, "input B"), d);
-    return Store::make(yb, off, Cast::make(t, y));
+    return io.store_y(yb, at, Cast::make(t, y));
   });
   std::vector<Stmt> tail{pass3};
   for (const auto& [b, is_mean] : stats) tail.push_back(Store::make(b, nest.obase(), Cast::make(stash, is_mean ? mu : is)));

@@ -53,7 +53,8 @@ std::vector<bool> reduce_mask(const Node& node, const std::vector<OpInput>& in, 
 }
 // ---- Reduce* and the global pools ----
 
-OpKernels lower_reduce_op(const Node& node, const std::vector<OpInput>& in, const std::string& name) {
+OpKernels lower_reduce_op(const Node& node, const std::vector<OpInput>& in, const std::string& name,
+                          const ReductionFusion& fusion) {
   const TensorSig& x = in.at(0).sig;
   const DType t = x.dtype;
   const int64_t rank = int64_t(x.shape.size());
@@ -73,17 +74,18 @@ OpKernels lower_reduce_op(const Node& node, const std::vector<OpInput>& in, cons
   k.outputs.push_back({t, out_shape});
   if (shape_numel(out_shape) == 0) return k;
 
-  const Layout l = make_layout(x.shape, mask);
+  Io io(node, in, nullptr, fusion);
+  const Layout l = make_layout(x.shape, mask, io.operand_shapes());
   const Nest nest(l, "");
   Kernel kern;
   kern.f.name = name;
-  const Buffer xb = kern.add("in0", t, 0);
   const Buffer yb = kern.add("out0", t, int(in.size()));
+  io.add_buffers(kern, int(in.size() + node.outputs.size()));
   const DType a = acc_type(t);
   const double count = double(l.red_count);
   const Op op = node.op;
 
-  auto elem = [&](DType as) { return [&, as](Expr off, Expr) { return load_as(xb, off, as); }; };
+  auto elem = [&](DType as) { return [&, as](const At& at, Expr) { return io.x(at, as); }; };
   auto add = [](Expr s, Expr v) { return s + v; };
   Fold f;
   f.type = a;
@@ -102,13 +104,13 @@ OpKernels lower_reduce_op(const Node& node, const std::vector<OpInput>& in, cons
     f.init = make_one(a);
     f.combine = [](Expr s, Expr v) { return s * v; };
   } else if (op == Op::ReduceSumSquare || op == Op::ReduceL2) {
-    f.term = [&](Expr off, Expr) {
-      Expr v = load_as(xb, off, a);
+    f.term = [&](const At& at, Expr) {
+      Expr v = io.x(at, a);
       return v * v;
     };
   } else if (op == Op::ReduceL1) {
-    f.term = [&](Expr off, Expr) {
-      Expr v = load_as(xb, off, a);
+    f.term = [&](const At& at, Expr) {
+      Expr v = io.x(at, a);
       return Select::make(Compare::make(CmpOp::LT, v, make_zero(a)), make_zero(a) - v, v);
     };
   }
@@ -124,8 +126,8 @@ OpKernels lower_reduce_op(const Node& node, const std::vector<OpInput>& in, cons
     Expr finite = Unary::make(UnaryOp::Not, Binary::make(BinaryOp::Or, Call::make(Intrinsic::IsNaN, {mv}),
                                                          Call::make(Intrinsic::IsInf, {mv})));
     Stmt fix = nest.over_lanes(mx.set(nest, Select::make(finite, mv, make_zero(t))));
-    f.term = [&, mx](Expr off, Expr) {
-      Expr e = Call::make(Intrinsic::Exp, {Load::make(xb, off) - mx.at(nest)});
+    f.term = [&, mx](const At& at, Expr) {
+      Expr e = Call::make(Intrinsic::Exp, {io.x(at, t) - mx.at(nest)});
       return Cast::make(a, e);
     };
     Stmt rest = seq({emit_fold(nest, acc, f, "s"),
@@ -154,7 +156,8 @@ OpKernels lower_reduce_op(const Node& node, const std::vector<OpInput>& in, cons
 }
 // ---- ArgMax / ArgMin ----
 
-OpKernels lower_arg(const Node& node, const std::vector<OpInput>& in, const std::string& name) {
+OpKernels lower_arg(const Node& node, const std::vector<OpInput>& in, const std::string& name,
+                    const ReductionFusion& fusion) {
   const TensorSig& x = in.at(0).sig;
   const int64_t rank = int64_t(x.shape.size());
   const int64_t axis = axis_of(node, node.attr_int("axis", 0), rank);
@@ -169,20 +172,21 @@ OpKernels lower_arg(const Node& node, const std::vector<OpInput>& in, const std:
   k.outputs.push_back({DType::Int64, reduced_shape(x.shape, mask, keepdims)});
   if (shape_numel(k.outputs[0].shape) == 0) return k;
 
-  Layout l = make_layout(x.shape, mask);
+  Io io(node, in, nullptr, fusion);
+  const Layout l = make_layout(x.shape, mask, io.operand_shapes());
   const Nest nest(l, "");
   Kernel kern;
   kern.f.name = name;
-  const Buffer xb = kern.add("in0", x.dtype, 0);
   const Buffer yb = kern.add("out0", DType::Int64, int(in.size()));
+  io.add_buffers(kern, int(in.size() + node.outputs.size()));
   const DType t = is_float(x.dtype) ? x.dtype : acc_type(x.dtype);
   const int64_t len = rank == 0 ? 1 : x.shape[size_t(axis)];
   // Two passes, each vectorisable: the extreme m (NaN if any element is), then the first index
   // holding it (the last, with select_last_index), or the first NaN: the interpreter's scan stops
   // at the first NaN and otherwise takes the first (last) of equal extremes.
-  const Acc best = make_acc(nest, "best", t), at = make_acc(nest, "at", DType::Int64),
+  const Acc best = make_acc(nest, "best", t), index = make_acc(nest, "at", DType::Int64),
             nan_at = make_acc(nest, "nan_at", DType::Int64);
-  auto elem = [&](Expr off, Expr) { return load_as(xb, off, t); };
+  auto elem = [&](const At& at, Expr) { return io.x(at, t); };
   Fold fm{t, is_max ? lowest(t) : highest(t), elem, [is_max](Expr a, Expr v) { return fold_extreme(is_max, a, v); },
           [is_max](Expr a, Expr v) { return fold_plain(is_max, a, v); }, true};
   auto first_index = [](Expr a, Expr v) { return Select::make(Compare::make(CmpOp::LT, v, a), v, a); };
@@ -190,19 +194,19 @@ OpKernels lower_arg(const Node& node, const std::vector<OpInput>& in, const std:
   const bool floats = is_float(t);
   Expr m = best.at(nest);
   Fold fi{DType::Int64, last ? idx(-1) : idx(len),
-          [&, m](Expr off, Expr k) {
-            Expr v = load_as(xb, off, t);
+          [&, m](const At& at, Expr k) {
+            Expr v = io.x(at, t);
             Expr match = Compare::make(CmpOp::EQ, v, m);
             if (floats && !last) match = Binary::make(BinaryOp::Or, match, Compare::make(CmpOp::NE, v, v));
             return Select::make(match, k, last ? idx(-1) : idx(len));
           },
           last ? last_index : first_index, {}, false};
-  std::vector<Stmt> body{emit_fold(nest, best, fm, "m"), emit_fold(nest, at, fi, "i")};
-  Expr result = at.at(nest);
+  std::vector<Stmt> body{emit_fold(nest, best, fm, "m"), emit_fold(nest, index, fi, "i")};
+  Expr result = index.at(nest);
   if (floats && last) {
     Fold fn{DType::Int64, idx(len),
-            [&](Expr off, Expr k) {
-              Expr v = load_as(xb, off, t);
+            [&](const At& at, Expr k) {
+              Expr v = io.x(at, t);
               return Select::make(Compare::make(CmpOp::NE, v, v), k, idx(len));
             },
             first_index, {}, false};
@@ -210,7 +214,7 @@ OpKernels lower_arg(const Node& node, const std::vector<OpInput>& in, const std:
     result = Select::make(Compare::make(CmpOp::NE, m, m), nan_at.at(nest), result);
   }
   body.push_back(nest.over_lanes(Store::make(yb, nest.obase() + nest.lane(), result)));
-  finish(k, std::move(kern), nest, best.wrap(at.wrap(nan_at.wrap(seq(std::move(body))))));
+  finish(k, std::move(kern), nest, best.wrap(index.wrap(nan_at.wrap(seq(std::move(body))))));
   return k;
 }
 
@@ -260,23 +264,28 @@ std::string can_lower_reduction(const Graph& g, const Node& node) {
 }
 
 OpKernels lower_reduction(const Node& node, const std::vector<OpInput>& inputs, const std::string& name,
-                          int opset) {
+                          int opset, const ReductionFusion& fusion) {
   TERRACE_CHECK(!inputs.empty() && !inputs[0].absent, InvalidModel, node.describe(), ": input 0 is required");
   const DType t = inputs[0].sig.dtype;
   if (std::string why = dtype_reason(node.op, t); !why.empty()) fail(ErrorCode::NotImplemented, node.describe(), ": ", why);
   switch (node.op) {
-    case Op::ArgMax: case Op::ArgMin: return lower_arg(node, inputs, name);
-    case Op::Softmax: case Op::LogSoftmax: return lower_softmax(node, inputs, name, opset);
-    case Op::LayerNormalization: return lower_layer_norm(node, inputs, name);
+    case Op::ArgMax: case Op::ArgMin: return lower_arg(node, inputs, name, fusion);
+    case Op::Softmax: case Op::LogSoftmax: return lower_softmax(node, inputs, name, opset, fusion);
+    case Op::LayerNormalization: return lower_layer_norm(node, inputs, name, fusion);
     default:
       if (is_reduce_family(node.op) || node.op == Op::GlobalAveragePool || node.op == Op::GlobalMaxPool)
-        return lower_reduce_op(node, inputs, name);
+        return lower_reduce_op(node, inputs, name, fusion);
   }
   fail(ErrorCode::NotImplemented, node.describe(), ": tier 1 has no kernel for ", op_name(node.op));
 }
 
+OpKernels lower_reduction(const Node& node, const std::vector<OpInput>& inputs, const std::string& name,
+                          int opset) {
+  return lower_reduction(node, inputs, name, opset, ReductionFusion{});
+}
+
 OpKernels lower_reduction(const Node& node, const std::vector<OpInput>& inputs, const std::string& name) {
-  return lower_reduction(node, inputs, name, 17);
+  return lower_reduction(node, inputs, name, 17, ReductionFusion{});
 }
 
 }  // namespace terrace::kernels

@@ -42,16 +42,19 @@ inline bool is_ieee(DType t) { return t == DType::Float32 || t == DType::Float64
 
 struct Dim {
   int64_t extent;
-  int64_t stride;  // in X, elements
+  std::vector<int64_t> strides;  // per buffer of the layout (0: X), elements; 0 where broadcast
   bool reduced;
 };
 
-// X's dims after dropping size-1 dims and merging neighbours of one kind.
+// X's dims after dropping size-1 dims and merging neighbours of one kind that every buffer reads
+// contiguously. Buffer 0 is X; others (fused elementwise operands) broadcast into X's shape.
 struct Layout {
+  size_t buffers = 1;
   std::vector<Dim> dims;
   std::vector<Dim> outer;    // kept dims, without the trailing kept run
   std::vector<Dim> red;      // reduced dims, in order
   int64_t inner = 1;         // the trailing kept run (1: the last dim is reduced)
+  std::vector<int64_t> inner_strides;  // per buffer: its stride along the trailing kept run
   int64_t out_count = 1;     // kept elements (outputs per reduced group)
   int64_t red_count = 1;     // elements per reduction
   bool rows() const { return inner == 1 && !red.empty(); }
@@ -62,19 +65,31 @@ struct Layout {
   }
 };
 
-// Collapses `shape` with the `reduced` mask (one flag per dim).
-Layout make_layout(const Shape& shape, const std::vector<bool>& reduced);
+// Collapses `shape` with the `reduced` mask (one flag per dim); `operands` are the shapes of
+// further buffers, each broadcasting (numpy rules) into `shape`.
+Layout make_layout(const Shape& shape, const std::vector<bool>& reduced, const std::vector<Shape>& operands = {});
+// Makes a layout whose groups are single elements (no reduced dim) a rows layout with one reduced
+// dim of size 1, for lowerings that need a per-group scalar.
+void force_rows(Layout& l);
 
 // Columns are split into blocks of at most kBlock lanes (a block's accumulators live on the
 // stack); rows fold max/min into kLanes accumulators.
 constexpr int64_t kBlock = 512;
 constexpr int64_t kLanes = 16;
 
-// The loop nest of one kernel over a layout: binds "base" (X's offset of the current group),
-// "obase" (the output offset of the block's first element) and, for columns, "n" (the block's
-// lane count). Body statements use lane(): the lane index (columns) or 0 (rows).
+// Where the current element is: its offset in each buffer of the layout (0: X).
+struct At {
+  std::vector<Expr> off;
+  const Expr& x() const { return off[0]; }
+};
+
+// The loop nest of one kernel over a layout: binds "base<b>" (buffer b's offset of the current
+// group), "obase" (the output offset of the block's first element) and, for columns, "n" (the
+// block's lane count). Body statements use lane(): the lane index (columns) or 0 (rows).
 class Nest {
  public:
+  using Body = std::function<Stmt(const At& at, Expr k)>;
+
   Nest(const Layout& l, const std::string& prefix) : l_(l), p_(prefix) {
     block_ = l.rows() ? 1 : std::min(l.inner, kBlock);
     blocks_ = l.rows() ? 1 : (l.inner + block_ - 1) / block_;
@@ -84,7 +99,7 @@ class Nest {
   int64_t work_per_iteration() const { return std::max<int64_t>(1, l_.red_count * block_); }
   bool rows() const { return l_.rows(); }
 
-  Expr base() const { return var(p_ + "base"); }
+  Expr base(size_t b = 0) const { return var(p_ + "base" + (b ? std::to_string(b) : "")); }
   Expr obase() const { return var(p_ + "obase"); }
   Expr n() const { return rows() ? idx(1) : var(p_ + "n"); }
   Expr lane() const { return rows() ? idx(0) : var(p_ + "i"); }
@@ -95,18 +110,23 @@ class Nest {
     return For::make(p_ + "i", idx(0), n(), kind, body);
   }
 
-  // Visits every reduced element of the group: body(offset in X, flat reduced index). Rows: the
+  // Visits every reduced element of the group: body(where it is, flat reduced index). Rows: the
   // innermost reduced loop is `kind`; columns: the lanes loop is Vectorized inside all reduced loops.
-  Stmt over_reduced(const std::function<Stmt(Expr off, Expr k)>& body, ForKind kind = ForKind::Vectorized) const {
+  Stmt over_reduced(const Body& body, ForKind kind = ForKind::Vectorized) const {
     std::vector<std::string> vars;
     for (size_t d = 0; d < l_.red.size(); ++d) vars.push_back(p_ + "r" + std::to_string(d));
-    Expr off = base(), k;
-    for (size_t d = 0; d < l_.red.size(); ++d) {
-      off = off + var(vars[d]) * idx(l_.red[d].stride);
+    Expr k;
+    for (size_t d = 0; d < l_.red.size(); ++d)
       k = k.defined() ? k * idx(l_.red[d].extent) + var(vars[d]) : var(vars[d]);
-    }
     if (!k.defined()) k = idx(0);
-    Stmt s = rows() ? body(off, k) : over_lanes(body(off + lane(), k));
+    At at;
+    for (size_t b = 0; b < l_.buffers; ++b) {
+      Expr off = base(b);
+      for (size_t d = 0; d < l_.red.size(); ++d) off = plus(off, var(vars[d]), l_.red[d].strides[b]);
+      if (!rows()) off = plus(off, lane(), l_.inner_strides[b]);
+      at.off.push_back(off);
+    }
+    Stmt s = rows() ? body(at, k) : over_lanes(body(at, k));
     for (size_t d = l_.red.size(); d-- > 0;) {
       ForKind fk = rows() && d + 1 == l_.red.size() ? kind : ForKind::Serial;
       s = For::make(vars[d], idx(0), idx(l_.red[d].extent), fk, s);
@@ -115,61 +135,44 @@ class Nest {
   }
 
   // Rows only: visits the reduced elements with the innermost run split into `lanes` vector lanes:
-  // body(offset, lane index) for the full groups of lanes, then tail(offset) for what remains.
-  Stmt over_reduced_in_lanes(int64_t lanes, const std::function<Stmt(Expr off, Expr lane)>& body,
-                             const std::function<Stmt(Expr off)>& tail) const {
+  // body(where, lane index) for the full groups of lanes, then tail(where) for what remains.
+  Stmt over_reduced_in_lanes(int64_t lanes, const std::function<Stmt(const At& at, Expr lane)>& body,
+                             const std::function<Stmt(const At& at)>& tail) const {
     TERRACE_ASSERT(rows(), "lanes of a column reduction");
     const size_t last = l_.red.size() - 1;
     const int64_t len = l_.red[last].extent, full = len / lanes;
-    Expr off = base();
-    for (size_t d = 0; d < last; ++d) off = off + var(p_ + "r" + std::to_string(d)) * idx(l_.red[d].stride);
+    auto at_index = [&](Expr k) {
+      At at;
+      for (size_t b = 0; b < l_.buffers; ++b) {
+        Expr off = base(b);
+        for (size_t d = 0; d < last; ++d) off = plus(off, var(p_ + "r" + std::to_string(d)), l_.red[d].strides[b]);
+        at.off.push_back(plus(off, k, l_.red[last].strides[b]));
+      }
+      return at;
+    };
     std::vector<Stmt> parts;
     if (full > 0) {
-      Expr at = off + var(p_ + "j") * idx(lanes) + var(p_ + "l");
+      Expr k = var(p_ + "j") * idx(lanes) + var(p_ + "l");
       parts.push_back(For::make(p_ + "j", idx(0), idx(full), ForKind::Serial,
-                                For::make(p_ + "l", idx(0), idx(lanes), ForKind::Vectorized, body(at, var(p_ + "l")))));
+                                For::make(p_ + "l", idx(0), idx(lanes), ForKind::Vectorized, body(at_index(k), var(p_ + "l")))));
     }
     if (full * lanes < len)
-      parts.push_back(For::make(p_ + "t", idx(full * lanes), idx(len), ForKind::Serial, tail(off + var(p_ + "t"))));
+      parts.push_back(For::make(p_ + "t", idx(full * lanes), idx(len), ForKind::Serial, tail(at_index(var(p_ + "t")))));
     Stmt s = seq(std::move(parts));
     for (size_t d = last; d-- > 0;)
       s = For::make(p_ + "r" + std::to_string(d), idx(0), idx(l_.red[d].extent), ForKind::Serial, s);
     return s;
   }
 
-  // The Parallel loop around `body`, with base/obase/n bound.
-  Stmt wrap(Stmt body) const {
-    std::vector<std::pair<std::string, Expr>> lets;
-    Expr u = var(p_ + "u"), o = u, i0 = idx(0);
-    if (blocks_ > 1) {
-      lets.push_back({p_ + "o", u / idx(blocks_)});
-      lets.push_back({p_ + "i0", Binary::make(BinaryOp::Mod, u, idx(blocks_)) * idx(block_)});
-      o = var(p_ + "o");
-      i0 = var(p_ + "i0");
-    }
-    // X's offset of outer index o: its digits over the outer kept dims.
-    Expr base;
-    Expr rest = o;
-    for (size_t d = l_.outer.size(); d-- > 0;) {
-      Expr digit = d == 0 ? rest : Binary::make(BinaryOp::Mod, rest, idx(l_.outer[d].extent));
-      Expr term = digit * idx(l_.outer[d].stride);
-      base = base.defined() ? base + term : term;
-      if (d > 0) {
-        std::string r = p_ + "q" + std::to_string(d);
-        lets.push_back({r, rest / idx(l_.outer[d].extent)});
-        rest = var(r);
-      }
-    }
-    if (!base.defined()) base = idx(0);
-    if (!rows()) base = base + i0;
-    lets.push_back({p_ + "base", base});
-    lets.push_back({p_ + "obase", rows() ? o : o * idx(l_.inner) + i0});
-    if (!rows()) lets.push_back({p_ + "n", min_expr(idx(block_), idx(l_.inner) - i0)});
-    for (auto it = lets.rbegin(); it != lets.rend(); ++it) body = LetStmt::make(it->first, it->second, body);
-    return For::make(p_ + "u", var("begin"), var("end"), ForKind::Parallel, body);
-  }
+  // The Parallel loop around `body`, with base<b>/obase/n bound.
+  Stmt wrap(Stmt body) const;
 
  private:
+  // off + index * stride, leaving out what adds nothing.
+  static Expr plus(const Expr& off, const Expr& index, int64_t stride) {
+    if (stride == 0) return off;
+    return off + (stride == 1 ? index : index * idx(stride));
+  }
   const Layout& l_;
   std::string p_;
   int64_t block_ = 1, blocks_ = 1;
@@ -191,7 +194,7 @@ inline Acc make_acc(const Nest& n, const std::string& name, DType t) {
 struct Fold {
   DType type;
   Expr init;
-  std::function<Expr(Expr off, Expr k)> term;
+  std::function<Expr(const At& at, Expr k)> term;
   std::function<Expr(Expr acc, Expr v)> combine;
   // Max/min: rows may fold in kLanes vector lanes (the answer does not depend on the order) with
   // this compare-and-select, which ignores NaN; with nan_wins, a NaN flag per lane makes the
@@ -237,8 +240,40 @@ void finish(OpKernels& k, Kernel kernel, const Nest& nest, Stmt body);
 
 inline Expr load_as(const Buffer& b, Expr off, DType t) { return Cast::make(t, Load::make(b, std::move(off))); }
 
+// How a lowering reads its input X and writes its output 0 at X's positions: plain loads and
+// stores, or through the fused elementwise ops of a ReductionFusion (lower_reduce.h).
+class Io {
+ public:
+  // Checks the fusion against the op's signatures (output 0: `y`, or none for ops whose output is
+  // not X-shaped); `epilogue_ok`: whether the op takes an epilogue.
+  Io(const Node& node, const std::vector<OpInput>& in, const TensorSig* y, const ReductionFusion& fusion);
+  // The layout operands (buffers 1.. of make_layout): the fused groups' inputs.
+  const std::vector<Shape>& operand_shapes() const { return shapes_; }
+  // Adds X (when no prologue computes it) and the fused inputs to the kernel's buffers; `first_slot`
+  // is the op slot of the first fused input (the node's inputs and outputs come before it).
+  void add_buffers(Kernel& kern, int first_slot);
+  // X's value at `at`, in type t.
+  Expr x(const At& at, DType t) const;
+  // Stores v (output 0's dtype) into output 0 at X's offset, through the epilogue if any.
+  Stmt store_y(const Buffer& yb, const At& at, Expr v) const;
+  bool fused() const { return prologue_ || epilogue_; }
+
+ private:
+  Expr eval(const FusionGroup& g, const std::vector<Buffer>& buffers, size_t first, const At& at, int bound,
+            Expr bound_value) const;
+  const FusionGroup* prologue_ = nullptr;
+  const FusionGroup* epilogue_ = nullptr;
+  int operand_ = 0;
+  DType x_dtype_;
+  std::vector<Shape> shapes_;
+  Buffer xb_;
+  std::vector<Buffer> pro_, epi_;
+};
+
 // The lowerings of kernels/lower_normalize.cpp.
-OpKernels lower_softmax(const Node& node, const std::vector<OpInput>& in, const std::string& name, int opset);
-OpKernels lower_layer_norm(const Node& node, const std::vector<OpInput>& in, const std::string& name);
+OpKernels lower_softmax(const Node& node, const std::vector<OpInput>& in, const std::string& name, int opset,
+                        const ReductionFusion& fusion);
+OpKernels lower_layer_norm(const Node& node, const std::vector<OpInput>& in, const std::string& name,
+                           const ReductionFusion& fusion);
 
 }  // namespace terrace::kernels::reduce

@@ -426,3 +426,161 @@ TEST(ReduceLowering, KernelsSplitRowsAcrossThreadsAndVectoriseTheInnerLoop) {
 
 }  // namespace
 }  // namespace terrace::testing
+
+namespace terrace::testing {
+namespace {
+
+// ---- elementwise ops fused into the reductions (kernels::ReductionFusion) ----
+
+// A node lowered with a prologue computing its input 0 (built and referenced by `pro`) and an
+// optional epilogue on its output 0 (`epi`, whose input 0 is output 0): compiled, run, and
+// compared with the interpreter running the same ops one by one.
+struct FusedCase {
+  Node node;
+  ChainBuilder pro{"pro"};
+  std::optional<ChainBuilder> epi;
+  std::vector<Tensor> params;  // the node's inputs after input 0 (LayerNormalization's Scale, B)
+};
+
+void expect_fused_matches(FusedCase& c, const std::string& what) {
+  SCOPED_TRACE(what);
+  const Tensor& x = c.pro.expected.at(0);
+  // The reference: the node on the prologue's value, then the epilogue's own reference.
+  std::vector<RValue> values{RValue(x)};
+  for (const Tensor& p : c.params) values.push_back(RValue(p));
+  std::vector<const RValue*> ptrs;
+  for (const RValue& v : values) ptrs.push_back(&v);
+  Tensor want = interpret_node(c.node, ptrs).at(0).tensor;
+  kernels::ReductionFusion fusion;
+  fusion.prologue = c.pro.group;
+  std::vector<OpInput> in(1 + c.params.size());
+  in[0].sig = {x.dtype(), x.shape()};
+  for (size_t i = 0; i < c.params.size(); ++i) in[1 + i].sig = {c.params[i].dtype(), c.params[i].shape()};
+  if (c.epi) {
+    fusion.epilogue = c.epi->group;
+    fusion.epilogue_operand = 0;
+    EXPECT_EQ(c.epi->inputs[0].numel(), want.numel());
+    want = c.epi->expected.at(0);
+  }
+  OpKernels k = kernels::lower_reduction(c.node, in, "fused_test", 17, fusion);
+  // Slots: the node's inputs (input 0 not read), its outputs, the prologue's inputs, the
+  // epilogue's inputs but its first.
+  std::vector<void*> table{nullptr};
+  for (Tensor& p : c.params) table.push_back(p.raw());
+  std::vector<Tensor> outs;
+  for (const auto& sig : k.outputs) {
+    outs.push_back(Tensor::empty(sig.dtype, sig.shape));
+    table.push_back(outs.back().raw());
+  }
+  for (Tensor& t : c.pro.inputs) table.push_back(t.raw());
+  if (c.epi)
+    for (size_t i = 1; i < c.epi->inputs.size(); ++i) table.push_back(c.epi->inputs[i].raw());
+  for (const auto& call : k.calls) {
+    jit::CpuKernel kernel = jit::compile_cpu_kernel(call.func);
+    std::vector<void*> buffers;
+    for (int s : call.slots) buffers.push_back(table.at(size_t(s)));
+    jit::run_cpu_kernel(kernel, buffers);
+    EXPECT_EQ(kernel.source.find("in0["), std::string::npos) << "input 0 is computed, never loaded";
+  }
+  expect_close(outs.at(0), want, what);
+}
+
+TEST(FusedReduction, ScaleAndMaskFuseIntoSoftmaxOverRowsAndColumns) {
+  for (int64_t axis : {-1, 1}) {
+    FusedCase c;
+    Ref q = c.pro.input(random_tensor(DType::Float32, {2, 4, 16, 16}, -8, 8, 50, false));
+    Ref mask = c.pro.input(random_tensor(DType::Float32, {16, 16}, -2, 2, 51));
+    Ref scale = c.pro.constant(Tensor::scalar<float>(0.125f));
+    c.pro.output(c.pro.op(Op::Add, {c.pro.op(Op::Mul, {q, scale}), mask}));
+    c.node.op = Op::Softmax;
+    c.node.name = "attention_softmax";
+    c.node.inputs = {0};
+    c.node.outputs = {1};
+    c.node.attrs["axis"] = int_attr(axis);
+    expect_fused_matches(c, "Softmax(q * scale + mask) axis " + std::to_string(axis));
+  }
+}
+
+TEST(FusedReduction, ResidualAddsFuseIntoLayerNormalizationBeforeAndAfter) {
+  FusedCase c;
+  Ref x = c.pro.input(random_tensor(DType::Float32, {3, 10, 64}, -3, 3, 52, false));
+  Ref r = c.pro.input(random_tensor(DType::Float32, {3, 10, 64}, -1, 1, 53, false));
+  c.pro.output(c.pro.op(Op::Add, {x, r}));
+  c.node.op = Op::LayerNormalization;
+  c.node.name = "block_layernorm";
+  c.node.inputs = {0, 1, 2};
+  c.node.outputs = {3};
+  c.params = {random_tensor(DType::Float32, {64}, 0.5, 1.5, 54, false), random_tensor(DType::Float32, {64}, -1, 1, 55, false)};
+  // The reference of the layernorm's output, for the epilogue's chain.
+  std::vector<RValue> v{RValue(c.pro.expected[0]), RValue(c.params[0]), RValue(c.params[1])};
+  Tensor ln = interpret_node(c.node, {&v[0], &v[1], &v[2]}).at(0).tensor;
+  c.epi.emplace("epi");
+  Ref y = c.epi->input(ln);
+  Ref res = c.epi->input(random_tensor(DType::Float32, {3, 10, 64}, -1, 1, 56));
+  Ref bias = c.epi->input(random_tensor(DType::Float32, {64}, -1, 1, 57, false));
+  c.epi->output(c.epi->op(Op::Add, {c.epi->op(Op::Add, {y, res}), bias}));
+  expect_fused_matches(c, "LayerNormalization(x + r) + res + bias");
+}
+
+TEST(FusedReduction, BroadcastPrologueOperandsFeedReductionsArgMaxAndLogSoftmaxEpilogue) {
+  for (Op op : {Op::ReduceMean, Op::ReduceMax, Op::ReduceSumSquare, Op::ArgMax}) {
+    for (const std::vector<int64_t>& axes : {std::vector<int64_t>{2}, std::vector<int64_t>{1}, std::vector<int64_t>{0, 2}}) {
+      FusedCase c;
+      Ref x = c.pro.input(random_tensor(DType::Float32, {4, 8, 33}, -3, 3, 58));
+      Ref centre = c.pro.input(random_tensor(DType::Float32, {8, 1}, -1, 1, 59, false));
+      c.pro.output(c.pro.op(Op::Abs, {c.pro.op(Op::Sub, {x, centre})}));
+      c.node.op = op;
+      c.node.name = "fused_reduce";
+      c.node.inputs = {0};
+      c.node.outputs = {1};
+      if (op == Op::ArgMax) c.node.attrs["axis"] = int_attr(axes.back());
+      else c.node.attrs["axes"] = ints_attr(axes);
+      expect_fused_matches(c, std::string(op_name(op)) + "(|x - centre|) axes " + shape_str(axes));
+    }
+  }
+  FusedCase c;
+  Ref x = c.pro.input(random_tensor(DType::Float32, {6, 40}, -5, 5, 60, false));
+  c.pro.output(c.pro.op(Op::Mul, {x, c.pro.constant(Tensor::scalar<float>(2.0f))}));
+  c.node.op = Op::LogSoftmax;
+  c.node.name = "fused_log_softmax";
+  c.node.inputs = {0};
+  c.node.outputs = {1};
+  std::vector<RValue> v{RValue(c.pro.expected[0])};
+  Tensor ls = interpret_node(c.node, {&v[0]}).at(0).tensor;
+  c.epi.emplace("epi");
+  c.epi->output(c.epi->op(Op::Neg, {c.epi->input(ls)}));
+  expect_fused_matches(c, "-LogSoftmax(2x)");
+}
+
+TEST(FusedReduction, MismatchedGroupsAreRefusedNamingTheNode) {
+  ChainBuilder pro("pro");
+  Ref x = pro.input(random_tensor(DType::Float32, {4, 5}, -1, 1, 61));
+  pro.output(pro.op(Op::Relu, {x}));
+  Node node;
+  node.op = Op::ReduceSum;
+  node.name = "bad_fusion";
+  node.inputs = {0};
+  node.outputs = {1};
+  kernels::ReductionFusion fusion;
+  fusion.prologue = pro.group;
+  std::vector<OpInput> in(1);
+  in[0].sig = {DType::Float32, {4, 6}};  // not what the prologue gives
+  try {
+    kernels::lower_reduction(node, in, "bad", 17, fusion);
+    ADD_FAILURE() << "a prologue of the wrong shape was fused";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::InvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("bad_fusion"), std::string::npos) << e.what();
+  }
+  in[0].sig = {DType::Float32, {4, 5}};
+  fusion.epilogue = pro.group;  // Reduce* outputs are not X-shaped: no epilogue
+  try {
+    kernels::lower_reduction(node, in, "bad", 17, fusion);
+    ADD_FAILURE() << "an epilogue was fused into ReduceSum";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::NotImplemented);
+  }
+}
+
+}  // namespace
+}  // namespace terrace::testing
