@@ -1,14 +1,19 @@
-// render_c(): kernel IR -> C++ or CUDA C. The dialects differ only in the entries of DialectTraits
-// and in how a loop header is spelled (loop_header).
+// render_c(): kernel IR -> C++ or CUDA C. The dialects differ in the entries of DialectTraits, in
+// how a loop header is spelled (loop_header) and, in CUDA, in the Parallel loop, which the
+// kernel's schedule (kernels/schedule_cuda.h) maps onto threads: a grid-stride loop per iteration,
+// or per element with 16-byte vector loads and stores (emit_per_element).
 #include "kernels/render_c.h"
 
 #include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 
+#include "kernels/schedule_cuda.h"
 #include "kernels/visitor.h"
 
 namespace terrace::kernels {
@@ -95,6 +100,18 @@ class StoredBuffers : public IRVisitor {
   }
 };
 
+// True when `s` reads variable `name` (a lane that reads no index needs none).
+bool reads_var(const Stmt& s, const std::string& name) {
+  struct Finder : IRVisitor {
+    const std::string& name;
+    bool found = false;
+    explicit Finder(const std::string& n) : name(n) {}
+    void visit_node(const Var* op) override { found = found || op->name == name; }
+  } f(name);
+  f.visit(s);
+  return f.found;
+}
+
 bool has_loop(const Stmt& s) {
   struct Finder : IRVisitor {
     bool found = false;
@@ -106,7 +123,8 @@ bool has_loop(const Stmt& s) {
 
 class CRenderer : public IRVisitor {
  public:
-  CRenderer(std::ostream& os, Dialect d) : os_(os), dialect_(d), traits_(traits(d)) {}
+  CRenderer(std::ostream& os, Dialect d, const CudaSchedule* schedule = nullptr)
+      : os_(os), dialect_(d), traits_(traits(d)), schedule_(schedule) {}
 
   std::string print(const Expr& e) {
     visit(e);
@@ -118,8 +136,15 @@ class CRenderer : public IRVisitor {
  protected:
   void visit_node(const IntImm* op) override { expr_ = int_literal(op->value, op->type); }
   void visit_node(const FloatImm* op) override { expr_ = float_literal(op->value, op->type); }
-  void visit_node(const Var* op) override { expr_ = op->name; }
+  void visit_node(const Var* op) override {
+    auto it = renamed_.find(op->name);
+    expr_ = it != renamed_.end() ? it->second : op->name;
+  }
   void visit_node(const Load* op) override {
+    if (auto it = vector_name_.find(op); it != vector_name_.end() && in_lanes_) {
+      expr_ = it->second + ".v[tr_k]";
+      return;
+    }
     expr_ = op->buffer.name + "[" + print(op->index) + "]";
   }
   void visit_node(const Unary* op) override {
@@ -157,6 +182,10 @@ class CRenderer : public IRVisitor {
   }
 
   void visit_node(const For* op) override {
+    if (schedule_ && op == schedule_->parallel && schedule_->mapping == CudaMapping::PerElement) {
+      emit_per_element(op);
+      return;
+    }
     bool innermost = !has_loop(op->body);
     if (innermost && (op->for_kind == ForKind::Vectorized || op->for_kind == ForKind::Parallel))
       line() << traits_.vectorize_pragma;
@@ -167,6 +196,10 @@ class CRenderer : public IRVisitor {
     line() << "}\n";
   }
   void visit_node(const Store* op) override {
+    if (auto it = vector_name_.find(op); it != vector_name_.end() && in_lanes_) {
+      line() << it->second << ".v[tr_k] = " << print(op->value) << ";\n";
+      return;
+    }
     line() << op->buffer.name << "[" << print(op->index) << "] = " << print(op->value) << ";\n";
   }
   // Let bodies stay in the enclosing C scope: verify() guarantees every name is bound once.
@@ -196,6 +229,144 @@ class CRenderer : public IRVisitor {
     ++indent_;
     visit(s);
     --indent_;
+  }
+
+  // The PerElement schedule: the Parallel loop (and in 2-D the Vectorized loop inside it) as one
+  // grid-stride range [tr_lo, tr_hi) of elements. With vector_width W > 1 and every vector
+  // buffer aligned to W elements at run time, each step takes W elements: vector loads, the
+  // body once per lane (unrolled; the lanes live in registers), vector stores; the elements
+  // before the first and after the last whole vector (1-D ranges only) run one by one.
+  void emit_per_element(const For* op) {
+    const CudaSchedule& s = *schedule_;
+    const int w = s.vector_width;
+    const std::string n = std::to_string(s.inner_extent), W = std::to_string(w);
+    const std::string b = print(op->begin), e = print(op->end);
+    line() << "{\n";
+    ++indent_;
+    line() << "const int64_t tr_tid = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;\n";
+    line() << "const int64_t tr_nth = (int64_t)gridDim.x * blockDim.x;\n";
+    if (s.inner)
+      line() << "const int64_t tr_lo = (" << b << ") * " << n << ", tr_hi = (" << e << ") * " << n << ";\n";
+    else
+      line() << "const int64_t tr_lo = " << b << ", tr_hi = " << e << ";\n";
+    if (w > 1) {
+      std::vector<const IRNode*> order = vector_accesses_in_order(s);
+      std::string aligned;
+      std::set<std::string> seen;
+      for (const IRNode* a : order) {
+        const Buffer& buf = buffer_of(a);
+        if (!seen.insert(buf.name).second) continue;
+        aligned += std::string(aligned.empty() ? "" : " && ") + "((unsigned long long)" + buf.name + " & " +
+                   std::to_string(size_t(w) * dtype_size(buf.dtype) - 1) + ") == 0";
+      }
+      line() << "if (" << aligned << ") {\n";
+      ++indent_;
+      line() << "const int64_t tr_a0 = (tr_lo + " << w - 1 << ") / " << W << " * " << W
+             << ", tr_a = tr_a0 < tr_hi ? tr_a0 : tr_hi;\n";
+      line() << "const int64_t tr_b0 = tr_hi / " << W << " * " << W << ", tr_b = tr_b0 > tr_a ? tr_b0 : tr_a;\n";
+      line() << "for (int64_t tr_v = tr_a / " << W << " + tr_tid; tr_v < tr_b / " << W << "; tr_v += tr_nth) {\n";
+      ++indent_;
+      line() << "const int64_t tr_t = tr_v * " << W << ";\n";
+      const std::string lane = s.inner ? s.inner->var : op->var;
+      element_prologue(op, "tr_i0");
+      for (size_t k = 0; k < order.size(); ++k) vector_name_[order[k]] = "tr_vec" + std::to_string(k);
+      renamed_[lane] = "tr_i0";
+      for (const IRNode* a : order) {
+        const Buffer& buf = buffer_of(a);
+        const std::string type = std::string("tr_vec<") + c_type(buf.dtype) + ", " + W + ">";
+        if (const Load* ld = dynamic_cast<const Load*>(a))
+          line() << "const " << type << " " << vector_name_[a] << " = *(const " << type << "*)(" << buf.name
+                 << " + " << print(ld->index) << ");\n";
+        else
+          line() << type << " " << vector_name_[a] << ";\n";
+      }
+      renamed_.erase(lane);
+      line() << "#pragma unroll\n";
+      line() << "for (int tr_k = 0; tr_k < " << W << "; ++tr_k) {\n";
+      ++indent_;
+      const Stmt& lane_body = s.inner ? s.inner->body : op->body;
+      if (reads_var(lane_body, lane)) line() << "const int64_t " << lane << " = tr_i0 + tr_k;\n";
+      in_lanes_ = true;
+      visit(lane_body);
+      in_lanes_ = false;
+      --indent_;
+      line() << "}\n";
+      renamed_[lane] = "tr_i0";
+      for (const IRNode* a : order)
+        if (const Store* st = dynamic_cast<const Store*>(a)) {
+          const std::string type = std::string("tr_vec<") + c_type(st->buffer.dtype) + ", " + W + ">";
+          line() << "*(" << type << "*)(" << st->buffer.name << " + " << print(st->index) << ") = " << vector_name_[a]
+                 << ";\n";
+        }
+      renamed_.erase(lane);
+      vector_name_.clear();
+      --indent_;
+      line() << "}\n";
+      line() << "for (int64_t tr_j = tr_tid; tr_j < (tr_a - tr_lo) + (tr_hi - tr_b); tr_j += tr_nth) {\n";
+      ++indent_;
+      line() << "const int64_t tr_t = tr_j < tr_a - tr_lo ? tr_lo + tr_j : tr_b + (tr_j - (tr_a - tr_lo));\n";
+      scalar_element(op);
+      --indent_;
+      line() << "}\n";
+      --indent_;
+      line() << "} else {\n";
+      ++indent_;
+    }
+    line() << "for (int64_t tr_t = tr_lo + tr_tid; tr_t < tr_hi; tr_t += tr_nth) {\n";
+    ++indent_;
+    scalar_element(op);
+    --indent_;
+    line() << "}\n";
+    if (w > 1) {
+      --indent_;
+      line() << "}\n";
+    }
+    --indent_;
+    line() << "}\n";
+  }
+
+  // Element tr_t of the flattened range: binds the loop variables (the innermost one as
+  // `inner_name`) and, in 2-D, the Parallel loop's lets.
+  void element_prologue(const For* op, const std::string& inner_name) {
+    const CudaSchedule& s = *schedule_;
+    if (!s.inner) {
+      line() << "const int64_t " << inner_name << " = tr_t;\n";
+      return;
+    }
+    const std::string n = std::to_string(s.inner_extent);
+    line() << "const int64_t " << op->var << " = tr_t / " << n << ";\n";
+    line() << "const int64_t " << inner_name << " = tr_t - " << op->var << " * " << n << ";\n";
+    for (Stmt body = op->body; const LetStmt* let = body.as<LetStmt>(); body = let->body)
+      line() << "const " << c_type(let->value.type()) << " " << let->name << " = " << print(let->value) << ";\n";
+  }
+  void scalar_element(const For* op) {
+    const CudaSchedule& s = *schedule_;
+    element_prologue(op, s.inner ? s.inner->var : op->var);
+    visit(s.inner ? s.inner->body : op->body);
+  }
+
+  // The schedule's vector accesses in the order the body reaches them (the render is stable).
+  static std::vector<const IRNode*> vector_accesses_in_order(const CudaSchedule& s) {
+    struct Order : IRVisitor {
+      const std::set<const IRNode*>& want;
+      std::vector<const IRNode*> out;
+      explicit Order(const std::set<const IRNode*>& w) : want(w) {}
+      std::set<const IRNode*> seen;  // a load shared by several expressions is one access
+      void visit_node(const Load* op) override {
+        if (want.count(op) && seen.insert(op).second) out.push_back(op);
+        IRVisitor::visit_node(op);
+      }
+      void visit_node(const Store* op) override {
+        if (want.count(op) && seen.insert(op).second) out.push_back(op);
+        IRVisitor::visit_node(op);
+      }
+    } order(s.vector_accesses);
+    order.visit(s.inner ? s.inner->body : s.parallel->body);
+    return order.out;
+  }
+  static const Buffer& buffer_of(const IRNode* access) {
+    if (const Load* ld = dynamic_cast<const Load*>(access)) return ld->buffer;
+    return static_cast<const Store*>(access)->buffer;
   }
 
   static std::string cast(DType t, const std::string& e) {
@@ -268,13 +439,20 @@ class CRenderer : public IRVisitor {
   std::ostream& os_;
   Dialect dialect_;
   const DialectTraits& traits_;
+  const CudaSchedule* schedule_;
   std::string expr_;
   int indent_ = 1;
+  std::map<std::string, std::string> renamed_;           // variables printed under another name
+  std::map<const IRNode*, std::string> vector_name_;     // vector accesses: their register
+  bool in_lanes_ = false;                                // rendering one lane of a vector step
 };
 
 }  // namespace
 
-std::string render_c(const LoweredFunc& f, Dialect dialect) {
+namespace {
+
+// The kernel alone, without the prelude.
+std::string render_kernel(const LoweredFunc& f, Dialect dialect) {
   const DialectTraits& t = traits(dialect);
   StoredBuffers stored;
   stored.visit(f.body);
@@ -283,6 +461,8 @@ std::string render_c(const LoweredFunc& f, Dialect dialect) {
     bool is_const = stored.slots.count(b.slot) == 0;
     return std::string(is_const ? "const " : "") + c_type(b.dtype) + "* " + t.restrict_kw + " " + b.name;
   };
+  std::optional<CudaSchedule> schedule;
+  if (dialect == Dialect::Cuda) schedule = schedule_cuda(f);
   os << t.kernel_qualifier << " " << f.name << "(";
   if (t.buffers_as_array) {
     os << "void** buffers, int64_t begin, int64_t end) {\n";
@@ -293,12 +473,32 @@ std::string render_c(const LoweredFunc& f, Dialect dialect) {
     for (const Buffer& b : f.buffers) os << decl(b) << ", ";
     os << "int64_t begin, int64_t end) {\n";
   }
-  CRenderer r(os, dialect);
+  if (schedule && schedule->mapping == CudaMapping::Single)  // any launch: one thread runs it
+    os << "  if (blockIdx.x != 0 || threadIdx.x != 0) return;\n";
+  CRenderer r(os, dialect, schedule ? &*schedule : nullptr);
   r.emit(f.body);
   os << "}\n";
-  std::string kernel = os.str();
+  return os.str();
+}
+
+}  // namespace
+
+std::string render_c(const LoweredFunc& f, Dialect dialect) {
+  std::string kernel = render_kernel(f, dialect);
   return "// Generated by Terrace from kernel " + f.name + ".\n" + render_prelude(dialect, kernel) +
          "\n" + kernel;
+}
+
+std::string render_cuda_program(std::span<const LoweredFunc> funcs, std::string_view comment) {
+  std::set<std::string> names;
+  std::string kernels;
+  for (const LoweredFunc& f : funcs) {
+    TERRACE_CHECK(names.insert(f.name).second, InvalidArgument, "render_cuda_program: two kernels are named '",
+                  f.name, "' (", comment, ")");
+    kernels += render_kernel(f, Dialect::Cuda) + "\n";
+  }
+  return "// Generated by Terrace: " + std::string(comment) + " (" + std::to_string(funcs.size()) + " kernels).\n" +
+         render_prelude(Dialect::Cuda, kernels) + "\n" + kernels;
 }
 
 }  // namespace terrace::kernels

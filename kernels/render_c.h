@@ -1,5 +1,6 @@
 // The C-family renderer: kernel IR -> one self-contained C++ (tier 1) or CUDA C (tier 2) source.
 #pragma once
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -16,9 +17,15 @@ enum class Dialect { Cpp, Cuda };
 //   Cpp:  extern "C" void <name>(void** buffers, int64_t begin, int64_t end)
 //         buffers[slot] is the array of buffer `slot`; the outermost loop runs over [begin, end).
 //   Cuda: extern "C" __global__ void <name>(T0* in0, ..., int64_t begin, int64_t end)
-//         with the Parallel loop as a grid-stride loop.
+//         with the Parallel loop mapped onto threads as schedule_cuda(f) decides
+//         (kernels/schedule_cuda.h): correct for any grid and block, fastest with cuda_launch's.
 // Buffers must not overlap (they are declared __restrict).
 std::string render_c(const LoweredFunc& f, Dialect dialect);
+
+// One CUDA translation unit holding every kernel of `funcs` (a region's: NVRTC's cost is mostly
+// per program) after one prelude with what they use; `comment` heads it ("region 3 (Add,Relu)").
+// Throws InvalidArgument when two kernels share a name.
+std::string render_cuda_program(std::span<const LoweredFunc> funcs, std::string_view comment);
 
 // The whole prelude (for tests of the math functions).
 std::string render_prelude(Dialect dialect);

@@ -33,6 +33,8 @@ typedef int int32_t; typedef unsigned int uint32_t;
 typedef long long int64_t; typedef unsigned long long uint64_t;
 TR_FN float tr_as_float(uint32_t i) { return __int_as_float((int)i); }
 TR_FN uint32_t tr_as_uint(float f) { return (uint32_t)__float_as_int(f); }
+// N elements moved as one access of N * sizeof(T) bytes (ld/st.global.v4 for 4 floats).
+template <typename T, int N> struct alignas(sizeof(T) * N) tr_vec { T v[N]; };
 )";
 
 // Shared by both dialects. Polynomials are Cephes' (logf, sinf/cosf, atanf), Eigen's rational erf,

@@ -1,0 +1,330 @@
+// render_c's CUDA dialect and its schedule (kernels/schedule_cuda.h): rendered kernels of every
+// dtype and intrinsic compile through NVRTC for sm_90 (no GPU needed; skipped with NVRTC's reason
+// where it cannot be loaded), and 16-byte vector accesses are chosen exactly where the innermost
+// contiguous loop and the buffers' layout allow.
+#include <gtest/gtest.h>
+
+#include <cctype>
+#include <string>
+#include <vector>
+
+#include "interp/error.h"
+#include "kernels/lower.h"
+#include "kernels/lower_op.h"
+#include "kernels/render_c.h"
+#include "kernels/schedule_cuda.h"
+#include "kernels/split.h"
+#include "tests/support/attrs.h"
+#ifdef TERRACE_HAVE_CUDA
+#include "jit/nvrtc.h"
+#endif
+
+namespace terrace::kernels {
+namespace {
+
+using testing::int_attr;
+using testing::ints_attr;
+
+// Compiles `source` for sm_90, or skips the test where NVRTC cannot be loaded.
+#ifdef TERRACE_HAVE_CUDA
+#define EXPECT_COMPILES_FOR_SM90(source, program)                                           \
+  do {                                                                                        \
+    std::string why_;                                                                         \
+    if (!jit::nvrtc_available(&why_)) GTEST_SKIP() << "NVRTC cannot be loaded: " << why_;     \
+    try {                                                                                     \
+      std::vector<char> cubin_ = jit::nvrtc_compile(source, "sm_90", program, {"-default-device"}); \
+      EXPECT_GT(cubin_.size(), 64u);                                                          \
+      EXPECT_EQ(std::string(cubin_.data(), 4), "\x7f" "ELF");                                 \
+    } catch (const Error& e) {                                                                \
+      ADD_FAILURE() << e.what() << "\n---- source ----\n" << source;                          \
+    }                                                                                         \
+  } while (0)
+#else
+#define EXPECT_COMPILES_FOR_SM90(source, program) GTEST_SKIP() << "built without TERRACE_WITH_CUDA"
+#endif
+
+Expr idx_var(const std::string& n) { return Var::make(DType::Int64, n); }
+
+// A fusion group built op by op from signatures (no values: these tests only render).
+struct Group {
+  FusionGroup g;
+  explicit Group(std::string name) { g.name = std::move(name); }
+  Operand input(DType t, Shape s) {
+    g.inputs.push_back({t, std::move(s)});
+    return Operand::input(int(g.inputs.size()) - 1);
+  }
+  Operand op(Op op, std::vector<Operand> args, std::map<std::string, Attribute> attrs = {}) {
+    FusedOp f;
+    f.node.op = op;
+    f.node.name = "n" + std::to_string(g.ops.size());
+    f.node.attrs = std::move(attrs);
+    f.node.outputs = {0};
+    for (const Operand& a : args) f.node.inputs.push_back(a.kind == Operand::Kind::Absent ? -1 : 0);
+    f.operands = std::move(args);
+    g.ops.push_back(std::move(f));
+    g.ops.back().result = infer_result(g, int(g.ops.size()) - 1);
+    return Operand::result(int(g.ops.size()) - 1);
+  }
+  void output(Operand o) { g.outputs.push_back(o.index); }
+  LoweredFunc lower() const { return kernels::lower(g); }
+};
+
+LoweredFunc add_kernel(const std::string& name, DType a, Shape sa, DType b, Shape sb) {
+  Group gr(name);
+  Operand x = gr.input(a, std::move(sa)), y = gr.input(b, std::move(sb));
+  if (a != b) y = gr.op(Op::Cast, {y}, {{"to", int_attr(dtype_to_onnx(a))}});
+  gr.output(gr.op(Op::Add, {x, y}));
+  return gr.lower();
+}
+
+int vector_loads(const CudaSchedule& s) {
+  int n = 0;
+  for (const IRNode* a : s.vector_accesses) n += a->kind == IRNodeKind::Load;
+  return n;
+}
+int vector_stores(const CudaSchedule& s) {
+  return int(s.vector_accesses.size()) - vector_loads(s);
+}
+
+// ---- schedule: where vectors are and are not taken ----
+
+TEST(CudaSchedule, contiguous_float32_kernel_moves_float4) {
+  LoweredFunc f = add_kernel("add1d", DType::Float32, {1000}, DType::Float32, {1000});
+  CudaSchedule s = schedule_cuda(f);
+  EXPECT_EQ(s.mapping, CudaMapping::PerElement);
+  EXPECT_EQ(s.inner, nullptr);
+  EXPECT_EQ(s.vector_width, 4);
+  EXPECT_EQ(vector_loads(s), 2);
+  EXPECT_EQ(vector_stores(s), 1);
+  std::string src = render_c(f, Dialect::Cuda);
+  EXPECT_NE(src.find("tr_vec<float, 4>"), std::string::npos) << src;
+  EXPECT_NE(src.find("& 15) == 0"), std::string::npos) << src;  // the run-time alignment check
+}
+
+TEST(CudaSchedule, half_kernel_moves_eight_lanes_and_mixed_kernel_sixteen_bytes_of_the_widest) {
+  CudaSchedule h = schedule_cuda(add_kernel("addh", DType::Float16, {4096}, DType::Float16, {4096}));
+  EXPECT_EQ(h.vector_width, 8);
+  EXPECT_EQ(h.vector_accesses.size(), 3u);
+  // float32 + float16: 4 lanes (16 bytes of float, 8 of half).
+  CudaSchedule m = schedule_cuda(add_kernel("addm", DType::Float32, {4096}, DType::Float16, {4096}));
+  EXPECT_EQ(m.vector_width, 4);
+  EXPECT_EQ(m.vector_accesses.size(), 3u);
+  CudaSchedule d = schedule_cuda(add_kernel("addd", DType::Float64, {4096}, DType::Float64, {4096}));
+  EXPECT_EQ(d.vector_width, 2);
+}
+
+TEST(CudaSchedule, bias_add_flattens_rows_and_vectorises_both_operands) {
+  // [64, 768] + [768]: a Parallel loop over rows around a Vectorized loop over 768 columns.
+  LoweredFunc f = add_kernel("bias", DType::Float32, {64, 768}, DType::Float32, {768});
+  CudaSchedule s = schedule_cuda(f);
+  ASSERT_EQ(s.mapping, CudaMapping::PerElement);
+  ASSERT_NE(s.inner, nullptr);
+  EXPECT_EQ(s.inner_extent, 768);
+  EXPECT_EQ(s.vector_width, 4);
+  EXPECT_EQ(vector_loads(s), 2);
+  EXPECT_EQ(vector_stores(s), 1);
+  CudaLaunch l = cuda_launch(s, 0, 64, 132);
+  EXPECT_EQ(l.block, 256u);
+  EXPECT_EQ(l.grid, unsigned(64 * 768 / 4 / 256));
+}
+
+TEST(CudaSchedule, row_length_not_a_multiple_of_four_narrows_or_drops_the_vector) {
+  // 6 columns: pairs (8 bytes) never cross a row; 7 columns: no vector at all.
+  CudaSchedule six = schedule_cuda(add_kernel("six", DType::Float32, {10, 6}, DType::Float32, {6}));
+  EXPECT_EQ(six.mapping, CudaMapping::PerElement);
+  EXPECT_EQ(six.vector_width, 2);
+  CudaSchedule seven = schedule_cuda(add_kernel("seven", DType::Float32, {10, 7}, DType::Float32, {7}));
+  EXPECT_EQ(seven.mapping, CudaMapping::PerElement);
+  EXPECT_EQ(seven.vector_width, 1);
+  EXPECT_TRUE(seven.vector_accesses.empty());
+  EXPECT_EQ(render_c(add_kernel("seven", DType::Float32, {10, 7}, DType::Float32, {7}), Dialect::Cuda).find("tr_vec<"),
+            std::string::npos);
+}
+
+TEST(CudaSchedule, broadcast_operand_is_loaded_as_a_scalar) {
+  // [64, 768] + [64, 1]: the second operand's index does not move with the column.
+  LoweredFunc f = add_kernel("col", DType::Float32, {64, 768}, DType::Float32, {64, 1});
+  CudaSchedule s = schedule_cuda(f);
+  EXPECT_EQ(s.vector_width, 4);
+  EXPECT_EQ(vector_loads(s), 1);
+  EXPECT_EQ(vector_stores(s), 1);
+}
+
+TEST(CudaSchedule, conditional_store_stays_scalar) {
+  // out0 = Neg(b) of shape [8] is written only in row 0 of the [4, 8] domain (under an if).
+  Group gr("cond");
+  Operand a = gr.input(DType::Float32, {4, 8}), b = gr.input(DType::Float32, {8});
+  Operand nb = gr.op(Op::Neg, {b});
+  gr.output(nb);
+  gr.output(gr.op(Op::Add, {a, nb}));
+  LoweredFunc f = gr.lower();
+  CudaSchedule s = schedule_cuda(f);
+  EXPECT_EQ(s.vector_width, 4);
+  EXPECT_EQ(vector_loads(s), 2);
+  EXPECT_EQ(vector_stores(s), 1);  // the Add's; Neg's store is conditional
+  for (const IRNode* n : s.vector_accesses) {
+    if (n->kind == IRNodeKind::Store) EXPECT_EQ(static_cast<const Store*>(n)->buffer.name, "out1");
+  }
+  EXPECT_COMPILES_FOR_SM90(render_c(f, Dialect::Cuda), "cond.cu");
+}
+
+TEST(CudaSchedule, reduction_runs_a_thread_per_row_and_a_kernel_without_parallel_loop_one_thread) {
+  Node n;
+  n.op = Op::ReduceSum;
+  n.name = "sum";
+  n.inputs = {0, 1};
+  n.outputs = {2};
+  n.attrs["keepdims"] = int_attr(0);
+  Tensor axes = Tensor::from_vector<int64_t>({1}, {1});
+  std::vector<OpInput> in(2);
+  in[0].sig = {DType::Float32, {32, 100}};
+  in[1].sig = {DType::Int64, {1}};
+  in[1].value = &axes;
+  OpKernels k = lower_op(n, in, "sum");
+  ASSERT_FALSE(k.calls.empty());
+  CudaSchedule s = schedule_cuda(k.calls[0].func);
+  EXPECT_EQ(s.mapping, CudaMapping::PerIteration);
+  EXPECT_TRUE(s.vector_accesses.empty());
+
+  LoweredFunc one;
+  one.name = "one";
+  one.buffers = {{"out0", DType::Float32, 0}};
+  one.body = Store::make(one.buffers[0], make_index(0), FloatImm::make(DType::Float32, 1.0));
+  EXPECT_EQ(schedule_cuda(one).mapping, CudaMapping::Single);
+  EXPECT_EQ(cuda_launch(schedule_cuda(one), 0, 1).grid, 1u);
+  std::string src = render_c(one, Dialect::Cuda);
+  EXPECT_NE(src.find("if (blockIdx.x != 0 || threadIdx.x != 0) return;"), std::string::npos) << src;
+  std::vector<LoweredFunc> both = {k.calls[0].func, one};
+  for (size_t i = 1; i < k.calls.size(); ++i) both.push_back(k.calls[i].func);
+  EXPECT_COMPILES_FOR_SM90(render_cuda_program(both, "reduce sum"), "sum.cu");
+}
+
+TEST(CudaRender, program_of_several_kernels_has_one_prelude_and_refuses_duplicate_names) {
+  std::vector<LoweredFunc> fs = {add_kernel("k0", DType::Float32, {100}, DType::Float32, {100}),
+                                 add_kernel("k1", DType::Float32, {10, 12}, DType::Float32, {12})};
+  std::string src = render_cuda_program(fs, "region 0 (Add)");
+  EXPECT_EQ(src.find("#define TR_FN"), src.rfind("#define TR_FN"));
+  EXPECT_NE(src.find("void k0("), std::string::npos);
+  EXPECT_NE(src.find("void k1("), std::string::npos);
+  fs[1].name = "k0";
+  try {
+    render_cuda_program(fs, "region 0 (Add)");
+    FAIL() << "two kernels named k0 rendered";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::InvalidArgument);
+    EXPECT_NE(e.message().find("'k0'"), std::string::npos) << e.message();
+  }
+}
+
+// ---- NVRTC: every dtype and intrinsic ----
+
+TEST(CudaRender, casts_between_every_dtype_compile_for_sm90) {
+  const DType types[] = {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16, DType::Int8,
+                         DType::UInt8,   DType::Int16,   DType::UInt16,  DType::Int32,    DType::UInt32,
+                         DType::Int64,   DType::UInt64,  DType::Bool};
+  std::vector<LoweredFunc> fs;
+  for (DType from : types) {  // one kernel per source type, one output per target type
+    Group gr(std::string("cast_from_") + dtype_name(from));
+    Operand x = gr.input(from, {257});
+    for (DType to : types) gr.output(gr.op(Op::Cast, {x}, {{"to", int_attr(dtype_to_onnx(to))}}));
+    fs.push_back(gr.lower());
+  }
+  EXPECT_COMPILES_FOR_SM90(render_cuda_program(fs, "casts"), "casts.cu");
+}
+
+TEST(CudaRender, arithmetic_of_every_numeric_dtype_compiles_for_sm90) {
+  // Add, Mul, Neg, Max, Where and a comparison per dtype, in 1-D and 2-D broadcast forms.
+  const DType types[] = {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16, DType::Int8,
+                         DType::UInt8,   DType::Int16,   DType::UInt16,  DType::Int32,    DType::UInt32,
+                         DType::Int64,   DType::UInt64};
+  std::vector<LoweredFunc> fs;
+  for (DType t : types)
+    for (bool two_d : {false, true}) {
+      Group gr(std::string("arith_") + dtype_name(t) + (two_d ? "_2d" : "_1d"));
+      Operand a = gr.input(t, two_d ? Shape{6, 40} : Shape{240});
+      Operand b = gr.input(t, two_d ? Shape{40} : Shape{240});
+      Operand s = gr.op(Op::Add, {a, b});
+      Operand p = gr.op(Op::Mul, {s, a});
+      Operand m = gr.op(Op::Max, {p, b});
+      Operand lt = gr.op(Op::Less, {m, a});
+      Operand w = gr.op(Op::Where, {lt, m, s});
+      if (t != DType::UInt8 && t != DType::UInt16 && t != DType::UInt32 && t != DType::UInt64) w = gr.op(Op::Neg, {w});
+      gr.output(w);
+      gr.output(lt);
+      fs.push_back(gr.lower());
+    }
+  EXPECT_COMPILES_FOR_SM90(render_cuda_program(fs, "arithmetic"), "arith.cu");
+}
+
+// One kernel per float type storing every intrinsic of one argument (and Pow, Fmod) of x[i].
+LoweredFunc every_intrinsic(DType t) {
+  LoweredFunc f;
+  f.name = std::string("intrinsics_") + dtype_name(t);
+  f.buffers = {{"in0", t, 0}, {"out0", t, 1}};
+  const int64_t n = 1000;
+  Expr x = Load::make(f.buffers[0], idx_var("i"));
+  std::vector<Stmt> stores;
+  int j = 0;
+#define TERRACE_IR_INTRINSIC(name, arity, returns_bool)                                          \
+  {                                                                                              \
+    std::vector<Expr> args(arity, x);                                                            \
+    if (arity == 2) args[1] = make_const(t, 0.75);                                               \
+    Expr v = Call::make(Intrinsic::name, args);                                                  \
+    if (returns_bool) v = Cast::make(t, v);                                                      \
+    stores.push_back(Store::make(f.buffers[1], idx_var("i") + make_index(n * j++), v));          \
+  }
+#include "kernels/ir_nodes.def"
+  f.body = For::make("i", idx_var("begin"), idx_var("end"), ForKind::Parallel, Block::make(stores));
+  f.parallel_extent = n;
+  return f;
+}
+
+TEST(CudaRender, every_intrinsic_compiles_for_sm90_in_float32_and_float64) {
+  std::vector<LoweredFunc> fs = {every_intrinsic(DType::Float32), every_intrinsic(DType::Float64)};
+  std::string src = render_cuda_program(fs, "intrinsics");
+  for (int fn = 0; fn <= int(Intrinsic::IsInf); ++fn) {
+    std::string name = std::string("tr_") + intrinsic_name(Intrinsic(fn));
+    for (char& c : name) c = char(std::tolower(static_cast<unsigned char>(c)));
+    EXPECT_NE(src.find(name + "_f32("), std::string::npos) << name;
+    EXPECT_NE(src.find(name + "_f64("), std::string::npos) << name;
+  }
+  EXPECT_COMPILES_FOR_SM90(src, "intrinsics.cu");
+}
+
+TEST(CudaRender, whole_prelude_compiles_for_sm90) {
+  // Every prelude function, used or not, and the saturating cast instantiated for each integer.
+  std::string src = render_prelude(Dialect::Cuda) +
+                    "extern \"C\" __global__ void k(const float* __restrict__ x, int8_t* a, uint64_t* b, int64_t* c) {\n"
+                    "  a[0] = tr_sat_cast<int8_t, float>(x[0], -128.0f, 127.0f, (int8_t)-128, (int8_t)127);\n"
+                    "  b[0] = tr_sat_cast<uint64_t, double>((double)x[1], 0.0, 1.8446744073709552e19, 0ull, ~0ull);\n"
+                    "  c[0] = (int64_t)tr_f2h(tr_h2f((uint16_t)x[2])) + tr_f2bf(tr_bf2f((uint16_t)x[3]));\n"
+                    "}\n";
+  EXPECT_COMPILES_FOR_SM90(src, "prelude.cu");
+}
+
+TEST(CudaRender, reductions_and_data_movement_compile_for_sm90) {
+  std::vector<LoweredFunc> fs;
+  auto add = [&](Op op, std::vector<OpInput> in, std::map<std::string, Attribute> attrs, const std::string& name) {
+    Node n;
+    n.op = op;
+    n.name = name;
+    for (size_t i = 0; i < in.size(); ++i) n.inputs.push_back(int(i));
+    n.outputs = {int(in.size())};
+    n.attrs = std::move(attrs);
+    OpKernels k = lower_op(n, in, name);
+    for (auto& c : k.calls) fs.push_back(c.func);
+  };
+  OpInput x{{DType::Float32, {8, 12, 64}}};
+  add(Op::Softmax, {x}, {{"axis", int_attr(-1)}}, "softmax");
+  add(Op::ReduceMax, {x}, {{"axes", ints_attr({1})}, {"keepdims", int_attr(1)}}, "rmax");
+  add(Op::ArgMax, {x}, {{"axis", int_attr(2)}}, "argmax");
+  add(Op::Transpose, {x}, {{"perm", ints_attr({0, 2, 1})}}, "transpose");
+  add(Op::ReduceMean, {OpInput{{DType::Float32, {4, 100}}}}, {{"axes", ints_attr({0})}}, "rmean_columns");
+  add(Op::LayerNormalization, {x, OpInput{{DType::Float32, {64}}}, OpInput{{DType::Float32, {64}}}},
+      {{"axis", int_attr(-1)}}, "layernorm");
+  ASSERT_GE(fs.size(), 5u);
+  EXPECT_COMPILES_FOR_SM90(render_cuda_program(fs, "lowered ops"), "ops.cu");
+}
+
+}  // namespace
+}  // namespace terrace::kernels
