@@ -246,7 +246,7 @@ LoweredFunc copy_kernel(const std::string& name, DType t, const View& from, cons
   f.name = name;
   f.buffers = {{"src", t, 0}, {"dst", t, 1}};
   size_t last = p.shape.size() - 1;
-  if (p.from[last] != 1 && p.to[last] == 1 && p.shape[last] >= 8)
+  if (p.from[last] != 1 && p.from[last] != 0 && p.to[last] == 1 && p.shape[last] >= 8)
     for (size_t k = 0; k < last; ++k)
       if (p.from[k] == 1 && p.shape[k] >= 8) return tiled_copy(std::move(f), p, k, from, to);
 

@@ -223,21 +223,45 @@ Expr folded_index(PadMode mode, const Expr& i, int64_t dim, int64_t before) {
 
 std::string can_lower_pad(const Graph& g, const Node& node) {
   if (std::string why = require_constant(g, node, 1, "pads"); !why.empty()) return why;
-  if (node.inputs.size() > 3 && node.inputs[3] >= 0) return "tier 1 does not compile Pad with an 'axes' input";
-  return "";
+  return require_constant(g, node, 3, "axes");
 }
+
+namespace {
+
+// Pads, as [begin_0, ..., begin_n, end_0, ..., end_n]: input 1 (opset 11 on) or the attribute;
+// from opset 18, input 3 lists the axes they speak of (the others are not padded).
+std::vector<int64_t> pads_operand(const Node& node, const std::vector<OpInput>& in, int64_t rank) {
+  std::vector<int64_t> pads = has_input(in, 1) ? constant_ints(node, in, 1, "pads") : node.attr_ints("pads");
+  if (has_input(in, 3)) {
+    std::vector<int64_t> axes = constant_ints(node, in, 3, "axes");
+    TERRACE_CHECK(pads.size() == 2 * axes.size(), InvalidArgument, node.describe(), ": ", pads.size(), " pads for ",
+                  axes.size(), " axes (need ", 2 * axes.size(), ")");
+    std::vector<int64_t> all(size_t(2 * rank), 0);
+    std::vector<bool> seen(size_t(rank), false);
+    for (size_t i = 0; i < axes.size(); ++i) {
+      int64_t d = normalize_axis(node, axes[i], rank);
+      TERRACE_CHECK(!seen[size_t(d)], InvalidArgument, node.describe(), ": axis ", axes[i], " is listed twice");
+      seen[size_t(d)] = true;
+      all[size_t(d)] = pads[i];
+      all[size_t(rank + d)] = pads[axes.size() + i];
+    }
+    pads = std::move(all);
+  }
+  TERRACE_CHECK(int64_t(pads.size()) == 2 * rank, InvalidArgument, node.describe(), ": ", pads.size(),
+                " pads for an input of rank ", rank, " (need ", 2 * rank, ")");
+  for (int64_t p : pads)  // bounded so that dim + pads cannot overflow
+    TERRACE_CHECK(p > -(int64_t(1) << 48) && p < (int64_t(1) << 48), InvalidArgument, node.describe(),
+                  ": pad ", p, " is too large");
+  return pads;
+}
+
+}  // namespace
 
 OpKernels lower_pad(const Node& node, const std::vector<OpInput>& in, const std::string& name) {
   const TensorSig& x = in[0].sig;
   const int64_t r = int64_t(x.shape.size());
   const PadMode mode = pad_mode(node);
-  TERRACE_CHECK(!has_input(in, 3), NotImplemented, node.describe(), ": tier 1 does not compile Pad with an 'axes' input");
-  std::vector<int64_t> pads = has_input(in, 1) ? constant_ints(node, in, 1, "pads") : node.attr_ints("pads");
-  TERRACE_CHECK(int64_t(pads.size()) == 2 * r, InvalidArgument, node.describe(), ": ", pads.size(),
-                " pads for an input of rank ", r, " (need ", 2 * r, ")");
-  for (int64_t p : pads)
-    TERRACE_CHECK(p > -(int64_t(1) << 48) && p < (int64_t(1) << 48), InvalidArgument, node.describe(),
-                  ": pad ", p, " is too large");
+  const std::vector<int64_t> pads = pads_operand(node, in, r);
   OpKernels k;
   if (r == 0) {  // nothing to pad
     k.outputs = {x};

@@ -47,6 +47,11 @@ std::string read_attrs(const Node& node, Attrs& a) {
   else if (rounding == "ceil") a.rounding = Rounding::Ceil;
   else return "tier 1 does not compile Resize's nearest_mode '" + rounding + "'";
   if (node.attr_int("exclude_outside", 0) != 0) return "tier 1 does not compile Resize with exclude_outside";
+  // Opset 18's additions.
+  if (node.attr_int("antialias", 0) != 0) return "tier 1 does not compile Resize with antialias";
+  if (node.has_attr("axes")) return "tier 1 does not compile Resize with axes";
+  if (node.attr_string("keep_aspect_ratio_policy", "stretch") != "stretch")
+    return "tier 1 does not compile Resize with a keep_aspect_ratio_policy other than stretch";
   return "";
 }
 

@@ -239,6 +239,8 @@ TEST(MovementLowering, ExpandMatchesInterpreter) {
   }
   Tensor y = random_bits(DType::UInt8, {1, 4, 1}, 18), s = ints({5, 1, 4, 7});
   expect_matches_interpreter(movement_node(Op::Expand, {y, s}), {y, s});
+  Tensor column = random_bits(DType::Float32, {16, 1}, 36), wide = ints({3, 16, 32});  // a row filled per element
+  expect_matches_interpreter(movement_node(Op::Expand, {column, wide}), {column, wide});
 }
 
 TEST(MovementLowering, TileMatchesInterpreter) {
