@@ -26,6 +26,9 @@ struct AttentionForm {
   int64_t softmax_axis = -1;
   bool scores_are_output = false;
   bool probs_are_output = false;
+  int64_t q_batch = 1;          // K^T and V have batch 1: more broadcasts them in the MatMuls
+  Shape mask_shape = {1, 1, 4, 4};  // the additive mask's
+  bool where_mask_input = false;    // the Where's condition a graph input, not a constant
 };
 
 struct Built {
@@ -36,7 +39,7 @@ struct Built {
 Built build_attention(const AttentionForm& f) {
   GraphBuilder b;
   Built r{};
-  r.q = b.input("q", DType::Float32, {1, 2, 4, 8});
+  r.q = b.input("q", DType::Float32, {f.q_batch, 2, 4, 8});
   r.kt = b.input("kt", DType::Float32, {1, 2, 8, 4});
   r.v = b.input("v", DType::Float32, {1, 2, 4, 8});
   r.mask = -1;
@@ -51,10 +54,10 @@ Built build_attention(const AttentionForm& f) {
       for (int j = 0; j < 4; ++j) above[size_t(i * 4 + j)] = j > i;
     Tensor m = Tensor::empty(DType::Bool, {4, 4});
     for (size_t k = 0; k < 16; ++k) m.data<bool>()[k] = above[k];
-    r.mask = b.constant("causal", m);
+    r.mask = f.where_mask_input ? b.input("cond", DType::Bool, {4, 4}) : b.constant("causal", m);
     s = b.node(Op::Where, {r.mask, b.constant("fill", Tensor::scalar<float>(f.fill)), s});
   } else if (f.mask == Mask::Additive) {
-    r.mask = b.input("mask", DType::Float32, {1, 1, 4, 4});
+    r.mask = b.input("mask", DType::Float32, f.mask_shape);
     s = b.node(Op::Add, {s, r.mask});
   }
   int probs = b.node(Op::Softmax, {s}, {{"axis", int_attr(f.softmax_axis)}});
@@ -124,6 +127,75 @@ TEST(AttentionDetection, the_optimizer_leaves_the_block_as_it_is_for_now) {
   testing::expect_same_outputs(*b.g, *opt,
                                {RValue(random_tensor({1, 2, 4, 8}, 1)), RValue(random_tensor({1, 2, 8, 4}, 2)),
                                 RValue(random_tensor({1, 2, 4, 8}, 3))});
+}
+
+// ---- the rewrite (PassConfig::fuse_attention) ----
+
+std::shared_ptr<Graph> fused(const std::shared_ptr<Graph>& g) {
+  passes::PassConfig config;
+  config.fuse_attention = true;
+  return optimized(g, OptimizeLevel::Extended, config);
+}
+
+std::vector<RValue> attention_inputs(const AttentionForm& f) {
+  std::vector<RValue> in = {RValue(random_tensor({f.q_batch, 2, 4, 8}, 1, -2, 2)),
+                            RValue(random_tensor({1, 2, 8, 4}, 2, -2, 2)), RValue(random_tensor({1, 2, 4, 8}, 3))};
+  if (f.mask == Mask::Additive) in.push_back(RValue(random_tensor(f.mask_shape, 4, -3, 0)));
+  if (f.mask == Mask::Where && f.where_mask_input) {
+    Tensor c = Tensor::empty(DType::Bool, {4, 4});
+    for (int64_t e = 0; e < 16; ++e) c.data<bool>()[e] = (e * 7) % 3 == 1;  // never a whole row
+    in.push_back(RValue(c));
+  }
+  return in;
+}
+
+void expect_fused(const AttentionForm& f) {
+  Built b = build_attention(f);
+  auto opt = fused(b.g);
+  ASSERT_EQ(count_ops(*opt, Op::Attention), 1) << passes::graph_text(*opt);
+  EXPECT_EQ(count_ops(*opt, Op::MatMul), 0);
+  EXPECT_EQ(count_ops(*opt, Op::Softmax), 0);
+  EXPECT_EQ(count_ops(*opt, Op::Where), 0);
+  EXPECT_EQ(count_ops(*opt, Op::Transpose), 1);  // K from K^T
+  testing::expect_same_outputs(*b.g, *opt, attention_inputs(f), /*exact=*/false);
+}
+
+TEST(AttentionFusion, a_causal_block_becomes_one_attention_with_the_interpreters_answer) {
+  expect_fused({});
+  Built b = build_attention({});
+  for (const Node& n : fused(b.g)->nodes) {
+    if (n.op == Op::Attention) EXPECT_FLOAT_EQ(n.attr_float("scale", 0), 0.25f);
+  }
+}
+
+TEST(AttentionFusion, additive_masks_unscaled_scores_and_computed_conditions_fuse) {
+  AttentionForm f;
+  f.mask = Mask::Additive;
+  f.scaled = false;  // scale 1, not Attention's default 1/sqrt(8)
+  expect_fused(f);
+  f = {};
+  f.where_mask_input = true;  // negated by a Not
+  Built b = build_attention(f);
+  auto opt = fused(b.g);
+  EXPECT_EQ(count_ops(*opt, Op::Not), 1) << passes::graph_text(*opt);
+  EXPECT_EQ(count_ops(*opt, Op::Attention), 1);
+  testing::expect_same_outputs(*b.g, *opt, attention_inputs(f), /*exact=*/false);
+}
+
+TEST(AttentionFusion, broadcasting_between_q_and_k_or_a_widening_mask_keeps_the_block) {
+  AttentionForm f;
+  f.q_batch = 3;  // K^T and V broadcast over Q's batch: Attention does not broadcast
+  Built b = build_attention(f);
+  auto opt = fused(b.g);
+  EXPECT_EQ(count_ops(*opt, Op::Attention), 0) << passes::graph_text(*opt);
+  testing::expect_same_outputs(*b.g, *opt, attention_inputs(f));
+  f = {};
+  f.mask = Mask::Additive;
+  f.mask_shape = {2, 1, 4, 4};  // widens the scores to batch 2
+  b = build_attention(f);
+  opt = fused(b.g);
+  EXPECT_EQ(count_ops(*opt, Op::Attention), 0) << passes::graph_text(*opt);
+  testing::expect_same_outputs(*b.g, *opt, attention_inputs(f));
 }
 
 }  // namespace

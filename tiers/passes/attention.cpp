@@ -1,16 +1,21 @@
-// Attention blocks: detection of the scaled dot-product attention exporters write,
+// Attention blocks: the scaled dot-product attention exporters write,
 //   s = MatMul(Q, Kt)  [* c or / c]  [+ mask | Where(cond, -inf, .)]  Softmax(axis -1)  MatMul(., V)
-// as the unit the tiers would compile at once (one pass over the scores instead of five). The op
-// it would become is ONNX's Attention (opset 23): Attention(Q, K, V, attn_mask) {scale}, with K
-// the transpose of Kt's last two dims (a Transpose's perm composed, or one more Transpose),
-// scale = c (or 1 / c) where the exporter scaled (Attention's default 1/sqrt(head size) where it
-// did not scale at all would be wrong: scale 1 is set explicitly), a float mask passed as the
-// additive attn_mask, and a Where mask as its boolean negation (Attention's boolean mask says
-// where to attend; a constant one is negated at rewrite time). The rewrite waits for Attention in
-// the interpreter (the reference every tier is judged against); until then this finds the blocks
-// and says so in the pipeline's debug log.
+// found (find_attention) and rewritten into ONNX's Attention (opset 23; fuse_attention):
+// Attention(Q, K, V, attn_mask) {scale}, K being Kt with its last two dims swapped (the Transpose
+// that made Kt gets the composed perm, or one more Transpose is made), scale = c (or 1 / c; scale 1
+// where the exporter did not scale: Attention's default 1/sqrt(head size) would be wrong), a float
+// mask as the additive attn_mask, a Where's condition negated as the boolean one (Attention's says
+// where to attend; a constant condition is negated here, a computed one by a Not). Rewritten only
+// where Attention computes the same thing: Q, K^T and V 4-D with one batch and head count (no
+// broadcasting between them: Attention does not broadcast) and a mask that broadcasts to the scores
+// without widening them. The interpreter computes Attention in double, so answers differ by
+// rounding only (OptimizeLevel::Extended).
+//
+// The pipeline runs the rewrite only with PassConfig::fuse_attention: no tier compiles Attention
+// yet, and a fused block would be one graph break where its five ops are compiled regions today.
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 #include "tiers/passes/passes.h"
 #include "tiers/passes/pattern.h"
@@ -92,6 +97,128 @@ std::vector<AttentionBlock> find_attention(const Graph& g) {
     found.push_back(b);
   }
   return found;
+}
+
+namespace {
+
+// Dim `da` of `a` and dim `db` of `b` are the same size: equal and known, or one symbolic name.
+bool same_dim(const Graph& g, int a, size_t da, int b, size_t db) {
+  const ValueInfo &ia = g.values[size_t(a)].info, &ib = g.values[size_t(b)].info;
+  const Shape *sa = is_constant(g, a) ? &constant(g, a).shape() : ia.shape ? &*ia.shape : nullptr;
+  const Shape *sb = is_constant(g, b) ? &constant(g, b).shape() : ib.shape ? &*ib.shape : nullptr;
+  if (!sa || !sb || da >= sa->size() || db >= sb->size()) return false;
+  const int64_t x = (*sa)[da], y = (*sb)[db];
+  if (x >= 0 || y >= 0) return x == y;
+  return da < ia.dim_names.size() && db < ib.dim_names.size() && !ia.dim_names[da].empty() &&
+         ia.dim_names[da] == ib.dim_names[db];
+}
+
+// Attention computes what the block computes (the header's conditions).
+bool fusible(const PatternView& p, const AttentionBlock& b) {
+  const Graph& g = p.graph();
+  for (int v : {b.q, b.k_transposed, b.v}) {
+    const Shape* s = p.shape(v);
+    if (!s || s->size() != 4 || p.dtype(v) != p.dtype(b.q)) return false;
+  }
+  if (p.dtype(b.q) != DType::Float32 && p.dtype(b.q) != DType::Float64) return false;
+  const int q = b.q, kt = b.k_transposed, v = b.v;
+  if (!same_dim(g, q, 0, kt, 0) || !same_dim(g, q, 0, v, 0) || !same_dim(g, q, 1, kt, 1) || !same_dim(g, q, 1, v, 1) ||
+      !same_dim(g, q, 3, kt, 2) || !same_dim(g, kt, 3, v, 2))
+    return false;
+  if (b.mask < 0) return true;
+  const Shape* m = p.shape(b.mask);
+  const DType want = b.mask_kind == AttentionBlock::MaskKind::WhereNegInf ? DType::Bool : *p.dtype(b.q);
+  if (!m || m->size() > 4 || p.dtype(b.mask) != want) return false;
+  // Scores are [B, H, L, S] = q's 0, 1, 2 and kt's 3: each mask dim 1 or that dim.
+  const std::pair<int, size_t> scores[4] = {{q, 0}, {q, 1}, {q, 2}, {kt, 3}};
+  for (size_t j = 0; j < m->size(); ++j) {
+    const size_t d = 4 - m->size() + j;
+    if ((*m)[j] != 1 && !same_dim(g, b.mask, j, scores[d].first, scores[d].second)) return false;
+  }
+  return true;
+}
+
+// A new value named after `base`, made unique, with `info`, written by node `producer`.
+int new_value(Graph& g, const std::string& base, ValueInfo info, int producer) {
+  std::string name = base;
+  for (int k = 1; g.find_value(name) >= 0; ++k) name = base + "_" + std::to_string(k);
+  const int id = g.add_value(name, std::move(info));
+  g.values[size_t(id)].producer = producer;
+  return id;
+}
+
+}  // namespace
+
+int fuse_attention(Graph& g, const PassConfig&) {
+  std::vector<AttentionBlock> blocks = find_attention(g);
+  std::vector<bool> ok(blocks.size(), false);
+  {
+    PatternView p(g);
+    for (size_t i = 0; i < blocks.size(); ++i) ok[i] = fusible(p, blocks[i]);
+  }
+  std::vector<bool> dead(g.nodes.size(), false);
+  std::map<int, int> negated;  // constant Where conditions and their negation
+  int fused = 0;
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    if (!ok[i]) continue;
+    const AttentionBlock& b = blocks[i];
+    for (int n : b.nodes) dead[size_t(n)] = true;
+    dead[size_t(b.output_matmul)] = false;
+    // K: the swap of Kt's last two dims, in the QK MatMul's slot (it reads Kt, so Kt is made before).
+    const int qk_node = b.nodes.front();
+    ValueInfo k_info = g.values[size_t(b.k_transposed)].info;  // fusible: a 4-D tensor of known dtype
+    if (is_constant(g, b.k_transposed)) {
+      k_info.dtype = constant(g, b.k_transposed).dtype();
+      k_info.shape = constant(g, b.k_transposed).shape();
+    }
+    std::swap((*k_info.shape)[2], (*k_info.shape)[3]);
+    k_info.dim_names.resize(4);
+    std::swap(k_info.dim_names[2], k_info.dim_names[3]);
+    Node& host = g.nodes[size_t(qk_node)];
+    const std::string stem = fused_name(g, g.nodes[size_t(b.output_matmul)], "Attention");
+    host.op = Op::Transpose;
+    host.name = stem + "/K";
+    host.attrs.clear();
+    host.attrs["perm"] = ints_attribute({0, 1, 3, 2});
+    host.inputs = {b.k_transposed};
+    const int k = new_value(g, stem + "/K", k_info, qk_node);
+    host.outputs = {k};
+    dead[size_t(qk_node)] = false;
+    // The mask.
+    int mask = -1;
+    if (b.mask_kind == AttentionBlock::MaskKind::Additive) {
+      mask = b.mask;
+    } else if (b.mask_kind == AttentionBlock::MaskKind::WhereNegInf) {
+      if (auto it = negated.find(b.mask); it != negated.end()) {
+        mask = it->second;  // the layers of a model share one causal mask
+      } else if (is_constant(g, b.mask)) {
+        Tensor attend = constant(g, b.mask).clone();
+        for (int64_t e = 0; e < attend.numel(); ++e) attend.data<bool>()[e] = !attend.data<bool>()[e];
+        mask = negated[b.mask] = add_constant(g, g.values[size_t(b.mask)].name + "_attend", std::move(attend));
+      } else {  // a Not in the Where's slot (it reads the condition, so the condition is made before)
+        const int where = g.values[size_t(g.nodes[size_t(b.softmax)].inputs[0])].producer;
+        Node& not_node = g.nodes[size_t(where)];
+        ValueInfo m_info = g.values[size_t(b.mask)].info;
+        not_node.op = Op::Not;
+        not_node.name = stem + "/attend";
+        not_node.attrs.clear();
+        not_node.inputs = {b.mask};
+        mask = new_value(g, stem + "/attend", m_info, where);
+        not_node.outputs = {mask};
+        dead[size_t(where)] = false;
+      }
+    }
+    Node& att = g.nodes[size_t(b.output_matmul)];
+    att.op = Op::Attention;
+    att.name = stem;
+    att.inputs = {b.q, k, b.v};
+    if (mask >= 0) att.inputs.push_back(mask);
+    att.attrs.clear();
+    att.attrs["scale"] = float_attribute(float(b.scale));
+    ++fused;
+  }
+  if (fused) remove_nodes(g, std::move(dead));
+  return fused;
 }
 
 }  // namespace terrace::passes

@@ -19,6 +19,9 @@ struct PassConfig {
   // pass makes a deliberately wrong rewrite where it has one (constant folding doubles the float32
   // results it folds, LayerNorm fusion uses epsilon 1).
   bool deliberately_wrong = false;
+  // Attention blocks become one Attention op (attention.cpp). Off by default: Attention runs in the
+  // interpreter only, so a fused block would be a graph break where its five ops compile today.
+  bool fuse_attention = false;
 };
 
 // constant_folding.cpp: nodes whose inputs are all constants become initializers, computed by
@@ -52,8 +55,8 @@ int fuse_layernorm(Graph& g, const PassConfig& config = {});
 int fuse_gelu(Graph& g, const PassConfig& config = {});
 
 // attention.cpp: scaled dot-product attention blocks, Softmax(MatMul(Q, Kt) [scaled] [masked]) @ V
-// with every value in between read by the block alone: found, not rewritten yet (the file says
-// into what, and what it waits for).
+// with every value in between read by the block alone, found and rewritten into Attention (run by
+// the pipeline only with PassConfig::fuse_attention: no tier compiles Attention yet).
 struct AttentionBlock {
   enum class MaskKind { None, Additive, WhereNegInf };  // + mask, or Where(mask, -inf, scores)
   int q = -1, k_transposed = -1, v = -1, mask = -1;     // value ids (mask -1: none)
@@ -63,6 +66,9 @@ struct AttentionBlock {
   std::vector<int> nodes;                               // every node of the block, in graph order
 };
 std::vector<AttentionBlock> find_attention(const Graph& g);
+// The blocks Attention computes exactly (4-D Q, K^T, V of one batch and head count, a mask that
+// does not widen the scores) become Attention(Q, Transpose(Kt), V, mask) {scale}.
+int fuse_attention(Graph& g, const PassConfig& config = {});
 
 // shape_inference.cpp: values whose shapes the rewrites made computable (a Reshape whose target
 // became a constant) get them in their ValueInfo, through the import's shape inference; returns

@@ -82,6 +82,13 @@ Attribute string_attribute(std::string v) {
   return a;
 }
 
+Attribute ints_attribute(std::vector<int64_t> v) {
+  Attribute a;
+  a.kind = Attribute::Kind::Ints;
+  a.ints = std::move(v);
+  return a;
+}
+
 std::string fused_name(const Graph& g, const Node& base, const char* op) {
   std::string stem = base.name;
   if (stem.empty() && !base.outputs.empty() && base.outputs[0] >= 0) stem = g.values[size_t(base.outputs[0])].name;

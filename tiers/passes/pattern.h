@@ -46,6 +46,7 @@ bool close_to(double a, double b, double rtol = 1e-5);
 Attribute int_attribute(int64_t v);
 Attribute float_attribute(float v);
 Attribute string_attribute(std::string v);
+Attribute ints_attribute(std::vector<int64_t> v);
 
 // A name for a fused node made from nodes around `base` (its name, or its first output's).
 std::string fused_name(const Graph& g, const Node& base, const char* op);

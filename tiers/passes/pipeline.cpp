@@ -7,8 +7,9 @@
 // round folds), no-op elimination, constant folding once more for what removing no-ops exposed,
 // then dead code. Extended adds BatchNormalization folding (rounding
 // changes only) after no-op elimination, so that a Dropout or Identity between a Conv and its BN
-// is gone first, then the pattern fusions (decomposed LayerNorm and GELU), which need the folded
-// constants (an exporter's Constant nodes are initializers by then). Last, at every level, shape
+// is gone first, then the pattern fusions (decomposed LayerNorm and GELU; attention blocks with
+// PassConfig::fuse_attention), which need the folded constants (an exporter's Constant nodes are
+// initializers by then). Last, at every level, shape
 // inference gives the values whose shapes folding made static their shapes, for the partitioner
 // and terrace explain.
 //
@@ -100,10 +101,11 @@ std::shared_ptr<const Graph> optimize_graph(std::shared_ptr<const Graph> graph, 
     run("batchnorm_folding", passes::fold_batchnorm);
     run("layernorm_fusion", passes::fuse_layernorm);
     run("gelu_fusion", passes::fuse_gelu);
-    if (log_enabled(LogLevel::Debug))
+    if (config.fuse_attention) run("attention_fusion", passes::fuse_attention);
+    else if (log_enabled(LogLevel::Debug))
       log(LogLevel::Debug, "passes: attention: ", passes::find_attention(*g).size(),
-          " blocks found (MatMul, scale, mask, Softmax, MatMul); not rewritten: Attention (opset 23) is not in the "
-          "interpreter yet");
+          " blocks found (MatMul, scale, mask, Softmax, MatMul), left as they are: no tier compiles Attention yet "
+          "(PassConfig::fuse_attention)");
   }
   run("dead_code", passes::eliminate_dead_code);
   run("shape_inference", passes::infer_static_shapes);
