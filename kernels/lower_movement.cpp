@@ -236,6 +236,26 @@ LoweredFunc tiled_copy(LoweredFunc f, const CopyPlan& p, size_t k, const View& f
   return f;
 }
 
+// A copy of a few long rows (a Concat or Slice near the outermost axis) would give the runtime
+// only a few parallel iterations: its last dim is cut into chunks (a divisor of its length, so the
+// loops keep constant bounds) that become parallel iterations of their own.
+void split_long_rows(CopyPlan& p) {
+  constexpr int64_t kMinChunk = 1024, kMaxChunk = 16384, kFewRows = 64;
+  const int64_t J = p.shape.back(), rows = shape_numel(p.shape) / J;
+  if (rows >= kFewRows || J < 4 * kMaxChunk) return;
+  for (int64_t c = kMaxChunk; c >= kMinChunk; --c)
+    if (J % c == 0) {
+      const int64_t s = p.from.back(), t = p.to.back();
+      p.shape.back() = J / c;
+      p.from.back() = s * c;
+      p.to.back() = t * c;
+      p.shape.push_back(c);
+      p.from.push_back(s);
+      p.to.push_back(t);
+      return;
+    }
+}
+
 }  // namespace
 
 LoweredFunc copy_kernel(const std::string& name, DType t, const View& from, const View& to,
@@ -250,6 +270,8 @@ LoweredFunc copy_kernel(const std::string& name, DType t, const View& from, cons
     for (size_t k = 0; k < last; ++k)
       if (p.from[k] == 1 && p.shape[k] >= 8) return tiled_copy(std::move(f), p, k, from, to);
 
+  split_long_rows(p);
+  last = p.shape.size() - 1;
   DenseNest nest(p.shape);
   std::vector<std::pair<Expr, int64_t>> src_outer, dst_outer;
   for (size_t d = 0; d < last; ++d) {

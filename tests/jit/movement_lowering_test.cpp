@@ -209,6 +209,13 @@ TEST(MovementLowering, ConcatMatchesInterpreterOnEveryAxis) {
   }
 }
 
+TEST(MovementLowering, ConcatOfFewLongRowsSplitsThemIntoParallelChunks) {
+  Tensor a = random_bits(DType::Int8, {2, 131072}, 37), b = random_bits(DType::Int8, {2, 131072}, 38);
+  OpKernels k = expect_matches_interpreter(movement_node(Op::Concat, {a, b}, {{"axis", 1}}), {a, b}, {0, 1});
+  ASSERT_EQ(k.calls.size(), 2u);
+  EXPECT_EQ(k.calls[0].func.parallel_extent, 2 * 131072 / 16384) << "two rows, cut into chunks of 16384";
+}
+
 TEST(MovementLowering, ConcatOfMismatchedShapesIsInvalidArgument) {
   Tensor a = random_bits(DType::Float32, {2, 3}, 14), b = random_bits(DType::Float32, {3, 3}, 15);
   Error e = error_of([&] { run_lowered(movement_node(Op::Concat, {a, b}, {{"axis", 1}}), {a, b}, {0, 1}); });
