@@ -18,6 +18,7 @@ extern const CommandDef kConformanceCommand;
 extern const CommandDef kBenchCommand;
 extern const CommandDef kCacheCommand;
 extern const CommandDef kValidateCommand;
+extern const CommandDef kCompileCommand;
 
 int cmd_run(const ParsedArgs& args);
 int cmd_explain(const ParsedArgs& args);
@@ -25,6 +26,7 @@ int cmd_conformance(const ParsedArgs& args);
 int cmd_bench(const ParsedArgs& args);
 int cmd_cache(const ParsedArgs& args);
 int cmd_validate(const ParsedArgs& args);
+int cmd_compile(const ParsedArgs& args);
 
 // Thrown for a usage error; main prints the message and exits 2.
 struct UsageError {

@@ -32,6 +32,7 @@ const Command kCommands[] = {
     {&kRunCommand, cmd_run, true},
     {&kExplainCommand, cmd_explain, false},
     {&kValidateCommand, cmd_validate, true},
+    {&kCompileCommand, cmd_compile, true},
     {&kConformanceCommand, cmd_conformance, true},
     {&kBenchCommand, cmd_bench, true},
     {&kCacheCommand, cmd_cache, false},
