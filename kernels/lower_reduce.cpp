@@ -236,10 +236,8 @@ std::string can_lower_reduction(const Graph& g, const Node& node) {
   if (xi.kind != ValueKind::Tensor || !xi.dtype) return "input '" + g.values[size_t(node.inputs[0])].name + "' has no known tensor dtype";
   const DType t = *xi.dtype;
   if (std::string why = dtype_reason(node.op, t); !why.empty()) return why;
-  auto constant = [&](int v) {
-    return g.initializers.count(v) && std::find(g.inputs.begin(), g.inputs.end(), v) == g.inputs.end();
-  };
-  if (is_reduce_family(node.op) && node.inputs.size() > 1 && node.inputs[1] >= 0 && !constant(node.inputs[1]))
+  if (is_reduce_family(node.op) && node.inputs.size() > 1 && node.inputs[1] >= 0 &&
+      !known_at_compile_time(g, node.inputs[1]))
     return std::string(op_name(node.op)) + " with axes computed at run time: tier 1 needs them constant";
   if ((node.op == Op::Softmax || node.op == Op::LogSoftmax) && g.opset < 13) {
     // The opset < 13 form flattens dims from `axis` on; it is the same lanes as the opset 13 form

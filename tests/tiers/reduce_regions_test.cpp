@@ -102,6 +102,24 @@ TEST(ReduceRegions, global_pool_and_log_softmax_head_compiles) {
   expect_one_compiled_region(b.build(), {{"x", random_tensor({2, 32, 7, 7}, 8, -2, 2)}}, "Relu, GlobalAveragePool, GlobalMaxPool, Add, LogSoftmax");
 }
 
+// Axes computed in the graph (a Constant node, or arithmetic on Shape) are known at compile time.
+TEST(ReduceRegions, axes_computed_from_constants_and_shapes_compile) {
+  GraphBuilder b;
+  int x = b.input("x", DType::Float32, {4, 6, 5});
+  Attribute value;
+  value.kind = Attribute::Kind::Tensor;
+  value.t = Tensor::from_vector<int64_t>({1}, {1});
+  int axes = b.node(Op::Constant, {}, {{"value", value}}, 1, DType::Int64);
+  int rank_minus_one = b.node(Op::Sub, {b.node(Op::Size, {b.node(Op::Shape, {x}, {}, 1, DType::Int64)}, {}, 1, DType::Int64),
+                                        b.constant("one", Tensor::scalar<int64_t>(1))});
+  int last = b.node(Op::Unsqueeze, {rank_minus_one, b.constant("zero", Tensor::from_vector<int64_t>({1}, {0}))}, {}, 1, DType::Int64);
+  int mid = b.node(Op::ReduceSum, {x, axes}, {{"keepdims", GraphBuilder::attr_int(1)}});
+  b.output(b.node(Op::ReduceMax, {b.node(Op::Mul, {mid, x}), last}, {{"keepdims", GraphBuilder::attr_int(0)}}));
+  auto g = b.build();
+  g->opset = 18;  // every Reduce op takes axes as an input
+  expect_one_compiled_region(g, {{"x", random_tensor({4, 6, 5}, 9, -3, 3)}}, "ReduceSum(axes Constant), ReduceMax(axes from Shape)");
+}
+
 // A reduction whose axes arrive at run time stays on the interpreter, with the reason.
 TEST(ReduceRegions, runtime_axes_are_a_graph_break_with_a_reason) {
   GraphBuilder b;
