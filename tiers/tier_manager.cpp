@@ -187,6 +187,17 @@ void TierManager::wait_idle() {
   checks_->wait();
 }
 
+// What a compile job keeps of a call's inputs: their dtypes and shapes, and the contents of small
+// ones only (a backend may compile for the value of a small shape-like input, behind a value
+// guard: CompiledRegion::value_inputs), not the caller's data.
+static std::vector<Tensor> compile_inputs(const std::vector<Tensor>& in) {
+  constexpr int64_t kKeptElements = 1 << 16;
+  std::vector<Tensor> kept;
+  for (const Tensor& t : in)
+    kept.push_back(t.numel() <= kKeptElements ? t.clone() : Tensor::empty(t.dtype(), t.shape()));
+  return kept;
+}
+
 void TierManager::Core::interpret_region(const Region& region, Frame& frame) const {
   for (int n : region.nodes) run_node(frame, n);
 }
@@ -284,9 +295,7 @@ void TierManager::Core::maybe_promote(RegionState& st, const std::string& sig,
     return;
   }
   st.compiling.insert(sig);
-  // The job keeps only shapes and dtypes alive, not the caller's data.
-  std::vector<Tensor> shapes;
-  for (const Tensor& t : in) shapes.push_back(Tensor::empty(t.dtype(), t.shape()));
+  std::vector<Tensor> shapes = compile_inputs(in);
   RegionState* sp = &st;
   jobs_->enqueue([self = shared_from_this(), sp, sig, shapes, call] { self->compile_job(*sp, sig, shapes, call); });
 }

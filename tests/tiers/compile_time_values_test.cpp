@@ -33,9 +33,10 @@ std::shared_ptr<Graph> flatten_by_shape(bool break_between) {
   int target = g.node(Op::Concat, {g.node(Op::Unsqueeze, {batch, g.constant("axes", Tensor::from_vector<int64_t>({1}, {0}))}),
                                    g.constant("rest", Tensor::from_vector<int64_t>({1}, {-1}))},
                       {{"axis", GraphBuilder::attr_int(0)}});
-  // A CumSum (not compiled by tier 1) between the shape arithmetic and the Reshape puts them in
-  // two regions: the target shape then enters the Reshape's region as an input.
-  int data = break_between ? g.node(Op::CumSum, {x, g.constant("axis", Tensor::scalar<int64_t>(1))}) : x;
+  // A CumSum (not compiled by tier 1) that runs after the shape arithmetic (it reads a Relu that
+  // is compiled with it) and before the Reshape puts them in two regions: the target shape then
+  // enters the Reshape's region as an input.
+  int data = break_between ? g.node(Op::CumSum, {g.node(Op::Relu, {x}), g.constant("axis", Tensor::scalar<int64_t>(1))}) : x;
   g.output(g.node(Op::Relu, {g.node(Op::Reshape, {data, target})}));
   return g.build();
 }
