@@ -89,10 +89,11 @@ OpKernels lower_gather(const Node& node, const std::vector<OpInput>& in, const s
                        LetStmt::make("raw", raw, report_if_bad(f.buffers[3], r.ok, var("raw"))));
     f.parallel_extent = nidx;
   } else if (inner == 1) {
-    // Gathering single elements: a Parallel loop over the outer rows, the indices inside.
-    DenseNest nest({outer, nidx});
-    const Expr& o = nest.index(0);
-    const Expr& j = nest.index(1);
+    // Gathering single elements: a Parallel loop over the outer rows, the indices inside (one
+    // Parallel loop over the indices when there is one row).
+    DenseNest nest(outer == 1 ? Shape{nidx} : Shape{outer, nidx});
+    const Expr o = outer == 1 ? make_index(0) : nest.index(0);
+    const Expr j = outer == 1 ? nest.index(0) : nest.index(1);
     Expr row = nest.outer_let("row", o * make_index(dim));
     Expr raw = Cast::make(DType::Int64, Load::make(idx, j));
     IndexRead r = wrap_index(var("raw"), dim, check);

@@ -272,7 +272,9 @@ TEST(MovementLowering, GatherMatchesInterpreterOnAxesWithNegativeIndices) {
       expect_matches_interpreter(movement_node(Op::Gather, {data, *i}, {{"axis", axis}}), {data, *i}, {0});
     }
   Tensor flat = random_bits(DType::Bool, {9}, 21);
-  expect_matches_interpreter(movement_node(Op::Gather, {flat, idx}), {flat, idx}, {0, 1});
+  OpKernels k = expect_matches_interpreter(movement_node(Op::Gather, {flat, idx}), {flat, idx}, {0, 1});
+  ASSERT_EQ(k.calls.size(), 1u);
+  EXPECT_EQ(k.calls[0].func.parallel_extent, 4) << "one data row: the indices are the parallel loop";
 }
 
 TEST(MovementLowering, GatherWithRunTimeIndexOutOfRangeIsInvalidArgumentNamingTheNode) {
