@@ -100,6 +100,28 @@ TEST(ShapeInference, nodes_with_bodies_are_left_out_and_the_rest_still_learns) {
   testing::expect_same_outputs(*g, *opt, {RValue(random_tensor({2, 3, 4}, 1)), RValue(Tensor::scalar<bool>(true))});
 }
 
+TEST(ShapeInference, a_graph_of_opset_18_is_inferred_with_the_changed_ops_by_terrace) {
+  // ReduceMean takes its axes as an input from opset 18: ONNX 1.12 knows only the attribute form.
+  auto g = exported_flatten({2, 3, 4});
+  g->opset = 18;
+  const int relu = g->outputs[0];
+  Node mean;
+  mean.op = Op::ReduceMean;
+  mean.name = "mean";
+  const int axes = passes::add_constant(*g, "mean_axes", i64({1}));
+  mean.inputs = {relu, axes};
+  mean.attrs["keepdims"] = int_attr(0);
+  const int out = g->add_value("mean_out");
+  g->values[size_t(out)].producer = int(g->nodes.size());
+  mean.outputs = {out};
+  g->nodes.push_back(mean);
+  g->outputs = {out};
+  auto opt = optimized(g, OptimizeLevel::Basic);
+  ASSERT_TRUE(shape_of(*opt, "mean_out").has_value()) << passes::graph_text(*opt);
+  EXPECT_EQ(*shape_of(*opt, "mean_out"), (Shape{2}));
+  testing::expect_same_outputs(*g, *opt, {RValue(random_tensor({2, 3, 4}, 1))});
+}
+
 TEST(ShapeInference, the_pass_counts_only_what_it_learnt) {
   auto g = exported_flatten({2, 3, 4});
   Graph copy = *g;

@@ -7,13 +7,14 @@
 // dims where it had -1, a dtype, symbolic dim names. Nothing known is changed (a rank that
 // disagrees is left as it was). Nodes with bodies (If, Loop, Scan) are left out, their outputs
 // declared with what is known of them; ops ONNX 1.12 has no schema for at the graph's opset go to
-// Terrace's own inference (kOwnDomain). Graphs of opsets past 17, which ONNX 1.12 cannot infer, are
-// left as they are.
+// Terrace's own inference (kOwnDomain), and so do, in graphs of opsets past 17 (inferred as opset
+// 17, all ONNX 1.12 knows), the ops whose version in force changed more than their types since.
 #include <onnx/defs/schema.h>
 #include <onnx/onnx_pb.h>
 
 #include <algorithm>
 
+#include "interp/op_versions.h"
 #include "interp/shape_infer.h"
 #include "interp/tensor_proto.h"
 #include "tiers/passes/graph_edit.h"
@@ -61,6 +62,13 @@ bool export_type(const Graph& g, int v, onnx::ValueInfoProto* p) {
   return true;
 }
 
+// An op whose version in force at the graph's opset (past 17) means more than its opset-17 version,
+// which is all ONNX 1.12 knows: Terrace's own inference takes it, as at import.
+bool newer_meaning(Op op, int opset) {
+  const OpVersion* v = op_version_in_force(op, opset);
+  return v && v->form != VersionForm::Types;
+}
+
 onnx::ModelProto to_model(const Graph& g, int opset) {
   onnx::ModelProto m;
   m.set_ir_version(8);
@@ -86,12 +94,16 @@ onnx::ModelProto to_model(const Graph& g, int opset) {
     onnx::NodeProto* np = gp->add_node();
     np->set_op_type(op_name(n.op));
     np->set_name(n.name);
-    if (!onnx::OpSchemaRegistry::Schema(op_name(n.op), opset, "")) np->set_domain(kOwnDomain);
+    if (!onnx::OpSchemaRegistry::Schema(op_name(n.op), opset, "") || newer_meaning(n.op, g.opset))
+      np->set_domain(kOwnDomain);
     for (int v : n.inputs) np->add_input(v >= 0 ? g.values[size_t(v)].name : "");
     for (int v : n.outputs) np->add_output(v >= 0 ? g.values[size_t(v)].name : "");
     for (auto& [k, a] : n.attrs) export_attribute(k, a, np->add_attribute());
   }
-  for (int v : g.outputs) export_type(g, v, gp->add_output());
+  // Outputs whose dtype is unknown are left out: inference then records them in value_info, where
+  // Terrace's own inference writes too (it leaves declared outputs alone).
+  for (int v : g.outputs)
+    if (!export_type(g, v, gp->add_output())) gp->mutable_output()->RemoveLast();
   return m;
 }
 
@@ -134,8 +146,10 @@ bool learn(Graph& g, int v, const onnx::TypeProto& t) {
 }  // namespace
 
 int infer_static_shapes(Graph& g, const PassConfig&) {
-  if (g.opset > 17 || g.opset < 1) return 0;  // beyond ONNX 1.12's registry
-  onnx::ModelProto m = to_model(g, g.opset);
+  if (g.opset < 1) return 0;
+  // ONNX 1.12 knows opsets up to 17: a newer graph is inferred as opset 17, the ops that changed
+  // since in Terrace's own domain (newer_meaning).
+  onnx::ModelProto m = to_model(g, std::min(g.opset, 17));
   infer_shapes(m);  // best effort: on failure it records nothing
   int learnt = 0;
   auto take = [&](const onnx::ValueInfoProto& vi) {
