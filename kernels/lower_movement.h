@@ -59,8 +59,9 @@ bool has_input(const std::vector<OpInput>& in, size_t i);
 // NotImplemented naming the node and `what` when only the run time knows them.
 std::vector<int64_t> constant_ints(const Node& node, const std::vector<OpInput>& in, size_t i,
                                    const char* what);
-// The reason (or "") that input i of `node` is not known before the run: it must be an
-// initializer that is not also a graph input.
+// The reason (or "") that input i of `node` is not known when its region compiles: it must be
+// an initializer that is not also a graph input, or computed from shapes
+// (kernels::known_at_compile_time), so that lowering finds its value in OpInput::value.
 std::string require_constant(const Graph& g, const Node& node, size_t i, const char* what);
 // Normalised axis in [0, rank); InvalidArgument naming the node when out of range.
 int64_t normalize_axis(const Node& node, int64_t axis, int64_t rank);
