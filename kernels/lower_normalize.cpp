@@ -1,7 +1,8 @@
 // Normalisations lowered to kernels (kernels/lower_op.h): Softmax and LogSoftmax (three passes
-// over each lane: the maximum, the sum of exp(x - max) in double, the scaled write) and
-// LayerNormalization (mean and variance in double, in two passes, then the affine write), with the
-// interpreter's semantics (interp/ops/reduce_softmax.cpp, nn_norm.cpp).
+// over each lane: the maximum, the sum of exp(x - max) in double, the scaled write), and
+// LayerNormalization, InstanceNormalization and MeanVarianceNormalization (mean and variance in
+// double, in two passes, then the affine write), with the interpreter's semantics
+// (interp/ops/reduce_softmax.cpp, nn_norm.cpp).
 #include "kernels/reduce_loops.h"
 
 namespace terrace::kernels::reduce {
@@ -51,7 +52,7 @@ OpKernels lower_softmax(const Node& node, const std::vector<OpInput>& in, const 
   return k;
 }
 
-// ---- LayerNormalization ----
+// ---- LayerNormalization, InstanceNormalization, MeanVarianceNormalization ----
 
 namespace {
 
@@ -79,77 +80,153 @@ Expr param_index(const Node& node, const TensorSig& p, const Shape& norm, Expr k
   return index.defined() ? index : idx(0);
 }
 
+// A normalisation by each group's mean and variance (double, two passes, as the interpreter's
+// group_moments): y = (x - mean) * inv * scale + bias with inv = 1 / sqrt(var + eps)
+// (LayerNormalization, InstanceNormalization), or (x - mean) / (sqrt(var) + 1e-9)
+// (MeanVarianceNormalization).
+struct Moments {
+  std::vector<bool> mask;  // the reduced dims: a group shares the others
+  double eps = 0;
+  bool mvn = false;
+  // The scale and bias at the current element (k: its flat index in the group), or undefined.
+  std::function<Expr(const Nest&, Expr k)> scale, bias;
+  std::vector<std::pair<Buffer, bool>> stats;  // LayerNormalization's Mean (true) / InvStdDev outputs
+  DType stash = DType::Float32;
+};
+
+// The kernel around `spec`; `kern` already holds every buffer but X and the fused ones.
+OpKernels lower_moments(const Node& node, const std::vector<OpInput>& in, OpKernels k, Kernel kern,
+                        const Io& io_in, Moments spec) {
+  const TensorSig& x = in.at(0).sig;
+  const DType t = x.dtype;
+  Io io = io_in;
+  Layout l = make_layout(x.shape, spec.mask, io.operand_shapes());
+  if (l.out_count == 0) return k;
+  const Nest nest(l, "");
+  const Buffer yb = kern.add("out0", t, int(in.size()));
+  io.add_buffers(kern, int(in.size() + node.outputs.size()));
+  const DType d = DType::Float64;
+  const double count = double(l.red_count);
+  // Per lane: sum, then the mean in its place; sq, then the inverse deviation in its place.
+  const Acc mean = make_acc(nest, "mean", d), inv = make_acc(nest, "inv", d);
+  auto xv = [&](const At& at) { return io.x(at, d); };
+  Stmt pass1 = seq({nest.over_lanes(mean.set(nest, f64(0))),
+                    nest.over_reduced([&](const At& at, Expr) { return mean.set(nest, mean.at(nest) + xv(at)); }),
+                    nest.over_lanes(mean.set(nest, count == 0 ? f64(0) : mean.at(nest) / f64(count)))});
+  Stmt pass2 = seq({nest.over_lanes(inv.set(nest, f64(0))), nest.over_reduced([&](const At& at, Expr) {
+                      Expr dv = xv(at) - mean.at(nest);
+                      return inv.set(nest, inv.at(nest) + dv * dv);
+                    })});
+  Expr var_ = count == 0 ? f64(0) : inv.at(nest) / f64(count);
+  Expr dev = spec.mvn ? Call::make(Intrinsic::Sqrt, {var_}) + f64(1e-9) : Call::make(Intrinsic::Sqrt, {var_ + f64(spec.eps)});
+  // inv: the inverse deviation (MVN: the deviation itself, which the interpreter divides by).
+  Stmt set_inv = nest.over_lanes(inv.set(nest, spec.mvn ? dev : f64(1) / dev));
+  Stmt pass3 = nest.over_reduced([&](const At& at, Expr kk) {
+    // The interpreter's order: ((x - mean) * inv) * scale + bias.
+    Expr y = spec.mvn ? (xv(at) - mean.at(nest)) / inv.at(nest) : (xv(at) - mean.at(nest)) * inv.at(nest);
+    if (spec.scale) y = y * spec.scale(nest, kk);
+    if (spec.bias) y = y + spec.bias(nest, kk);
+    return io.store_y(yb, at, Cast::make(t, y));
+  });
+  std::vector<Stmt> body{pass1, pass2, set_inv, pass3};
+  for (const auto& [b, is_mean] : spec.stats)
+    body.push_back(nest.over_lanes(Store::make(b, nest.obase() + nest.lane(), Cast::make(spec.stash, (is_mean ? mean : inv).at(nest)))));
+  finish(k, std::move(kern), nest, mean.wrap(inv.wrap(seq(std::move(body)))));
+  return k;
+}
+
+// A float input's buffer, checked to be a float tensor (the interpreter's check).
+Buffer float_param(const Node& node, const std::vector<OpInput>& in, size_t i, const char* what, Kernel& kern) {
+  TERRACE_CHECK(i < in.size() && !in[i].absent, InvalidModel, node.describe(), ": input ", i, " is required");
+  TERRACE_CHECK(is_float(in[i].sig.dtype), InvalidArgument, node.describe(), ": ", what, " must be a float tensor, got ",
+                dtype_name(in[i].sig.dtype));
+  return kern.add("in" + std::to_string(i), in[i].sig.dtype, int(i));
+}
+
 }  // namespace
 
 OpKernels lower_layer_norm(const Node& node, const std::vector<OpInput>& in, const std::string& name,
                            const ReductionFusion& fusion) {
   const TensorSig& x = in.at(0).sig;
-  const DType t = x.dtype;
   const int64_t rank = int64_t(x.shape.size());
   TERRACE_CHECK(rank >= 1, InvalidArgument, node.describe(), ": input X must have rank >= 1, got 0");
-  TERRACE_CHECK(in.size() >= 2 && !in[1].absent, InvalidModel, node.describe(), ": input 1 is required");
   const int64_t axis = axis_of(node, node.attr_int("axis", -1), rank);
-  const double eps = node.attr_float("epsilon", 1e-5f);
-  DType stash = DType::Float32;
-  TERRACE_CHECK(dtype_from_onnx(int(node.attr_int("stash_type", 1)), &stash) && is_ieee(stash), NotImplemented,
-                node.describe(), ": tier 1 keeps the statistics in float32 or float64");
-  const bool has_bias = in.size() > 2 && !in[2].absent;
-  for (size_t i = 1; i < (has_bias ? 3u : 2u); ++i)
-    TERRACE_CHECK(is_float(in[i].sig.dtype), InvalidArgument, node.describe(), ": input ", i == 1 ? "Scale" : "B",
-                  " must be a float tensor, got ", dtype_name(in[i].sig.dtype));
+  Moments spec;
+  spec.eps = node.attr_float("epsilon", 1e-5f);
+  TERRACE_CHECK(dtype_from_onnx(int(node.attr_int("stash_type", 1)), &spec.stash) && is_ieee(spec.stash),
+                NotImplemented, node.describe(), ": tier 1 keeps the statistics in float32 or float64");
   const Shape norm(x.shape.begin() + axis, x.shape.end());
-  std::vector<bool> mask(size_t(rank), false);
-  for (int64_t d = axis; d < rank; ++d) mask[size_t(d)] = true;
+  spec.mask.assign(size_t(rank), false);
+  for (int64_t d = axis; d < rank; ++d) spec.mask[size_t(d)] = true;
   Shape stat_shape = x.shape;
   for (int64_t d = axis; d < rank; ++d) stat_shape[size_t(d)] = 1;
 
   OpKernels k;
-  k.outputs.push_back({t, x.shape});
-  for (size_t j = 1; j < node.outputs.size(); ++j) k.outputs.push_back({stash, stat_shape});
-  if (shape_numel(stat_shape) == 0) return k;
-
+  k.outputs.push_back({x.dtype, x.shape});
+  for (size_t j = 1; j < node.outputs.size(); ++j) k.outputs.push_back({spec.stash, stat_shape});
   Io io(node, in, &k.outputs[0], fusion);
-  Layout l = make_layout(x.shape, mask, io.operand_shapes());
-  force_rows(l);  // groups of one element: still rows, one reduced dim of size 1
-  const Nest nest(l, "");
   Kernel kern;
   kern.f.name = name;
-  const int n_in = int(in.size());
-  const Buffer sb = kern.add("in1", in[1].sig.dtype, 1);
-  const Buffer bb = has_bias ? kern.add("in2", in[2].sig.dtype, 2) : Buffer{};
-  const Buffer yb = kern.add("out0", t, n_in);
-  std::vector<std::pair<Buffer, bool>> stats;  // (buffer, is the mean)
+  const Buffer sb = float_param(node, in, 1, "input Scale", kern);
+  const bool has_bias = in.size() > 2 && !in[2].absent;
+  const Buffer bb = has_bias ? float_param(node, in, 2, "input B", kern) : Buffer{};
+  // Checked here, used per element: Scale and B broadcast (unidirectionally) to the normalized dims.
+  param_index(node, in[1].sig, norm, idx(0), "input Scale");
+  if (has_bias) param_index(node, in[2].sig, norm, idx(0), "input B");
+  spec.scale = [&, sb](const Nest&, Expr kk) { return load_as(sb, param_index(node, in[1].sig, norm, kk, "input Scale"), DType::Float64); };
+  if (has_bias)
+    spec.bias = [&, bb](const Nest&, Expr kk) { return load_as(bb, param_index(node, in[2].sig, norm, kk, "input B"), DType::Float64); };
   for (size_t j = 1; j < node.outputs.size() && j < 3; ++j)
-    if (node.outputs[j] >= 0) stats.push_back({kern.add("out" + std::to_string(j), stash, n_in + int(j)), j == 1});
-  io.add_buffers(kern, n_in + int(node.outputs.size()));
+    if (node.outputs[j] >= 0)
+      spec.stats.push_back({kern.add("out" + std::to_string(j), spec.stash, int(in.size()) + int(j)), j == 1});
+  return lower_moments(node, in, std::move(k), std::move(kern), io, std::move(spec));
+}
 
-  const DType d = DType::Float64;
-  const double count = double(l.red_count);
-  const Acc sum = make_acc(nest, "sum", d), sq = make_acc(nest, "sq", d);
-  auto xv = [&](const At& at) { return io.x(at, d); };
-  // Mean and variance in double, in two passes, as the interpreter (no E[x^2] - E[x]^2).
-  Stmt pass1 = seq({sum.set(nest, f64(0)),
-                    nest.over_reduced([&](const At& at, Expr) { return sum.set(nest, sum.at(nest) + xv(at)); })});
-  Expr mean = count == 0 ? f64(0) : sum.at(nest) / f64(count);
-  Expr mu = Var::make(d, "mean");
-  Stmt pass2 = seq({sq.set(nest, f64(0)), nest.over_reduced([&](const At& at, Expr) {
-                      Expr dv = xv(at) - mu;
-                      return sq.set(nest, sq.at(nest) + dv * dv);
-                    })});
-  Expr var_ = count == 0 ? f64(0) : sq.at(nest) / f64(count);
-  Expr inv = f64(1) / Call::make(Intrinsic::Sqrt, {var_ + f64(eps)});
-  Expr is = Var::make(d, "inv_std");
-  Stmt pass3 = nest.over_reduced([&](const At& at, Expr kk) {
-    Expr y = (xv(at) - mu) * is * load_as(sb, param_index(node, in[1].sig, norm, kk, "input Scale"), d);
-    if (has_bias) y = y + load_as(bb, param_index(node, in[2].sig, norm, kk, "input B"), d);
-    return io.store_y(yb, at, Cast::make(t, y));
-  });
-  std::vector<Stmt> tail{pass3};
-  for (const auto& [b, is_mean] : stats) tail.push_back(Store::make(b, nest.obase(), Cast::make(stash, is_mean ? mu : is)));
-  Stmt after_mean = seq({pass2, LetStmt::make("inv_std", inv, seq(tail))});
-  Stmt body = sum.wrap(sq.wrap(seq({pass1, LetStmt::make("mean", mean, after_mean)})));
-  finish(k, std::move(kern), nest, body);
-  return k;
+OpKernels lower_instance_norm(const Node& node, const std::vector<OpInput>& in, const std::string& name,
+                              const ReductionFusion& fusion) {
+  const TensorSig& x = in.at(0).sig;
+  const int64_t rank = int64_t(x.shape.size());
+  TERRACE_CHECK(rank >= 3, InvalidArgument, node.describe(), ": input X must have rank >= 3, got shape ",
+                shape_str(x.shape));
+  const int64_t channels = x.shape[1];
+  Moments spec;
+  spec.eps = node.attr_float("epsilon", 1e-5f);
+  spec.mask.assign(size_t(rank), true);
+  spec.mask[0] = spec.mask[1] = false;
+  OpKernels k;
+  k.outputs.push_back({x.dtype, x.shape});
+  Io io(node, in, &k.outputs[0], fusion);
+  Kernel kern;
+  kern.f.name = name;
+  const char* what[] = {"", "input scale", "input B"};
+  std::vector<Buffer> params;
+  for (size_t i = 1; i < 3; ++i) {
+    TERRACE_CHECK(i < in.size() && !in[i].absent, InvalidModel, node.describe(), ": input ", i, " is required");
+    TERRACE_CHECK(shape_numel(in[i].sig.shape) == channels, InvalidArgument, node.describe(), ": ", what[i],
+                  " must hold ", channels, " values, got shape ", shape_str(in[i].sig.shape));
+    params.push_back(float_param(node, in, i, what[i], kern));
+  }
+  // Group (n, c) is the kept index: its channel is that index modulo C.
+  auto channel = [channels](const Nest& n) { return Binary::make(BinaryOp::Mod, n.obase() + n.lane(), idx(channels)); };
+  spec.scale = [=](const Nest& n, Expr) { return load_as(params[0], channel(n), DType::Float64); };
+  spec.bias = [=](const Nest& n, Expr) { return load_as(params[1], channel(n), DType::Float64); };
+  return lower_moments(node, in, std::move(k), std::move(kern), io, std::move(spec));
+}
+
+OpKernels lower_mvn(const Node& node, const std::vector<OpInput>& in, const std::string& name,
+                    const ReductionFusion& fusion) {
+  const TensorSig& x = in.at(0).sig;
+  const int64_t rank = int64_t(x.shape.size());
+  Moments spec;
+  spec.mvn = true;
+  spec.mask.assign(size_t(rank), false);
+  for (int64_t a : node.attr_ints("axes", {0, 2, 3})) spec.mask[size_t(axis_of(node, a, rank))] = true;
+  OpKernels k;
+  k.outputs.push_back({x.dtype, x.shape});
+  Io io(node, in, &k.outputs[0], fusion);
+  Kernel kern;
+  kern.f.name = name;
+  return lower_moments(node, in, std::move(k), std::move(kern), io, std::move(spec));
 }
 
 }  // namespace terrace::kernels::reduce

@@ -1,6 +1,7 @@
 // Reductions lowered to kernels (kernels/lower_op.h): the Reduce* ops, ArgMax/ArgMin and the
-// global pools here, Softmax/LogSoftmax and LayerNormalization in lower_normalize.cpp, over the loops
-// of reduce_loops.h, with the interpreter's semantics (interp/ops/reduce.cpp, nn_pool.cpp).
+// global pools here, Softmax/LogSoftmax and the Layer/Instance/MeanVariance normalizations in
+// lower_normalize.cpp, over the loops of reduce_loops.h, with the interpreter's semantics
+// (interp/ops/reduce.cpp, nn_pool.cpp).
 // Float sums accumulate in double, as the interpreter does; max/min/arg compare in the input type
 // (the same answers); exp runs in float32 for float32 inputs (the prelude's, within 2.5e-7).
 #include "kernels/lower_reduce.h"
@@ -225,8 +226,8 @@ using namespace reduce;
 
 bool is_reduction_op(Op op) {
   return is_reduce_family(op) || op == Op::ArgMax || op == Op::ArgMin || op == Op::Softmax ||
-         op == Op::LogSoftmax || op == Op::LayerNormalization || op == Op::GlobalAveragePool ||
-         op == Op::GlobalMaxPool;
+         op == Op::LogSoftmax || op == Op::LayerNormalization || op == Op::InstanceNormalization ||
+         op == Op::MeanVarianceNormalization || op == Op::GlobalAveragePool || op == Op::GlobalMaxPool;
 }
 
 std::string can_lower_reduction(const Graph& g, const Node& node) {
@@ -247,6 +248,13 @@ std::string can_lower_reduction(const Graph& g, const Node& node) {
     auto last = [&](int64_t a) { return (a < 0 ? a + rank : a) == rank - 1; };
     if (!last(node.attr_int("axis", 1)) || !last(node.attr_int("axis", -1)))
       return std::string(op_name(node.op)) + " at opset < 13 over more than the last axis (its 2-D form)";
+  }
+  if (node.op == Op::InstanceNormalization) {
+    for (size_t i = 1; i < node.inputs.size() && i < 3; ++i) {
+      if (node.inputs[i] < 0) continue;
+      const ValueInfo& pi = g.values[size_t(node.inputs[i])].info;
+      if (!pi.dtype || !is_ieee(*pi.dtype)) return "InstanceNormalization with a scale or B that is not float32/float64";
+    }
   }
   if (node.op == Op::LayerNormalization) {
     DType stash = DType::Float32;
@@ -270,6 +278,8 @@ OpKernels lower_reduction(const Node& node, const std::vector<OpInput>& inputs, 
     case Op::ArgMax: case Op::ArgMin: return lower_arg(node, inputs, name, fusion);
     case Op::Softmax: case Op::LogSoftmax: return lower_softmax(node, inputs, name, opset, fusion);
     case Op::LayerNormalization: return lower_layer_norm(node, inputs, name, fusion);
+    case Op::InstanceNormalization: return lower_instance_norm(node, inputs, name, fusion);
+    case Op::MeanVarianceNormalization: return lower_mvn(node, inputs, name, fusion);
     default:
       if (is_reduce_family(node.op) || node.op == Op::GlobalAveragePool || node.op == Op::GlobalMaxPool)
         return lower_reduce_op(node, inputs, name, fusion);

@@ -275,5 +275,9 @@ OpKernels lower_softmax(const Node& node, const std::vector<OpInput>& in, const 
                         const ReductionFusion& fusion);
 OpKernels lower_layer_norm(const Node& node, const std::vector<OpInput>& in, const std::string& name,
                            const ReductionFusion& fusion);
+OpKernels lower_instance_norm(const Node& node, const std::vector<OpInput>& in, const std::string& name,
+                              const ReductionFusion& fusion);
+OpKernels lower_mvn(const Node& node, const std::vector<OpInput>& in, const std::string& name,
+                    const ReductionFusion& fusion);
 
 }  // namespace terrace::kernels::reduce

@@ -400,6 +400,33 @@ TEST(LayerNormLowering, WithAndWithoutBiasAndStatisticsMatchesInterpreter) {
   expect_matches(stash, "float64 statistics (stash_type 11)");
 }
 
+TEST(NormalizationLowering, InstanceNormalizationPerSampleAndChannelMatchesInterpreter) {
+  for (DType t : {DType::Float32, DType::Float64}) {
+    for (const Shape& s : {Shape{2, 3, 5, 7}, Shape{1, 4, 10}, Shape{2, 3, 1, 1}, Shape{3, 2, 4, 2, 3}, Shape{2, 3, 0, 2}}) {
+      Tensor x = random_tensor(t, s, -3, 3, 70);
+      Tensor scale = random_tensor(t, {s[1]}, 0.5, 2, 71, false), bias = random_tensor(t, {s[1]}, -1, 1, 72, false);
+      expect_matches(make_case(Op::InstanceNormalization, {x, scale, bias}, {{"epsilon", float_attr(1e-3f)}}),
+                     std::string("InstanceNormalization ") + dtype_name(t) + shape_name(s));
+    }
+  }
+  Case bad = make_case(Op::InstanceNormalization, {random_tensor(DType::Float32, {2, 3, 4}, -1, 1, 73),
+                                                   random_tensor(DType::Float32, {4}, -1, 1, 74),
+                                                   random_tensor(DType::Float32, {3}, -1, 1, 75)});
+  expect_error(bad, ErrorCode::InvalidArgument, "a scale of the wrong length");
+}
+
+TEST(NormalizationLowering, MeanVarianceNormalizationOverAnyAxesMatchesInterpreter) {
+  Tensor x = random_tensor(DType::Float32, {2, 3, 4, 5}, -3, 3, 76);
+  expect_matches(make_case(Op::MeanVarianceNormalization, {x}), "MeanVarianceNormalization default axes {0,2,3}");
+  for (const std::vector<int64_t>& axes : {std::vector<int64_t>{1}, std::vector<int64_t>{0, 1, 2, 3},
+                                           std::vector<int64_t>{2, 3}, std::vector<int64_t>{-1}, std::vector<int64_t>{0}})
+    expect_matches(make_case(Op::MeanVarianceNormalization, {random_tensor(DType::Float64, {2, 3, 4, 5}, -3, 3, 77)},
+                             {{"axes", ints_attr(axes)}}),
+                   "MeanVarianceNormalization axes " + shape_name(axes));
+  expect_error(make_case(Op::MeanVarianceNormalization, {random_tensor(DType::Float32, {3, 4}, -1, 1, 78)}),
+               ErrorCode::InvalidModel, "default axes on a rank-2 input");
+}
+
 TEST(GlobalPoolLowering, AverageAndMaxOverSpatialDimsMatchInterpreter) {
   for (Op op : {Op::GlobalAveragePool, Op::GlobalMaxPool}) {
     for (const Shape& s : {Shape{2, 3, 7, 7}, Shape{1, 16, 5}, Shape{2, 4, 3, 2, 2}, Shape{2, 3, 1, 1}, Shape{2, 3, 0, 4}}) {
