@@ -324,6 +324,7 @@ bool own_output_type(const onnx::GraphProto& g, const onnx::NodeProto& n, int ou
   else if (op == "OptionalHasElement" || op == "RegexFullMatch") elem = onnx::TensorProto::BOOL;
   else if (op == "StringConcat" || (op == "StringSplit" && out == 0)) elem = onnx::TensorProto::STRING;
   else if (op == "StringSplit") elem = onnx::TensorProto::INT64;
+  else if (op == "DequantizeLinear" && attr_int_or(n, "output_dtype", 0)) elem = int32_t(attr_int_or(n, "output_dtype", 0));
   else if (op == "DequantizeLinear") elem = known_type(types, n, 1) ? known_type(types, n, 1)->tensor_type().elem_type() : 0;
   else if (op == "QuantizeLinear") {
     const onnx::TypeProto* zp = known_type(types, n, 2);

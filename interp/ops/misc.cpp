@@ -20,12 +20,26 @@ DType dtype_attr(const Node& node, const char* name, int64_t def) {
 namespace {
 
 // The scale and zero point (inputs 1 and 2) of a Quantize/DequantizeLinear node, as float: one
-// pair for the whole tensor, or one per index along `axis`.
+// pair for the whole tensor, one per index along `axis`, or (opset 21's block_size) one per
+// block of block_size indices along `axis`, the scale then having x's rank.
 struct QuantParams {
   std::vector<float> scale, zero;
   int64_t axis_dim = 1, inner = 1;
+  int64_t block = 0;                            // > 0: blocked
+  Shape x_shape;
+  std::vector<int64_t> scale_strides;           // blocked: per x dim, the stride into scale
+  int64_t axis = 0;
   // The pair that element i of x uses.
-  size_t channel(int64_t i) const { return size_t(scale.size() > 1 ? (i / inner) % axis_dim : 0); }
+  size_t channel(int64_t i) const {
+    if (block == 0) return size_t(scale.size() > 1 ? (i / inner) % axis_dim : 0);
+    int64_t off = 0;
+    for (int64_t d = int64_t(x_shape.size()) - 1; d >= 0; --d) {
+      int64_t idx = i % x_shape[size_t(d)];
+      i /= x_shape[size_t(d)];
+      off += (d == axis ? idx / block : idx) * scale_strides[size_t(d)];
+    }
+    return size_t(off);
+  }
 };
 
 // Values of a small float or integer parameter tensor as float.
@@ -43,8 +57,25 @@ QuantParams quant_params(KernelContext& ctx, const Tensor& x) {
   q.zero = ctx.has_input(2) ? param_floats(ctx.input(2)) : std::vector<float>(q.scale.size(), 0.f);
   TERRACE_CHECK(q.zero.size() == q.scale.size(), InvalidArgument, node.describe(),
                 ": zero point has ", q.zero.size(), " elements, scale has ", q.scale.size());
-  if (scale.numel() == 1 && scale.rank() <= 1) return q;
+  const int64_t block = node.attr_int("block_size", 0);
+  TERRACE_CHECK(block >= 0, InvalidModel, node.describe(), ": block_size ", block, " is negative");
+  if (block == 0 && scale.numel() == 1 && scale.rank() <= 1) return q;
   const int64_t axis = normalize_axis(node, node.attr_int("axis", 1), x.rank());
+  if (block > 0) {
+    TERRACE_CHECK(scale.rank() == x.rank(), InvalidArgument, node.describe(), ": blocked scale of shape ",
+                  shape_str(scale.shape()), " must have the rank of input ", shape_str(x.shape()));
+    for (int64_t d = 0; d < x.rank(); ++d) {
+      int64_t want = d == axis ? (x.dim(d) + block - 1) / block : x.dim(d);
+      TERRACE_CHECK(scale.dim(d) == want, InvalidArgument, node.describe(), ": blocked scale of shape ",
+                    shape_str(scale.shape()), " does not match input ", shape_str(x.shape()), " in blocks of ",
+                    block, " along axis ", axis);
+    }
+    q.block = block;
+    q.axis = axis;
+    q.x_shape = x.shape();
+    q.scale_strides = row_major_strides(scale.shape());
+    return q;
+  }
   TERRACE_CHECK(scale.rank() == 1 && scale.numel() == x.dim(axis), InvalidArgument,
                 node.describe(), ": per-axis scale of shape ", shape_str(scale.shape()),
                 " does not match axis ", axis, " of input ", shape_str(x.shape()));
@@ -65,7 +96,10 @@ Q saturate_quantize(float scaled, float zero) {
 void quantize_linear(KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
   const QuantParams q = quant_params(ctx, x);
-  const DType out_type = ctx.has_input(2) ? ctx.input(2).dtype() : DType::UInt8;
+  // The zero point's type, else opset 21's output_dtype, else uint8.
+  const DType out_type = ctx.has_input(2) ? ctx.input(2).dtype()
+                         : ctx.node.attr_int("output_dtype", 0) ? dtype_attr(ctx.node, "output_dtype", 0)
+                                                                : DType::UInt8;
   TERRACE_CHECK(is_integer(out_type), InvalidArgument, ctx.node.describe(),
                 ": zero point must be an integer type, got ", dtype_name(out_type));
   TERRACE_CHECK(is_float(x.dtype()) || x.dtype() == DType::Int32, InvalidArgument,
@@ -110,7 +144,9 @@ void dequantize_linear(KernelContext& ctx) {
       dst[i] = (float(src[i]) - q.zero[c]) * q.scale[c];
     }
   });
-  ctx.set_output(0, scale.dtype() == DType::Float32 ? std::move(y) : y.cast(scale.dtype()));
+  // The scale's type, or opset 23's output_dtype.
+  const DType out = ctx.node.attr_int("output_dtype", 0) ? dtype_attr(ctx.node, "output_dtype", 0) : scale.dtype();
+  ctx.set_output(0, out == DType::Float32 ? std::move(y) : y.cast(out));
 }
 
 // uint8 quantisation whose range covers the data and zero: scale = (max - min) / 255.

@@ -113,6 +113,8 @@ void grid_sample(KernelContext& ctx) {
   const Node& node = ctx.node;
   const Tensor& x = ctx.input(0);
   const Tensor& grid = ctx.input(1);
+  TERRACE_CHECK(x.rank() != 5, NotImplemented, node.describe(),
+                ": volumetric (5-D) sampling, opset 20's GridSample, is not implemented");
   TERRACE_CHECK(x.rank() == 4 && grid.rank() == 4 && grid.dim(0) == x.dim(0) && grid.dim(3) == 2,
                 InvalidArgument, node.describe(), ": X ", shape_str(x.shape()), " and grid ",
                 shape_str(grid.shape()), " must be [N, C, H, W] and [N, H_out, W_out, 2]");
@@ -141,8 +143,60 @@ void grid_sample(KernelContext& ctx) {
   ctx.set_output(0, std::move(y));
 }
 
+// AffineGrid (opset 20): the sampling grid of theta ([N, 2, 3] or [N, 3, 4]) over an output of
+// `size` ([N, C, H, W] or [N, C, D, H, W]): theta times the normalised coordinates (x along W
+// first, then y, then z, and 1), which span [-1, 1] at the pixels' corners or centres.
+void affine_grid(KernelContext& ctx) {
+  const Node& node = ctx.node;
+  const Tensor& theta = ctx.input(0);
+  const std::vector<int64_t> size = ctx.input(1).to_int64_vector();
+  TERRACE_CHECK(size.size() == 4 || size.size() == 5, InvalidArgument, node.describe(),
+                ": size must have 4 or 5 values, got ", size.size());
+  const int64_t sd = int64_t(size.size()) - 2;  // spatial dims: 2 or 3
+  TERRACE_CHECK(is_float(theta.dtype()) && theta.rank() == 3 && theta.dim(0) == size[0] && theta.dim(1) == sd &&
+                    theta.dim(2) == sd + 1,
+                InvalidArgument, node.describe(), ": theta ", shape_str(theta.shape()), " must be float [", size[0],
+                ", ", sd, ", ", sd + 1, "]");
+  const bool align = node.attr_int("align_corners", 0) != 0;
+  Shape out = {size[0]};
+  for (int64_t d = 2; d < int64_t(size.size()); ++d) {
+    TERRACE_CHECK(size[size_t(d)] >= 0 && size[size_t(d)] < (int64_t(1) << 31), InvalidArgument, node.describe(),
+                  ": size ", size[size_t(d)], " is out of range");
+    out.push_back(size[size_t(d)]);
+  }
+  out.push_back(sd);
+  auto coord = [&](int64_t i, int64_t n) {
+    if (align) return n == 1 ? -1.0 : -1.0 + 2.0 * double(i) / double(n - 1);
+    return -1.0 + (2.0 * double(i) + 1.0) / double(n);
+  };
+  const Tensor th = theta.cast(DType::Float64);
+  const double* tp = th.data<double>();
+  const int64_t points = shape_numel(out) / std::max<int64_t>(size[0] * sd, 1);
+  std::vector<double> y(size_t(shape_numel(out)));
+  for (int64_t b = 0; b < size[0]; ++b)
+    for (int64_t p = 0; p < points; ++p) {
+      double homo[4];  // x (W), y (H), z (D), then 1
+      int64_t rest = p;
+      for (int64_t k = 0; k < sd; ++k) {  // the last spatial dim is W, the x coordinate
+        const int64_t n = out[size_t(sd - k)];
+        homo[k] = coord(rest % n, n);
+        rest /= n;
+      }
+      homo[sd] = 1.0;
+      for (int64_t r = 0; r < sd; ++r) {
+        double acc = 0;
+        for (int64_t c = 0; c <= sd; ++c) acc += tp[(b * sd + r) * (sd + 1) + c] * homo[c];
+        y[size_t((b * points + p) * sd + r)] = acc;
+      }
+    }
+  ctx.set_output(0, Tensor::from_vector<double>(out, y).cast(theta.dtype()));
+}
+
 }  // namespace
 
-void register_misc_grid_sample_kernel(KernelTable& t) { t.add(Op::GridSample, grid_sample); }
+void register_misc_grid_sample_kernel(KernelTable& t) {
+  t.add(Op::GridSample, grid_sample);
+  t.add(Op::AffineGrid, affine_grid);
+}
 
 }  // namespace terrace::ops

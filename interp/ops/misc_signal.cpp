@@ -97,7 +97,10 @@ void dft_kernel(KernelContext& ctx) {
   const Node& node = ctx.node;
   const Tensor& x = ctx.input(0);
   check_signal(ctx, x);
-  const int64_t axis = normalize_axis(node, node.attr_int("axis", 1), x.rank());
+  // Opset 20 moves axis to an input (2), -2 by default: the last dim holds real and imaginary parts.
+  const int64_t axis_value = ctx.opset() >= 20 ? (ctx.has_input(2) ? int_input(ctx, 2, "axis") : -2)
+                                               : node.attr_int("axis", 1);
+  const int64_t axis = normalize_axis(node, axis_value, x.rank());
   TERRACE_CHECK(axis < x.rank() - 1, InvalidArgument, node.describe(), ": axis ", axis,
                 " is the real/complex dim");
   const int64_t n = ctx.has_input(1) ? int_input(ctx, 1, "dft_length") : x.dim(axis);

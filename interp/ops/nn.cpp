@@ -56,6 +56,7 @@ void register_nn_kernels(KernelTable& t) {
   ops::register_nn_rnn_kernels(t);
   ops::register_nn_loss_kernels(t);
   ops::register_nn_attention_kernels(t);
+  ops::register_nn_col2im_kernels(t);
 }
 
 }  // namespace terrace

@@ -14,6 +14,7 @@ void register_nn_norm_kernels(KernelTable& t);
 void register_nn_rnn_kernels(KernelTable& t);
 void register_nn_loss_kernels(KernelTable& t);
 void register_nn_attention_kernels(KernelTable& t);
+void register_nn_col2im_kernels(KernelTable& t);
 
 // Runs f(i) for i in [0, n) on OpenMP threads in fixed static chunks; f must write disjoint
 // outputs, so results do not depend on the thread count. No exception may leave an OpenMP region:

@@ -336,9 +336,49 @@ void lrn_kernel(KernelContext& ctx) {
   ctx.set_output(0, std::move(y));
 }
 
+// GroupNormalization: channels in num_groups groups, each normalised over its channels and
+// spatial dims. Opset 18 scales and shifts per group, opset 21 per channel.
+void group_norm_kernel(KernelContext& ctx) {
+  const Node& node = ctx.node;
+  const Tensor& x = ctx.input(0);
+  TERRACE_CHECK(is_float(x.dtype()) && x.rank() >= 2, InvalidArgument, node.describe(),
+                ": X must be a float tensor [N, C, ...]");
+  const int64_t groups = node.attr_int("num_groups");
+  const int64_t n = x.dim(0), c = x.dim(1);
+  TERRACE_CHECK(groups > 0 && c % groups == 0, InvalidArgument, node.describe(), ": num_groups ", groups,
+                " must divide the ", c, " channels");
+  const bool per_channel = ctx.opset() >= 21;
+  const int64_t params = per_channel ? c : groups;
+  const Tensor& scale = ctx.input(1);
+  const Tensor& bias = ctx.input(2);
+  TERRACE_CHECK(scale.numel() == params && bias.numel() == params, InvalidArgument, node.describe(), ": scale and bias need ",
+                params, " values (one per ", per_channel ? "channel" : "group", ")");
+  const double eps = node.attr_float("epsilon", 1e-5f);
+  const int64_t plane = c ? x.numel() / std::max<int64_t>(n * c, 1) : 0, per_group = c / groups * plane;
+  const Tensor xd = x.cast(DType::Float64);
+  const double* src = xd.data<double>();
+  std::vector<double> y(size_t(x.numel()));
+  for (int64_t g = 0; g < n * groups; ++g) {
+    const double* xs = src + g * per_group;
+    double mean = 0, var = 0;
+    for (int64_t i = 0; i < per_group; ++i) mean += xs[i];
+    mean /= double(std::max<int64_t>(per_group, 1));
+    for (int64_t i = 0; i < per_group; ++i) var += (xs[i] - mean) * (xs[i] - mean);
+    var /= double(std::max<int64_t>(per_group, 1));
+    const double inv = 1 / std::sqrt(var + eps);
+    for (int64_t i = 0; i < per_group; ++i) {
+      const int64_t ch = (g % groups) * (c / groups) + i / std::max<int64_t>(plane, 1);
+      const int64_t p = per_channel ? ch : g % groups;
+      y[size_t(g * per_group + i)] = (xs[i] - mean) * inv * scale.get_as_double(p) + bias.get_as_double(p);
+    }
+  }
+  ctx.set_output(0, Tensor::from_vector<double>(x.shape(), y).cast(x.dtype()));
+}
+
 }  // namespace
 
 void register_nn_norm_kernels(KernelTable& t) {
+  t.add(Op::GroupNormalization, group_norm_kernel);
   t.add(Op::BatchNormalization, batch_norm_kernel);
   t.add(Op::InstanceNormalization, instance_norm_kernel);
   t.add(Op::LayerNormalization, layer_norm_kernel);

@@ -1,4 +1,5 @@
-// Pad: constant, reflect, edge and wrap modes, with pads as an input (opset 11+) or attribute.
+// Pad: constant, reflect, edge and wrap modes, with pads as an input (opset 11+) or attribute, and
+// opset 18's axes.
 #include "interp/ops/shape_common.h"
 
 namespace terrace::ops {
@@ -40,10 +41,26 @@ std::vector<int64_t> source_indices(const Node& node, PadMode mode, int64_t dim,
   return map;
 }
 
-// Pads, as [begin_0, ..., begin_n, end_0, ..., end_n].
+// Pads, as [begin_0, ..., begin_n, end_0, ..., end_n]. From opset 18 an `axes` input (3) says
+// which dims the pads speak of; the others are not padded.
 std::vector<int64_t> pads_operand(const KernelContext& ctx, int64_t rank) {
   std::vector<int64_t> pads = ctx.has_input(1) ? int_list_input(ctx, 1, "pads")
                                                : ctx.node.attr_ints("pads");
+  if (ctx.has_input(3)) {
+    std::vector<int64_t> axes = int_list_input(ctx, 3, "axes");
+    TERRACE_CHECK(pads.size() == 2 * axes.size(), InvalidArgument, ctx.node.describe(), ": ", pads.size(),
+                  " pads for ", axes.size(), " axes (need ", 2 * axes.size(), ")");
+    std::vector<int64_t> all(size_t(2 * rank), 0);
+    std::vector<bool> seen(size_t(rank), false);
+    for (size_t i = 0; i < axes.size(); ++i) {
+      int64_t d = normalize_axis(ctx.node, axes[i], rank);
+      TERRACE_CHECK(!seen[size_t(d)], InvalidArgument, ctx.node.describe(), ": axis ", axes[i], " is listed twice");
+      seen[size_t(d)] = true;
+      all[size_t(d)] = pads[i];
+      all[size_t(rank + d)] = pads[axes.size() + i];
+    }
+    pads = std::move(all);
+  }
   TERRACE_CHECK(int64_t(pads.size()) == 2 * rank, InvalidArgument, ctx.node.describe(), ": ",
                 pads.size(), " pads for an input of rank ", rank, " (need ", 2 * rank, ")");
   for (int64_t p : pads)  // bounded so that dim + pads cannot overflow
@@ -116,8 +133,63 @@ void pad_kernel(KernelContext& ctx) {
   ctx.set_output(0, std::move(result));
 }
 
+// CenterCropPad (opset 18): each listed axis cropped or zero-padded to its size in `shape`,
+// centred (an odd difference puts the extra element at the end), as ONNX's reference does.
+void center_crop_pad_kernel(KernelContext& ctx) {
+  const Node& node = ctx.node;
+  const Tensor& x = ctx.input(0);
+  const int64_t rank = x.rank();
+  std::vector<int64_t> sizes = int_list_input(ctx, 1, "shape");
+  std::vector<int64_t> axes;
+  if (node.has_attr("axes")) {
+    for (int64_t a : node.attr_ints("axes")) axes.push_back(normalize_axis(node, a, rank));
+  } else {
+    for (int64_t d = 0; d < rank; ++d) axes.push_back(d);
+  }
+  TERRACE_CHECK(sizes.size() == axes.size(), InvalidArgument, node.describe(), ": shape has ", sizes.size(),
+                " values for ", axes.size(), " axes");
+  Shape out = x.shape();
+  std::vector<std::vector<int64_t>> maps(static_cast<size_t>(rank));  // per axis: source index or -1
+  for (int64_t d = 0; d < rank; ++d) {
+    maps[size_t(d)].resize(size_t(x.dim(d)));
+    for (int64_t i = 0; i < x.dim(d); ++i) maps[size_t(d)][size_t(i)] = i;
+  }
+  for (size_t k = 0; k < axes.size(); ++k) {
+    const int64_t d = axes[k], dim = x.dim(d), want = sizes[k];
+    TERRACE_CHECK(want >= 0 && want < (int64_t(1) << 40), InvalidArgument, node.describe(), ": size ", want,
+                  " for axis ", d, " is out of range");
+    const int64_t shift = (dim - want) / 2;  // crop: skip shift; pad: start -shift in
+    out[size_t(d)] = want;
+    maps[size_t(d)].assign(size_t(want), -1);
+    for (int64_t o = 0; o < want; ++o)
+      if (o + shift >= 0 && o + shift < dim) maps[size_t(d)][size_t(o)] = o + shift;
+  }
+  Tensor y = Tensor::zeros(x.dtype(), out);
+  const std::vector<int64_t> in_strides = row_major_strides(x.shape());
+  dispatch_move(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T* src = elems<T>(x);
+    T* dst = elems<T>(y);
+    for (int64_t p = 0; p < y.numel(); ++p) {
+      int64_t off = 0, rest = p;
+      bool inside = true;
+      for (int64_t d = rank - 1; d >= 0; --d) {
+        const int64_t from = maps[size_t(d)][size_t(rest % out[size_t(d)])];
+        rest /= out[size_t(d)];
+        inside = inside && from >= 0;
+        off += from * in_strides[size_t(d)];
+      }
+      if (inside) dst[p] = src[off];
+    }
+  });
+  ctx.set_output(0, std::move(y));
+}
+
 }  // namespace
 
-void register_shape_pad_kernels(KernelTable& t) { t.add(Op::Pad, pad_kernel); }
+void register_shape_pad_kernels(KernelTable& t) {
+  t.add(Op::Pad, pad_kernel);
+  t.add(Op::CenterCropPad, center_crop_pad_kernel);
+}
 
 }  // namespace terrace::ops

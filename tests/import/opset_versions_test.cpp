@@ -79,6 +79,25 @@ g (float[2, 7] X) => (float[2, ?] C, float[2, ?] D)
   EXPECT_EQ(info_of(*eq.graph, "B").shape, std::optional<Shape>(Shape({2, 3})));
 }
 
+TEST(OpsetVersions, group_normalization_scales_per_group_at_18_and_per_channel_at_21) {
+  // 2 channels in 1 group, values {1, 3}: normalised to {-1, 1}.
+  auto run_at = [](int opset, const char* params) {
+    std::string text = std::string("<ir_version: 10, opset_import: [\"\" : ") + std::to_string(opset) + R"(]>
+g (float[1, 2, 1] X) => (float[1, 2, 1] Y)
+)" + params + R"(
+{ Y = GroupNormalization<num_groups: int = 1, epsilon: float = 0.0>(X, S, B) })";
+    Model m = load_onnx_bytes(bytes_of(parse_model(text.c_str())));
+    Tensor x = Tensor::from_vector<float>({1, 2, 1}, {1, 3});
+    return interpret(*m.graph, {RValue(x)})[0].tensor;
+  };
+  Tensor g18 = run_at(18, "<float[1] S = {2.0}, float[1] B = {0.5}>");
+  EXPECT_FLOAT_EQ(g18.data<float>()[0], -1.5f);
+  EXPECT_FLOAT_EQ(g18.data<float>()[1], 2.5f);
+  Tensor g21 = run_at(21, "<float[2] S = {2.0, 3.0}, float[2] B = {0.5, 0.0}>");
+  EXPECT_FLOAT_EQ(g21.data<float>()[0], -1.5f);
+  EXPECT_FLOAT_EQ(g21.data<float>()[1], 3.0f);
+}
+
 TEST(OpsetVersions, a_version_with_new_types_only_is_checked_by_onnx) {
   // Acos-22 only adds bfloat16: ONNX 1.12 checks it as Acos-7, and rejects a second input.
   expect_load_error(bytes_of(parse_model(R"(
@@ -110,10 +129,10 @@ g (int32[3] X) => (int32[3] Y)
 
 TEST(OpsetVersions, a_missing_version_is_not_implemented_naming_op_and_version) {
   expect_load_error(bytes_of(parse_model(R"(
-<ir_version: 10, opset_import: ["" : 23]>
-g (float[1, 2, 4] X, float[4] S) => (float[1, 2, 4] Y)
-{ Y = RMSNormalization(X, S) }
-)")), ErrorCode::NotImplemented, "'RMSNormalization' version 23");
+<ir_version: 10, opset_import: ["" : 22]>
+g (float[1, 1, 3, 3] X, float[1, 1, 2, 2] W, float[1, 8, 2, 2] O) => (float[1, 1, 2, 2] Y)
+{ Y = DeformConv(X, W, O) }
+)")), ErrorCode::NotImplemented, "'DeformConv' version 22");
   expect_load_error(bytes_of(parse_model(R"(
 <ir_version: 9, opset_import: ["" : 20]>
 g (uint8[10] X) => (uint8[2, 2, 3] Y)
