@@ -416,11 +416,17 @@ class ConvChain : public DnnlPrimitive {
     for (size_t i = 0; i < constants.size() && i < shapes.size(); ++i)
       if (constants[i] && has_activation_ && !all_finite(constants[i]->data<float>(), size_t(constants[i]->numel()), 1))
         reference_only_ = true;  // non-finite weights: the fused activations would differ
-    // A lone 1x1 convolution keeps plain layouts: measured with one thread on AVX-512, reorders
-    // at its edges cost as much as the blocked kernel saves (e.g. 144->24 channels at 56x56:
-    // 0.134 ms plain, 0.275 ms reordered), while a depthwise 3x3 is 4-7x faster reordered
-    // (0.29 ms against 1.38 at 32 channels, 112x112) and a dense 3x3 1.4x.
-    const bool plain_edges = steps_.size() == 1 && shape_numel(Shape(steps_[0].w_shape.begin() + 2, steps_[0].w_shape.end())) == 1;
+    // A lone 1x1 convolution of stride 1 keeps plain layouts: measured with one thread on
+    // AVX-512, reorders at its edges cost as much as the blocked kernel saves (e.g. 144->24
+    // channels at 56x56: 0.134 ms plain, 0.275 ms reordered; others the other way round), while a
+    // depthwise 3x3 is 4-7x faster reordered (0.29 ms against 1.38 at 32 channels, 112x112) and a
+    // dense 3x3 1.4x. With stride 2 (ResNet's downsampling) plain layouts get oneDNN's
+    // im2col+GEMM: 4.2 ms for 256->512 channels at 56x56 on 2 threads, so those reorder too.
+    const ops::ConvGeometry g0 = ops::conv_geometry(steps_[0].node, steps_[0].x_shape, steps_[0].w_shape);
+    bool unit = g0.kernel_size() == 1;
+    for (size_t d = 0; d < g0.strides.size(); ++d)
+      unit = unit && g0.strides[d] == 1 && g0.pads_begin[d] == 0 && g0.pads_end[d] == 0;
+    const bool plain_edges = steps_.size() == 1 && unit;
     for (size_t k = 0; k < steps_.size(); ++k) build_step(k, plain_edges, constants);
     const Step &first = steps_.front(), &last = steps_.back();
     in_user_ = plain(dims_of(first.x_shape));
