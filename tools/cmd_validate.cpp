@@ -36,7 +36,9 @@ const CommandDef kValidateCommand{
     "for the background compiles, so that a region is compiled once it is hot and the calls after it\n"
     "run the compiled code (its first ones shadow-validated by the session itself). A tier fails when\n"
     "an output differs from the reference, a call raises, or a region's own validation demoted its\n"
-    "compiled code. The last line is `&&&& PASSED ...` or `&&&& FAILED ...`.\n",
+    "compiled code. What could not be checked is noted, not failed: a region whose compile failed\n"
+    "(it runs in the interpreter), a tier no call reached. The last line is `&&&& PASSED ...` or\n"
+    "`&&&& FAILED ...`.\n",
 };
 
 namespace {
@@ -58,6 +60,7 @@ struct TierResult {
   std::map<std::string, int> validations;  // "passed", "failed", "pending", "off"
   std::vector<OutputResult> outputs;
   std::vector<std::string> failures;       // calls that raised, regions demoted by validation
+  std::vector<std::string> notes;          // what was not checked: compiles that failed, a tier that never ran
   bool passed() const {
     if (!available) return true;
     bool ok = failures.empty();
@@ -78,14 +81,16 @@ std::vector<TierResult> tiers_to_check(const ParsedArgs& args) {
     r.tier = t;
     if (t > highest) {
       r.available = false;
-      r.unavailable = t == Tier::Gpu ? "tier 2 (the GPU) is not written yet" : "this build has no tier-1 JIT";
+      r.unavailable = tier_unavailable_reason(t);
     }
     tiers.push_back(r);
   };
   if (asked == "all") {
     for (Tier t : {Tier::Interp, Tier::Cpu, Tier::Gpu}) add(t);
-  } else {
+  } else if (asked == "interp" || asked == "cpu" || asked == "gpu") {
     add(parse_tier(asked));
+  } else {
+    throw UsageError{"--tier expects interp, cpu, gpu or all, got '" + asked + "'"};
   }
   return tiers;
 }
@@ -161,7 +166,15 @@ void check_tier(TierResult& r, std::shared_ptr<const Graph> graph, const Options
     if (failed)
       r.failures.push_back("region " + std::to_string(rep.id) + " (" + rep.ops + "): compiled code demoted, " +
                            rep.validation);
+    else if (rep.state.rfind("stopped", 0) == 0)
+      r.notes.push_back("region " + std::to_string(rep.id) + " (" + rep.ops + ") not checked on " +
+                        tier_name(r.tier) + ": " + rep.state);
   }
+  const std::string asked = tier_name(r.tier);
+  if (r.tier != Tier::Interp && std::find(r.ran.begin(), r.ran.end(), asked) == r.ran.end())
+    r.notes.push_back("no call ran on " + asked + " (a region is compiled after " +
+                      std::to_string(options.hot_threshold) + " calls with one input signature; " +
+                      std::to_string(calls) + " calls were made)");
 }
 
 std::string counts_text(const std::map<std::string, int>& m) {
@@ -188,6 +201,7 @@ void print_tier(const TierResult& r) {
     std::printf("  output %-24s max abs err %-10.3g max rel err %-10.3g %s%s%s\n", o.name.c_str(), o.max_abs_err,
                 o.max_rel_err, o.passed ? "passed" : "FAILED", o.passed ? "" : ": ", o.message.c_str());
   for (const std::string& f : r.failures) std::printf("  FAILED: %s\n", f.c_str());
+  for (const std::string& n : r.notes) std::printf("  note: %s\n", n.c_str());
 }
 
 void tier_json(JsonWriter& j, const TierResult& r) {
@@ -209,7 +223,7 @@ void tier_json(JsonWriter& j, const TierResult& r) {
     j.begin_object().field("name", o.name).field("max_abs_err", o.max_abs_err).field("max_rel_err", o.max_rel_err)
         .field("passed", o.passed).field("message", o.message).end_object();
   j.end_array();
-  j.field("failures", r.failures);
+  j.field("failures", r.failures).field("notes", r.notes);
   j.end_object();
 }
 
