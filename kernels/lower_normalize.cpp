@@ -1,5 +1,6 @@
 // Normalisations lowered to kernels (kernels/lower_op.h): Softmax and LogSoftmax (three passes
-// over each lane: the maximum, the sum of exp(x - max) in double, the scaled write), and
+// over each lane: the maximum, the sum of exp(x - max) in double, the scaled write), Hardmax,
+// LpNormalization, and
 // LayerNormalization, InstanceNormalization and MeanVarianceNormalization (mean and variance in
 // double, in two passes, then the affine write), with the interpreter's semantics
 // (interp/ops/reduce_softmax.cpp, nn_norm.cpp).
@@ -7,15 +8,25 @@
 
 namespace terrace::kernels::reduce {
 
-OpKernels lower_softmax(const Node& node, const std::vector<OpInput>& in, const std::string& name, int opset,
-                        const ReductionFusion& fusion) {
-  const TensorSig& x = in.at(0).sig;
-  const DType t = x.dtype;
-  const int64_t rank = int64_t(x.shape.size());
+namespace {
+
+// The lanes of the Softmax family: one axis (opset 13), or every dim from `axis` on (before 13,
+// with default axis 1: the 2-D view).
+std::vector<bool> softmax_lanes(const Node& node, int64_t rank, int opset) {
   const bool legacy = opset < 13;
   const int64_t axis = axis_of(node, node.attr_int("axis", legacy ? 1 : -1), rank);
   std::vector<bool> mask(size_t(rank), false);
   for (int64_t d = axis; d < (legacy ? rank : std::min(axis + 1, rank)); ++d) mask[size_t(d)] = true;
+  return mask;
+}
+
+}  // namespace
+
+OpKernels lower_softmax(const Node& node, const std::vector<OpInput>& in, const std::string& name, int opset,
+                        const ReductionFusion& fusion) {
+  const TensorSig& x = in.at(0).sig;
+  const DType t = x.dtype;
+  const std::vector<bool> mask = softmax_lanes(node, int64_t(x.shape.size()), opset);
   OpKernels k;
   k.outputs.push_back({t, x.shape});
   if (shape_numel(x.shape) == 0) return k;
@@ -49,6 +60,80 @@ OpKernels lower_softmax(const Node& node, const std::vector<OpInput>& in, const 
   });
   Stmt body = mx.wrap(seq({emit_fold(nest, mx, fm, "m"), sum.wrap(seq({sum_pass, factor.wrap(seq({factor_pass, write_pass}))}))}));
   finish(k, std::move(kern), nest, body);
+  return k;
+}
+
+// Hardmax: 1 at the first maximum of each lane, 0 elsewhere; NaN never counts as a maximum and a
+// lane with none (all -inf or NaN) marks index 0, as the interpreter's `if (v > m)` scan.
+OpKernels lower_hardmax(const Node& node, const std::vector<OpInput>& in, const std::string& name, int opset,
+                        const ReductionFusion& fusion) {
+  const TensorSig& x = in.at(0).sig;
+  const DType t = x.dtype;
+  const std::vector<bool> mask = softmax_lanes(node, int64_t(x.shape.size()), opset);
+  OpKernels k;
+  k.outputs.push_back({t, x.shape});
+  if (shape_numel(x.shape) == 0) return k;
+  Io io(node, in, &k.outputs[0], fusion);
+  const Layout l = make_layout(x.shape, mask, io.operand_shapes());
+  const Nest nest(l, "");
+  Kernel kern;
+  kern.f.name = name;
+  const Buffer yb = kern.add("out0", t, int(in.size()));
+  io.add_buffers(kern, int(in.size() + node.outputs.size()));
+  const Acc mx = make_acc(nest, "mx", t), first = make_acc(nest, "first", DType::Int64);
+  const int64_t len = l.red_count;
+  Fold fm{t, lowest(t), [&](const At& at, Expr) { return io.x(at, t); }, fold_max_no_nan, fold_max_no_nan, false};
+  Expr m = mx.at(nest);
+  Fold fi{DType::Int64, idx(len),
+          [&, m](const At& at, Expr kk) { return Select::make(Compare::make(CmpOp::EQ, io.x(at, t), m), kk, idx(len)); },
+          [](Expr a, Expr v) { return Select::make(Compare::make(CmpOp::LT, v, a), v, a); }, {}, false};
+  Expr found = Compare::make(CmpOp::GT, m, lowest(t));
+  Stmt fix = nest.over_lanes(first.set(nest, Select::make(found, first.at(nest), idx(0))));
+  Stmt write = nest.over_reduced([&](const At& at, Expr kk) {
+    Expr one = Select::make(Compare::make(CmpOp::EQ, kk, first.at(nest)), make_one(t), make_zero(t));
+    return io.store_y(yb, at, one);
+  });
+  finish(k, std::move(kern), nest, mx.wrap(first.wrap(seq({emit_fold(nest, mx, fm, "m"), emit_fold(nest, first, fi, "i"), fix, write}))));
+  return k;
+}
+
+// LpNormalization: x / ||x||_p along one axis (p 1 or 2; the norm in double), 0 where the norm is 0.
+OpKernels lower_lp_norm(const Node& node, const std::vector<OpInput>& in, const std::string& name,
+                        const ReductionFusion& fusion) {
+  const TensorSig& x = in.at(0).sig;
+  const DType t = x.dtype;
+  const int64_t rank = int64_t(x.shape.size());
+  TERRACE_CHECK(rank >= 1, InvalidArgument, node.describe(), ": input X must have rank >= 1, got shape ",
+                shape_str(x.shape));
+  const int64_t p = node.attr_int("p", 2);
+  TERRACE_CHECK(p == 1 || p == 2, InvalidModel, node.describe(), ": attribute 'p' must be 1 or 2, got ", p);
+  std::vector<bool> mask(size_t(rank), false);
+  mask[size_t(axis_of(node, node.attr_int("axis", -1), rank))] = true;
+  OpKernels k;
+  k.outputs.push_back({t, x.shape});
+  if (shape_numel(x.shape) == 0) return k;
+  Io io(node, in, &k.outputs[0], fusion);
+  const Layout l = make_layout(x.shape, mask, io.operand_shapes());
+  const Nest nest(l, "");
+  Kernel kern;
+  kern.f.name = name;
+  const Buffer yb = kern.add("out0", t, int(in.size()));
+  io.add_buffers(kern, int(in.size() + node.outputs.size()));
+  const DType d = DType::Float64;
+  const Acc norm = make_acc(nest, "norm", d);
+  Fold f{d, f64(0),
+         [&](const At& at, Expr) {
+           Expr v = io.x(at, d);
+           return p == 1 ? Call::make(Intrinsic::Abs, {v}) : v * v;
+         },
+         [](Expr a, Expr v) { return a + v; }, {}, false};
+  Stmt root = p == 2 ? nest.over_lanes(norm.set(nest, Call::make(Intrinsic::Sqrt, {norm.at(nest)}))) : Stmt();
+  Stmt write = nest.over_reduced([&](const At& at, Expr) {
+    Expr n = norm.at(nest);
+    Expr y = Select::make(Compare::make(CmpOp::EQ, n, f64(0)), f64(0), io.x(at, d) / n);
+    return io.store_y(yb, at, Cast::make(t, y));
+  });
+  finish(k, std::move(kern), nest, norm.wrap(seq({emit_fold(nest, norm, f, "n"), root, write})));
   return k;
 }
 

@@ -1,6 +1,6 @@
 // Reductions lowered to kernels (kernels/lower_op.h): the Reduce* ops, ArgMax/ArgMin and the
-// global pools here, Softmax/LogSoftmax and the Layer/Instance/MeanVariance normalizations in
-// lower_normalize.cpp, over the loops of reduce_loops.h, with the interpreter's semantics
+// global pools here, Softmax/LogSoftmax/Hardmax and the Lp/Layer/Instance/MeanVariance normalizations
+// in lower_normalize.cpp, over the loops of reduce_loops.h, with the interpreter's semantics
 // (interp/ops/reduce.cpp, nn_pool.cpp).
 // Float sums accumulate in double, as the interpreter does; max/min/arg compare in the input type
 // (the same answers); exp runs in float32 for float32 inputs (the prelude's, within 2.5e-7).
@@ -226,7 +226,7 @@ using namespace reduce;
 
 bool is_reduction_op(Op op) {
   return is_reduce_family(op) || op == Op::ArgMax || op == Op::ArgMin || op == Op::Softmax ||
-         op == Op::LogSoftmax || op == Op::LayerNormalization || op == Op::InstanceNormalization ||
+         op == Op::LogSoftmax || op == Op::Hardmax || op == Op::LpNormalization || op == Op::LayerNormalization || op == Op::InstanceNormalization ||
          op == Op::MeanVarianceNormalization || op == Op::GlobalAveragePool || op == Op::GlobalMaxPool;
 }
 
@@ -240,7 +240,7 @@ std::string can_lower_reduction(const Graph& g, const Node& node) {
   if (is_reduce_family(node.op) && node.inputs.size() > 1 && node.inputs[1] >= 0 &&
       !known_at_compile_time(g, node.inputs[1]))
     return std::string(op_name(node.op)) + " with axes computed at run time: tier 1 needs them constant";
-  if ((node.op == Op::Softmax || node.op == Op::LogSoftmax) && g.opset < 13) {
+  if ((node.op == Op::Softmax || node.op == Op::LogSoftmax || node.op == Op::Hardmax) && g.opset < 13) {
     // The opset < 13 form flattens dims from `axis` on; it is the same lanes as the opset 13 form
     // (which the lowering gets: lower_op knows no opset) only when both axes are the last dim.
     if (!xi.shape) return std::string(op_name(node.op)) + " at opset < 13 with an unknown rank";
@@ -277,6 +277,8 @@ OpKernels lower_reduction(const Node& node, const std::vector<OpInput>& inputs, 
   switch (node.op) {
     case Op::ArgMax: case Op::ArgMin: return lower_arg(node, inputs, name, fusion);
     case Op::Softmax: case Op::LogSoftmax: return lower_softmax(node, inputs, name, opset, fusion);
+    case Op::Hardmax: return lower_hardmax(node, inputs, name, opset, fusion);
+    case Op::LpNormalization: return lower_lp_norm(node, inputs, name, fusion);
     case Op::LayerNormalization: return lower_layer_norm(node, inputs, name, fusion);
     case Op::InstanceNormalization: return lower_instance_norm(node, inputs, name, fusion);
     case Op::MeanVarianceNormalization: return lower_mvn(node, inputs, name, fusion);

@@ -277,6 +277,10 @@ OpKernels lower_layer_norm(const Node& node, const std::vector<OpInput>& in, con
                            const ReductionFusion& fusion);
 OpKernels lower_instance_norm(const Node& node, const std::vector<OpInput>& in, const std::string& name,
                               const ReductionFusion& fusion);
+OpKernels lower_hardmax(const Node& node, const std::vector<OpInput>& in, const std::string& name, int opset,
+                        const ReductionFusion& fusion);
+OpKernels lower_lp_norm(const Node& node, const std::vector<OpInput>& in, const std::string& name,
+                        const ReductionFusion& fusion);
 OpKernels lower_mvn(const Node& node, const std::vector<OpInput>& in, const std::string& name,
                     const ReductionFusion& fusion);
 

@@ -204,13 +204,13 @@ TEST(ReduceLowering, RandomShapesAxesAndOpsMatchInterpreter) {
   std::mt19937 rng(2026);
   const Op ops[] = {Op::ReduceSum, Op::ReduceMean, Op::ReduceMax, Op::ReduceMin, Op::ReduceProd, Op::ReduceL1,
                     Op::ReduceL2, Op::ReduceLogSum, Op::ReduceLogSumExp, Op::ReduceSumSquare, Op::ArgMax,
-                    Op::ArgMin, Op::Softmax, Op::LogSoftmax, Op::LayerNormalization, Op::GlobalAveragePool,
-                    Op::GlobalMaxPool};
+                    Op::ArgMin, Op::Softmax, Op::LogSoftmax, Op::Hardmax, Op::LpNormalization,
+                    Op::LayerNormalization, Op::GlobalAveragePool, Op::GlobalMaxPool};
   for (int trial = 0; trial < 120; ++trial) {
     const Op op = ops[rng() % std::size(ops)];
     const bool pool = op == Op::GlobalAveragePool || op == Op::GlobalMaxPool;
     const bool needs_axis = op == Op::ArgMax || op == Op::ArgMin || op == Op::Softmax || op == Op::LogSoftmax ||
-                            op == Op::LayerNormalization;
+                            op == Op::Hardmax || op == Op::LpNormalization || op == Op::LayerNormalization;
     int64_t rank = pool ? 3 + int64_t(rng() % 2) : int64_t(rng() % 5);
     if (needs_axis && rank == 0) rank = 1;
     Shape shape;
@@ -230,8 +230,9 @@ TEST(ReduceLowering, RandomShapesAxesAndOpsMatchInterpreter) {
         if (rng() % 2) axes.push_back(rng() % 2 ? d : d - rank);
       if (!axes.empty() || rng() % 2) attrs["axes"] = ints_attr(axes);
     }
-    if (!pool && op != Op::Softmax && op != Op::LogSoftmax && op != Op::LayerNormalization)
-      attrs["keepdims"] = int_attr(rng() % 2);
+    if (!pool && !needs_axis) attrs["keepdims"] = int_attr(rng() % 2);
+    if (op == Op::ArgMax || op == Op::ArgMin) attrs["keepdims"] = int_attr(rng() % 2);
+    if (op == Op::LpNormalization) attrs["p"] = int_attr(1 + rng() % 2);
     std::vector<Tensor> in{reduce_input(op, t, shape, 100 + uint32_t(trial), rng() % 2 == 0)};
     if (op == Op::LayerNormalization) {
       int64_t axis = attrs["axis"].i < 0 ? attrs["axis"].i + rank : attrs["axis"].i;
@@ -336,6 +337,31 @@ TEST(SoftmaxLowering, SoftmaxAndLogSoftmaxOverEveryAxisMatchInterpreter) {
     expect_matches(make_case(op, {random_tensor(DType::Float32, {4, 300}, 50, 90, 21, false)}, {}),
                    std::string(op_name(op)) + " large values");
   }
+}
+
+TEST(SoftmaxLowering, HardmaxMarksTheFirstMaximumAndIgnoresNaN) {
+  for (int64_t axis : {-1, 0, 1}) {
+    Tensor x = random_tensor(DType::Float32, {5, 6, 19}, -2, 2, 80);  // few values: ties
+    for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = std::round(x.data<float>()[i]);
+    expect_matches(make_case(Op::Hardmax, {x}, {{"axis", int_attr(axis)}}), "Hardmax axis " + std::to_string(axis));
+    Case legacy = make_case(Op::Hardmax, {x}, {{"axis", int_attr(axis < 0 ? 1 : axis)}});
+    legacy.opset = 11;
+    expect_matches(legacy, "Hardmax opset 11, flattened from axis " + std::to_string(axis < 0 ? 1 : axis));
+  }
+  Tensor rows = Tensor::from_vector<float>({4, 3}, {NAN, -INFINITY, -INFINITY, NAN, 2, 2, -INFINITY, NAN, 1, 3, NAN, 3});
+  expect_matches(make_case(Op::Hardmax, {rows}, {}), "Hardmax rows with NaN and -inf");
+}
+
+TEST(NormalizationLowering, LpNormalizationOfOneAndTwoOverEveryAxisMatchesInterpreter) {
+  for (int64_t p : {1, 2})
+    for (int64_t axis : {-1, 0, 1}) {
+      Tensor x = random_tensor(DType::Float32, {4, 7, 33}, -3, 3, 81);
+      for (int64_t i = 0; i < 33; ++i) x.data<float>()[i] = 0;  // a zero vector along the last axis
+      expect_matches(make_case(Op::LpNormalization, {x}, {{"axis", int_attr(axis)}, {"p", int_attr(p)}}),
+                     "LpNormalization p " + std::to_string(p) + " axis " + std::to_string(axis));
+    }
+  expect_error(make_case(Op::LpNormalization, {random_tensor(DType::Float32, {3, 4}, -1, 1, 82)}, {{"p", int_attr(3)}}),
+               ErrorCode::InvalidModel, "p = 3");
 }
 
 TEST(SoftmaxLowering, BeforeOpset13TheInputIsFlattenedFromAxis) {
