@@ -5,6 +5,11 @@
 
 #include "interp/graph.h"
 
+namespace onnx {
+class GraphProto;
+class ValueInfoProto;
+}
+
 namespace terrace {
 
 // A serialized ModelProto holding `nodes` of `graph`, reading `inputs` and producing `outputs`,
@@ -13,5 +18,16 @@ namespace terrace {
 std::string export_onnx(const Graph& graph, const std::vector<int>& nodes, const std::vector<int>& inputs,
                         const std::vector<Tensor>& input_values, const std::vector<int>& outputs,
                         const std::vector<Tensor>& output_values);
+
+}  // namespace terrace
+
+namespace terrace {
+
+// The whole graph as a GraphProto: inputs and outputs typed with what the graph knows (dtype,
+// static dims, symbolic dim names; an output of unknown dtype is left untyped), initializers,
+// nodes, and If/Loop/Scan bodies recursively (a body's captures stay names of the outer scope).
+void graph_to_proto(const Graph& graph, onnx::GraphProto* gp);
+// A value's name and type as far as its ValueInfo knows it: no type where the dtype is unknown.
+void value_info_to_proto(const Value& value, onnx::ValueInfoProto* p);
 
 }  // namespace terrace

@@ -362,6 +362,14 @@ Model load_onnx_bytes(std::string_view bytes, const std::string& base_dir) {
                     kMaxSubgraphDepth, " levels deep (the limit Terrace takes)");
       fail(ErrorCode::InvalidModel, "not an ONNX model: the protobuf does not parse (truncated, corrupt, or nested over 1000 levels deep?)");
     }
+    return load_onnx_model(mp, base_dir);
+  } catch (const std::bad_alloc&) {
+    fail(ErrorCode::OutOfMemory, "out of memory while loading the model");
+  }
+}
+
+Model load_onnx_model(onnx::ModelProto& mp, const std::string& base_dir) {
+  try {
     verify_model(mp, base_dir);  // before ONNX's checker, which crashes on some malformed models
     std::vector<std::string> warnings;
     {

@@ -6,6 +6,10 @@
 
 #include "interp/graph.h"
 
+namespace onnx {
+class ModelProto;
+}
+
 namespace terrace {
 
 struct Model {
@@ -22,6 +26,9 @@ struct Model {
 Model load_onnx_file(const std::string& path);
 // `base_dir` is where external data files are looked up; empty: external data is rejected.
 Model load_onnx_bytes(std::string_view bytes, const std::string& base_dir = "");
+// What load_onnx_bytes does after parsing (Terrace's checks, ONNX's checker, shape inference,
+// conversion), on a model built in memory (interp/graph_builder.h); `mp` is consumed.
+Model load_onnx_model(onnx::ModelProto& mp, const std::string& base_dir = "");
 
 // Serialized TensorProto <-> Tensor (the .pb files of ONNX test data and `terrace run --input`).
 Tensor tensor_from_pb_bytes(std::string_view bytes, const std::string& what);

@@ -6,64 +6,53 @@
 #include <vector>
 
 #include "interp/graph.h"
+#include "interp/graph_builder.h"
 #include "tests/support/attrs.h"
 
 namespace terrace::testing {
 
+// The public builder (interp/graph_builder.h) with tests' conveniences: values as ids, ops as
+// Op, a node's output dtype given or taken from its first input, and build() returning the
+// recorded graph as written (no validation or inference), which tests of the passes and tiers
+// need and may edit. A test that wants the import's validation calls validated().
 class GraphBuilder {
  public:
-  GraphBuilder() : g_(std::make_shared<Graph>()) { g_->name = "test"; }
+  GraphBuilder() : b_("test") {}
 
   int input(const std::string& name, DType dtype, Shape shape) {
-    ValueInfo info;
-    info.dtype = dtype;
-    info.shape = std::move(shape);
-    int id = g_->add_value(name, info);
-    g_->inputs.push_back(id);
-    return id;
+    b_.input(name, dtype, std::vector<Dim>(shape.begin(), shape.end()));
+    return id_of(name);
   }
-  int constant(const std::string& name, Tensor t) {
-    ValueInfo info;
-    info.dtype = t.dtype();
-    info.shape = t.shape();
-    int id = g_->add_value(name, info);
-    g_->initializers[id] = std::move(t);
-    return id;
-  }
+  int constant(const std::string& name, Tensor t) { return id_of(b_.constant(name, std::move(t))); }
   // Adds a node and returns its first output's id (outputs are named "<op><n>_<k>").
   int node(Op op, std::vector<int> inputs, std::map<std::string, Attribute> attrs = {}, int outputs = 1,
            std::optional<DType> out_dtype = std::nullopt) {
-    Node n;
-    n.op = op;
-    n.name = std::string(op_name(op)) + std::to_string(g_->nodes.size());
-    n.inputs = std::move(inputs);
-    n.attrs = std::move(attrs);
-    int first = -1;
-    for (int k = 0; k < outputs; ++k) {
-      ValueInfo info;
-      info.dtype = out_dtype ? out_dtype : dtype_of_input(n);
-      int id = g_->add_value(n.name + "_" + std::to_string(k), info);
-      g_->values[size_t(id)].producer = int(g_->nodes.size());
-      n.outputs.push_back(id);
-      if (k == 0) first = id;
+    std::vector<std::string> names;
+    std::optional<DType> first_input_dtype;
+    for (int v : inputs) {
+      names.push_back(v >= 0 ? graph().value(v).name : "");
+      if (v >= 0 && !first_input_dtype) first_input_dtype = graph().value(v).info.dtype;
     }
-    g_->nodes.push_back(std::move(n));
-    return first;
+    Attrs a;
+    for (auto& [k, v] : attrs) a.emplace(k, std::move(v));
+    std::vector<std::string> outs = b_.op(op_name(op), names, a, outputs);
+    for (const std::string& o : outs) graph().values[size_t(id_of(o))].info.dtype = out_dtype ? out_dtype : first_input_dtype;
+    return id_of(outs[0]);
   }
-  void output(int id) { g_->outputs.push_back(id); }
-  std::shared_ptr<Graph> build() { return g_; }
+  void output(int id) { b_.output(graph().value(id).name); }
+  std::shared_ptr<Graph> build() { return b_.recorded(); }
+  // The graph as Session::load would give it: validated and inferred by the import path.
+  std::shared_ptr<Graph> validated() const { return b_.build(); }
+  terrace::GraphBuilder& public_builder() { return b_; }
 
   static Attribute attr_int(int64_t v) { return int_attr(v); }
   static Attribute attr_float(float v) { return float_attr(v); }
   static Attribute attr_ints(std::vector<int64_t> v) { return ints_attr(std::move(v)); }
 
  private:
-  std::optional<DType> dtype_of_input(const Node& n) const {
-    for (int v : n.inputs)
-      if (v >= 0) return g_->values[size_t(v)].info.dtype;
-    return std::nullopt;
-  }
-  std::shared_ptr<Graph> g_;
+  Graph& graph() { return *b_.recorded(); }
+  int id_of(const std::string& name) { return graph().find_value(name); }
+  terrace::GraphBuilder b_;
 };
 
 // A float32 tensor of the given shape with values uniform in [lo, hi), from a fixed seed.
