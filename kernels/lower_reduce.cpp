@@ -59,7 +59,7 @@ OpKernels lower_reduce_op(const Node& node, const std::vector<OpInput>& in, cons
   const TensorSig& x = in.at(0).sig;
   const DType t = x.dtype;
   const int64_t rank = int64_t(x.shape.size());
-  const bool pool = node.op == Op::GlobalAveragePool || node.op == Op::GlobalMaxPool;
+  const bool pool = node.op == Op::GlobalAveragePool || node.op == Op::GlobalMaxPool || node.op == Op::GlobalLpPool;
   std::vector<bool> mask;
   Shape out_shape;
   if (pool) {
@@ -104,6 +104,14 @@ OpKernels lower_reduce_op(const Node& node, const std::vector<OpInput>& in, cons
   } else if (op == Op::ReduceProd) {
     f.init = make_one(a);
     f.combine = [](Expr s, Expr v) { return s * v; };
+  } else if (op == Op::GlobalLpPool) {
+    // sum(|x|^p)^(1/p) in double, as the interpreter's lp_pool (p 1 and 2 without pow).
+    const int64_t p = node.attr_int("p", 2);
+    TERRACE_CHECK(p > 0, InvalidModel, node.describe(), ": attribute 'p' must be > 0, got ", p);
+    f.term = [&, p](const At& at, Expr) {
+      Expr v = Call::make(Intrinsic::Abs, {io.x(at, a)});
+      return p == 1 ? v : p == 2 ? v * v : Call::make(Intrinsic::Pow, {v, f64(double(p))});
+    };
   } else if (op == Op::ReduceSumSquare || op == Op::ReduceL2) {
     f.term = [&](const At& at, Expr) {
       Expr v = io.x(at, a);
@@ -147,6 +155,11 @@ OpKernels lower_reduce_op(const Node& node, const std::vector<OpInput>& in, cons
         else result = count == 0 ? make_zero(a) : v / IntImm::make(a, int64_t(count));
         break;
       case Op::GlobalAveragePool: result = count == 0 ? f64(0) : v / f64(count); break;
+      case Op::GlobalLpPool: {
+        const int64_t p = node.attr_int("p", 2);
+        result = p == 1 ? v : p == 2 ? Call::make(Intrinsic::Sqrt, {v}) : Call::make(Intrinsic::Pow, {v, f64(1.0 / double(p))});
+        break;
+      }
       default: result = v;
     }
     Stmt store = nest.over_lanes(Store::make(yb, nest.obase() + nest.lane(), Cast::make(t, result)));
@@ -227,7 +240,8 @@ using namespace reduce;
 bool is_reduction_op(Op op) {
   return is_reduce_family(op) || op == Op::ArgMax || op == Op::ArgMin || op == Op::Softmax ||
          op == Op::LogSoftmax || op == Op::Hardmax || op == Op::LpNormalization || op == Op::LayerNormalization || op == Op::InstanceNormalization ||
-         op == Op::MeanVarianceNormalization || op == Op::GlobalAveragePool || op == Op::GlobalMaxPool;
+         op == Op::MeanVarianceNormalization || op == Op::GlobalAveragePool || op == Op::GlobalMaxPool ||
+         op == Op::GlobalLpPool;
 }
 
 std::string can_lower_reduction(const Graph& g, const Node& node) {
@@ -283,7 +297,8 @@ OpKernels lower_reduction(const Node& node, const std::vector<OpInput>& inputs, 
     case Op::InstanceNormalization: return lower_instance_norm(node, inputs, name, fusion);
     case Op::MeanVarianceNormalization: return lower_mvn(node, inputs, name, fusion);
     default:
-      if (is_reduce_family(node.op) || node.op == Op::GlobalAveragePool || node.op == Op::GlobalMaxPool)
+      if (is_reduce_family(node.op) || node.op == Op::GlobalAveragePool || node.op == Op::GlobalMaxPool ||
+          node.op == Op::GlobalLpPool)
         return lower_reduce_op(node, inputs, name, fusion);
   }
   fail(ErrorCode::NotImplemented, node.describe(), ": tier 1 has no kernel for ", op_name(node.op));

@@ -454,12 +454,18 @@ TEST(NormalizationLowering, MeanVarianceNormalizationOverAnyAxesMatchesInterpret
 }
 
 TEST(GlobalPoolLowering, AverageAndMaxOverSpatialDimsMatchInterpreter) {
-  for (Op op : {Op::GlobalAveragePool, Op::GlobalMaxPool}) {
+  for (Op op : {Op::GlobalAveragePool, Op::GlobalMaxPool, Op::GlobalLpPool}) {
     for (const Shape& s : {Shape{2, 3, 7, 7}, Shape{1, 16, 5}, Shape{2, 4, 3, 2, 2}, Shape{2, 3, 1, 1}, Shape{2, 3, 0, 4}}) {
       expect_matches(make_case(op, {random_tensor(DType::Float32, s, -5, 5, 34)}), std::string(op_name(op)) + " " + shape_name(s));
       expect_matches(make_case(op, {random_tensor(DType::Float64, s, -5, 5, 35)}), std::string(op_name(op)) + " f64 " + shape_name(s));
     }
   }
+}
+
+TEST(GlobalPoolLowering, LpPoolOfAnyOrderMatchesInterpreter) {
+  for (int64_t p : {1, 2, 3})
+    expect_matches(make_case(Op::GlobalLpPool, {random_tensor(DType::Float32, {2, 5, 6, 6}, -2, 2, 38)}, {{"p", int_attr(p)}}),
+                   "GlobalLpPool p " + std::to_string(p));
 }
 
 TEST(ReduceLowering, KernelsSplitRowsAcrossThreadsAndVectoriseTheInnerLoop) {
