@@ -1,4 +1,4 @@
-// Tier-1 matrix products and convolutions through oneDNN (ARCHITECTURE.md),
+// Tier-1 matrix products, convolutions and pooling through oneDNN (ARCHITECTURE.md),
 // float32, on the caller's plain row-major / NCHW buffers. Each object is one primitive built for
 // one signature (the region's guards keep the shapes fixed); run() is thread-safe.
 #pragma once
@@ -36,8 +36,11 @@ struct DnnlActivation {
 };
 
 // ONNX MatMul (numpy broadcasting of batch dimensions, 1-D operands promoted), Gemm (transA,
-// transB, alpha, beta, C broadcast to the output) and Conv (1-3 spatial dimensions, groups, pads,
-// auto_pad, strides, dilations, optional bias). `constants[i]`, when set, is the value of input i
+// transB, alpha, beta, C broadcast to the output), Conv (1-3 spatial dimensions, groups, pads,
+// auto_pad, strides, dilations, optional bias), MaxPool (without Indices) and AveragePool (pads,
+// auto_pad, strides, dilations, ceil_mode, count_include_pad; refused with NotImplemented where
+// oneDNN's windows cannot match ONNX's: an average counting padding whose ceil_mode window passes
+// the pads, a window over padding only). `constants[i]`, when set, is the value of input i
 // known at compile time (an initializer): a convolution's weights are then reordered once, here,
 // into the layout oneDNN prefers. Throws Error(NotImplemented) naming the node and what is not
 // supported, and Error(CompileFailed) with oneDNN's message when it builds no primitive.

@@ -107,7 +107,9 @@ bool chains_add(const Graph& g, const Node& conv, const Node& next) {
 
 }  // namespace
 
-bool is_library_op(Op op) { return op == Op::MatMul || op == Op::Gemm || op == Op::Conv; }
+bool is_library_op(Op op) {
+  return op == Op::MatMul || op == Op::Gemm || op == Op::Conv || op == Op::MaxPool || op == Op::AveragePool;
+}
 
 std::string can_compile(const Graph& g, const Node& node) {
 #ifdef TERRACE_HAVE_DNNL
@@ -133,6 +135,7 @@ std::string can_compile(const Graph& g, const Node& node) {
 bool absorbs(const Graph& g, const Node& last, const Node& next) {
   if (last.outputs.size() != 1 || last.outputs[0] < 0) return false;
   const bool activation = activation_of(g, next).has_value();
+  if (last.op == Op::MaxPool || last.op == Op::AveragePool) return false;
   if (last.op == Op::MatMul || last.op == Op::Gemm) return activation;
   if (last.op == Op::Conv) return activation || chains_conv(g, last, next) || chains_add(g, last, next);
   // `last` is an activation or an Add already in a Conv's region: the next Conv, or an
@@ -158,6 +161,23 @@ std::vector<Tensor> error_allowance(const Graph& g, const Region& region, const 
   std::vector<Tensor> out(region.outputs.size());
   if (region.outputs.size() != 1 || !is_library_op(g.nodes[size_t(region.nodes[0])].op)) return out;
   const double u = std::ldexp(1.0, -24);
+  const Node& first = g.nodes[size_t(region.nodes[0])];
+  if (first.op == Op::MaxPool) return out;  // oneDNN's max is one of the inputs, as the interpreter's
+  if (first.op == Op::AveragePool) {
+    // A sum of at most K taps and a division: gamma_{K+2} times the average of |x| bounds it.
+    Tensor x = inputs[0].cast(DType::Float64);
+    for (int64_t i = 0; i < x.numel(); ++i) x.data<double>()[i] = std::abs(x.data<double>()[i]);
+    double K = 2;
+    int64_t taps = 1;
+    for (int64_t k : first.attr_ints("kernel_shape", {})) taps *= k;
+    K += double(taps);
+    RValue rx(std::move(x));
+    Tensor m = interpret_node(first, {&rx}).at(0).tensor;
+    const double gamma = K * u / (1 - K * u);
+    for (int64_t i = 0; i < m.numel(); ++i) m.data<double>()[i] *= gamma;
+    out[0] = std::move(m);
+    return out;
+  }
   std::map<int, Tensor> value, bound;  // per value id: the interpreter's value, its error bound (double)
   auto value_of = [&](int v) -> const Tensor& {
     if (auto it = value.find(v); it != value.end()) return it->second;

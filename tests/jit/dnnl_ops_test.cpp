@@ -427,6 +427,71 @@ TEST(DnnlOps, ConvChainDescribesItsStepsAndLayouts) {
   EXPECT_NE(d.find("clip") == std::string::npos && d.find("relu") != std::string::npos, false) << d;
 }
 
+// ---- MaxPool and AveragePool ----
+
+TEST(DnnlOps, PoolsMatchTheInterpreter) {
+  const std::vector<Case> cases = {
+      {Op::MaxPool, {{1, 16, 56, 56}}, {{"kernel_shape", Ints{3, 3}}, {"strides", Ints{2, 2}}, {"pads", Ints{1, 1, 1, 1}}}},
+      {Op::MaxPool, {{2, 3, 9, 10}}, {{"kernel_shape", Ints{2, 3}}, {"ceil_mode", 1}, {"strides", Ints{2, 2}}}},
+      {Op::MaxPool, {{1, 4, 11, 11}}, {{"kernel_shape", Ints{3, 3}}, {"dilations", Ints{2, 2}}, {"pads", Ints{2, 1, 0, 2}}}},
+      {Op::MaxPool, {{1, 5, 13}}, {{"kernel_shape", Ints{4}}, {"auto_pad", "SAME_UPPER"}, {"strides", Ints{3}}}},
+      {Op::MaxPool, {{1, 2, 5, 6, 7}}, {{"kernel_shape", Ints{2, 2, 3}}, {"strides", Ints{1, 2, 2}}}},
+      {Op::AveragePool, {{1, 8, 14, 14}}, {{"kernel_shape", Ints{3, 3}}, {"pads", Ints{1, 1, 1, 1}}}},
+      {Op::AveragePool, {{1, 8, 14, 14}}, {{"kernel_shape", Ints{3, 3}}, {"pads", Ints{1, 1, 1, 1}}, {"count_include_pad", 1}}},
+      {Op::AveragePool, {{2, 3, 9, 10}}, {{"kernel_shape", Ints{3, 2}}, {"ceil_mode", 1}, {"strides", Ints{2, 2}}}},
+      {Op::AveragePool, {{1, 3, 8, 7}}, {{"kernel_shape", Ints{2, 2}}, {"auto_pad", "SAME_LOWER"}}},
+      {Op::AveragePool, {{1, 6, 7, 7}}, {{"kernel_shape", Ints{7, 7}}}},  // a global average by window
+      {Op::AveragePool, {{1, 2, 6, 5, 4}}, {{"kernel_shape", Ints{2, 2, 2}}, {"pads", Ints{1, 0, 1, 1, 0, 0}}}},
+  };
+  for (const Case& c : cases)
+    for (int poison = -1; poison < 3; ++poison) {  // none, -inf, NaN, +inf
+      SCOPED_TRACE(std::string(op_name(c.op)) + " " + shape_str(c.shapes[0]) + " poison " + std::to_string(poison));
+      std::vector<Tensor> in = random_inputs(c, 80);
+      if (poison >= 0) {
+        const float bad = poison == 0 ? -INFINITY : poison == 1 ? NAN : INFINITY;
+        for (int64_t i = 0; i < in[0].numel(); i += 37) in[0].data<float>()[i] = bad;
+      }
+      auto prim = jit::make_dnnl_primitive(make_node(c.op, 1, c.attrs), c.shapes, {nullptr});
+      EXPECT_EQ(prim->describe().find("no library call"), std::string::npos) << prim->describe();
+      expect_close(run_primitive(c, in, {}), run1(c.op, in, c.attrs), "pool");
+    }
+}
+
+// Zero-sized pools give the interpreter's answer (an empty result) without reaching oneDNN.
+TEST(DnnlOps, ZeroSizedPoolsGiveTheInterpretersAnswer) {
+  const std::vector<Case> cases = {
+      {Op::MaxPool, {{0, 3, 8, 8}}, {{"kernel_shape", Ints{2, 2}}}},
+      {Op::MaxPool, {{1, 0, 8, 8}}, {{"kernel_shape", Ints{2, 2}}}},
+      {Op::AveragePool, {{0, 3, 8, 8}}, {{"kernel_shape", Ints{3, 3}}, {"pads", Ints{1, 1, 1, 1}}}},
+      {Op::AveragePool, {{2, 0, 5}}, {{"kernel_shape", Ints{2}}}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(std::string(op_name(c.op)) + " " + shape_str(c.shapes[0]));
+    auto prim = jit::make_dnnl_primitive(make_node(c.op, 1, c.attrs), c.shapes, {nullptr});
+    EXPECT_NE(prim->describe().find("no library call"), std::string::npos) << prim->describe();
+    std::vector<Tensor> in = random_inputs(c, 81);
+    expect_close(run_primitive(c, in, {}), run1(c.op, in, c.attrs), "empty pool");
+  }
+}
+
+// What oneDNN cannot run as ONNX means it is refused with the node's name and the reason: an
+// average that counts padding whose ceil_mode window passes the pads (oneDNN would count the
+// extra padding), a window over padding only, and MaxPool's Indices output.
+TEST(DnnlOps, PoolsOneDnnCannotMatchAreRefusedWithAReason) {
+  Node avg = make_node(Op::AveragePool, 1,
+                       {{"kernel_shape", Ints{3, 3}}, {"strides", Ints{2, 2}}, {"ceil_mode", 1}, {"count_include_pad", 1}});
+  Error e = error_of([&] { jit::make_dnnl_primitive(avg, {{1, 2, 8, 8}}, {nullptr}); });
+  EXPECT_EQ(e.code(), ErrorCode::NotImplemented);
+  EXPECT_NE(std::string(e.what()).find("node_under_test"), std::string::npos) << e.what();
+  Node padded = make_node(Op::MaxPool, 1, {{"kernel_shape", Ints{2, 2}}, {"pads", Ints{3, 0, 0, 0}}});
+  e = error_of([&] { jit::make_dnnl_primitive(padded, {{1, 2, 4, 4}}, {nullptr}); });
+  EXPECT_NE(std::string(e.what()).find("padding only"), std::string::npos) << e.what();
+  Node indices = make_node(Op::MaxPool, 1, {{"kernel_shape", Ints{2, 2}}});
+  indices.outputs.push_back(2);
+  EXPECT_NE(jit::dnnl_can_compile(indices, {DType::Float32}, {4}).find("Indices"), std::string::npos);
+  EXPECT_EQ(jit::dnnl_can_compile(make_node(Op::AveragePool, 1, {}), {DType::Float32}, {4}), "");
+}
+
 TEST(DnnlOps, BadShapesAreClearErrors) {
   Node mm = make_node(Op::MatMul, 2, {});
   Error e = error_of([&] { jit::make_dnnl_primitive(mm, {{5, 7}, {6, 3}}, {}); });
