@@ -10,14 +10,21 @@ namespace terrace::jit {
 
 namespace {
 
-void* try_open(const std::string& name, std::string* why) {
+// `tried` gathers the first failure in full (dlerror's message) and the other names.
+void* try_open(const std::string& name, std::string* tried) {
   dlerror();
   void* h = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (!h && why) {
+  if (!h) {
     const char* e = dlerror();
-    *why += "\n  " + (e ? std::string(e) : name + ": not loadable");
+    if (tried->empty()) *tried = e ? e : name + ": not loadable";
+    else *tried += (tried->find(" (also tried ") == std::string::npos ? " (also tried " : ", ") + name;
   }
   return h;
+}
+
+std::string closed(std::string tried) {
+  if (tried.find(" (also tried ") != std::string::npos) tried += ")";
+  return tried;
 }
 
 }  // namespace
@@ -40,7 +47,7 @@ void* open_library(const LibrarySearch& search, std::string* path, std::string* 
       }
       for (const auto& c : candidates)
         if (void* h = try_open(c, &tried)) return found(h, c);
-      if (why) *why = "$" + search.env_var + "=" + over + " does not load:" + tried;
+      if (why) *why = "$" + search.env_var + "=" + over + " does not load: " + closed(tried);
       return nullptr;
     }
   }
@@ -51,7 +58,7 @@ void* open_library(const LibrarySearch& search, std::string* path, std::string* 
       std::string c = dir + "/" + so;
       if (void* h = try_open(c, &tried)) return found(h, c);
     }
-  if (why) *why = "none of these loads:" + tried;
+  if (why) *why = closed(tried);
   return nullptr;
 }
 

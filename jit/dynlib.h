@@ -14,7 +14,8 @@ struct LibrarySearch {
 };
 
 // The handle of the first candidate that loads (RTLD_NOW | RTLD_LOCAL), with its path in `path`;
-// nullptr when none does, with `why` listing each candidate tried and dlerror's answer. A set
+// nullptr when none does, with `why` holding the first candidate's dlerror and the names of the
+// others tried. A set
 // override that fails to load is an answer in itself: nothing else is tried.
 void* open_library(const LibrarySearch& search, std::string* path, std::string* why);
 

@@ -10,6 +10,7 @@
 #include "interp/cancel.h"
 #include "interp/interpreter.h"
 #include "interp/json.h"
+#include "interp/log.h"
 #include "interp/omp_threads.h"
 #include "interp/onnx_import.h"
 #include "tiers/input_check.h"
@@ -57,7 +58,16 @@ std::unique_ptr<Session> Session::from_graph(std::shared_ptr<const Graph> graph,
       for (int n : impl->plan.regions[size_t(step.region)].nodes) impl->step_of_node[size_t(n)] = int(s);
   }
   impl->last_use = last_use_positions(g, impl->step_of_node);
-  impl->tiers = std::make_unique<TierManager>(impl->graph, impl->plan, options, std::move(backend));
+  // Tier 2 where Options::max_tier allows it and there is a GPU; without one the regions stay on
+  // the lower tiers, said once per process.
+  std::unique_ptr<Backend> gpu;
+  if (options.max_tier >= Tier::Gpu && backend) {
+    std::string why;
+    gpu = make_gpu_backend(options.cache_dir, &why);
+    static std::once_flag said;
+    if (!gpu) std::call_once(said, [&] { log(LogLevel::Info, "tier 2 unavailable: ", why, "; regions stay on tier 1"); });
+  }
+  impl->tiers = std::make_unique<TierManager>(impl->graph, impl->plan, options, std::move(backend), std::move(gpu));
   return std::unique_ptr<Session>(new Session(std::move(impl)));
 }
 
@@ -143,6 +153,7 @@ std::string Session::report_json() const {
         .field("state", r.state).field("calls", r.calls).field("total_ms", r.total_ms).field("compile_ms", r.compile_ms)
         .field("promoted_at_call", r.promoted_at_call).field("deopts", r.deopts)
         .field("guard_failures", r.guard_failures).field("validation", r.validation)
+        .field("transfers", r.transfers).field("gpu", r.gpu)
         .field("rechecks", r.rechecks).field("versions", r.versions).end_object();
   }
   j.end_array();
@@ -169,7 +180,9 @@ std::string Session::report() const {
        << ", " << r.calls << " calls, " << r.deopts << " deopts, compile " << r.compile_ms
        << " ms, validation " << r.validation;
     if (r.rechecks) os << " (" << r.rechecks << " later calls re-checked)";
+    if (r.transfers) os << ", " << r.transfers << " host<->device transfers";
     os << "\n";
+    if (!r.gpu.empty()) os << "    gpu: " << r.gpu << "\n";
     for (auto& gf : r.guard_failures) os << "    guard failed: " << gf << "\n";
   }
   return os.str();

@@ -110,21 +110,37 @@ struct TierManager::RegionState {
   double interp_ms = 0;  // the interpreter's latest time for the region (a re-check's cost)
   bool recheck_queued = false;
   int64_t rechecks = 0;
+  // Tier 2: why the region cannot go to the GPU ("" when it can), calls served by tier 1 per
+  // signature since its tier-1 version was published, and where its climb stopped.
+  std::string gpu_reason;
+  std::map<std::string, int> cpu_calls;
+  std::string gpu_state;
 
   std::shared_ptr<const VersionList> load() const { return std::atomic_load(&versions); }
   void publish(std::shared_ptr<Version> v) {  // caller holds mu
     auto next = std::make_shared<VersionList>(*load());
-    next->push_back(std::move(v));
+    // Highest tier first: dispatch takes the first version whose guards pass.
+    auto at = std::find_if(next->begin(), next->end(), [&](const auto& o) { return o->tier < v->tier; });
+    next->insert(at, std::move(v));
     std::atomic_store(&versions, std::shared_ptr<const VersionList>(std::move(next)));
   }
 };
 
 struct TierManager::Core : std::enable_shared_from_this<Core> {
-  Core(std::shared_ptr<const Graph> g, Plan p, const Options& o, std::unique_ptr<Backend> b)
-      : graph_ptr(std::move(g)), graph_(*graph_ptr), plan_(std::move(p)), options_(o), backend_(std::move(b)) {
+  Core(std::shared_ptr<const Graph> g, Plan p, const Options& o, std::unique_ptr<Backend> b,
+       std::unique_ptr<Backend> gpu)
+      : graph_ptr(std::move(g)), graph_(*graph_ptr), plan_(std::move(p)), options_(o), backend_(std::move(b)),
+        gpu_(std::move(gpu)) {
     for (const Region& r : plan_.regions) {
       regions_.push_back(std::make_unique<RegionState>());
       regions_.back()->region = &r;
+      if (gpu_)
+        for (int n : r.nodes)
+          if (std::string why = gpu_->can_compile(graph_, graph_.nodes[size_t(n)]); !why.empty()) {
+            regions_.back()->gpu_reason = graph_.nodes[size_t(n)].describe() + ": " + why;
+            regions_.back()->gpu_state = "stays on tier 1: " + regions_.back()->gpu_reason;
+            break;
+          }
       if (options_.validate == ValidateMode::Off) regions_.back()->validation = "off";
       if (!backend_) regions_.back()->stopped = "no compiled tier enabled";
     }
@@ -135,6 +151,10 @@ struct TierManager::Core : std::enable_shared_from_this<Core> {
   Tier dispatch(RegionState& st, Frame& frame, int64_t call);
   void maybe_promote(RegionState& st, const std::string& sig, const std::vector<Tensor>& in, int64_t call);
   void compile_job(RegionState& st, std::string sig, std::vector<Tensor> in, int64_t call);
+  // Tier 2: counts a call tier 1 served and queues the region's GPU compile at gpu_threshold.
+  void maybe_promote_gpu(RegionState& st, const std::string& sig, const std::vector<Tensor>& in, int64_t call);
+  void compile_job(RegionState& st, Backend& backend, std::string key, std::string sig, std::vector<Tensor> in,
+                   int64_t call);
   bool validate(RegionState& st, Version& v, Frame& frame, const std::vector<Tensor>& in,
                 const std::vector<Tensor>& out);
   // Why `out` (the version's) differs from `expected` (the interpreter's), or nullopt.
@@ -154,14 +174,16 @@ struct TierManager::Core : std::enable_shared_from_this<Core> {
   const Plan plan_;
   const Options options_;
   std::unique_ptr<Backend> backend_;
+  std::unique_ptr<Backend> gpu_;  // tier 2, where there is a GPU and Options::max_tier allows it
   std::vector<std::unique_ptr<RegionState>> regions_;
   Jobs* jobs_ = nullptr;    // compiles; valid while any job may run (leaked when one is abandoned)
   Jobs* checks_ = nullptr;  // continuous validation's re-checks, at the lowest priority
 };
 
 TierManager::TierManager(std::shared_ptr<const Graph> graph, Plan plan, const Options& options,
-                         std::unique_ptr<Backend> backend)
-    : core_(std::make_shared<Core>(std::move(graph), std::move(plan), options, std::move(backend))),
+                         std::unique_ptr<Backend> backend, std::unique_ptr<Backend> gpu_backend)
+    : core_(std::make_shared<Core>(std::move(graph), std::move(plan), options, std::move(backend),
+                                   std::move(gpu_backend))),
       jobs_(new Jobs(options.compile_threads)), checks_(new Jobs(1, 19)) {
   core_->jobs_ = jobs_;
   core_->checks_ = checks_;
@@ -228,41 +250,45 @@ Tier TierManager::Core::dispatch(RegionState& st, Frame& frame, int64_t call) {
   std::shared_ptr<Version> chosen;
   std::optional<GuardFailure> failure;
   auto versions = st.load();
+  std::vector<Tensor> out;
+  std::chrono::steady_clock::time_point run_t0;
+  // Versions highest tier first: one that fails at run time is demoted and the call goes to the
+  // next (a GPU version's failure to the region's tier-1 version), then to the interpreter.
   if (all_tensors)
     for (const auto& v : *versions) {
       if (v->demoted.load()) continue;
-      auto f = v->guards.check(in);
-      if (!f) { chosen = v; break; }
-      if (!failure) failure = f;
+      if (auto f = v->guards.check(in)) {
+        if (!failure) failure = f;
+        continue;
+      }
+      run_t0 = std::chrono::steady_clock::now();
+      try {
+        out = v->code->run(in);
+        chosen = v;
+        break;
+      } catch (const std::exception& e) {
+        // Compiled code or a library that fails (a terrace::Error, or anything a library throws)
+        // is demoted; nothing escapes untyped.
+        const std::string what = dynamic_cast<const Error*>(&e)
+                                     ? std::string(e.what())
+                                     : std::string(error_code_name(ErrorCode::RuntimeError)) + ": " + e.what();
+        v->demoted = true;
+        std::lock_guard<std::mutex> lock(st.mu);
+        demote(st, *v, "compiled code raised " + what);
+      }
     }
 
   if (chosen) {
-    std::vector<Tensor> out;
-    const auto run_t0 = std::chrono::steady_clock::now();
-    try {
-      out = chosen->code->run(in);
-    } catch (const std::exception& e) {
-      // Compiled code or a library that fails (a terrace::Error, or anything a library throws)
-      // is demoted and the call is answered by the interpreter below; nothing escapes untyped.
-      const std::string what = dynamic_cast<const Error*>(&e)
-                                   ? std::string(e.what())
-                                   : std::string(error_code_name(ErrorCode::RuntimeError)) + ": " + e.what();
-      chosen->demoted = true;
-      std::lock_guard<std::mutex> lock(st.mu);
-      demote(st, *chosen, "compiled code raised " + what);
-      chosen.reset();
+    bool check = options_.validate == ValidateMode::Always ||
+                 (options_.validate == ValidateMode::First && chosen->validations_left.fetch_sub(1) > 0);
+    if (!check) maybe_recheck(st, chosen, in, out, ms_since(run_t0), call);
+    if (!check || validate(st, *chosen, frame, in, out)) {
+      for (size_t i = 0; i < region.outputs.size(); ++i)
+        frame.env[size_t(region.outputs[i])] = RValue(std::move(out[i]));
+      if (chosen->tier == Tier::Cpu && gpu_) maybe_promote_gpu(st, chosen->signature, in, call);
+      return chosen->tier;
     }
-    if (chosen) {
-      bool check = options_.validate == ValidateMode::Always ||
-                   (options_.validate == ValidateMode::First && chosen->validations_left.fetch_sub(1) > 0);
-      if (!check) maybe_recheck(st, chosen, in, out, ms_since(run_t0), call);
-      if (!check || validate(st, *chosen, frame, in, out)) {
-        for (size_t i = 0; i < region.outputs.size(); ++i)
-          frame.env[size_t(region.outputs[i])] = RValue(std::move(out[i]));
-        return chosen->tier;
-      }
-      return Tier::Interp;  // validation failed: the frame holds the interpreter's results
-    }
+    return Tier::Interp;  // validation failed: the frame holds the interpreter's results
   }
 
   const auto interp_t0 = std::chrono::steady_clock::now();
@@ -301,17 +327,42 @@ void TierManager::Core::maybe_promote(RegionState& st, const std::string& sig,
 }
 
 void TierManager::Core::compile_job(RegionState& st, std::string sig, std::vector<Tensor> in, int64_t call) {
+  compile_job(st, *backend_, sig, sig, std::move(in), call);
+}
+
+// The tier-2 compile is keyed "gpu|<signature>" in compiling/failed, and its version carries that
+// signature: a GPU version that fails or is demoted leaves the tier-1 version of the signature.
+void TierManager::Core::maybe_promote_gpu(RegionState& st, const std::string& sig, const std::vector<Tensor>& in,
+                                          int64_t call) {
+  std::lock_guard<std::mutex> lock(st.mu);
+  if (!st.gpu_reason.empty()) return;
+  const std::string key = "gpu|" + sig;
+  if (++st.cpu_calls[sig] < options_.gpu_threshold || st.compiling.count(key) || st.failed.count(key)) return;
+  for (const auto& v : *st.load())
+    if (v->signature == key) return;
+  st.compiling.insert(key);
+  std::vector<Tensor> shapes = compile_inputs(in);
+  RegionState* sp = &st;
+  jobs_->enqueue([self = shared_from_this(), sp, key, sig, shapes, call] {
+    self->compile_job(*sp, *self->gpu_, key, sig, shapes, call);
+  });
+}
+
+void TierManager::Core::compile_job(RegionState& st, Backend& backend, std::string key, std::string sig,
+                                    std::vector<Tensor> in, int64_t call) {
   auto t0 = std::chrono::steady_clock::now();
   std::unique_ptr<CompiledRegion> code;
   std::string error;
+  const bool gpu = backend.tier() == Tier::Gpu;
   try {
-    std::string tier = tier_name(backend_->tier());
+    std::string tier = tier_name(backend.tier());
     if (fault_enabled("slow-compile:" + tier))  // holds the compile back, for tests of no-waiting
       std::this_thread::sleep_for(std::chrono::seconds(2));
     if (fault_enabled("hang-compile:" + tier))  // a compile that does not come back, for tests of abandoning
       std::this_thread::sleep_for(std::chrono::hours(1));
-    if (fault_enabled("oom:" + tier)) throw std::bad_alloc();  // the host out of memory mid-compile
-    code = backend_->compile(graph_, *st.region, in);
+    // The host out of memory mid-compile (oom:gpu is the device's, at run time: jit/cuda_memory.h).
+    if (!gpu && fault_enabled("oom:" + tier)) throw std::bad_alloc();
+    code = backend.compile(graph_, *st.region, in);
   } catch (const std::bad_alloc&) {
     error = std::string(error_code_name(ErrorCode::OutOfMemory)) + ": the host ran out of memory while compiling";
   } catch (const std::exception& e) {
@@ -319,8 +370,15 @@ void TierManager::Core::compile_job(RegionState& st, std::string sig, std::vecto
   }
   double ms = ms_since(t0);
   std::lock_guard<std::mutex> lock(st.mu);
-  st.compiling.erase(sig);
+  st.compiling.erase(key);
   st.compile_ms += ms;
+  if (!code && gpu) {  // the region keeps its tier-1 version
+    st.failed.insert(key);
+    st.gpu_state = "stays on tier 1: compile failed: " + error;
+    log(LogLevel::Warn, "region ", st.region->id, " (", st.region->ops(), "): tier-2 compile failed for ", sig,
+        ": ", error);
+    return;
+  }
   if (!code) {
     st.failed.insert(sig);  // never retried: a failed compile must not loop
     log(LogLevel::Warn, "region ", st.region->id, " (", st.region->ops(), "): compile failed for ",
@@ -330,8 +388,8 @@ void TierManager::Core::compile_job(RegionState& st, std::string sig, std::vecto
     return;
   }
   auto v = std::make_shared<Version>();
-  v->tier = backend_->tier();
-  v->signature = sig;
+  v->tier = backend.tier();
+  v->signature = key;
   v->guards = GuardSet::exact(in, code->value_inputs);
   v->code = std::move(code);
   v->compile_ms = ms;
@@ -340,8 +398,9 @@ void TierManager::Core::compile_job(RegionState& st, std::string sig, std::vecto
   if (st.promoted_at_call < 0) st.promoted_at_call = call;
   if (options_.validate != ValidateMode::Off) st.validation = "pending";
   st.publish(std::move(v));
+  if (gpu) st.gpu_state = "";
   log(LogLevel::Info, "region ", st.region->id, " (", st.region->ops(), "): promoted to ",
-      tier_name(backend_->tier()), " for ", sig, " after call ", call, ", compiled in ", ms, " ms");
+      tier_name(backend.tier()), " for ", sig, " after call ", call, ", compiled in ", ms, " ms");
 }
 
 std::optional<std::string> TierManager::Core::mismatch(const Region& region, const std::vector<Tensor>& in,
@@ -364,6 +423,7 @@ void TierManager::Core::demote(RegionState& st, Version& v, const std::string& w
   v.demoted = true;
   st.failed.insert(v.signature);
   st.validation = "failed: " + why;
+  if (v.tier == Tier::Gpu) st.gpu_state = "back on tier 1: the GPU version was demoted: " + why;
   log(LogLevel::Warn, "region ", st.region->id, " (", st.region->ops(), "): demoted: ", why);
 }
 
@@ -460,11 +520,14 @@ std::vector<RegionReport> TierManager::Core::report() const {
     r.guard_failures = st.guard_failures;
     r.validation = st.validation;
     r.rechecks = st.rechecks;
-    for (const auto& v : *st.load())
+    for (const auto& v : *st.load()) {
+      r.transfers += v->code->transfers.load();
       if (!v->demoted) {
         r.tier = std::max(r.tier, v->tier);
         ++r.versions;
       }
+    }
+    r.gpu = st.gpu_state;
     if (r.tier == Tier::Interp && st.validation == "pending" && st.compiling.empty()) r.validation = "off";
     r.state = !st.compiling.empty() ? "compiling"
               : !st.stopped.empty() ? "stopped: " + st.stopped

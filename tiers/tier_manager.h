@@ -45,13 +45,18 @@ struct RegionReport {
   int64_t rechecks = 0;                     // later calls re-checked in the background
   std::string state;                        // "interpreting", "compiling", "compiled", "stopped: ..."
   int versions = 0;
+  int64_t transfers = 0;  // tensors copied between host and device by the region's versions (tier 2)
+  std::string gpu;        // why a region with a tier-1 version is not on tier 2 ("" when it is, or no GPU)
 };
 
 class TierManager {
  public:
   // Keeps `graph` and a copy of `plan`: a compile the destructor abandons may outlive this object.
+  // `backend` is tier 1's; `gpu_backend` (optional) tier 2's: a region whose tier-1 version has
+  // served Options::gpu_threshold calls for a signature is compiled for the GPU too, and its GPU
+  // version, while it works, is preferred.
   TierManager(std::shared_ptr<const Graph> graph, Plan plan, const Options& options,
-              std::unique_ptr<Backend> backend);
+              std::unique_ptr<Backend> backend, std::unique_ptr<Backend> gpu_backend = nullptr);
   // Drops the background jobs still queued, waits up to Options::compile_wait_ms for a running one
   // and abandons it past that (it finishes on its own thread; its result is dropped).
   ~TierManager();

@@ -205,9 +205,30 @@ Tier parse_tier(const std::string& text) {
 
 // ---- tiers ----
 
-Tier highest_available_tier() {
-  static const Tier t = make_cpu_backend() ? Tier::Cpu : Tier::Interp;
-  return t;
+namespace {
+struct Availability {
+  Tier highest = Tier::Interp;
+  std::string gpu_why;  // why there is no tier 2
+};
+const Availability& availability() {
+  static const Availability a = [] {
+    Availability r;
+    if (!make_cpu_backend()) {
+      r.gpu_why = "this build has no tier-1 JIT";
+      return r;
+    }
+    r.highest = make_gpu_backend("", &r.gpu_why) ? Tier::Gpu : Tier::Cpu;
+    return r;
+  }();
+  return a;
+}
+}  // namespace
+
+Tier highest_available_tier() { return availability().highest; }
+
+std::string tier_unavailable_reason(Tier t) {
+  if (t <= availability().highest) return "";
+  return t == Tier::Gpu ? availability().gpu_why : "this build has no tier-1 JIT";
 }
 
 bool tier_from_env() { return std::getenv("TERRACE_MAX_TIER") != nullptr; }
@@ -216,10 +237,8 @@ Tier effective_tier(const char* command, Tier requested, bool explicitly_request
   Tier available = highest_available_tier();
   if (requested <= available) return requested;
   if (explicitly_requested) {
-    const char* why = requested == Tier::Gpu ? "tier 2 (the GPU) is not written yet"
-                                             : "this build has no tier-1 JIT";
     std::fprintf(stderr, "terrace %s: tier %s is not available (%s); running on tier %s instead\n", command,
-                 tier_name(requested), why, tier_name(available));
+                 tier_name(requested), tier_unavailable_reason(requested).c_str(), tier_name(available));
   }
   return available;
 }

@@ -74,9 +74,12 @@ Tier parse_tier(const std::string& text);
 
 // ---- tiers ----
 
-// The highest tier this build can run: cpu where tier 1 was built, else interp (tier 2, the GPU,
-// is not written yet).
+// The highest tier this build can run here: gpu where tier 2 was built and a GPU, its driver and
+// NVRTC are found, cpu where tier 1 was built, else interp.
 Tier highest_available_tier();
+// Why tier `t` is not available here ("" when it is): no tier-1 JIT in this build, or no GPU
+// (the driver's or NVRTC's reason).
+std::string tier_unavailable_reason(Tier t);
 // The tier a command will run at most: `options.max_tier` lowered to what is available. When the
 // user asked for more (--tier, or TERRACE_MAX_TIER) than is available, says so once on stderr,
 // naming what runs instead. Without a request the default (the highest tier) is silently the

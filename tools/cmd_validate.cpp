@@ -81,7 +81,7 @@ std::vector<TierResult> tiers_to_check(const ParsedArgs& args) {
     r.tier = t;
     if (t > highest) {
       r.available = false;
-      r.unavailable = t == Tier::Gpu ? "tier 2 (the GPU) is not written yet" : "this build has no tier-1 JIT";
+      r.unavailable = tier_unavailable_reason(t);
     }
     tiers.push_back(r);
   };

@@ -1,0 +1,177 @@
+// Tier 2 in the tier manager: regions climb interp -> cpu -> gpu; a GPU version that fails at run
+// time or in validation sends the call to tier 1; without a GPU the session runs on the lower
+// tiers. Tests that need a GPU skip with the driver's reason where there is none.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <algorithm>
+
+#include "interp/compare.h"
+#include "jit/cuda_driver.h"
+#include "tests/support/graph_builder.h"
+#include "tiers/session.h"
+#include "tiers/tier_manager.h"
+
+#ifdef TERRACE_HAVE_CUDA
+
+namespace terrace {
+namespace {
+
+using testing::GraphBuilder;
+using testing::random_tensor;
+
+#define SKIP_WITHOUT_GPU()                                                   \
+  do {                                                                       \
+    std::string why_;                                                        \
+    if (!jit::cuda::gpu_available(&why_)) GTEST_SKIP() << "no GPU: " << why_; \
+  } while (0)
+
+struct ScopedFault {
+  explicit ScopedFault(const char* f) { ::setenv("TERRACE_FAULT", f, 1); }
+  ~ScopedFault() { ::unsetenv("TERRACE_FAULT"); }
+};
+
+// One elementwise region (an activation chain with a broadcast), a CumSum (a graph break: no tier
+// compiles it), a second elementwise region.
+std::shared_ptr<Graph> chain_model() {
+  GraphBuilder g;
+  int a = g.input("a", DType::Float32, {-1, -1});
+  int b = g.input("b", DType::Float32, {-1});
+  int half = g.constant("half", Tensor::scalar<float>(0.5f));
+  int y = g.node(Op::Add, {g.node(Op::Mul, {a, g.node(Op::Sigmoid, {a})}), b});
+  int out = g.node(Op::Add, {g.node(Op::Mul, {g.node(Op::Tanh, {y}), half}), g.node(Op::Mul, {y, y})});
+  int sm = g.node(Op::CumSum, {out, g.constant("axis", Tensor::scalar<int64_t>(1))});
+  int z = g.node(Op::Relu, {g.node(Op::Sub, {sm, half})});
+  g.output(out);
+  g.output(z);
+  return g.build();
+}
+
+NamedTensors inputs() { return {{"a", random_tensor({64, 300}, 7, -4, 4)}, {"b", random_tensor({300}, 8)}}; }
+
+NamedTensors reference(const std::shared_ptr<Graph>& g, const NamedTensors& in) {
+  Options o;
+  o.max_tier = Tier::Interp;
+  return Session::from_graph(g, o)->run(in);
+}
+
+void expect_matches(const NamedTensors& got, const NamedTensors& want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    Comparison c = compare_tensors(want[i].second, got[i].second, Tolerance::for_dtype(want[i].second.dtype()));
+    EXPECT_TRUE(c.equal) << got[i].first << ": " << c.message;
+  }
+}
+
+Options gpu_options() {
+  Options o;
+  o.max_tier = Tier::Gpu;
+  o.hot_threshold = 1;
+  o.gpu_threshold = 2;
+  return o;
+}
+
+// Runs `calls` calls, waiting for compiles after each; returns the tiers the last call ran on.
+std::vector<std::string> run_calls(Session& s, const NamedTensors& in, const NamedTensors& want, int calls) {
+  for (int i = 0; i < calls; ++i) {
+    expect_matches(s.run(in), want);
+    s.wait_for_compiles();
+  }
+  return s.last_call().tiers;
+}
+
+bool has(const std::vector<std::string>& v, const char* x) { return std::find(v.begin(), v.end(), x) != v.end(); }
+
+TEST(GpuTier, without_a_gpu_regions_stay_on_tier1_with_correct_results) {
+  std::string why;
+  if (jit::cuda::gpu_available(&why)) GTEST_SKIP() << "this machine has a GPU (no_gpu_fault_... covers the case)";
+  auto g = chain_model();
+  auto s = Session::from_graph(g, gpu_options());
+  auto tiers = run_calls(*s, inputs(), reference(g, inputs()), 8);
+  EXPECT_TRUE(has(tiers, "cpu"));
+  EXPECT_FALSE(has(tiers, "gpu"));
+  for (const RegionReport& r : s->region_reports()) EXPECT_EQ(r.transfers, 0);
+}
+
+TEST(GpuTier, no_gpu_fault_keeps_regions_on_tier1_with_correct_results) {
+  ScopedFault fault("no-gpu");
+  auto g = chain_model();
+  auto s = Session::from_graph(g, gpu_options());
+  auto tiers = run_calls(*s, inputs(), reference(g, inputs()), 8);
+  EXPECT_TRUE(has(tiers, "cpu"));
+  EXPECT_FALSE(has(tiers, "gpu"));
+}
+
+TEST(GpuTier, regions_climb_to_the_gpu_validated_with_transfers_counted) {
+  SKIP_WITHOUT_GPU();
+  auto g = chain_model();
+  auto s = Session::from_graph(g, gpu_options());
+  auto tiers = run_calls(*s, inputs(), reference(g, inputs()), 10);
+  EXPECT_TRUE(has(tiers, "gpu")) << s->report();
+  for (const RegionReport& r : s->region_reports()) {
+    EXPECT_EQ(r.tier, Tier::Gpu) << s->report();
+    EXPECT_EQ(r.validation, "passed") << s->report();
+    EXPECT_GT(r.transfers, 0) << s->report();
+  }
+}
+
+TEST(GpuTier, max_tier_cpu_never_compiles_for_the_gpu) {
+  SKIP_WITHOUT_GPU();
+  auto g = chain_model();
+  Options o = gpu_options();
+  o.max_tier = Tier::Cpu;
+  auto s = Session::from_graph(g, o);
+  auto tiers = run_calls(*s, inputs(), reference(g, inputs()), 10);
+  EXPECT_FALSE(has(tiers, "gpu"));
+}
+
+TEST(GpuTier, miscompiled_gpu_version_is_demoted_to_tier1) {
+  SKIP_WITHOUT_GPU();
+  ScopedFault fault("miscompile:gpu");
+  auto g = chain_model();
+  auto s = Session::from_graph(g, gpu_options());
+  auto tiers = run_calls(*s, inputs(), reference(g, inputs()), 10);  // every answer still right
+  EXPECT_FALSE(has(tiers, "gpu"));
+  EXPECT_TRUE(has(tiers, "cpu"));
+  for (const RegionReport& r : s->region_reports()) {
+    EXPECT_EQ(r.tier, Tier::Cpu);
+    EXPECT_NE(r.gpu.find("demoted"), std::string::npos) << s->report();
+  }
+}
+
+TEST(GpuTier, gpu_compile_failure_leaves_the_region_on_tier1) {
+  SKIP_WITHOUT_GPU();
+  ScopedFault fault("compile-fail:gpu");
+  auto g = chain_model();
+  auto s = Session::from_graph(g, gpu_options());
+  auto tiers = run_calls(*s, inputs(), reference(g, inputs()), 10);
+  EXPECT_TRUE(has(tiers, "cpu"));
+  EXPECT_FALSE(has(tiers, "gpu"));
+  for (const RegionReport& r : s->region_reports()) {
+    EXPECT_EQ(r.state, "compiled");
+    EXPECT_NE(r.gpu.find("compile failed"), std::string::npos) << s->report();
+  }
+}
+
+// Device memory exhausted at run time: the call is answered by the region's tier-1 version, not
+// by the interpreter.
+TEST(GpuTier, gpu_out_of_memory_sends_the_call_to_tier1) {
+  SKIP_WITHOUT_GPU();
+  auto g = chain_model();
+  auto s = Session::from_graph(g, gpu_options());
+  const NamedTensors in = inputs(), want = reference(g, in);
+  ASSERT_TRUE(has(run_calls(*s, in, want, 10), "gpu")) << s->report();
+  ScopedFault fault("oom:gpu");
+  expect_matches(s->run(in), want);
+  auto tiers = s->last_call().tiers;
+  EXPECT_TRUE(has(tiers, "cpu"));
+  EXPECT_FALSE(has(tiers, "interp")) << "tier 1 answers, not the interpreter";
+  EXPECT_FALSE(has(tiers, "gpu"));
+  for (const RegionReport& r : s->region_reports())
+    EXPECT_NE(r.gpu.find("OutOfMemory"), std::string::npos) << s->report();
+}
+
+}  // namespace
+}  // namespace terrace
+
+#endif
