@@ -92,6 +92,7 @@ std::vector<int64_t> row_major_strides(std::span<const int64_t> shape) {
 }
 
 Tensor::State::~State() {
+  if (borrowed) return;
   if (dtype == DType::String) {
     auto* p = static_cast<std::string*>(data);
     for (int64_t i = 0; i < count; ++i) p[i].~basic_string();
@@ -122,6 +123,26 @@ Tensor Tensor::empty(DType dtype, Shape shape) {
   } else if (dtype == DType::Bool) {
     std::memset(st->data, 0, st->bytes);
   }
+  t.state_ = std::move(st);
+  return t;
+}
+
+Tensor Tensor::borrow(DType dtype, Shape shape, void* data, size_t bytes) {
+  TERRACE_CHECK(dtype != DType::String, InvalidArgument, "a string tensor cannot be made over caller memory");
+  Tensor t;
+  t.numel_ = shape_numel(shape);
+  t.dtype_ = dtype;
+  t.shape_ = std::move(shape);
+  const size_t elem = dtype_size(dtype);
+  TERRACE_CHECK(size_t(t.numel_) <= bytes / elem && size_t(t.numel_) * elem == bytes, InvalidArgument,
+                "a tensor ", dtype_name(dtype), shape_str(t.shape_), " needs ", uint64_t(t.numel_), " x ", elem,
+                " bytes; ", bytes, " given");
+  TERRACE_CHECK(data || bytes == 0, InvalidArgument, "a tensor over caller memory needs its data (NULL given)");
+  auto st = std::make_shared<State>();
+  st->dtype = dtype;
+  st->data = data;
+  st->bytes = bytes;
+  st->borrowed = true;
   t.state_ = std::move(st);
   return t;
 }

@@ -45,6 +45,10 @@ class Tensor {
   // Uninitialised storage (zeroed for strings and bools); throws OutOfMemory if it cannot allocate.
   static Tensor empty(DType dtype, Shape shape);
   static Tensor zeros(DType dtype, Shape shape);
+  // A tensor over memory the caller owns and keeps alive (and unchanged while a run reads it)
+  // as long as this tensor or a copy of it lives: no copy is made, nothing is freed. Not for
+  // strings. `bytes` is the size of `data`, checked against the shape (InvalidArgument).
+  static Tensor borrow(DType dtype, Shape shape, void* data, size_t bytes);
   template <typename T> static Tensor scalar(T v) {
     Tensor t = empty(dtype_of<T>::value, {});
     t.data<T>()[0] = v;
@@ -59,6 +63,8 @@ class Tensor {
   }
 
   bool defined() const { return state_ != nullptr; }
+  // Over caller memory (borrow(), or a reshaped view of such a tensor).
+  bool borrowed() const;
   DType dtype() const { return dtype_; }
   const Shape& shape() const { return shape_; }
   int64_t rank() const { return int64_t(shape_.size()); }
@@ -106,9 +112,11 @@ struct Tensor::State {
   size_t bytes = 0;
   DType dtype;
   int64_t count = 0;
+  bool borrowed = false;  // the caller's memory (Tensor::borrow): not freed here
   ~State();
 };
 
+inline bool Tensor::borrowed() const { return state_ && state_->borrowed; }
 inline void* Tensor::raw() { return state_ ? state_->data : nullptr; }
 inline const void* Tensor::raw() const { return state_ ? state_->data : nullptr; }
 
