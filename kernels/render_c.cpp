@@ -186,6 +186,10 @@ class CRenderer : public IRVisitor {
       emit_per_element(op);
       return;
     }
+    if (schedule_ && schedule_->mapping == CudaMapping::PerRowWarp) {
+      emit_row_warp_loop(op);
+      return;
+    }
     bool innermost = !has_loop(op->body);
     if (innermost && (op->for_kind == ForKind::Vectorized || op->for_kind == ForKind::Parallel))
       line() << traits_.vectorize_pragma;
@@ -198,6 +202,13 @@ class CRenderer : public IRVisitor {
   void visit_node(const Store* op) override {
     if (auto it = vector_name_.find(op); it != vector_name_.end() && in_lanes_) {
       line() << it->second << ".v[tr_k] = " << print(op->value) << ";\n";
+      return;
+    }
+    if (in_row_ && row_loop_depth_ == 0 && op->buffer.slot != kLocalSlot) {
+      // A row's store outside its loops: one lane makes it, the others see it after the sync.
+      line() << "if (tr_lane == 0) " << op->buffer.name << "[" << print(op->index) << "] = " << print(op->value)
+             << ";\n";
+      line() << "__syncwarp();\n";
       return;
     }
     line() << op->buffer.name << "[" << print(op->index) << "] = " << print(op->value) << ";\n";
@@ -325,6 +336,63 @@ class CRenderer : public IRVisitor {
     line() << "}\n";
   }
 
+  // The PerRowWarp schedule: the Parallel loop over warps (one row per warp, grid-stride), the
+  // lane loops strided by 32 with element r always on lane r % 32, each fold combined by a
+  // butterfly of shuffles and lane 0's result broadcast (every lane then holds the same value,
+  // NaN included); a __syncwarp after each lane loop orders the lanes' stores before the next
+  // reads. The other loops run in every lane.
+  void emit_row_warp_loop(const For* op) {
+    const CudaSchedule& s = *schedule_;
+    const std::string v = op->var, b = print(op->begin), e = print(op->end);
+    if (op == s.parallel) {
+      line() << "{\n";
+      ++indent_;
+      line() << "const int tr_lane = threadIdx.x & 31;\n";
+      line() << "const int64_t tr_warp = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;\n";
+      line() << "const int64_t tr_nwarps = ((int64_t)gridDim.x * blockDim.x) >> 5;\n";
+      line() << "for (int64_t " << v << " = " << b << " + tr_warp; " << v << " < " << e << "; " << v
+             << " += tr_nwarps) {\n";
+      in_row_ = true;
+      nested(op->body);
+      in_row_ = false;
+      line() << "}\n";
+      --indent_;
+      line() << "}\n";
+      return;
+    }
+    if (!in_row_ || !s.lane_loops.count(op)) {
+      line() << loop_header(op) << " {\n";
+      ++row_loop_depth_;
+      nested(op->body);
+      --row_loop_depth_;
+      line() << "}\n";
+      return;
+    }
+    const std::vector<CudaSchedule::Fold>& folds = s.folds.at(op);
+    for (const CudaSchedule::Fold& f : folds)
+      if (f.identity.defined())
+        line() << "if (tr_lane != 0) " << f.accumulator.name << "[" << print(f.index) << "] = " << print(f.identity)
+               << ";\n";
+    line() << "for (int64_t " << v << " = " << b << " + (int64_t)((tr_lane - (int)((" << b << ") % 32) + 32) % 32); "
+           << v << " < " << e << "; " << v << " += 32) {\n";
+    ++row_loop_depth_;
+    nested(op->body);
+    --row_loop_depth_;
+    line() << "}\n";
+    for (const CudaSchedule::Fold& f : folds) {
+      const std::string acc = f.accumulator.name + "[" + print(f.index) + "]";
+      line() << "for (int tr_o = 16; tr_o > 0; tr_o >>= 1) {\n";
+      ++indent_;
+      line() << "const " << c_type(f.accumulator.dtype) << " tr_other = __shfl_xor_sync(0xffffffffu, " << acc
+             << ", tr_o);\n";
+      line() << acc << " = " << print(f.combined) << ";\n";
+      --indent_;
+      line() << "}\n";
+      line() << acc << " = __shfl_sync(0xffffffffu, " << acc << ", 0);\n";
+    }
+    line() << "__syncwarp();\n";
+  }
+
   // Element tr_t of the flattened range: binds the loop variables (the innermost one as
   // `inner_name`) and, in 2-D, the Parallel loop's lets.
   void element_prologue(const For* op, const std::string& inner_name) {
@@ -445,6 +513,8 @@ class CRenderer : public IRVisitor {
   std::map<std::string, std::string> renamed_;           // variables printed under another name
   std::map<const IRNode*, std::string> vector_name_;     // vector accesses: their register
   bool in_lanes_ = false;                                // rendering one lane of a vector step
+  bool in_row_ = false;                                  // PerRowWarp: inside the row loop
+  int row_loop_depth_ = 0;                               // PerRowWarp: loops open inside the row
 };
 
 }  // namespace

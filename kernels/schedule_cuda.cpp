@@ -3,8 +3,10 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <string>
 
+#include "kernels/printer.h"
 #include "kernels/visitor.h"
 
 namespace terrace::kernels {
@@ -123,6 +125,167 @@ bool bound_before_lanes(const Expr& e, const std::map<std::string, Expr>& lets, 
   return true;
 }
 
+// ---- PerRowWarp ----
+
+bool shuffles(DType t) {  // __shfl_xor_sync's types
+  return t == DType::Float32 || t == DType::Float64 || t == DType::Int32 || t == DType::UInt32 ||
+         t == DType::Int64 || t == DType::UInt64;
+}
+
+bool same(const Expr& a, const Expr& b) { return a.same_as(b) || to_string(a) == to_string(b); }
+
+// Loads of the local array `name` in a statement or expression, and the stores below a node.
+struct LocalReads : IRVisitor {
+  const std::string& name;
+  int count = 0;
+  explicit LocalReads(const std::string& n) : name(n) {}
+  void visit_node(const Load* op) override {
+    if (op->buffer.slot == kLocalSlot && op->buffer.name == name) ++count;
+    IRVisitor::visit_node(op);
+  }
+};
+template <typename Node>
+int local_reads(const Node& n, const std::string& name) {
+  LocalReads r(name);
+  r.visit(n);
+  return r.count;
+}
+struct Stores : IRVisitor {
+  std::vector<const Store*> global, local;
+  int loops = 0, allocates = 0;
+  void visit_node(const Store* op) override {
+    (op->buffer.slot == kLocalSlot ? local : global).push_back(op);
+    IRVisitor::visit_node(op);
+  }
+  void visit_node(const For* op) override {
+    ++loops;
+    IRVisitor::visit_node(op);
+  }
+  void visit_node(const Allocate* op) override {
+    ++allocates;
+    IRVisitor::visit_node(op);
+  }
+};
+
+// `st` as a fold acc[c] = acc[c] + e (or *, or | on integers), or acc[c] = select(e cmp acc[c], e, acc[c]) (max,
+// min), with e not reading acc: the combine of two partial values, or nothing.
+std::optional<CudaSchedule::Fold> fold_of(const Store* st, const std::string& loop_var) {
+  const Buffer& acc = st->buffer;
+  if (acc.slot != kLocalSlot || !shuffles(acc.dtype) || mentions(st->index, loop_var)) return std::nullopt;
+  auto is_acc = [&](const Expr& e) {
+    const Load* l = e.as<Load>();
+    return l && l->buffer.slot == kLocalSlot && l->buffer.name == acc.name && same(l->index, st->index);
+  };
+  const Expr other = Var::make(acc.dtype, "tr_other");
+  const Expr mine = Load::make(acc, st->index);
+  const bool bitwise = is_integer(acc.dtype);  // Or folds NaN flags and the like
+  if (const Binary* b = st->value.as<Binary>();
+      b && (b->op == BinaryOp::Add || b->op == BinaryOp::Mul || (bitwise && b->op == BinaryOp::Or))) {
+    if ((is_acc(b->a) && !local_reads(b->b, acc.name)) || (is_acc(b->b) && !local_reads(b->a, acc.name)))
+      return CudaSchedule::Fold{acc, st->index, Binary::make(b->op, mine, other),
+                                make_const(acc.dtype, b->op == BinaryOp::Mul ? 1 : 0)};
+    return std::nullopt;
+  }
+  const Select* sel = st->value.as<Select>();
+  const Compare* cmp = sel ? sel->cond.as<Compare>() : nullptr;
+  if (!cmp) return std::nullopt;
+  // select(e cmp acc, e, acc): the other lane's value takes e's place.
+  if (is_acc(sel->false_value) && is_acc(cmp->b) && same(cmp->a, sel->true_value) &&
+      !local_reads(sel->true_value, acc.name))
+    return CudaSchedule::Fold{acc, st->index, Select::make(Compare::make(cmp->op, other, mine), other, mine), Expr()};
+  // select(acc cmp e, acc, e)
+  if (is_acc(sel->true_value) && is_acc(cmp->a) && same(cmp->b, sel->false_value) &&
+      !local_reads(sel->false_value, acc.name))
+    return CudaSchedule::Fold{acc, st->index, Select::make(Compare::make(cmp->op, mine, other), mine, other), Expr()};
+  return std::nullopt;
+}
+
+// True when `index` is var plus something that does not move with it: distinct iterations store
+// to distinct elements.
+bool unit_stride(const Expr& index, const std::string& var) {
+  if (const Var* v = index.as<Var>()) return v->name == var;
+  const Binary* add = index.as<Binary>();
+  if (!add || add->op != BinaryOp::Add) return false;
+  const Var* a = add->a.as<Var>();
+  const Var* b = add->b.as<Var>();
+  return (a && a->name == var && !mentions(add->b, var)) || (b && b->name == var && !mentions(add->a, var));
+}
+
+// Global loads a statement makes, each weighted by the trip counts of the loops around it inside
+// the statement (a loop whose extent is not a constant counts once).
+struct LoadWork : IRVisitor {
+  double work = 0, scale = 1;
+  void visit_node(const Load* op) override {
+    if (op->buffer.slot != kLocalSlot) work += scale;
+    IRVisitor::visit_node(op);
+  }
+  void visit_node(const For* op) override {
+    const IntImm* b = op->begin.as<IntImm>();
+    const IntImm* e = op->end.as<IntImm>();
+    const double trips = b && e ? double(std::max<int64_t>(0, e->value - b->value)) : 1;
+    scale *= trips;
+    visit(op->body);
+    scale /= trips;
+  }
+};
+double load_work(const Stmt& s) {
+  LoadWork w;
+  w.visit(s);
+  return w.work;
+}
+
+// Sorts the loops of a row (those not inside another loop) into lane loops, with their folds, and
+// the others; false when some other loop stores to a buffer (every lane would store).
+// `spread_work` and `other_work` weigh the row's reads in each kind (LoadWork).
+class RowLoops {
+ public:
+  bool ok = true;
+  double spread_work = 0, other_work = 0;
+  std::set<const For*> lane_loops;
+  std::map<const For*, std::vector<CudaSchedule::Fold>> folds;
+
+  void visit(const Stmt& s) {
+    if (!s.defined() || !ok) return;
+    if (const For* f = s.as<For>()) return loop(f);
+    if (const Block* b = s.as<Block>()) {
+      for (const Stmt& x : b->stmts) visit(x);
+    } else if (const LetStmt* l = s.as<LetStmt>()) {
+      visit(l->body);
+    } else if (const Allocate* a = s.as<Allocate>()) {
+      visit(a->body);
+    } else if (const IfThenElse* i = s.as<IfThenElse>()) {
+      visit(i->then_case);
+      visit(i->else_case);
+    }
+  }
+
+ private:
+  void loop(const For* f) {
+    Stores st;
+    st.visit(f->body);
+    std::vector<CudaSchedule::Fold> fs;
+    bool spread = st.loops == 0 && st.allocates == 0;
+    for (const Store* g : st.global) spread = spread && unit_stride(g->index, f->var);
+    for (const Store* l : st.local) {
+      if (!spread) break;
+      std::optional<CudaSchedule::Fold> fold = fold_of(l, f->var);
+      // The accumulator is read nowhere in the loop but in its own fold.
+      spread = fold && local_reads(f->body, l->buffer.name) == local_reads(l->value, l->buffer.name);
+      if (fold) fs.push_back(*fold);
+    }
+    Stmt whole = For::make(f->var, f->begin, f->end, f->for_kind, f->body);
+    if (spread) {
+      lane_loops.insert(f);
+      folds[f] = std::move(fs);
+      spread_work += load_work(whole);
+    } else if (!st.global.empty()) {
+      ok = false;
+    } else {
+      other_work += load_work(whole);
+    }
+  }
+};
+
 }  // namespace
 
 const char* cuda_mapping_name(CudaMapping m) {
@@ -130,9 +293,30 @@ const char* cuda_mapping_name(CudaMapping m) {
     case CudaMapping::Single: return "single";
     case CudaMapping::PerIteration: return "per-iteration";
     case CudaMapping::PerElement: return "per-element";
+    case CudaMapping::PerRowWarp: return "per-row-warp";
   }
   return "?";
 }
+
+namespace {
+
+// A kernel that is not elementwise: PerRowWarp where it can (see schedule_cuda.h), else `s` as it
+// is (PerIteration).
+CudaSchedule row_schedule(const LoweredFunc& f, CudaSchedule s) {
+  if (f.work_per_iteration < 32) return s;
+  RowLoops rows;
+  rows.visit(s.parallel->body);
+  // Most of the row's reads must be spread over the lanes: the loops left run in all 32 (a
+  // reduction over outer axes keeps its whole fold there, and is faster a thread per row).
+  if (!rows.ok || rows.lane_loops.empty() || rows.spread_work < rows.other_work) return s;
+  s.mapping = CudaMapping::PerRowWarp;
+  s.block = 256;
+  s.lane_loops = std::move(rows.lane_loops);
+  s.folds = std::move(rows.folds);
+  return s;
+}
+
+}  // namespace
 
 CudaSchedule schedule_cuda(const LoweredFunc& f) {
   CudaSchedule s;
@@ -163,7 +347,7 @@ CudaSchedule schedule_cuda(const LoweredFunc& f) {
     LoopFinder below;
     below.visit(inner->body);
     if (inner->for_kind != ForKind::Vectorized || !b || b->value != 0 || !e || below.loops || below.allocates)
-      return s;
+      return row_schedule(f, s);
     s.inner = inner;
     s.inner_extent = std::max<int64_t>(1, e->value);
     lane_body = inner->body;
@@ -171,7 +355,7 @@ CudaSchedule schedule_cuda(const LoweredFunc& f) {
   } else {
     LoopFinder below;
     below.visit(s.parallel->body);
-    if (below.loops || below.allocates) return s;
+    if (below.loops || below.allocates) return row_schedule(f, s);
     lets.clear();  // 1-D: the lets are per element, inside the lane body
     lane_body = s.parallel->body;
     lane = s.parallel->var;
@@ -205,6 +389,7 @@ CudaLaunch cuda_launch(const CudaSchedule& s, int64_t begin, int64_t end, int mu
   const int64_t sms = multiprocessors > 0 ? multiprocessors : 132;
   int64_t items = std::max<int64_t>(0, end - begin);
   if (s.mapping == CudaMapping::PerElement) items = (items * s.inner_extent + s.vector_width - 1) / s.vector_width;
+  if (s.mapping == CudaMapping::PerRowWarp) items *= 32;
   l.block = unsigned(s.block);
   const int64_t blocks = (items + s.block - 1) / s.block;
   l.grid = unsigned(std::clamp<int64_t>(blocks, 1, sms * 32));

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cctype>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -168,24 +169,63 @@ TEST(CudaSchedule, conditional_store_stays_scalar) {
   EXPECT_COMPILES_FOR_SM90(render_c(f, Dialect::Cuda), "cond.cu");
 }
 
-TEST(CudaSchedule, reduction_runs_a_thread_per_row_and_a_kernel_without_parallel_loop_one_thread) {
+OpKernels reduce_sum(int64_t rows, int64_t cols, int64_t axis = 1) {
   Node n;
   n.op = Op::ReduceSum;
   n.name = "sum";
   n.inputs = {0, 1};
   n.outputs = {2};
   n.attrs["keepdims"] = int_attr(0);
-  Tensor axes = Tensor::from_vector<int64_t>({1}, {1});
+  static const Tensor axes_1 = Tensor::from_vector<int64_t>({1}, {1});
+  static const Tensor axes_0 = Tensor::from_vector<int64_t>({1}, {0});
+  const Tensor& axes = axis == 1 ? axes_1 : axes_0;
   std::vector<OpInput> in(2);
-  in[0].sig = {DType::Float32, {32, 100}};
+  in[0].sig = {DType::Float32, {rows, cols}};
   in[1].sig = {DType::Int64, {1}};
   in[1].value = &axes;
-  OpKernels k = lower_op(n, in, "sum");
+  return lower_op(n, in, "sum");
+}
+
+TEST(CudaSchedule, row_reduction_takes_a_warp_per_long_row_and_a_thread_per_short_row_or_columns) {
+  OpKernels k = reduce_sum(32, 100);
+  ASSERT_EQ(k.calls.size(), 1u);
+  CudaSchedule s = schedule_cuda(k.calls[0].func);
+  ASSERT_EQ(s.mapping, CudaMapping::PerRowWarp);
+  ASSERT_EQ(s.lane_loops.size(), 1u);
+  const auto& folds = s.folds.at(*s.lane_loops.begin());
+  ASSERT_EQ(folds.size(), 1u);
+  EXPECT_TRUE(folds[0].identity.defined());  // a sum: lanes 1..31 start from 0
+  EXPECT_EQ(cuda_launch(s, 0, 32, 132).grid, 4u);  // 8 warps (rows) per block of 256
+  std::string src = render_c(k.calls[0].func, Dialect::Cuda);
+  EXPECT_NE(src.find("__shfl_xor_sync"), std::string::npos) << src;
+  EXPECT_NE(src.find("if (tr_lane == 0) out0["), std::string::npos) << src;
+  EXPECT_COMPILES_FOR_SM90(src, "sum_rows.cu");
+  OpKernels short_rows = reduce_sum(64, 8);
+  EXPECT_EQ(schedule_cuda(short_rows.calls[0].func).mapping, CudaMapping::PerIteration);
+  // Over the outer axis the fold runs in loops the lanes cannot share: a thread per block of columns.
+  OpKernels columns = reduce_sum(100, 64, 0);
+  EXPECT_EQ(schedule_cuda(columns.calls[0].func).mapping, CudaMapping::PerIteration);
+}
+
+TEST(CudaSchedule, argmax_index_fold_combines_by_min_and_its_nan_flags_by_or) {
+  Node n;
+  n.op = Op::ArgMax;
+  n.name = "argmax";
+  n.inputs = {0};
+  n.outputs = {1};
+  n.attrs["axis"] = int_attr(1);
+  OpKernels k = lower_op(n, {OpInput{{DType::Float32, {16, 77}}}}, "argmax");
   ASSERT_FALSE(k.calls.empty());
   CudaSchedule s = schedule_cuda(k.calls[0].func);
-  EXPECT_EQ(s.mapping, CudaMapping::PerIteration);
-  EXPECT_TRUE(s.vector_accesses.empty());
+  ASSERT_EQ(s.mapping, CudaMapping::PerRowWarp);
+  std::set<std::string> combined;
+  for (auto& [loop, folds] : s.folds)
+    for (const auto& f : folds) combined.insert(f.accumulator.name);
+  EXPECT_TRUE(combined.count("at")) << "the first index holding the maximum";
+  EXPECT_TRUE(combined.count("best"));
+}
 
+TEST(CudaSchedule, kernel_without_parallel_loop_runs_on_one_thread) {
   LoweredFunc one;
   one.name = "one";
   one.buffers = {{"out0", DType::Float32, 0}};
@@ -194,9 +234,7 @@ TEST(CudaSchedule, reduction_runs_a_thread_per_row_and_a_kernel_without_parallel
   EXPECT_EQ(cuda_launch(schedule_cuda(one), 0, 1).grid, 1u);
   std::string src = render_c(one, Dialect::Cuda);
   EXPECT_NE(src.find("if (blockIdx.x != 0 || threadIdx.x != 0) return;"), std::string::npos) << src;
-  std::vector<LoweredFunc> both = {k.calls[0].func, one};
-  for (size_t i = 1; i < k.calls.size(); ++i) both.push_back(k.calls[i].func);
-  EXPECT_COMPILES_FOR_SM90(render_cuda_program(both, "reduce sum"), "sum.cu");
+  EXPECT_COMPILES_FOR_SM90(src, "one.cu");
 }
 
 TEST(CudaRender, program_of_several_kernels_has_one_prelude_and_refuses_duplicate_names) {

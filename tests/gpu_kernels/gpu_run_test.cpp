@@ -2,12 +2,14 @@
 // CUDA prelude's exp, tanh and sigmoid meet the C++ prelude's accuracy bounds over the same sweep
 // (tests/support/math_sweep.h), and kernels of every schedule give the host's answer with the
 // launch cuda_launch chooses, with a one-block grid (the grid-stride loops take the rest) and
-// with buffers one element off 16-byte alignment (the vector path's scalar fallback).
+// with buffers one element off 16-byte alignment (the vector path's scalar fallback); row
+// reductions and normalisations with a warp per row and a thread per short row.
 #ifdef TERRACE_HAVE_CUDA
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
@@ -177,52 +179,138 @@ TEST(GpuKernels, elementwise_kernels_match_the_host_aligned_misaligned_and_on_on
   }
 }
 
-TEST(GpuKernels, softmax_kernels_thread_per_row_match_the_host) {
-  SKIP_WITHOUT_GPU();
-  const int64_t rows = 300, cols = 77;
-  Node node;
-  node.op = Op::Softmax;
-  node.name = "softmax";
-  node.inputs = {0};
-  node.outputs = {1};
-  node.attrs["axis"] = testing::int_attr(-1);
-  OpKernels k = lower_op(node, {OpInput{{DType::Float32, {rows, cols}}}}, "softmax");
+// Runs the kernels lower_op gives `node` on the GPU over a slot table of the inputs (host data),
+// the outputs and the scratch; returns each output's bytes. `one_block`: a grid of one block.
+std::vector<std::vector<char>> run_op(const Node& node, const std::vector<OpInput>& in,
+                                      const std::vector<std::vector<char>>& data, bool one_block,
+                                      std::vector<CudaMapping>* mappings = nullptr) {
+  OpKernels k = lower_op(node, in, node.name);
   std::vector<LoweredFunc> fs;
-  for (auto& c : k.calls) fs.push_back(c.func);
-  cuda::Module m(jit::nvrtc_compile(render_cuda_program(fs, "softmax"), cuda::device().arch(), "softmax.cu",
+  for (auto& c : k.calls) {
+    fs.push_back(c.func);
+    if (mappings) mappings->push_back(schedule_cuda(c.func).mapping);
+  }
+  cuda::Module m(jit::nvrtc_compile(render_cuda_program(fs, node.name), cuda::device().arch(), node.name + ".cu",
                                     {"-default-device"}));
   cuda::Stream s;
-  std::vector<float> x = random_floats(size_t(rows * cols), 7);
-  // The slot table: input, output, scratch.
   std::vector<DeviceArray> slots;
-  slots.push_back(to_device(x.data(), x.size() * 4, 0, s));
-  std::vector<char> zeros(size_t(rows * cols) * 4);
-  slots.push_back(to_device(zeros.data(), zeros.size(), 0, s));
-  for (const TensorSig& sig : k.scratch) {
+  for (const std::vector<char>& d : data) slots.push_back(to_device(d.data(), d.size(), 0, s));
+  std::vector<TensorSig> rest = k.outputs;
+  rest.insert(rest.end(), k.scratch.begin(), k.scratch.end());
+  for (const TensorSig& sig : rest) {
     std::vector<char> z(size_t(shape_numel(sig.shape)) * dtype_size(sig.dtype));
     slots.push_back(to_device(z.data(), z.size(), 0, s));
   }
-  for (bool one_block : {false, true}) {
-    for (const OpKernels::Call& call : k.calls) {
-      std::vector<CUdeviceptr> args;
-      for (int slot : call.slots) args.push_back(slots[size_t(slot)].ptr());
-      launch(m, call.func, args, s, one_block);
-    }
-    std::vector<char> raw = to_host(slots[1], s);
-    std::vector<float> y(x.size());
-    std::memcpy(y.data(), raw.data(), raw.size());
-    for (int64_t r = 0; r < rows; ++r) {
-      double mx = -INFINITY, sum = 0;
-      for (int64_t c = 0; c < cols; ++c) mx = std::max(mx, double(x[size_t(r * cols + c)]));
-      for (int64_t c = 0; c < cols; ++c) sum += std::exp(double(x[size_t(r * cols + c)]) - mx);
-      for (int64_t c = 0; c < cols; ++c) {
-        const double want = std::exp(double(x[size_t(r * cols + c)]) - mx) / sum;
-        ASSERT_NEAR(y[size_t(r * cols + c)], want, 1e-6 * want + 1e-9)
-            << "row " << r << ", column " << c << ", one block " << one_block;
+  for (const OpKernels::Call& call : k.calls) {
+    std::vector<CUdeviceptr> args;
+    for (int slot : call.slots) args.push_back(slots[size_t(slot)].ptr());
+    launch(m, call.func, args, s, one_block);
+  }
+  std::vector<std::vector<char>> out;
+  for (size_t j = 0; j < k.outputs.size(); ++j) out.push_back(to_host(slots[in.size() + j], s));
+  return out;
+}
+
+std::vector<char> bytes_of(const std::vector<float>& v) {
+  std::vector<char> b(v.size() * 4);
+  std::memcpy(b.data(), v.data(), b.size());
+  return b;
+}
+template <typename T>
+std::vector<T> values_of(const std::vector<char>& b) {
+  std::vector<T> v(b.size() / sizeof(T));
+  std::memcpy(v.data(), b.data(), b.size());
+  return v;
+}
+
+Node op_node(Op op, const std::string& name, int inputs, std::map<std::string, Attribute> attrs) {
+  Node n;
+  n.op = op;
+  n.name = name;
+  for (int i = 0; i < inputs; ++i) n.inputs.push_back(i);
+  n.outputs = {inputs};
+  n.attrs = std::move(attrs);
+  return n;
+}
+
+TEST(GpuKernels, softmax_rows_match_the_host_a_warp_per_long_row_and_a_thread_per_short_one) {
+  SKIP_WITHOUT_GPU();
+  for (int64_t cols : {int64_t(77), int64_t(8), int64_t(1000)}) {
+    const int64_t rows = 300;
+    std::vector<float> x = random_floats(size_t(rows * cols), 7);
+    for (bool one_block : {false, true}) {
+      std::vector<CudaMapping> mappings;
+      std::vector<float> y = values_of<float>(run_op(op_node(Op::Softmax, "softmax", 1, {{"axis", testing::int_attr(-1)}}),
+                                                     {OpInput{{DType::Float32, {rows, cols}}}}, {bytes_of(x)}, one_block,
+                                                     &mappings)[0]);
+      EXPECT_EQ(mappings[0], cols >= 32 ? CudaMapping::PerRowWarp : CudaMapping::PerIteration) << cols << " columns";
+      for (int64_t r = 0; r < rows; ++r) {
+        double mx = -INFINITY, sum = 0;
+        for (int64_t c = 0; c < cols; ++c) mx = std::max(mx, double(x[size_t(r * cols + c)]));
+        for (int64_t c = 0; c < cols; ++c) sum += std::exp(double(x[size_t(r * cols + c)]) - mx);
+        for (int64_t c = 0; c < cols; ++c) {
+          const double want = std::exp(double(x[size_t(r * cols + c)]) - mx) / sum;
+          ASSERT_NEAR(y[size_t(r * cols + c)], want, 1e-6 * want + 1e-9)
+              << cols << " columns, row " << r << ", column " << c << ", one block " << one_block;
+        }
       }
     }
-    const std::vector<char> zero(raw.size());
-    cuda::copy_to_device(slots[1].ptr(), zero.data(), zero.size(), s);
+  }
+}
+
+TEST(GpuKernels, row_sums_layernorm_and_argmax_with_ties_and_nan_match_the_host) {
+  SKIP_WITHOUT_GPU();
+  const int64_t rows = 257, cols = 1000;
+  std::vector<float> x = random_floats(size_t(rows * cols), 11);
+  for (int64_t r = 0; r < rows; r += 3) x[size_t(r * cols + (r * 7) % cols)] = 5.0f;   // the row's max, twice
+  for (int64_t r = 0; r < rows; r += 3) x[size_t(r * cols + (r * 13) % cols)] = 5.0f;
+  for (int64_t r = 1; r < rows; r += 5) x[size_t(r * cols + (r * 31) % cols)] = NAN;  // ArgMax: the first NaN
+  for (bool one_block : {false, true}) {
+    const Tensor axes = Tensor::from_vector<int64_t>({1}, {1});
+    std::vector<char> axes_bytes(8);
+    std::memcpy(axes_bytes.data(), axes.raw(), 8);
+    OpInput axes_in{{DType::Int64, {1}}};
+    axes_in.value = &axes;
+    std::vector<float> sum = values_of<float>(
+        run_op(op_node(Op::ReduceSum, "rsum", 2, {{"keepdims", testing::int_attr(0)}}),
+               {OpInput{{DType::Float32, {rows, cols}}}, axes_in}, {bytes_of(x), axes_bytes}, one_block)[0]);
+    std::vector<int64_t> arg = values_of<int64_t>(run_op(op_node(Op::ArgMax, "argmax", 1, {{"axis", testing::int_attr(1)}}),
+                                                         {OpInput{{DType::Float32, {rows, cols}}}}, {bytes_of(x)},
+                                                         one_block)[0]);
+    for (int64_t r = 0; r < rows; ++r) {
+      double want = 0, best = -INFINITY;
+      int64_t at = -1, first_nan = -1;
+      for (int64_t c = 0; c < cols; ++c) {
+        const float v = x[size_t(r * cols + c)];
+        want += v;
+        if (std::isnan(v) && first_nan < 0) first_nan = c;
+        if (v > best) best = v, at = c;
+      }
+      if (std::isnan(want)) {
+        EXPECT_TRUE(std::isnan(sum[size_t(r)])) << "row " << r;
+      } else {
+        EXPECT_NEAR(sum[size_t(r)], want, 1e-6 * std::abs(want) + 1e-5) << "row " << r << ", one block " << one_block;
+      }
+      EXPECT_EQ(arg[size_t(r)], first_nan >= 0 ? first_nan : at) << "row " << r << ", one block " << one_block;
+    }
+  }
+  // LayerNormalization over rows without NaN.
+  std::vector<float> clean = random_floats(size_t(rows * cols), 12), gamma = random_floats(size_t(cols), 13),
+                     beta = random_floats(size_t(cols), 14);
+  std::vector<float> y = values_of<float>(
+      run_op(op_node(Op::LayerNormalization, "layernorm", 3, {{"axis", testing::int_attr(-1)}}),
+             {OpInput{{DType::Float32, {rows, cols}}}, OpInput{{DType::Float32, {cols}}}, OpInput{{DType::Float32, {cols}}}},
+             {bytes_of(clean), bytes_of(gamma), bytes_of(beta)}, false)[0]);
+  for (int64_t r = 0; r < rows; ++r) {
+    double mean = 0, var = 0;
+    for (int64_t c = 0; c < cols; ++c) mean += clean[size_t(r * cols + c)];
+    mean /= double(cols);
+    for (int64_t c = 0; c < cols; ++c) var += std::pow(clean[size_t(r * cols + c)] - mean, 2);
+    const double inv = 1 / std::sqrt(var / double(cols) + 1e-5);
+    for (int64_t c = 0; c < cols; ++c) {
+      const double want = (clean[size_t(r * cols + c)] - mean) * inv * gamma[size_t(c)] + beta[size_t(c)];
+      ASSERT_NEAR(y[size_t(r * cols + c)], want, 1e-5 * std::abs(want) + 1e-6) << "row " << r << ", column " << c;
+    }
   }
 }
 
