@@ -59,9 +59,9 @@ FORMS = {
     ("DFT", 20): (O, "axis becomes an input (default -2)"),
     ("GridSample", 20): (O, "N-d sampling (5-D is NotImplemented in the kernel), modes linear and cubic"),
     ("GridSample", 22): (O, "bfloat16 added"),
-    ("RegexFullMatch", 20): (M, "new string op: not written yet"),
-    ("StringConcat", 20): (M, "new string op: not written yet"),
-    ("StringSplit", 20): (M, "new string op: not written yet"),
+    ("RegexFullMatch", 20): (O, "new string op"),
+    ("StringConcat", 20): (O, "new string op"),
+    ("StringSplit", 20): (O, "new string op"),
 }
 REDUCE18 = (O, "axes as an optional input, noop_with_empty_axes")
 TYPES_BY_VERSION = {19: "float8 types", 20: "float8 and bfloat16 types", 21: "int4, uint4 types",

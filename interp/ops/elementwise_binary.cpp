@@ -54,6 +54,7 @@ struct Mod {
   }
 };
 
+// Equal (AlsoBool) also compares bools.
 template <typename Op, bool AlsoBool>
 struct Compare {
   template <typename T> static constexpr bool accepts = kIsNumeric<T> || (AlsoBool && kIsBool<T>);
@@ -143,6 +144,16 @@ void binary_kernel(KernelContext& ctx) {
   });
 }
 
+// Equal: numbers and bools through binary_kernel; strings (opset 19) compared as they are.
+void equal_kernel(KernelContext& ctx) {
+  const Tensor& a = ctx.input(0);
+  if (a.dtype() != DType::String) return binary_kernel<Equal>(ctx);
+  TERRACE_CHECK(ctx.input(1).dtype() == DType::String, InvalidArgument, ctx.node.describe(),
+                ": inputs must have one dtype, got string and ", dtype_name(ctx.input(1).dtype()));
+  ctx.set_output(0, broadcast_binary<bool, std::string, std::string>(
+                        ctx.node, a, ctx.input(1), [](const std::string& x, const std::string& y) { return x == y; }));
+}
+
 // x ** n for integers, exact (with wrap-around) by repeated squaring; negative n truncates 1/x^|n|
 // toward zero as integer division would.
 template <typename T, typename E>
@@ -198,7 +209,7 @@ void register_binary(KernelTable& t) {
   t.add(Op::Div, binary_kernel<Div>);
   t.add(Op::Mod, binary_kernel<Mod>);
   t.add(Op::Pow, pow_kernel);
-  t.add(Op::Equal, binary_kernel<Equal>);
+  t.add(Op::Equal, equal_kernel);
   t.add(Op::Greater, binary_kernel<Greater>);
   t.add(Op::GreaterOrEqual, binary_kernel<GreaterOrEqual>);
   t.add(Op::Less, binary_kernel<Less>);
