@@ -1,6 +1,8 @@
 // Tier 2 backend: a region of elementwise ops -> the fusion group tier 1 builds (split by iteration
 // domain) -> kernel IR -> CUDA C (render_c's Cuda dialect) -> one NVRTC program per region, a cubin
-// for the device's arch, kept in the disk cache -> a module whose kernels run on a stream.
+// for the device's arch, kept in the disk cache -> a module whose kernels run on a stream. A
+// library region (a Gemm or MatMul, and the Relu it absorbed) -> one cuBLASLt matmul, fp32 without
+// TF32, the bias and Relu as its epilogue.
 // This first step takes and returns host tensors: the region's inputs are copied in and its
 // outputs out on every call, each copy counted (CompiledRegion::transfers).
 #include "tiers/backend.h"
@@ -15,14 +17,16 @@
 
 #include "interp/log.h"
 #include "jit/code_cache.h"
+#include "jit/cublaslt_ops.h"
 #include "jit/cuda_driver.h"
 #include "jit/cuda_memory.h"
 #include "jit/nvrtc.h"
 #include "kernels/lower.h"
 #include "kernels/printer.h"
 #include "kernels/render_c.h"
+#include "kernels/schedule_cuda.h"
 #include "kernels/split.h"
-#include "kernels/visitor.h"
+#include "tiers/cpu_library.h"
 #endif
 
 namespace terrace {
@@ -39,33 +43,27 @@ GpuRegionCode render_gpu_region(const Graph&, const Region&, const std::vector<T
 
 namespace {
 
-// True when the kernel has a Parallel loop (a grid-stride loop in CUDA); one without is run by a
-// single thread.
-struct HasParallelLoop : kernels::IRVisitor {
-  bool found = false;
-  void visit_node(const kernels::For* op) override {
-    if (op->for_kind == kernels::ForKind::Parallel) found = true;
-    kernels::IRVisitor::visit_node(op);
-  }
-};
-
+// One step of a GPU region: a generated kernel, or (gemm set) a cuBLASLt matmul whose args are
+// the slots of A, B, C, the bias and Y (-1 for those it has not).
 struct GpuKernel {
   std::string name;
   CUfunction fn = nullptr;
+  std::shared_ptr<jit::cuda::CublasLtGemm> gemm;
   std::vector<int> args;  // per kernel parameter (LoweredFunc::buffers order): a region slot
   int64_t extent = 1;     // the Parallel loop's range [0, extent)
-  bool parallel = true;
+  unsigned grid = 1, block = 1;
 };
-
-// A rendered kernel without its prelude: the region's kernels share one prelude.
-std::string kernel_of(const std::string& rendered) {
-  const size_t at = rendered.rfind("extern \"C\" __global__");
-  TERRACE_ASSERT(at != std::string::npos, "render_c(Cuda) gave no __global__ kernel");
-  return rendered.substr(at);
-}
 
 // "" when tier 2 compiles the node, else why not.
 std::string gpu_can_compile(const Graph& g, const Node& node) {
+  if (node.op == Op::Gemm || node.op == Op::MatMul) {
+    std::string why;
+    if (!jit::cuda::cublaslt_available(&why)) return "tier 2 runs Gemm and MatMul through cuBLASLt: " + why;
+    for (int v : node.inputs)
+      if (v >= 0 && g.values[size_t(v)].info.dtype != DType::Float32)
+        return "tier 2's Gemm and MatMul are float32; input '" + g.values[size_t(v)].name + "' is not";
+    return "";
+  }
   if (std::strcmp(op_family(node.op), "elementwise") != 0)
     return std::string("tier 2 compiles elementwise ops so far; ") + op_name(node.op) + " (" +
            op_family(node.op) + ") is not one";
@@ -92,7 +90,8 @@ struct GpuProgram {
 
 // The elementwise region as the fusion group tier 1 builds (its outputs in Region::outputs
 // order), split by iteration domain, each part lowered and rendered in the Cuda dialect.
-GpuProgram render_gpu_program(const Graph& g, const Region& region, const std::vector<Tensor>& inputs) {
+GpuProgram render_gpu_program(const Graph& g, const Region& region, const std::vector<Tensor>& inputs,
+                              int sm_count = 0) {
   const std::string name = "region" + std::to_string(region.id);
   for (int n : region.nodes)
     if (std::string why = gpu_can_compile(g, g.nodes[size_t(n)]); !why.empty())
@@ -145,7 +144,7 @@ GpuProgram render_gpu_program(const Graph& g, const Region& region, const std::v
     p.slots.push_back(split.slots[s]);
   }
 
-  std::string code;
+  std::vector<kernels::LoweredFunc> funcs;
   for (const kernels::KernelPart& part : split.parts) {
     kernels::LoweredFunc f = kernels::lower(part.group);
     f.name = name + "_k" + std::to_string(p.kernels.size());
@@ -156,16 +155,17 @@ GpuProgram render_gpu_program(const Graph& g, const Region& region, const std::v
     k.name = f.name;
     for (const kernels::Buffer& b : f.buffers) k.args.push_back(part_slots.at(size_t(b.slot)));
     k.extent = f.parallel_extent;
-    HasParallelLoop has;
-    has.visit(f.body);
-    k.parallel = has.found;
+    // The schedule render_c follows (kernels/schedule_cuda.h) gives the launch; the device's SM
+    // count is known only where there is one (0: an H100's).
+    const kernels::CudaLaunch launch =
+        kernels::cuda_launch(kernels::schedule_cuda(f), 0, f.parallel_extent, sm_count);
+    k.grid = launch.grid;
+    k.block = launch.block;
     p.kernels.push_back(std::move(k));
-    code += kernel_of(kernels::render_c(f, kernels::Dialect::Cuda)) + "\n";
     p.ir += kernels::to_string(f);
+    funcs.push_back(std::move(f));
   }
-  p.source = "// Generated by Terrace: region " + std::to_string(region.id) + " (" + region.ops() + "), " +
-           std::to_string(p.kernels.size()) + " kernels.\n" + kernels::render_prelude(kernels::Dialect::Cuda, code) +
-           "\n" + code;
+  p.source = kernels::render_cuda_program(funcs, "region " + std::to_string(region.id) + " (" + region.ops() + ")");
   return p;
 }
 
@@ -178,7 +178,7 @@ class GpuRegion : public CompiledRegion {
 
   std::vector<Tensor> run(const std::vector<Tensor>& inputs) override {
     std::lock_guard<std::mutex> lock(mu_);  // one stream and one staging buffer per region
-    const jit::cuda::Device& dev = jit::cuda::device();
+    jit::cuda::device();
     if (!stream_) stream_.emplace();
     const CUstream s = stream_->get();
     std::vector<jit::cuda::DeviceBuffer> buffers;
@@ -203,6 +203,11 @@ class GpuRegion : public CompiledRegion {
     std::vector<void*> args;
     int64_t begin = 0, end = 0;
     for (const GpuKernel& k : kernels_) {
+      if (k.gemm) {
+        auto at = [&](int i) { return k.args[size_t(i)] < 0 ? CUdeviceptr(0) : buffers[size_t(k.args[size_t(i)])].ptr(); };
+        k.gemm->run(at(0), at(1), at(2), at(3), at(4), s);
+        continue;
+      }
       ptrs.clear();
       for (int slot : k.args) ptrs.push_back(buffers[size_t(slot)].ptr());
       args.clear();
@@ -210,14 +215,7 @@ class GpuRegion : public CompiledRegion {
       end = k.extent;
       args.push_back(&begin);
       args.push_back(&end);
-      jit::cuda::LaunchConfig config;
-      if (k.parallel) {
-        const int64_t blocks = (k.extent + config.block - 1) / config.block;
-        config.grid = unsigned(std::clamp<int64_t>(blocks, 1, int64_t(dev.multiprocessors) * 32));
-      } else {
-        config.grid = config.block = 1;
-      }
-      if (k.extent > 0) jit::cuda::launch(k.fn, config, *stream_, args.data());
+      if (k.extent > 0) jit::cuda::launch(k.fn, {k.grid, k.block, 0}, *stream_, args.data());
     }
 
     at = 0;
@@ -270,6 +268,11 @@ class GpuBackend : public Backend {
   Tier tier() const override { return Tier::Gpu; }
 
   std::string can_compile(const Graph& g, const Node& node) const override { return gpu_can_compile(g, node); }
+  // fp32 products against the interpreter's: the same bound as tier 1's library regions.
+  std::vector<Tensor> error_allowance(const Graph& g, const Region& region,
+                                      const std::vector<Tensor>& inputs) const override {
+    return cpu_library::error_allowance(g, region, inputs);
+  }
 
   std::unique_ptr<CompiledRegion> compile(const Graph& g, const Region& region,
                                           const std::vector<Tensor>& inputs) override {
@@ -277,7 +280,9 @@ class GpuBackend : public Backend {
     if (fault_enabled("compile-fail:gpu"))
       fail(ErrorCode::CompileFailed, name, ": injected by TERRACE_FAULT=compile-fail:gpu");
 
-    GpuProgram p = render_gpu_program(g, region, inputs);
+    const Op first = g.nodes[size_t(region.nodes[0])].op;
+    if (first == Op::Gemm || first == Op::MatMul) return compile_library(g, region, inputs);
+    GpuProgram p = render_gpu_program(g, region, inputs, jit::cuda::device().multiprocessors);
     std::vector<char> cubin = compile_cubin(p.source, name + ".cu");
     auto module = std::make_shared<jit::cuda::Module>(cubin);
     for (GpuKernel& k : p.kernels) k.fn = module->function(k.name);
@@ -291,17 +296,99 @@ class GpuBackend : public Backend {
 
  private:
   // The cubin from the disk cache, or NVRTC's (then stored). The key holds everything the cubin
-  // depends on: the source, the arch, the options, NVRTC's and the driver's versions.
+  // depends on: the source, the arch, the options and NVRTC's version; not the driver's, since
+  // NVRTC alone makes it (so `terrace compile` fills the cache without a GPU, under this key).
   std::vector<char> compile_cubin(const std::string& src, const std::string& program) {
     const std::vector<std::string> options = {"-default-device"};
-    std::string key = "terrace tier-2 cubin 1\nNVRTC " + jit::nvrtc_version() + "\n" + arch_ + "\ndriver " +
-                      std::to_string(jit::cuda::driver().version) + "\n";
+    std::string key = "terrace tier-2 cubin 1\nNVRTC " + jit::nvrtc_version() + "\n" + arch_ + "\n";
     for (const std::string& o : options) key += o + " ";
     key += "\n" + src;
     if (std::optional<std::string> hit = cache_.load(key)) return std::vector<char>(hit->begin(), hit->end());
     std::vector<char> cubin = jit::nvrtc_compile(src, arch_, program, options);
     cache_.store(key, std::string_view(cubin.data(), cubin.size()));
     return cubin;
+  }
+
+  // A Gemm or MatMul region, with the Relu it absorbed: one cuBLASLt matmul. Forms cuBLASLt's
+  // epilogues cannot express (a C that is neither a row of N nor [M,N], a bias with beta != 1,
+  // broadcast batches) fail the compile: the region keeps its tier-1 version.
+  std::unique_ptr<CompiledRegion> compile_library(const Graph& g, const Region& region,
+                                                  const std::vector<Tensor>& inputs) {
+    const Node& op = g.nodes[size_t(region.nodes[0])];
+    const bool relu = region.nodes.size() == 2 && g.nodes[size_t(region.nodes[1])].op == Op::Relu &&
+                      g.nodes[size_t(region.nodes[1])].inputs[0] == op.outputs[0];
+    TERRACE_CHECK((region.nodes.size() == 1 || relu) && region.outputs.size() == 1 &&
+                      region.outputs[0] == g.nodes[size_t(region.nodes.back())].outputs[0],
+                  CompileFailed, op.describe(), ": tier 2 runs a Gemm or MatMul alone or with a Relu; its region is ",
+                  region.ops());
+    auto slot_of = [&](int v) {
+      for (size_t i = 0; i < region.inputs.size(); ++i)
+        if (region.inputs[i] == v) return int(i);
+      fail(ErrorCode::Internal, op.describe(), ": input value ", v, " is not a region input");
+    };
+    const int a = slot_of(op.inputs[0]), b = slot_of(op.inputs[1]);
+    const Shape& sa = inputs[size_t(a)].shape();
+    const Shape& sb = inputs[size_t(b)].shape();
+    jit::cuda::GemmSpec spec;
+    spec.relu = relu;
+    Shape out;
+    int c = -1, bias = -1;
+    if (op.op == Op::Gemm) {
+      TERRACE_CHECK(sa.size() == 2 && sb.size() == 2, CompileFailed, op.describe(), ": Gemm of non-2-D operands");
+      spec.trans_a = op.attr_int("transA", 0) != 0;
+      spec.trans_b = op.attr_int("transB", 0) != 0;
+      spec.alpha = op.attr_float("alpha", 1.0f);
+      spec.beta = op.attr_float("beta", 1.0f);
+      spec.m = spec.trans_a ? sa[1] : sa[0];
+      spec.k = spec.trans_a ? sa[0] : sa[1];
+      spec.n = spec.trans_b ? sb[0] : sb[1];
+      out = {spec.m, spec.n};
+      if (op.inputs.size() > 2 && op.inputs[2] >= 0) {
+        const int cs = slot_of(op.inputs[2]);
+        const Shape& sc = inputs[size_t(cs)].shape();
+        if (sc == Shape{spec.m, spec.n}) {
+          spec.has_c = true;
+          c = cs;
+        } else if ((sc == Shape{spec.n} || sc == Shape{1, spec.n}) && spec.beta == 1.0f) {
+          spec.has_bias = true;
+          bias = cs;
+        } else {
+          fail(ErrorCode::CompileFailed, op.describe(), ": C of shape ", shape_str(sc), " with beta ", spec.beta,
+               " is not a cuBLASLt epilogue");
+        }
+      }
+    } else {
+      TERRACE_CHECK(sa.size() >= 2 && sb.size() >= 2, CompileFailed, op.describe(), ": MatMul of a 1-D operand");
+      spec.k = sa.back();
+      spec.n = sb.back();
+      const int64_t rows = sa[sa.size() - 2];
+      const Shape batch_a(sa.begin(), sa.end() - 2), batch_b(sb.begin(), sb.end() - 2);
+      out = batch_a;
+      if (sb.size() == 2) {  // a shared B: A's batches fold into M
+        spec.m = rows * shape_numel(batch_a);
+      } else {
+        TERRACE_CHECK(batch_a == batch_b, CompileFailed, op.describe(), ": broadcast batches ", shape_str(sa), " x ",
+                      shape_str(sb));
+        spec.m = rows;
+        spec.batch = shape_numel(batch_a);
+        spec.stride_a = rows * spec.k;
+        spec.stride_b = spec.k * spec.n;
+      }
+      out.push_back(rows);
+      out.push_back(spec.n);
+    }
+    std::vector<kernels::TensorSig> slots;
+    for (const Tensor& t : inputs) slots.push_back({t.dtype(), t.shape()});
+    slots.push_back({DType::Float32, out});
+    GpuKernel step;
+    step.name = spec.describe();
+    step.gemm = std::make_shared<jit::cuda::CublasLtGemm>(spec);
+    step.args = {a, b, c, bias, int(inputs.size())};
+    auto compiled = std::make_unique<GpuRegion>(nullptr, std::vector<GpuKernel>{std::move(step)}, std::move(slots),
+                                                inputs.size(), 1, fault_enabled("miscompile:gpu"));
+    compiled->source = "// a library call, no generated code:\n// cuBLASLt " + spec.describe() + "\n";
+    compiled->ir = "cuBLASLt " + spec.describe() + "\n";
+    return compiled;
   }
 
   jit::CodeCache cache_;

@@ -171,6 +171,27 @@ TEST(GpuTier, gpu_out_of_memory_sends_the_call_to_tier1) {
     EXPECT_NE(r.gpu.find("OutOfMemory"), std::string::npos) << s->report();
 }
 
+// An MLP's Gemm+Relu and Gemm regions (library regions) climb to the GPU through cuBLASLt.
+TEST(GpuTier, gemm_regions_run_on_the_gpu_through_cublaslt) {
+  SKIP_WITHOUT_GPU();
+  GraphBuilder g;
+  int x = g.input("x", DType::Float32, {8, 96});
+  int w1 = g.constant("w1", random_tensor({64, 96}, 11));
+  int b1 = g.constant("b1", random_tensor({64}, 12));
+  int w2 = g.constant("w2", random_tensor({64, 10}, 13));
+  int h = g.node(Op::Relu, {g.node(Op::Gemm, {x, w1, b1}, {{"transB", GraphBuilder::attr_int(1)}})});
+  g.output(g.node(Op::MatMul, {h, w2}));
+  auto graph = g.build();
+  const NamedTensors in = {{"x", random_tensor({8, 96}, 14)}};
+  auto s = Session::from_graph(graph, gpu_options());
+  auto tiers = run_calls(*s, in, reference(graph, in), 10);
+  EXPECT_TRUE(has(tiers, "gpu")) << s->report();
+  for (const RegionReport& r : s->region_reports()) {
+    EXPECT_EQ(r.tier, Tier::Gpu) << s->report();
+    EXPECT_EQ(r.validation, "passed") << s->report();
+  }
+}
+
 }  // namespace
 }  // namespace terrace
 
