@@ -676,7 +676,7 @@ bool is_movement_op(Op op) {
   switch (op) {
     case Op::Transpose: case Op::Slice: case Op::Concat: case Op::Split: case Op::Gather:
     case Op::GatherElements: case Op::Expand: case Op::Tile: case Op::Pad: case Op::DepthToSpace:
-    case Op::SpaceToDepth: case Op::Resize: case Op::Reshape: case Op::Flatten: case Op::Squeeze:
+    case Op::SpaceToDepth: case Op::Resize: case Op::Upsample: case Op::Reshape: case Op::Flatten: case Op::Squeeze:
     case Op::Unsqueeze: case Op::Identity:
       return true;
     default: return false;
@@ -703,7 +703,7 @@ std::string can_lower_movement(const Graph& g, const Node& node) {
       return "indices '" + idx.name + "' are not known to be int32 or int64";
   }
   if (node.op == Op::Pad) return can_lower_pad(g, node);
-  if (node.op == Op::Resize) return can_lower_resize(g, node);
+  if (node.op == Op::Resize || node.op == Op::Upsample) return can_lower_resize(g, node);
   return "";
 }
 
@@ -720,7 +720,7 @@ OpKernels lower_movement(const Node& node, const std::vector<OpInput>& inputs, c
     case Op::Gather: return lower_gather(node, inputs, name);
     case Op::GatherElements: return lower_gather_elements(node, inputs, name);
     case Op::Pad: return lower_pad(node, inputs, name);
-    case Op::Resize: return lower_resize(node, inputs, name);
+    case Op::Resize: case Op::Upsample: return lower_resize(node, inputs, name);
     default: break;
   }
   fail(ErrorCode::NotImplemented, node.describe(), ": tier 1 has no kernel for ", op_name(node.op));

@@ -1,4 +1,4 @@
-// Resize lowered to one kernel (kernels/lower_op.h): nearest (any dtype, elements moved
+// Resize (and Upsample) lowered to one kernel (kernels/lower_op.h): nearest (any dtype, elements moved
 // bit-exactly) and linear (float32, float64) with the half_pixel, pytorch_half_pixel,
 // align_corners, asymmetric and tf_half_pixel_for_nn coordinate transformations. Each output
 // position's source coordinate is computed in the kernel in float64, by the same operations in the
@@ -182,8 +182,8 @@ std::vector<double> float_values(const Node& node, const OpInput& in, const char
 std::string can_lower_resize(const Graph& g, const Node& node) {
   Attrs a;
   if (std::string why = read_attrs(node, a); !why.empty()) return why;
-  const bool opset10 = node.inputs.size() == 2;
-  if (opset10) {
+  const bool legacy = node.op == Op::Upsample || node.inputs.size() == 2;  // (X, scales)
+  if (legacy) {
     if (std::string why = require_constant(g, node, 1, "scales"); !why.empty()) return why;
   } else {
     if (std::string why = require_constant(g, node, 2, "scales"); !why.empty()) return why;
@@ -202,16 +202,23 @@ OpKernels lower_resize(const Node& node, const std::vector<OpInput>& in, const s
   if (std::string why = read_attrs(node, a); !why.empty()) fail(ErrorCode::NotImplemented, node.describe(), ": ", why);
   const TensorSig& x = in[0].sig;
   const size_t r = x.shape.size();
-  const bool opset10 = node.inputs.size() == 2;
-  const size_t scales_at = opset10 ? 1 : 2;
-  const bool has_scales = has_input(in, scales_at) && shape_numel(in[scales_at].sig.shape) > 0;
-  const bool has_sizes = !opset10 && has_input(in, 3) && shape_numel(in[3].sig.shape) > 0;
+  // Resize from opset 11: (X, roi, scales, sizes); opset 10 and Upsample 9: (X, scales); Upsample 7:
+  // (X) with a `scales` attribute.
+  const bool legacy = node.op == Op::Upsample || node.inputs.size() == 2;
+  const bool scales_attr = node.op == Op::Upsample && !has_input(in, 1);
+  const size_t scales_at = legacy ? 1 : 2;
+  const bool has_scales = scales_attr || (has_input(in, scales_at) && shape_numel(in[scales_at].sig.shape) > 0);
+  const bool has_sizes = !legacy && has_input(in, 3) && shape_numel(in[3].sig.shape) > 0;
   TERRACE_CHECK(has_scales != has_sizes, InvalidArgument, node.describe(),
                 ": exactly one of scales and sizes must be given");
   Shape out;
   std::vector<double> scales;
   if (has_scales) {
-    scales = float_values(node, in[scales_at], "scales");
+    if (scales_attr) {
+      for (float f : node.attr_floats("scales")) scales.push_back(f);
+    } else {
+      scales = float_values(node, in[scales_at], "scales");
+    }
     TERRACE_CHECK(scales.size() == r, InvalidArgument, node.describe(), ": ", scales.size(),
                   " scales for an input of rank ", r);
     for (size_t d = 0; d < r; ++d) {

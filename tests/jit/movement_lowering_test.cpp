@@ -372,6 +372,10 @@ TEST(MovementLowering, ResizeNearestMatchesInterpreterForRoundingAndCoordinateMo
   expect_matches_interpreter(movement_node(Op::Resize, {i8, Tensor(), Tensor(), sizes}), {i8, Tensor(), Tensor(), sizes});
   Tensor st = floats({1, 1, 2, 3});
   expect_matches_interpreter(movement_node(Op::Resize, {x, st}), {x, st});
+  // Upsample: scales as an input (opset 9) or an attribute (opset 7), nearest and linear.
+  expect_matches_interpreter(movement_node(Op::Upsample, {x, st}), {x, st});
+  Tensor finite = random_tensor({1, 3, 5, 7}, 39, -4, 4);  // linear arithmetic: no NaN payloads to compare
+  expect_matches_interpreter(movement_node(Op::Upsample, {finite}, {{"scales", std::vector<float>{1, 1, 1.5f, 2}}, {"mode", "linear"}}), {finite});
 }
 
 TEST(MovementLowering, ResizeLinearMatchesInterpreterBitForBit) {
