@@ -342,6 +342,9 @@ TEST(MovementLowering, PadMatchesInterpreterInEveryMode) {
   Tensor pt = ints({1, 2, 0, 0, 3, 1}), fill = Tensor::scalar<float>(-7.5f);
   expect_matches_interpreter(movement_node(Op::Pad, {x, pt, fill}), {x, pt, fill}, {0, 2});
   expect_matches_interpreter(movement_node(Op::Pad, {x}, {{"pads", std::vector<int64_t>{1, 0, 1, 0, 2, 2}}, {"value", 2.5f}}), {x});
+  // Opset 18's axes: the pads speak of these dims only.
+  Tensor axes = ints({-1, 0}), some = ints({2, 1, 0, 3});
+  expect_matches_interpreter(movement_node(Op::Pad, {x, some, Tensor(), axes}, {{"mode", "edge"}}), {x, some, Tensor(), axes});
   Tensor b = random_bits(DType::Bool, {6}, 28), p1 = ints({2, 3});
   expect_matches_interpreter(movement_node(Op::Pad, {b, p1}, {{"mode", "reflect"}}), {b, p1});
 }
