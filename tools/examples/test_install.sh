@@ -1,0 +1,48 @@
+#!/bin/bash
+# The install as a user meets it (issue 12, point 3; a ctest): installs BUILD into a temporary
+# prefix, builds tools/examples/ out of tree against it with find_package(Terrace) and with
+# pkg-config, and runs each program on MODEL. Usage: test_install.sh SOURCE_DIR BUILD_DIR MODEL WORK_DIR
+set -euo pipefail
+src=$1 build=$2 model=$3 work=$4
+rm -rf "$work"
+mkdir -p "$work"
+prefix=$work/prefix
+step() { printf '== %s\n' "$*"; }
+
+step "cmake --install $build --prefix $prefix"
+cmake --install "$build" --prefix "$prefix" > "$work/install.log"
+for f in bin/terrace include/terrace/tiers/terrace_c.h include/terrace/tiers/session.h \
+         include/terrace/interp/graph_builder.h; do
+  [ -e "$prefix/$f" ] || { echo "missing after install: $f"; exit 1; }
+done
+libdir=$(dirname "$(find "$prefix" -name 'libterrace.so' | head -n 1)")
+[ -n "$libdir" ] || { echo "missing after install: libterrace.so"; exit 1; }
+
+# Each program must print the input and output lines and the report.
+check() {
+  local out
+  out=$("$@") || { printf '%s\n' "$out"; echo "FAILED: $*"; exit 1; }
+  printf '%s\n' "$out" | head -n 12
+  printf '%s\n' "$out" | grep -q "^output '.*': shape \[" || { echo "FAILED: no output shape from $1"; exit 1; }
+  printf '%s\n' "$out" | grep -q "region" || { echo "FAILED: no report from $1"; exit 1; }
+}
+
+step "find_package(Terrace): cmake -S $src/tools/examples -DCMAKE_PREFIX_PATH=$prefix"
+cmake -S "$src/tools/examples" -B "$work/find_package" -DCMAKE_PREFIX_PATH="$prefix" > "$work/configure.log"
+cmake --build "$work/find_package" > "$work/build.log"
+check "$work/find_package/run_model_c" "$model"
+check "$work/find_package/run_model_cpp" "$model"
+
+step "pkg-config --cflags --libs terrace"
+export PKG_CONFIG_PATH=$libdir/pkgconfig
+flags=$(pkg-config --cflags --libs terrace)
+echo "$flags"
+mkdir -p "$work/pkg-config"
+cc -std=c99 -Wall -pedantic-errors "$src/tools/examples/run_model.c" $flags -o "$work/pkg-config/run_model_c"
+c++ -std=c++20 -Wall "$src/tools/examples/run_model.cpp" $flags -o "$work/pkg-config/run_model_cpp"
+export LD_LIBRARY_PATH=$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+check "$work/pkg-config/run_model_c" "$model"
+check "$work/pkg-config/run_model_cpp" "$model"
+step "$prefix/bin/terrace run $model --random-inputs"
+"$prefix/bin/terrace" run "$model" --random-inputs | tail -n 2
+echo "install, find_package and pkg-config builds: all ran"
