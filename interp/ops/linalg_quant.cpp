@@ -53,14 +53,16 @@ void matmul_integer_kernel(KernelContext& ctx) {
   ctx.set_output(0, std::move(y));
 }
 
-// A float32 scale tensor as one value per channel (a scalar repeats).
+// A float32 (or, from opset 21, float16 or bfloat16) scale tensor as one float per channel (a
+// scalar repeats).
 std::vector<float> scales(const KernelContext& ctx, size_t input, int64_t channels) {
   const Tensor& s = ctx.input(input);
-  TERRACE_CHECK(s.dtype() == DType::Float32 && (s.numel() == 1 || s.numel() == channels),
+  TERRACE_CHECK((s.dtype() == DType::Float32 || s.dtype() == DType::Float16 || s.dtype() == DType::BFloat16) &&
+                    (s.numel() == 1 || s.numel() == channels),
                 InvalidArgument, ctx.node.describe(), ": scale (input ", input,
-                ") must be float32 with 1 or ", channels, " values");
+                ") must be float32, float16 or bfloat16 with 1 or ", channels, " values");
   std::vector<float> v(static_cast<size_t>(channels));
-  for (int64_t c = 0; c < channels; ++c) v[size_t(c)] = s.data<float>()[s.numel() == 1 ? 0 : c];
+  for (int64_t c = 0; c < channels; ++c) v[size_t(c)] = float(s.get_as_double(s.numel() == 1 ? 0 : c));
   return v;
 }
 

@@ -166,14 +166,17 @@ void reduce_typed(const ReducePlan& p, const Tensor& xt, Tensor& yt) {
 
 template <Op op>
 void reduce_kernel(KernelContext& ctx) {
-  const Tensor& x = ctx.input(0);
+  const Tensor& input = ctx.input(0);
   const Node& node = ctx.node;
+  // ReduceMax/Min-20 take bools: max is any, min is all, as on 0/1 bytes.
+  const bool bools = input.dtype() == DType::Bool && (op == Op::ReduceMax || op == Op::ReduceMin);
+  const Tensor x = bools ? input.cast(DType::UInt8) : input;
   TERRACE_CHECK(is_float(x.dtype()) || is_integer(x.dtype()), InvalidArgument, node.describe(),
                 ": needs a numeric input, got ", dtype_name(x.dtype()));
   const ReducePlan p = plan_reduce(x.shape(), reduced_axes(ctx, x.rank()), node.attr_int("keepdims", 1) != 0);
   Tensor y = Tensor::empty(x.dtype(), p.out_shape);
   dispatch_dtype(x.dtype(), [&](auto tag) { reduce_typed<op, decltype(tag)>(p, x, y); });
-  ctx.set_output(0, std::move(y));
+  ctx.set_output(0, bools ? y.cast(DType::Bool) : std::move(y));
 }
 
 // ArgMax/ArgMin: the index of the first (or with select_last_index, last) extreme along axis;
