@@ -369,10 +369,24 @@ class CRenderer : public IRVisitor {
       return;
     }
     const std::vector<CudaSchedule::Fold>& folds = s.folds.at(op);
+    auto over_slots = [&](const CudaSchedule::Fold& f) {  // a fold into every slot of its array
+      if (f.slots == 0) return false;
+      line() << "for (int64_t tr_s = 0; tr_s < " << f.slots << "; ++tr_s) {\n";
+      ++indent_;
+      return true;
+    };
+    auto end_slots = [&](bool open) {
+      if (!open) return;
+      --indent_;
+      line() << "}\n";
+    };
     for (const CudaSchedule::Fold& f : folds)
-      if (f.identity.defined())
+      if (f.identity.defined()) {
+        const bool open = over_slots(f);
         line() << "if (tr_lane != 0) " << f.accumulator.name << "[" << print(f.index) << "] = " << print(f.identity)
                << ";\n";
+        end_slots(open);
+      }
     line() << "for (int64_t " << v << " = " << b << " + (int64_t)((tr_lane - (int)((" << b << ") % 32) + 32) % 32); "
            << v << " < " << e << "; " << v << " += 32) {\n";
     ++row_loop_depth_;
@@ -380,6 +394,7 @@ class CRenderer : public IRVisitor {
     --row_loop_depth_;
     line() << "}\n";
     for (const CudaSchedule::Fold& f : folds) {
+      const bool open = over_slots(f);
       const std::string acc = f.accumulator.name + "[" + print(f.index) + "]";
       line() << "for (int tr_o = 16; tr_o > 0; tr_o >>= 1) {\n";
       ++indent_;
@@ -389,6 +404,7 @@ class CRenderer : public IRVisitor {
       --indent_;
       line() << "}\n";
       line() << acc << " = __shfl_sync(0xffffffffu, " << acc << ", 0);\n";
+      end_slots(open);
     }
     line() << "__syncwarp();\n";
   }

@@ -169,7 +169,9 @@ struct Stores : IRVisitor {
 
 // `st` as a fold acc[c] = acc[c] + e (or *, or | on integers), or acc[c] = select(e cmp acc[c], e, acc[c]) (max,
 // min), with e not reading acc: the combine of two partial values, or nothing.
-std::optional<CudaSchedule::Fold> fold_of(const Store* st, const std::string& loop_var) {
+// `slot`: the index the combine uses (a loop over every slot of the array), or undefined: the
+// store's own.
+std::optional<CudaSchedule::Fold> fold_of(const Store* st, const std::string& loop_var, Expr slot = Expr()) {
   const Buffer& acc = st->buffer;
   if (acc.slot != kLocalSlot || !shuffles(acc.dtype) || mentions(st->index, loop_var)) return std::nullopt;
   auto is_acc = [&](const Expr& e) {
@@ -177,12 +179,13 @@ std::optional<CudaSchedule::Fold> fold_of(const Store* st, const std::string& lo
     return l && l->buffer.slot == kLocalSlot && l->buffer.name == acc.name && same(l->index, st->index);
   };
   const Expr other = Var::make(acc.dtype, "tr_other");
-  const Expr mine = Load::make(acc, st->index);
+  const Expr at = slot.defined() ? slot : st->index;
+  const Expr mine = Load::make(acc, at);
   const bool bitwise = is_integer(acc.dtype);  // Or folds NaN flags and the like
   if (const Binary* b = st->value.as<Binary>();
       b && (b->op == BinaryOp::Add || b->op == BinaryOp::Mul || (bitwise && b->op == BinaryOp::Or))) {
     if ((is_acc(b->a) && !local_reads(b->b, acc.name)) || (is_acc(b->b) && !local_reads(b->a, acc.name)))
-      return CudaSchedule::Fold{acc, st->index, Binary::make(b->op, mine, other),
+      return CudaSchedule::Fold{acc, at, Binary::make(b->op, mine, other),
                                 make_const(acc.dtype, b->op == BinaryOp::Mul ? 1 : 0)};
     return std::nullopt;
   }
@@ -192,11 +195,11 @@ std::optional<CudaSchedule::Fold> fold_of(const Store* st, const std::string& lo
   // select(e cmp acc, e, acc): the other lane's value takes e's place.
   if (is_acc(sel->false_value) && is_acc(cmp->b) && same(cmp->a, sel->true_value) &&
       !local_reads(sel->true_value, acc.name))
-    return CudaSchedule::Fold{acc, st->index, Select::make(Compare::make(cmp->op, other, mine), other, mine), Expr()};
+    return CudaSchedule::Fold{acc, at, Select::make(Compare::make(cmp->op, other, mine), other, mine), Expr()};
   // select(acc cmp e, acc, e)
   if (is_acc(sel->true_value) && is_acc(cmp->a) && same(cmp->b, sel->false_value) &&
       !local_reads(sel->false_value, acc.name))
-    return CudaSchedule::Fold{acc, st->index, Select::make(Compare::make(cmp->op, mine, other), mine, other), Expr()};
+    return CudaSchedule::Fold{acc, at, Select::make(Compare::make(cmp->op, mine, other), mine, other), Expr()};
   return std::nullopt;
 }
 
@@ -241,6 +244,11 @@ class RowLoops {
  public:
   bool ok = true;
   double spread_work = 0, other_work = 0;
+
+ private:
+  std::map<std::string, int64_t> extents_;  // the local arrays in scope
+
+ public:
   std::set<const For*> lane_loops;
   std::map<const For*, std::vector<CudaSchedule::Fold>> folds;
 
@@ -252,6 +260,7 @@ class RowLoops {
     } else if (const LetStmt* l = s.as<LetStmt>()) {
       visit(l->body);
     } else if (const Allocate* a = s.as<Allocate>()) {
+      extents_[a->buffer.name] = a->extent;
       visit(a->body);
     } else if (const IfThenElse* i = s.as<IfThenElse>()) {
       visit(i->then_case);
@@ -264,11 +273,20 @@ class RowLoops {
     Stores st;
     st.visit(f->body);
     std::vector<CudaSchedule::Fold> fs;
-    bool spread = st.loops == 0 && st.allocates == 0;
+    // A loop with loops inside (the CPU's folds into 16 vector lanes) is spread when it only folds:
+    // its accumulators are then combined slot by slot.
+    const bool nest = st.loops > 0;
+    bool spread = st.allocates == 0 && (!nest || st.global.empty());
     for (const Store* g : st.global) spread = spread && unit_stride(g->index, f->var);
     for (const Store* l : st.local) {
       if (!spread) break;
-      std::optional<CudaSchedule::Fold> fold = fold_of(l, f->var);
+      // At most 32 slots, which stay in registers (a reduction over outer axes folds into blocks
+      // of up to 512 columns: a thread per block, until a mapping spreads the columns instead).
+      auto extent = extents_.find(l->buffer.name);
+      const bool small = extent != extents_.end() && extent->second <= 32;
+      std::optional<CudaSchedule::Fold> fold =
+          !nest ? fold_of(l, f->var) : small ? fold_of(l, f->var, Var::make(DType::Int64, "tr_s")) : std::nullopt;
+      if (fold && nest) fold->slots = extent->second;
       // The accumulator is read nowhere in the loop but in its own fold.
       spread = fold && local_reads(f->body, l->buffer.name) == local_reads(l->value, l->buffer.name);
       if (fold) fs.push_back(*fold);

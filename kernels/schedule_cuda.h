@@ -58,6 +58,9 @@ struct CudaSchedule {
     // what the accumulator held before it is counted once; undefined for max and min, which
     // may count it 32 times.
     Expr identity;
+    // 0: the fold's one element (index). n > 0: the loop folds into every slot of an array of
+    // n (a nest of loops folding into vector lanes); index is the Var "tr_s" over [0, n).
+    int64_t slots = 0;
   };
   std::set<const For*> lane_loops;
   std::map<const For*, std::vector<Fold>> folds;

@@ -207,7 +207,7 @@ TEST(CudaSchedule, row_reduction_takes_a_warp_per_long_row_and_a_thread_per_shor
   EXPECT_EQ(schedule_cuda(columns.calls[0].func).mapping, CudaMapping::PerIteration);
 }
 
-TEST(CudaSchedule, argmax_index_fold_combines_by_min_and_its_nan_flags_by_or) {
+TEST(CudaSchedule, argmax_folds_combine_the_index_by_min_and_the_lane_arrays_slot_by_slot) {
   Node n;
   n.op = Op::ArgMax;
   n.name = "argmax";
@@ -218,11 +218,17 @@ TEST(CudaSchedule, argmax_index_fold_combines_by_min_and_its_nan_flags_by_or) {
   ASSERT_FALSE(k.calls.empty());
   CudaSchedule s = schedule_cuda(k.calls[0].func);
   ASSERT_EQ(s.mapping, CudaMapping::PerRowWarp);
-  std::set<std::string> combined;
+  std::set<std::string> combined, by_slot;
   for (auto& [loop, folds] : s.folds)
-    for (const auto& f : folds) combined.insert(f.accumulator.name);
+    for (const auto& f : folds) {
+      combined.insert(f.accumulator.name);
+      if (f.slots) by_slot.insert(f.accumulator.name + "[" + std::to_string(f.slots) + "]");
+    }
   EXPECT_TRUE(combined.count("at")) << "the first index holding the maximum";
   EXPECT_TRUE(combined.count("best"));
+  // The 16-lane max and NaN flags of the CPU's first pass, spread and combined slot by slot.
+  EXPECT_TRUE(by_slot.count("mlanes[16]"));
+  EXPECT_TRUE(by_slot.count("mnans[16]"));
 }
 
 TEST(CudaSchedule, kernel_without_parallel_loop_runs_on_one_thread) {
