@@ -359,17 +359,17 @@ std::unique_ptr<DnnlPrimitive> make_gemm(const Node& node, const std::vector<Sha
 
 // ---- Conv ----
 
-// A buffer of the calling thread for a chain's blocked intermediates, at least `bytes` long and
-// 64-byte aligned, kept across calls (a fresh allocation of a few MB per call costs its page
-// faults again each time). Slots: 0 and 1 alternate as one step's source and the next's
-// destination, 2 holds the chain's input reordered, 3 weights reordered at run time.
+// A buffer of the calling thread for a chain's blocked values, at least `bytes` long and 64-byte
+// aligned, kept across calls (a fresh allocation of a few MB per call costs its page faults again
+// each time). A chain numbers its slots itself.
 float* thread_buffer(size_t slot, size_t bytes) {
   struct Buffer {
     std::unique_ptr<float, decltype(&std::free)> data{nullptr, &std::free};
     size_t bytes = 0;
   };
-  thread_local std::array<Buffer, 4> pool;
-  Buffer& b = pool.at(slot);
+  thread_local std::vector<Buffer> pool;
+  if (pool.size() <= slot) pool.resize(slot + 1);
+  Buffer& b = pool[slot];
   if (b.bytes < bytes) {
     const size_t rounded = (bytes + 63) / 64 * 64;
     b.data.reset(static_cast<float*>(std::aligned_alloc(64, rounded)));
@@ -397,16 +397,21 @@ Reorder make_reorder(const Node& node, const memory::desc& from, const memory::d
 class ConvChain : public DnnlPrimitive {
  public:
   ConvChain(const std::vector<DnnlChainOp>& ops, const std::vector<Shape>& shapes,
-            const std::vector<const Tensor*>& constants)
+            const std::vector<const Tensor*>& constants, std::vector<int> outputs)
       : input_shapes_(shapes), constant_(shapes.size(), false) {
     TERRACE_CHECK(!ops.empty() && ops[0].kind == DnnlChainOp::Kind::Conv, Internal,
                   "tier 1: a convolution chain starts with a Conv");
     for (size_t i = 0; i < constants.size() && i < shapes.size(); ++i) constant_[i] = constants[i] != nullptr;
     parse(ops, shapes);
+    if (outputs.empty()) outputs.push_back(int(ops.size()) - 1);
+    for (int k : outputs) {
+      const int s = step_of_result(ops, k);
+      outputs_.push_back(s);
+      out_shapes_.push_back(steps_[size_t(s)].out_shape);
+    }
     bool empty = false;
     for (const Step& s : steps_)
       empty = empty || has_zero_dim(s.x_shape) || has_zero_dim(s.w_shape) || has_zero_dim(s.out_shape);
-    out_ = steps_.back().out_shape;
     description_ = "oneDNN convolution chain of " + std::to_string(steps_.size()) + ":";
     if (empty) {  // nothing for oneDNN (it divides by zero on such shapes): the reference path
       reference_only_ = true;
@@ -428,76 +433,99 @@ class ConvChain : public DnnlPrimitive {
       unit = unit && g0.strides[d] == 1 && g0.pads_begin[d] == 0 && g0.pads_end[d] == 0;
     const bool plain_edges = steps_.size() == 1 && unit;
     for (size_t k = 0; k < steps_.size(); ++k) build_step(k, plain_edges, constants);
-    const Step &first = steps_.front(), &last = steps_.back();
-    in_user_ = plain(dims_of(first.x_shape));
-    if (first.src != in_user_) in_reorder_ = make_reorder(first.node, in_user_, first.src, first.threads);
-    out_user_ = plain(dims_of(out_));
-    if (last.dst != out_user_) out_reorder_ = make_reorder(last.node, last.dst, out_user_, last.threads);
+    for (size_t j = 0; j < outputs_.size(); ++j) {
+      const Step& s = steps_[size_t(outputs_[j])];
+      out_user_.push_back(plain(dims_of(s.out_shape)));
+      out_reorder_.push_back(s.dst != out_user_.back() ? std::optional(make_reorder(s.node, s.dst, out_user_.back(), s.threads))
+                                                      : std::nullopt);
+    }
+    assign_buffers();
     for (const Step& s : steps_) description_ += "\n  " + s.text;
-    description_ += "\n  layouts: input " + std::string(in_reorder_ ? "reordered from plain" : "plain") + ", output " +
-                    (out_reorder_ ? "reordered to plain" : "plain");
+    description_ += "\n  layouts: input " + std::string(steps_[0].in_reorder ? "reordered from plain" : "plain") + ", " +
+                    std::to_string(outputs_.size()) + " output(s) " +
+                    (out_reorder_.back() ? "reordered to plain" : "plain") + "; " + std::to_string(n_slots_) +
+                    " intermediate buffers";
   }
 
-  const Shape& output_shape() const override { return out_; }
+  const Shape& output_shape() const override { return out_shapes_.front(); }
+  size_t num_outputs() const override { return out_shapes_.size(); }
+  std::vector<Shape> output_shapes() const override { return out_shapes_; }
+  void run(const std::vector<const float*>& in, float* out) const override { run_outputs(in, {out}); }
 
-  void run(const std::vector<const float*>& in, float* out) const override {
-    TERRACE_CHECK(in.size() == input_shapes_.size(), Internal, "tier 1: a convolution chain got ", in.size(),
-                  " inputs, not ", input_shapes_.size());
+  void run_outputs(const std::vector<const float*>& in, const std::vector<float*>& out) const override {
+    TERRACE_CHECK(in.size() == input_shapes_.size() && out.size() == outputs_.size(), Internal,
+                  "tier 1: a convolution chain got ", in.size(), " inputs and ", out.size(), " outputs, not ",
+                  input_shapes_.size(), " and ", outputs_.size());
     if (reference_only_ || (has_activation_ && !inputs_finite(in))) return run_reference(in, out);
-    memory cur;
-    const Step& first = steps_.front();
-    if (in_reorder_) {
-      cur = memory(first.src, cpu_engine(), thread_buffer(2, first.src.get_size()));
-      (*in_reorder_)(wrap(in_user_, in[size_t(first.x)]), cur, first.threads);
-    } else {
-      cur = wrap(first.src, in[size_t(first.x)]);
-    }
+    std::vector<memory> result(steps_.size());  // each step's result, in its buffer
     for (size_t k = 0; k < steps_.size(); ++k) {
       const Step& s = steps_[k];
-      const bool last = k + 1 == steps_.size();
-      memory dst = last && !out_reorder_ ? wrap(s.dst, out)
-                                         : memory(s.dst, cpu_engine(), thread_buffer(k % 2, s.dst.get_size()));
+      memory src;
+      if (s.in_reorder) {  // a chain input, from plain NCHW
+        src = memory(s.src, cpu_engine(), thread_buffer(n_slots_ + 1 + k, s.src.get_size()));
+        (*s.in_reorder)(wrap(s.in_user, in[size_t(s.x)]), src, s.threads);
+      } else {
+        src = s.x >= 0 ? wrap(s.src, in[size_t(s.x)]) : result[size_t(s.x_step)];
+      }
+      memory dst = s.direct_output >= 0 ? wrap(s.dst, out[size_t(s.direct_output)])
+                                        : memory(s.dst, cpu_engine(), thread_buffer(size_t(s.slot), s.dst.get_size()));
       if (s.sum_input >= 0) s.sum_reorder(wrap(s.sum_user, in[size_t(s.sum_input)]), dst, s.threads);
+      if (s.sum_step >= 0 && !s.sum_in_place) s.sum_reorder(result[size_t(s.sum_step)], dst, s.threads);
       memory w = s.weights;
       if (!w) {
         memory user = wrap(s.user_w, in[size_t(s.w)]);
         if (s.w_reorder) {
-          w = memory(s.w_desc, cpu_engine(), thread_buffer(3, s.w_desc.get_size()));
+          w = memory(s.w_desc, cpu_engine(), thread_buffer(n_slots_, s.w_desc.get_size()));
           (*s.w_reorder)(user, w, s.threads);
         } else {
           w = user;
         }
       }
-      std::unordered_map<int, memory> args{{DNNL_ARG_SRC, cur}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_DST, dst}};
+      std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_DST, dst}};
       if (s.b >= 0) args.emplace(DNNL_ARG_BIAS, wrap(s.bias, in[size_t(s.b)]));
       execute(s.conv, s.scratch, std::move(args), s.threads);
-      cur = dst;
+      result[k] = dst;
+      for (size_t j = 0; j < outputs_.size(); ++j)  // results read outside, to plain NCHW now
+        if (outputs_[j] == int(k) && s.direct_output != int(j)) {
+          if (out_reorder_[j]) (*out_reorder_[j])(dst, wrap(out_user_[j], out[j]), s.threads);
+          else std::memcpy(out[j], dst.get_data_handle(), out_user_[j].get_size());
+        }
     }
-    if (out_reorder_) (*out_reorder_)(cur, wrap(out_user_, out), steps_.back().threads);
   }
 
  private:
   struct Step {
     Node node;                   // the Conv
-    int x = -1, w = -1, b = -1;  // chain inputs; x = -1: the previous step's result
+    int x = -1, w = -1, b = -1;  // chain inputs (x: -1 when it is an earlier step's result)
+    int x_step = -1;             // the step whose result is x
+    memory::desc in_user;        // x, a chain input, in plain NCHW
+    std::optional<Reorder> in_reorder;  // ... into the primitive's source layout
     Shape x_shape, w_shape, out_shape;
-    // In order after the convolution: an activation, or a sum of chain input `sum` (activation None).
-    struct Post {
-      DnnlActivation activation;
-      int sum = -1;
-    };
-    std::vector<Post> post;
-    int sum_input = -1;
+    // In order after the convolution: an activation, or a sum (activation None) of chain input
+    // `sum_input` or of step `sum_step`'s result.
+    std::vector<DnnlActivation> post;
+    int sum_input = -1, sum_step = -1;
+    bool sum_in_place = false;  // dst is the summed result's own buffer (its last use)
     int threads = 1;
     dnnl::primitive conv;
     memory::desc scratch, src, dst, user_w, w_desc, bias, sum_user;
     memory weights;                   // constant weights in the primitive's layout
     std::optional<Reorder> w_reorder;  // weights given at run time, into the primitive's layout
-    Reorder sum_reorder;              // the residual, from plain into dst's layout
+    Reorder sum_reorder;              // the addend into dst's layout
+    int slot = -1;                    // the thread buffer holding the result
+    int direct_output = -1;           // the output written in place (plain dst), or -1
     std::string text;
   };
 
   static Dims dims_of(const Shape& s) { return Dims(s.begin(), s.end()); }
+
+  // The step whose result op k's is: op k must be its step's last op.
+  int step_of_result(const std::vector<DnnlChainOp>& ops, int k) const {
+    TERRACE_CHECK(k >= 0 && size_t(k) < op_step_.size() &&
+                      (size_t(k) + 1 == ops.size() || ops[size_t(k) + 1].kind == DnnlChainOp::Kind::Conv),
+                  Internal, "tier 1: a convolution chain reads op ", k, "'s result, which is no step's last");
+    return op_step_[size_t(k)];
+  }
 
   // The ops as steps: each Conv and the activations and Add after it; checks the chain's form.
   void parse(const std::vector<DnnlChainOp>& ops, const std::vector<Shape>& shapes) {
@@ -511,14 +539,15 @@ class ConvChain : public DnnlPrimitive {
       if (op.kind == DnnlChainOp::Kind::Conv) {
         TERRACE_CHECK(op.inputs.size() == 2 || op.inputs.size() == 3, InvalidArgument, op.node.describe(),
                       ": Conv takes 2 or 3 inputs");
-        TERRACE_CHECK((k == 0) == (op.inputs[0] >= 0) && op.inputs[1] >= 0 && (op.inputs.size() == 2 || op.inputs[2] >= 0),
-                      Internal, op.node.describe(), ": a chained Conv reads the previous result as x only");
+        TERRACE_CHECK((k > 0 || op.inputs[0] >= 0) && op.inputs[1] >= 0 && (op.inputs.size() == 2 || op.inputs[2] >= 0),
+                      Internal, op.node.describe(), ": a chained Conv reads an earlier result as x only");
         Step s;
         s.node = op.node;
         s.x = op.inputs[0];
         s.w = op.inputs[1];
         s.b = op.inputs.size() == 3 ? op.inputs[2] : -1;
-        s.x_shape = k == 0 ? input_shape(op, s.x) : steps_.back().out_shape;
+        if (s.x < 0) s.x_step = step_of_result(ops, -1 - s.x);
+        s.x_shape = s.x >= 0 ? input_shape(op, s.x) : steps_[size_t(s.x_step)].out_shape;
         s.w_shape = input_shape(op, s.w);
         const ops::ConvGeometry g = ops::conv_geometry(op.node, s.x_shape, s.w_shape);
         s.out_shape = g.out_shape();
@@ -526,24 +555,30 @@ class ConvChain : public DnnlPrimitive {
           TERRACE_CHECK(input_shape(op, s.b) == Shape{g.cout}, InvalidArgument, op.node.describe(), ": bias ",
                         shape_str(input_shape(op, s.b)), ", expected [", g.cout, "]");
         steps_.push_back(std::move(s));
+        op_step_.push_back(int(steps_.size()) - 1);
         continue;
       }
       TERRACE_CHECK(k > 0, Internal, op.node.describe(), ": a chain starts with a Conv");
       Step& s = steps_.back();
+      op_step_.push_back(int(steps_.size()) - 1);
       if (op.kind == DnnlChainOp::Kind::Activation) {
         TERRACE_CHECK(op.activation.kind != DnnlActivation::Kind::None, Internal, op.node.describe(), ": no activation");
-        s.post.push_back({op.activation, -1});
+        s.post.push_back(op.activation);
         has_activation_ = true;
-      } else {
-        TERRACE_CHECK(ops[k - 1].kind == DnnlChainOp::Kind::Conv && s.sum_input < 0 && op.inputs.size() == 1 &&
-                          op.inputs[0] >= 0,
-                      Internal, op.node.describe(), ": a chained Add follows a Conv and reads one chain input");
-        TERRACE_CHECK(input_shape(op, op.inputs[0]) == s.out_shape, NotImplemented, op.node.describe(),
-                      ": tier 1 fuses an Add of equal shapes only, not ", shape_str(input_shape(op, op.inputs[0])),
-                      " and ", shape_str(s.out_shape));
-        s.sum_input = op.inputs[0];
-        s.post.push_back({{}, op.inputs[0]});
+        continue;
       }
+      TERRACE_CHECK(ops[k - 1].kind == DnnlChainOp::Kind::Conv && s.sum_input < 0 && s.sum_step < 0 &&
+                        op.inputs.size() == 1,
+                    Internal, op.node.describe(), ": a chained Add follows a Conv and reads one other value");
+      const int addend = op.inputs[0];
+      const Shape& shape = addend >= 0 ? input_shape(op, addend) : steps_[size_t(step_of_result(ops, -1 - addend))].out_shape;
+      TERRACE_CHECK(shape == s.out_shape, NotImplemented, op.node.describe(), ": tier 1 fuses an Add of equal shapes only, not ",
+                    shape_str(shape), " and ", shape_str(s.out_shape));
+      TERRACE_CHECK(addend >= 0 || step_of_result(ops, -1 - addend) < int(steps_.size()) - 1, Internal, op.node.describe(),
+                    ": a chained Add reads its own Conv");
+      if (addend >= 0) s.sum_input = addend;
+      else s.sum_step = step_of_result(ops, -1 - addend);
+      s.post.push_back({});  // the sum's place among the post-ops
     }
   }
 
@@ -562,7 +597,8 @@ class ConvChain : public DnnlPrimitive {
     s.bias = plain({g.cout});
     s.threads = threads_for(double(shape_numel(s.out_shape)) * double(g.cin_g()) * double(g.kernel_size()));
     auto any = [](const Dims& d) { return memory::desc(d, memory::data_type::f32, memory::format_tag::any); };
-    const memory::desc src = plain_edges ? plain(dims_of(s.x_shape)) : any(dims_of(s.x_shape));
+    // A step reads its source in the layout its producer wrote.
+    const memory::desc src = s.x < 0 ? steps_[size_t(s.x_step)].dst : plain_edges ? plain(dims_of(s.x_shape)) : any(dims_of(s.x_shape));
     const memory::desc dst = plain_edges ? plain(dims_of(s.out_shape)) : any(dims_of(s.out_shape));
     const Tensor* constant_w = size_t(s.w) < constants.size() ? constants[size_t(s.w)] : nullptr;
     auto pd = building(s.node, s.threads, [&] {
@@ -575,9 +611,9 @@ class ConvChain : public DnnlPrimitive {
                                                      dnnl::algorithm::convolution_direct, src, weights, dst, strides,
                                                      dil, pad_l, pad_r);
       dnnl::post_ops post;
-      for (const Step::Post& p : s.post) {
-        if (p.sum >= 0) post.append_sum(1.0f);  // dst = conv + dst, dst holding the residual
-        else append_activation(post, p.activation);
+      for (const DnnlActivation& a : s.post) {
+        if (a.kind == DnnlActivation::Kind::None) post.append_sum(1.0f);  // dst = conv + dst, dst holding the addend
+        else append_activation(post, a);
       }
       dnnl::primitive_attr attr = user_scratchpad();
       attr.set_post_ops(post);
@@ -588,10 +624,17 @@ class ConvChain : public DnnlPrimitive {
     s.src = pd.src_desc();
     s.dst = pd.dst_desc();
     s.w_desc = pd.weights_desc();
+    TERRACE_CHECK(s.x >= 0 || s.src == steps_[size_t(s.x_step)].dst, Internal, s.node.describe(),
+                  ": oneDNN chose another source layout than its producer's");
+    if (s.x >= 0) {
+      s.in_user = plain(dims_of(s.x_shape));
+      if (s.src != s.in_user) s.in_reorder = make_reorder(s.node, s.in_user, s.src, s.threads);
+    }
     if (s.sum_input >= 0) {
       s.sum_user = plain(dims_of(s.out_shape));
       s.sum_reorder = make_reorder(s.node, s.sum_user, s.dst, s.threads);
     }
+    if (s.sum_step >= 0) s.sum_reorder = make_reorder(s.node, steps_[size_t(s.sum_step)].dst, s.dst, s.threads);
     if (constant_w) {
       s.weights = memory(s.w_desc, cpu_engine());
       make_reorder(s.node, s.user_w, s.w_desc, s.threads)(wrap(s.user_w, constant_w->data<float>()), s.weights, s.threads);
@@ -599,15 +642,57 @@ class ConvChain : public DnnlPrimitive {
       s.w_reorder = make_reorder(s.node, s.user_w, s.w_desc, s.threads);
     }
     s.text = "convolution_forward (" + s.node.describe() + ", " + pd.impl_info_str() + "): src " +
-             dims_str(s.x_shape.empty() ? Dims{} : dims_of(s.x_shape)) + ", weights " + dims_str(w) +
+             (s.x >= 0 ? "input " + std::to_string(s.x) : "step " + std::to_string(s.x_step)) + " " +
+             dims_str(dims_of(s.x_shape)) + ", weights " + dims_str(w) +
              (constant_w ? " (constant, reordered once)" : s.w_reorder ? " (reordered each call)" : "") +
              (s.b >= 0 ? ", bias" : "") + " -> dst " + dims_str(dims_of(s.out_shape)) + "; strides " +
              dims_str(strides) + ", dilations (gaps) " + dims_str(dil) + ", pads " + dims_str(pad_l) + " " +
              dims_str(pad_r) + ", groups " + std::to_string(g.group) + "; post-ops:";
-    for (const Step::Post& p : s.post)
-      s.text += p.sum >= 0 ? " sum(input " + std::to_string(p.sum) + ")" : " " + activation_name(p.activation);
+    for (const DnnlActivation& a : s.post)
+      s.text += a.kind != DnnlActivation::Kind::None ? " " + activation_name(a)
+                : s.sum_input >= 0                    ? " sum(input " + std::to_string(s.sum_input) + ")"
+                                                      : " sum(step " + std::to_string(s.sum_step) + ")";
     if (s.post.empty()) s.text += " none";
     s.text += "; " + std::to_string(s.threads) + " OpenMP threads";
+  }
+
+  // Which thread buffer holds each step's result: a buffer is free again after its value's last
+  // reader; a sum whose addend is another step's result at its last use writes into that
+  // result's buffer (in place, no copy); the last step writes a plain output directly.
+  void assign_buffers() {
+    const size_t n = steps_.size();
+    std::vector<int> last_use(n, -1);
+    for (size_t k = 0; k < n; ++k) {
+      if (steps_[k].x_step >= 0) last_use[size_t(steps_[k].x_step)] = std::max(last_use[size_t(steps_[k].x_step)], int(k));
+      if (steps_[k].sum_step >= 0) last_use[size_t(steps_[k].sum_step)] = std::max(last_use[size_t(steps_[k].sum_step)], int(k));
+    }
+    std::vector<int> holder;  // per slot: the step whose result it holds, or -1
+    for (size_t k = 0; k < n; ++k) {
+      Step& s = steps_[k];
+      for (int& h : holder)  // values whose last reader came before k are dead
+        if (h >= 0 && last_use[size_t(h)] < int(k)) h = -1;
+      if (k + 1 == n && outputs_.size() == 1 && outputs_[0] == int(k) && !out_reorder_[0] && s.sum_step < 0) {
+        s.direct_output = 0;
+        continue;
+      }
+      if (s.sum_step >= 0 && last_use[size_t(s.sum_step)] == int(k) && steps_[size_t(s.sum_step)].dst == s.dst &&
+          steps_[size_t(s.sum_step)].slot >= 0) {
+        s.sum_in_place = true;
+        s.slot = steps_[size_t(s.sum_step)].slot;
+        holder[size_t(s.slot)] = int(k);
+        continue;
+      }
+      int slot = -1;  // a free buffer (one this step reads is not free: it holds a live value)
+      for (size_t i = 0; i < holder.size() && slot < 0; ++i)
+        if (holder[i] < 0) slot = int(i);
+      if (slot < 0) {
+        slot = int(holder.size());
+        holder.push_back(-1);
+      }
+      s.slot = slot;
+      holder[size_t(slot)] = int(k);
+    }
+    n_slots_ = holder.size();
   }
 
   // Every input that is not a constant (constants were checked once) holds finite values only.
@@ -622,43 +707,50 @@ class ConvChain : public DnnlPrimitive {
   // post-ops one by one as the interpreter's Relu, Clip and Add compute them. For zero-sized
   // tensors (nothing reaches oneDNN) and inputs that are not all finite (oneDNN's fused
   // activations treat infinities and NaN unlike the interpreter, see all_finite).
-  void run_reference(const std::vector<const float*>& in, float* out) const {
+  void run_reference(const std::vector<const float*>& in, const std::vector<float*>& out) const {
     auto tensor_of = [&](int i) {
       Tensor t = Tensor::empty(DType::Float32, input_shapes_[size_t(i)]);
       if (t.numel() > 0) std::memcpy(t.data<float>(), in[size_t(i)], t.nbytes());
       return RValue(std::move(t));
     };
-    Tensor cur;
+    std::vector<Tensor> result(steps_.size());
     for (size_t k = 0; k < steps_.size(); ++k) {
       const Step& s = steps_[k];
-      RValue x = k == 0 ? tensor_of(s.x) : RValue(cur), w = tensor_of(s.w), b;
+      RValue x = s.x >= 0 ? tensor_of(s.x) : RValue(result[size_t(s.x_step)]), w = tensor_of(s.w), b;
       std::vector<const RValue*> args{&x, &w};
       if (s.b >= 0) {
         b = tensor_of(s.b);
         args.push_back(&b);
       }
-      cur = interpret_node(s.node, args).at(0).tensor;
-      float* y = cur.data<float>();
-      const size_t n = size_t(cur.numel());
-      for (const Step::Post& p : s.post) {
-        if (p.sum < 0) {
-          apply_activation(p.activation, y, n);
+      Tensor y = interpret_node(s.node, args).at(0).tensor;
+      float* p = y.data<float>();
+      const size_t n = size_t(y.numel());
+      for (const DnnlActivation& a : s.post) {
+        if (a.kind != DnnlActivation::Kind::None) {
+          apply_activation(a, p, n);
           continue;
         }
-        const float* r = in[size_t(p.sum)];
-        for (size_t i = 0; i < n; ++i) y[i] = y[i] + r[i];
+        const float* r = s.sum_input >= 0 ? in[size_t(s.sum_input)] : result[size_t(s.sum_step)].data<float>();
+        for (size_t i = 0; i < n; ++i) p[i] = p[i] + r[i];
       }
+      result[k] = std::move(y);
     }
-    if (cur.numel() > 0) std::memcpy(out, cur.data<float>(), cur.nbytes());
+    for (size_t j = 0; j < outputs_.size(); ++j) {
+      const Tensor& y = result[size_t(outputs_[j])];
+      if (y.numel() > 0) std::memcpy(out[j], y.data<float>(), y.nbytes());
+    }
   }
 
   std::vector<Shape> input_shapes_;
   std::vector<bool> constant_;
   std::vector<Step> steps_;
-  Shape out_;
+  std::vector<int> op_step_;     // per op: its step
+  std::vector<int> outputs_;     // per output: the step whose result it is
+  std::vector<Shape> out_shapes_;
   bool reference_only_ = false, has_activation_ = false;
-  memory::desc in_user_, out_user_;
-  std::optional<Reorder> in_reorder_, out_reorder_;
+  size_t n_slots_ = 0;
+  std::vector<memory::desc> out_user_;
+  std::vector<std::optional<Reorder>> out_reorder_;
 };
 
 // A Conv whose input, weights or output hold no element, as an EmptySum; nullptr otherwise.
@@ -820,8 +912,9 @@ class Pool : public DnnlPrimitive {
 
 std::unique_ptr<DnnlPrimitive> make_dnnl_conv_chain(const std::vector<DnnlChainOp>& ops,
                                                     const std::vector<Shape>& input_shapes,
-                                                    const std::vector<const Tensor*>& constants) {
-  return std::make_unique<ConvChain>(ops, input_shapes, constants);
+                                                    const std::vector<const Tensor*>& constants,
+                                                    const std::vector<int>& outputs) {
+  return std::make_unique<ConvChain>(ops, input_shapes, constants, outputs);
 }
 
 std::string dnnl_can_compile(const Node& node, const std::vector<DType>& dtypes,
@@ -852,7 +945,7 @@ std::unique_ptr<DnnlPrimitive> make_dnnl_primitive(const Node& node, const std::
       std::vector<DnnlChainOp> chain{{DnnlChainOp::Kind::Conv, node, shapes.size() == 3 ? std::vector<int>{0, 1, 2} : std::vector<int>{0, 1}, {}}};
       if (activation.kind != DnnlActivation::Kind::None)
         chain.push_back({DnnlChainOp::Kind::Activation, node, {}, activation});
-      return std::make_unique<ConvChain>(chain, shapes, constants);
+      return std::make_unique<ConvChain>(chain, shapes, constants, std::vector<int>{});
     }
     case Op::MaxPool:
     case Op::AveragePool:

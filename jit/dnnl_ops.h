@@ -17,6 +17,14 @@ class DnnlPrimitive {
   virtual const Shape& output_shape() const = 0;
   // inputs: the node's inputs in ONNX order (nullptr for an absent optional one).
   virtual void run(const std::vector<const float*>& inputs, float* output) const = 0;
+  // A primitive with several outputs (a convolution chain whose intermediate results are read
+  // outside its region): their shapes in order, the first being output_shape(), and a run that
+  // writes them all.
+  virtual size_t num_outputs() const { return 1; }
+  virtual std::vector<Shape> output_shapes() const { return {output_shape()}; }
+  virtual void run_outputs(const std::vector<const float*>& inputs, const std::vector<float*>& outputs) const {
+    run(inputs, outputs.at(0));
+  }
   // What the primitive is, for dumps and repros: the oneDNN primitive, its shapes, attributes and
   // post-ops ("oneDNN matmul: src [5,7] x weights [7,3] -> dst [5,3]; post-ops: relu").
   std::string describe() const { return description_; }
@@ -48,8 +56,8 @@ std::unique_ptr<DnnlPrimitive> make_dnnl_primitive(const Node& node, const std::
                                                    const std::vector<const Tensor*>& constants,
                                                    DnnlActivation activation = {});
 
-// One op of a convolution chain (make_dnnl_conv_chain). `inputs` name chain inputs by index, -1
-// for the previous op's result: a Conv's x, w and optional b; an Add's other operand.
+// One op of a convolution chain (make_dnnl_conv_chain). `inputs` name chain inputs by index
+// (>= 0) or op k's result (-1 - k): a Conv's x, w and optional b; an Add's other operand.
 struct DnnlChainOp {
   enum class Kind { Conv, Activation, Add } kind = Kind::Conv;
   Node node;                    // the ONNX node (a Conv's attributes; names in errors)
@@ -57,20 +65,23 @@ struct DnnlChainOp {
   DnnlActivation activation;    // Kind::Activation
 };
 
-// Convolutions one after the other, each with the activations and the residual Add that follow it
-// as post-ops (ResNet's Conv-Relu-Conv-Relu-Conv-Add-Relu, MobileNetV2's Conv-Clip-Conv-Clip-Conv),
-// run in the layouts oneDNN chooses (blocked, e.g. nChw16c on AVX-512): the chain's input is
-// reordered from plain NCHW once, the intermediates never leave the blocked layout, the result is
-// reordered back once; constant weights are reordered once, here. The first op is a Conv reading
-// a chain input; each later Conv reads the previous op's result, an activation follows a Conv or
-// an Add, an Add follows a Conv and reads a chain input of its result's shape. A single Conv
+// Convolutions, each with the activations and the residual Add that follow it as post-ops
+// (ResNet's Conv-Relu-Conv-Relu-Conv-Add-Relu, MobileNetV2's Conv-Clip-Conv-Clip-Conv, whole
+// stages of them), run in the layouts oneDNN chooses (blocked, e.g. nChw16c on AVX-512): the
+// chain's input is reordered from plain NCHW once, the intermediates never leave the blocked
+// layout, the outputs are reordered back once; constant weights are reordered once, here. The
+// first op is a Conv reading a chain input; each later Conv reads an earlier result (the last op
+// of a Conv and its post-ops), an activation follows a Conv or an Add, an Add follows a Conv and
+// reads a chain input or an earlier result of its shape. `outputs`: the ops whose results run()
+// writes, in order (empty: the last op's). A single Conv
 // whose kernel is 1x1 keeps plain layouts (as fast as reordering at its edges, measured). A chain
 // with a zero-sized tensor never reaches oneDNN, and one whose inputs are not all finite runs
 // with the interpreter's semantics (its Conv kernel and its activations). run() takes the chain
 // inputs in order.
 std::unique_ptr<DnnlPrimitive> make_dnnl_conv_chain(const std::vector<DnnlChainOp>& ops,
                                                     const std::vector<Shape>& input_shapes,
-                                                    const std::vector<const Tensor*>& constants);
+                                                    const std::vector<const Tensor*>& constants,
+                                                    const std::vector<int>& outputs = {});
 
 // "" when make_dnnl_primitive handles this node with float32 inputs of these ranks (shapes may
 // still be refused at compile time), else the reason.

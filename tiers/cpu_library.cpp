@@ -77,6 +77,16 @@ const Node* producer_of(const Graph& g, int v) {
   return p < 0 ? nullptr : &g.nodes[size_t(p)];
 }
 
+// True when value v has one reader: one node input (captures by subgraphs count) and no graph output.
+bool only_reader(const Graph& g, int v) {
+  int readers = int(std::count(g.outputs.begin(), g.outputs.end(), v));
+  for (const Node& n : g.nodes) {
+    readers += int(std::count(n.inputs.begin(), n.inputs.end(), v));
+    for (int c : g.captured_by(n)) readers += c == v;
+  }
+  return readers == 1;
+}
+
 // True when `next`, reading `last`'s result as its data input, can be the next Conv of a chain:
 // constant weights and bias, float32, a shape tier 1 runs.
 bool chains_conv(const Graph& g, const Node& last, const Node& next) {
@@ -131,13 +141,16 @@ std::string can_compile(const Graph& g, const Node& node) {
 }
 
 // A library region grows from its op: a MatMul or Gemm takes the activation after it; a Conv
-// takes activations, the next Conv, and a residual Add after a Conv, one after the other.
+// takes activations, the next Conv, and a residual Add after a Conv. An activation or an Add
+// becomes a post-op of the op before it, so it must be that op's result's only reader (the
+// partition also asks about readers that are not).
 bool absorbs(const Graph& g, const Node& last, const Node& next) {
   if (last.outputs.size() != 1 || last.outputs[0] < 0) return false;
-  const bool activation = activation_of(g, next).has_value();
+  const bool activation = activation_of(g, next).has_value() && only_reader(g, last.outputs[0]);
   if (last.op == Op::MaxPool || last.op == Op::AveragePool) return false;
   if (last.op == Op::MatMul || last.op == Op::Gemm) return activation;
-  if (last.op == Op::Conv) return activation || chains_conv(g, last, next) || chains_add(g, last, next);
+  if (last.op == Op::Conv)
+    return activation || chains_conv(g, last, next) || (chains_add(g, last, next) && only_reader(g, last.outputs[0]));
   // `last` is an activation or an Add already in a Conv's region: the next Conv, or an
   // activation after an Add.
   const Node* before = producer_of(g, last.inputs.empty() ? -1 : last.inputs[0]);
@@ -159,7 +172,7 @@ bool absorbs(const Graph& g, const Node& last, const Node& next) {
 // kernel is off by the size of the terms, far outside.
 std::vector<Tensor> error_allowance(const Graph& g, const Region& region, const std::vector<Tensor>& inputs) {
   std::vector<Tensor> out(region.outputs.size());
-  if (region.outputs.size() != 1 || !is_library_op(g.nodes[size_t(region.nodes[0])].op)) return out;
+  if (!is_library_op(g.nodes[size_t(region.nodes[0])].op)) return out;
   const double u = std::ldexp(1.0, -24);
   const Node& first = g.nodes[size_t(region.nodes[0])];
   if (first.op == Op::MaxPool) return out;  // oneDNN's max is one of the inputs, as the interpreter's
@@ -212,16 +225,16 @@ std::vector<Tensor> error_allowance(const Graph& g, const Region& region, const 
         ptrs.push_back(&args.back());
       }
       bound[result] = interpret_node(magnitude, ptrs).at(0).tensor;
-    } else if (node.op == Op::Add) {
-      const int conv = node.inputs[0] == node.inputs[1] ? node.inputs[0]
-                       : bound.count(node.inputs[0])     ? node.inputs[0]
-                                                         : node.inputs[1];
-      Tensor e = bound.at(conv).clone();
+    } else if (node.op == Op::Add) {  // E = (1 + 2u) (E_a + E_b) + 2u |a + b|, either bound possibly 0
       RValue x(value_of(node.inputs[0])), y(value_of(node.inputs[1]));
       value[result] = interpret_node(node, {&x, &y}).at(0).tensor;
       const float* s = value[result].data<float>();
-      for (int64_t i = 0; i < e.numel(); ++i)
-        e.data<double>()[i] = (1 + 2 * u) * e.data<double>()[i] + 2 * u * std::abs(double(s[i]));
+      Tensor e = Tensor::zeros(DType::Float64, value[result].shape());
+      double* pe = e.data<double>();
+      for (int v : {node.inputs[0], node.inputs[1]})
+        if (auto b = bound.find(v); b != bound.end())
+          for (int64_t i = 0; i < e.numel(); ++i) pe[i] += b->second.data<double>()[i];
+      for (int64_t i = 0; i < e.numel(); ++i) pe[i] = (1 + 2 * u) * pe[i] + 2 * u * std::abs(double(s[i]));
       bound[result] = std::move(e);
       continue;
     } else {
@@ -240,7 +253,7 @@ std::vector<Tensor> error_allowance(const Graph& g, const Region& region, const 
     }
     value[result] = interpret_node(node, ptrs).at(0).tensor;
   }
-  out[0] = bound.at(g.nodes[size_t(region.nodes.back())].outputs[0]);
+  for (size_t j = 0; j < region.outputs.size(); ++j) out[j] = bound.at(region.outputs[j]);
   return out;
 }
 
@@ -252,12 +265,12 @@ LibraryPart compile_library(const Graph& g, const Region& region, std::vector<ke
   const Node& node = g.nodes[size_t(region.nodes[0])];
   TERRACE_CHECK(node.outputs.size() == 1 && node.outputs[0] >= 0, NotImplemented, node.describe(),
                 ": tier 1 runs single-output library ops");
-  TERRACE_ASSERT(region.outputs.size() == 1 && region.outputs[0] == g.nodes[size_t(region.nodes.back())].outputs[0],
-                 "tier 1: a library region's one output is its last node's");
   LibraryPart part;
   part.node = node.describe();
   if (node.op != Op::Conv) {
-    TERRACE_ASSERT(region.nodes.size() <= 2, "tier 1: a product's region holds it and at most its activation");
+    TERRACE_ASSERT(region.nodes.size() <= 2 && region.outputs.size() == 1 &&
+                       region.outputs[0] == g.nodes[size_t(region.nodes.back())].outputs[0],
+                   "tier 1: a product's or pool's region holds it and at most its activation, its one output");
     std::optional<jit::DnnlActivation> act;
     if (region.nodes.size() == 2) act = activation_of(g, g.nodes[size_t(region.nodes[1])]);
     TERRACE_ASSERT(region.nodes.size() == 1 || act, "tier 1: a library region's second node is no activation");
@@ -280,12 +293,17 @@ LibraryPart compile_library(const Graph& g, const Region& region, std::vector<ke
       part.slots.push_back(int(i));
     }
     std::vector<jit::DnnlChainOp> ops;
-    int previous = -1;  // the value the last op produced
+    std::map<int, int> op_of;  // value id -> the op (index) that produces it
+    int previous = -1;         // the value the last op produced
+    // A chain input's index, or -1 - k for op k's result.
+    auto index = [&](int v) {
+      auto it = op_of.find(v);
+      return it != op_of.end() ? -1 - it->second : int(region_input_index(region, v));
+    };
     for (int n : region.nodes) {
       const Node& op = g.nodes[size_t(n)];
       jit::DnnlChainOp c;
       c.node = op;
-      auto index = [&](int v) { return v == previous ? -1 : v < 0 ? -2 : int(region_input_index(region, v)); };
       if (op.op == Op::Conv) {
         c.kind = jit::DnnlChainOp::Kind::Conv;
         for (int v : op.inputs)
@@ -299,13 +317,18 @@ LibraryPart compile_library(const Graph& g, const Region& region, std::vector<ke
         TERRACE_ASSERT(act.has_value(), "tier 1: a convolution region holds a node that is no activation");
         c.activation = *act;
       }
+      op_of[op.outputs[0]] = int(ops.size());
       ops.push_back(std::move(c));
       previous = op.outputs[0];
     }
-    part.primitive = jit::make_dnnl_conv_chain(ops, shapes, constants);
+    std::vector<int> outputs;
+    for (int v : region.outputs) outputs.push_back(op_of.at(v));
+    part.primitive = jit::make_dnnl_conv_chain(ops, shapes, constants, outputs);
   }
-  slots.push_back({DType::Float32, part.primitive->output_shape()});
-  part.slots.push_back(int(slots.size()) - 1);
+  for (const Shape& s : part.primitive->output_shapes()) {  // the region's outputs, in order
+    slots.push_back({DType::Float32, s});
+    part.slots.push_back(int(slots.size()) - 1);
+  }
   return part;
 }
 

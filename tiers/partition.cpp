@@ -88,11 +88,23 @@ Plan partition(const Graph& g, const CompilablePredicate& can_compile,
     for (int u : users[size_t(i)])
       if (--pending[size_t(u)] == 0) make_ready(u);
     if (!by_itself) continue;
-    // The region grows along the chain of only readers that `absorbs` accepts, each asked about
-    // the region's last node (tier 1: a Relu after a Conv, then the next Conv, ...).
-    for (int last = i, u; (u = absorbable(last)) >= 0; last = u) {
-      Region& r = plan.regions[size_t(region_of[size_t(i)])];
-      if (max_nodes > 0 && r.nodes.size() >= max_nodes) break;
+    // The region grows by the nodes `absorbs` accepts: first the only reader of its last node
+    // (tier 1: a Relu after a Conv, the next Conv, ...), else a ready node whose first input the
+    // region produced, asked about that input's producer (the next block's Conv reading a value
+    // that a residual Add reads later). Not bounded by max_nodes: a library region compiles op
+    // by op, in time linear in its size.
+    const int opened = region_of[size_t(i)];
+    auto reads_region = [&]() {
+      for (int u : ready_compilable) {
+        const Node& node = g.nodes[size_t(u)];
+        const int v = node.inputs.empty() ? -1 : node.inputs[0];
+        const int p = v < 0 ? -1 : producer[size_t(v)];
+        if (p >= 0 && region_of[size_t(p)] == opened && absorbs(g, g.nodes[size_t(p)], node)) return u;
+      }
+      return -1;
+    };
+    for (int last = i, u; (u = absorbable(last)) >= 0 || (absorbs && (u = reads_region()) >= 0); last = u) {
+      Region& r = plan.regions[size_t(opened)];
       ready_compilable.erase(u);
       r.nodes.push_back(u);
       r.op_names.push_back(op_name(g.nodes[size_t(u)].op));

@@ -36,15 +36,16 @@ using CompilablePredicate = std::function<std::string(const Graph&, const Node&)
 // Conv), each validated alone against an error bound for its own arithmetic.
 using AlonePredicate = std::function<bool(const Node&)>;
 
-// True when the node `next`, the only reader of `last`'s result, joins the region that an
-// `alone` node opened and `last` ends so far (tier 1: a Relu or Clip after a Conv, the next Conv,
-// a residual Add, run as one chain of oneDNN primitives).
+// True when the node `next`, reading `last`'s result (as its only reader, or as its first input),
+// joins the region that an `alone` node opened and that holds `last` (tier 1: a Relu or Clip
+// after a Conv, the next Conv, a residual Add, run as one chain of oneDNN primitives).
 using AbsorbPredicate = std::function<bool(const Graph&, const Node& last, const Node& next)>;
 
 // Orders the nodes so that compilable nodes run in as few contiguous runs as possible (each run
 // is convex: a contiguous stretch of a topological order), and makes each run a region; a node
-// `alone` names is a run by itself, with the chain of only readers that `absorbs` accepts, one
-// after the other.
+// `alone` names is a run by itself, with the nodes `absorbs` accepts after it: the only reader of
+// the region's last node, else a ready node whose first input the region produced (asked about
+// that input's producer), one after the other.
 // A region holds at most `max_nodes` nodes (0: no limit): a compiler's time grows faster than
 // linearly with a kernel's size (tier 1: a 3,000-op chain took 8 s, 1,000 results of one fused
 // kernel 21 s), so large fusible stretches are cut into regions that compile in bounded time.

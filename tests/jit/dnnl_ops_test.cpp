@@ -251,8 +251,9 @@ TEST(DnnlOps, FusedClipMatchesTheTwoOps) {
 
 using Ints = std::vector<int64_t>;
 
-// A chain and its inputs: `ops` read chain inputs by index (-1: the previous op's result).
+// A chain and its inputs: `ops` read chain inputs by index, op k's result as -1 - k.
 struct Chain {
+  static constexpr int kPrevious = -1000;  // in conv(): the last op's result
   std::vector<jit::DnnlChainOp> ops;
   std::vector<Tensor> inputs;
   std::vector<bool> constant;  // per input: handed over at compile time
@@ -267,6 +268,7 @@ struct Chain {
     op.node = make_node(Op::Conv, bias ? 3 : 2, attrs);
     op.node.name = "conv" + std::to_string(ops.size());
     const int64_t cout = w[0];
+    if (x == kPrevious) x = -int(ops.size());
     op.inputs = {x, input(random_tensor(DType::Float32, w, -0.5, 0.5, uint32_t(ops.size() + 7), false), constant_weights)};
     if (bias) op.inputs.push_back(input(random_tensor(DType::Float32, {cout}, -0.5, 0.5, uint32_t(ops.size() + 90), false), true));
     ops.push_back(std::move(op));
@@ -286,11 +288,12 @@ struct Chain {
     ops.push_back(std::move(op));
   }
 
-  // The chain op by op on the interpreter.
-  Tensor reference() const {
+  // The chain op by op on the interpreter: the last op's result, or op k's.
+  Tensor reference(int k = -1) const {
+    std::vector<Tensor> results;
     Tensor cur;
     for (const jit::DnnlChainOp& op : ops) {
-      auto in = [&](int i) { return i < 0 ? cur : inputs[size_t(i)]; };
+      auto in = [&](int i) { return i < 0 ? results.at(size_t(-1 - i)) : inputs[size_t(i)]; };
       if (op.kind == jit::DnnlChainOp::Kind::Conv) {
         std::vector<Tensor> args;
         for (int i : op.inputs) args.push_back(in(i));
@@ -302,23 +305,36 @@ struct Chain {
       } else {
         cur = run1(Op::Clip, {cur, Tensor::scalar(op.activation.lo), Tensor::scalar(op.activation.hi)});
       }
+      results.push_back(cur);
     }
-    return cur;
+    return k < 0 ? cur : results.at(size_t(k));
   }
-  std::unique_ptr<jit::DnnlPrimitive> compile() const {
+  std::unique_ptr<jit::DnnlPrimitive> compile(const std::vector<int>& outputs = {}) const {
     std::vector<Shape> shapes;
     std::vector<const Tensor*> constants;
     for (size_t i = 0; i < inputs.size(); ++i) {
       shapes.push_back(inputs[i].shape());
       constants.push_back(constant[i] ? &inputs[i] : nullptr);
     }
-    return jit::make_dnnl_conv_chain(ops, shapes, constants);
+    return jit::make_dnnl_conv_chain(ops, shapes, constants, outputs);
   }
   Tensor run(const jit::DnnlPrimitive& prim) const {
     Tensor got = Tensor::empty(DType::Float32, prim.output_shape());
     std::vector<const float*> ptrs;
     for (const Tensor& t : inputs) ptrs.push_back(t.data<float>());
     prim.run(ptrs, got.data<float>());
+    return got;
+  }
+  std::vector<Tensor> run_all(const jit::DnnlPrimitive& prim) const {
+    std::vector<Tensor> got;
+    std::vector<float*> outs;
+    for (const Shape& s : prim.output_shapes()) {
+      got.push_back(Tensor::empty(DType::Float32, s));
+      outs.push_back(got.back().data<float>());
+    }
+    std::vector<const float*> ptrs;
+    for (const Tensor& t : inputs) ptrs.push_back(t.data<float>());
+    prim.run_outputs(ptrs, outs);
     return got;
   }
 };
@@ -334,9 +350,9 @@ Chain inverted_residual(Shape x, int64_t expand, int64_t stride, bool residual) 
   const int in = c.input(random_tensor(DType::Float32, x, -1, 1, 3, false), false);
   c.conv(in, {hidden, cin, 1, 1}, true, {});
   c.activation(kRelu6);
-  c.conv(-1, {hidden, 1, 3, 3}, true, {{"group", hidden}, {"pads", Ints{1, 1, 1, 1}}, {"strides", Ints{stride, stride}}});
+  c.conv(Chain::kPrevious, {hidden, 1, 3, 3}, true, {{"group", hidden}, {"pads", Ints{1, 1, 1, 1}}, {"strides", Ints{stride, stride}}});
   c.activation(kRelu6);
-  c.conv(-1, {cin, hidden, 1, 1}, true, {});
+  c.conv(Chain::kPrevious, {cin, hidden, 1, 1}, true, {});
   if (residual) c.add(in);
   return c;
 }
@@ -347,9 +363,9 @@ Chain bottleneck(Shape x, int64_t mid) {
   const int in = c.input(random_tensor(DType::Float32, x, -1, 1, 4, false), false);
   c.conv(in, {mid, x[1], 1, 1}, true, {});
   c.activation(kRelu);
-  c.conv(-1, {mid, mid, 3, 3}, true, {{"pads", Ints{1, 1, 1, 1}}});
+  c.conv(Chain::kPrevious, {mid, mid, 3, 3}, true, {{"pads", Ints{1, 1, 1, 1}}});
   c.activation(kRelu);
-  c.conv(-1, {x[1], mid, 1, 1}, true, {});
+  c.conv(Chain::kPrevious, {x[1], mid, 1, 1}, true, {});
   c.add(in);
   c.activation(kRelu);
   return c;
@@ -367,7 +383,7 @@ TEST(DnnlOps, ConvChainsMatchTheInterpreterOpByOp) {
     const int in = c.input(random_tensor(DType::Float32, {1, 6, 30}, -1, 1, 5, false), false);
     c.conv(in, {8, 6, 3}, false, {{"dilations", Ints{2}}}, false);
     c.activation(kRelu);
-    c.conv(-1, {5, 8, 5}, true, {{"strides", Ints{2}}, {"pads", Ints{2, 1}}}, false);
+    c.conv(Chain::kPrevious, {5, 8, 5}, true, {{"strides", Ints{2}}, {"pads", Ints{2, 1}}}, false);
     chains.emplace_back("1-D, weights at run time", std::move(c));
   }
   for (const auto& [what, c] : chains) {
@@ -380,6 +396,47 @@ TEST(DnnlOps, ConvChainsMatchTheInterpreterOpByOp) {
   }
 }
 
+// A ResNet stage as one chain: a block with a downsampling Conv on the shortcut (both branches
+// read the stage's input), then an identity block whose Add reads the first block's output, an
+// earlier result; three outputs, two of them intermediate. Each matches the interpreter.
+TEST(DnnlOps, ConvChainsWithBranchesAndSeveralOutputsMatchTheInterpreter) {
+  Chain c;
+  const int x = c.input(random_tensor(DType::Float32, {1, 16, 12, 12}, -1, 1, 8, false), false);
+  const Ints pads{1, 1, 1, 1};
+  c.conv(x, {8, 16, 1, 1}, true, {});                                           // 0
+  c.activation(kRelu);                                                          // 1
+  c.conv(-1 - 1, {8, 8, 3, 3}, true, {{"pads", pads}, {"strides", Ints{2, 2}}});  // 2
+  c.activation(kRelu);                                                          // 3
+  c.conv(-1 - 3, {32, 8, 1, 1}, true, {});                                      // 4
+  c.conv(x, {32, 16, 1, 1}, true, {{"strides", Ints{2, 2}}});                   // 5: the shortcut
+  c.add(-1 - 4);                                                                // 6
+  c.activation(kRelu);                                                          // 7: block 1's output
+  c.conv(-1 - 7, {8, 32, 1, 1}, true, {});                                      // 8
+  c.activation(kRelu);                                                          // 9
+  c.conv(-1 - 9, {8, 8, 3, 3}, true, {{"pads", pads}});                         // 10
+  c.activation(kRelu);                                                          // 11
+  c.conv(-1 - 11, {32, 8, 1, 1}, true, {});                                     // 12
+  c.add(-1 - 7);                                                                // 13
+  c.activation(kRelu);                                                          // 14
+  const std::vector<int> outputs{14, 7, 11};
+  auto prim = c.compile(outputs);
+  ASSERT_EQ(prim->num_outputs(), 3u);
+  for (int call = 0; call < 2; ++call) {
+    std::vector<Tensor> got = c.run_all(*prim);
+    for (size_t j = 0; j < outputs.size(); ++j)
+      expect_close(got[j], c.reference(outputs[j]), "output " + std::to_string(j) + ", call " + std::to_string(call));
+  }
+  for (int poison = 0; poison < 2; ++poison) {  // the reference path gives every output too
+    Chain d = c;
+    d.inputs[0] = c.inputs[0].clone();
+    d.inputs[0].data<float>()[5] = poison ? NAN : -INFINITY;
+    std::vector<Tensor> got = d.run_all(*prim);
+    for (size_t j = 0; j < outputs.size(); ++j) expect_close(got[j], d.reference(outputs[j]), "non-finite input");
+  }
+  const std::string text = prim->describe();
+  EXPECT_NE(text.find("sum(step 3)"), std::string::npos) << text;  // the identity block adds block 1's output
+}
+
 // Zero-sized tensors anywhere in a chain: the interpreter's answer (an empty result, or the bias
 // through the activations when the sums are empty), without reaching oneDNN.
 TEST(DnnlOps, ConvChainsWithZeroSizedTensorsGiveTheInterpretersAnswer) {
@@ -390,7 +447,7 @@ TEST(DnnlOps, ConvChainsWithZeroSizedTensorsGiveTheInterpretersAnswer) {
     const int64_t k = x[2] == 0 ? 1 : 3;  // an empty height: a 1x1 kernel over the padding only
     c.conv(in, {4, x[1], k, k}, true, {{"pads", Ints{1, 1, 1, 1}}});
     c.activation(kRelu6);
-    c.conv(-1, {5, 4, 1, 1}, true, {});
+    c.conv(Chain::kPrevious, {5, 4, 1, 1}, true, {});
     c.activation(kRelu);
     chains.emplace_back("x " + shape_str(x), std::move(c));
   }
