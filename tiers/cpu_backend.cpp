@@ -73,8 +73,14 @@ class CpuRegion : public CompiledRegion {
       owned.push_back(Tensor::empty(slots_[s].dtype, slots_[s].shape));
       table[s] = owned.back().raw();
     }
-    for (size_t s = n_inputs_; s < slots_.size(); ++s)  // aliases refer to earlier slots only
-      if (alias_[s] >= 0) table[s] = table[size_t(alias_[s])];
+    // Views: the buffer of the slot they view (a region output view may come before its source).
+    for (size_t s = n_inputs_; s < slots_.size(); ++s) {
+      size_t root = s;
+      while (alias_[root] >= 0) root = size_t(alias_[root]);
+      if (root != s) table[s] = table[root];
+      if (root != s && s < n_inputs_ + n_outputs_)  // a region output: a view of its source tensor
+        owned[s - n_inputs_] = (root < n_inputs_ ? inputs[root] : owned[root - n_inputs_]).reshaped(slots_[s].shape);
+    }
     std::vector<void*> buffers;
     std::vector<const float*> args;
     std::vector<float*> outs;

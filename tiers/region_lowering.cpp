@@ -202,6 +202,10 @@ class MixedBuilder {
     b_.constants.push_back(it->second);
     slot_of_[v] = b_.add_slot({it->second.dtype(), it->second.shape()}, -2 - int(b_.constants.size() - 1));
   }
+  bool views_constant(int s) const {
+    while (b_.alias[size_t(s)] >= 0) s = b_.alias[size_t(s)];
+    return b_.alias[size_t(s)] <= -2;
+  }
   int slot(const Node& node, int v) {
     materialize(v);
     auto s = slot_of_.find(v);
@@ -335,7 +339,11 @@ class MixedBuilder {
         op_slots.push_back(b_.add_slot(k_out.outputs[j]));  // an unused output still needs a buffer
       } else if (viewed >= 0 && region_output_slot(v) < 0) {
         op_slots.push_back(slot_of_[v] = b_.add_slot(k_out.outputs[j], viewed));  // a view, no copy
-      } else if (viewed >= 0) {  // region outputs are tensors of their own: copied
+      } else if (viewed >= 0 && !views_constant(viewed)) {  // a region output viewing a buffer
+        const int s = place(v, k_out.outputs[j]);
+        b_.alias[size_t(s)] = viewed;
+        op_slots.push_back(s);
+      } else if (viewed >= 0) {  // a view of a constant: the caller gets a copy of its own
         LoweredStep copy;
         copy.kind = LoweredStep::Kind::Copy;
         copy.slots = {viewed, place(v, k_out.outputs[j])};

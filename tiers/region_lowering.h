@@ -35,7 +35,8 @@ struct LoweredRegion {
   // The region's inputs, its outputs (in Region order), then intermediates.
   std::vector<kernels::TensorSig> slots;
   // Per slot: -1 (a buffer of its own, or a region input), the slot whose buffer it views (>= 0: a
-  // Reshape or Squeeze, no copy), or -2 - i: it holds constants[i], computed at compile time.
+  // Reshape or Squeeze, no copy; a region output too, returned as a view like the interpreter's
+  // Reshape), or -2 - i: it holds constants[i], computed at compile time.
   std::vector<int> alias;
   std::vector<Tensor> constants;
   // Region inputs whose values (not only signatures) the kernels were built for: guard them

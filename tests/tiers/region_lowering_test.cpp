@@ -104,5 +104,35 @@ TEST(RegionLowering, a_layernorm_between_residual_adds_is_one_op_with_no_element
   EXPECT_EQ(s->last_call().tiers, std::vector<std::string>{"cpu"});
 }
 
+// A region output that is a Reshape of a value computed in the region is returned as a view of
+// that value's buffer (as the interpreter's Reshape is), with no copy.
+TEST(RegionLowering, a_reshaped_region_output_is_a_view_not_a_copy) {
+  GraphBuilder b;
+  int x = b.input("x", DType::Float32, {4, 6});
+  int shape = b.constant("shape", Tensor::from_vector<int64_t>({1}, {24}));
+  b.output(b.node(Op::Reshape, {b.node(Op::Relu, {x}), shape}));
+  auto g = b.build();
+  Options o;
+  o.max_tier = Tier::Cpu;
+  o.optimize = OptimizeLevel::None;
+  auto s = Session::from_graph(g, o);
+  ASSERT_EQ(s->plan().regions.size(), 1u);
+  NamedTensors in{{"x", random_tensor({4, 6}, 7)}};
+  LoweredRegion lowered = lower_region(*g, s->plan().regions[0], region_inputs(*g, s->plan().regions[0], in));
+  const size_t out_slot = s->plan().regions[0].inputs.size();
+  EXPECT_GE(lowered.alias.at(out_slot), 0) << "the output views the Relu's buffer";
+  for (const LoweredStep& step : lowered.steps) EXPECT_EQ(step.kind, LoweredStep::Kind::Kernel);
+  Options interp;
+  interp.max_tier = Tier::Interp;
+  NamedTensors want = Session::from_graph(g, interp)->run(in);
+  for (int i = 0; i < 5; ++i) {
+    NamedTensors got = s->run(in);
+    s->wait_for_compiles();
+    ASSERT_EQ(got[0].second.shape(), Shape{24});
+    EXPECT_TRUE(compare_tensors(want[0].second, got[0].second, Tolerance::for_dtype(DType::Float32)).equal);
+  }
+  EXPECT_EQ(s->last_call().tiers, std::vector<std::string>{"cpu"});
+}
+
 }  // namespace
 }  // namespace terrace
