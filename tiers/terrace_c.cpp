@@ -73,25 +73,30 @@ TerraceStatus* make_status(TerraceErrorCode code, const std::string& message) {
   }
 }
 
-// Runs f, turning whatever it throws into a status.
+// Runs f for the C function `function`, turning whatever it throws into a status whose message
+// is "Code: function: what went wrong".
 template <typename F>
-TerraceStatus* guarded(F&& f) noexcept {
+TerraceStatus* guarded(const char* function, F&& f) noexcept {
   try {
     f();
     return nullptr;
   } catch (const terrace::Error& e) {
-    return make_status(c_code(e.code()), e.what());
+    try {
+      return make_status(c_code(e.code()),
+                         std::string(terrace::error_code_name(e.code())) + ": " + function + ": " + e.message());
+    } catch (...) {
+      return &out_of_memory_status;
+    }
   } catch (const std::bad_alloc&) {
     return &out_of_memory_status;
   } catch (const std::exception& e) {
-    return make_status(TERRACE_INTERNAL, std::string("Internal: ") + e.what());
+    return make_status(TERRACE_INTERNAL, std::string("Internal: ") + function + ": " + e.what());
   } catch (...) {
-    return make_status(TERRACE_INTERNAL, "Internal: an unknown exception");
+    return make_status(TERRACE_INTERNAL, std::string("Internal: ") + function + ": an unknown exception");
   }
 }
 
-#define TERRACE_C_NOT_NULL(p) \
-  TERRACE_CHECK((p) != nullptr, InvalidArgument, __func__, ": argument '" #p "' is NULL")
+#define TERRACE_C_NOT_NULL(p) TERRACE_CHECK((p) != nullptr, InvalidArgument, "argument '" #p "' is NULL")
 
 terrace::DType dtype_of(TerraceDType d, const char* what) {
   terrace::DType t;
@@ -161,47 +166,47 @@ void ReleaseStatus(TerraceStatus* s) {
 }
 
 TerraceStatus* CreateOptions(TerraceOptions** out) {
-  return guarded([&] {
+  return guarded(__func__, [&] {
     TERRACE_C_NOT_NULL(out);
     *out = new TerraceOptions{terrace::Options::from_env()};
   });
 }
 TerraceStatus* SetMaxTier(TerraceOptions* options, TerraceTier tier) {
-  return guarded([&] {
+  return guarded(__func__, [&] {
     TERRACE_C_NOT_NULL(options);
-    TERRACE_CHECK(tier >= TERRACE_TIER_INTERP && tier <= TERRACE_TIER_GPU, InvalidArgument, "SetMaxTier: tier ",
+    TERRACE_CHECK(tier >= TERRACE_TIER_INTERP && tier <= TERRACE_TIER_GPU, InvalidArgument, "tier ",
                   int(tier), " is not a TerraceTier");
     options->options.max_tier = terrace::Tier(int(tier));
   });
 }
 TerraceStatus* SetThreads(TerraceOptions* options, int interp_threads, int compile_threads) {
-  return guarded([&] {
+  return guarded(__func__, [&] {
     TERRACE_C_NOT_NULL(options);
-    TERRACE_CHECK(interp_threads >= 0 && compile_threads >= 1, InvalidArgument, "SetThreads: ", interp_threads,
+    TERRACE_CHECK(interp_threads >= 0 && compile_threads >= 1, InvalidArgument, "", interp_threads,
                   " interpreter and ", compile_threads, " compile threads (0 or more, and 1 or more)");
     options->options.interp_threads = interp_threads;
     options->options.compile_threads = compile_threads;
   });
 }
 TerraceStatus* SetCacheDir(TerraceOptions* options, const char* dir) {
-  return guarded([&] {
+  return guarded(__func__, [&] {
     TERRACE_C_NOT_NULL(options);
     TERRACE_C_NOT_NULL(dir);
     options->options.cache_dir = dir;
   });
 }
 TerraceStatus* SetOptimizeLevel(TerraceOptions* options, TerraceOptimizeLevel level) {
-  return guarded([&] {
+  return guarded(__func__, [&] {
     TERRACE_C_NOT_NULL(options);
     TERRACE_CHECK(level >= TERRACE_OPTIMIZE_NONE && level <= TERRACE_OPTIMIZE_EXTENDED, InvalidArgument,
-                  "SetOptimizeLevel: level ", int(level), " is not a TerraceOptimizeLevel");
+                  "level ", int(level), " is not a TerraceOptimizeLevel");
     options->options.optimize = terrace::OptimizeLevel(int(level));
   });
 }
 void ReleaseOptions(TerraceOptions* options) { delete options; }
 
 TerraceStatus* CreateSession(const char* model_path, const TerraceOptions* options, TerraceSession** out) {
-  return guarded([&] {
+  return guarded(__func__, [&] {
     TERRACE_C_NOT_NULL(out);
     *out = nullptr;
     TERRACE_C_NOT_NULL(model_path);
@@ -210,7 +215,7 @@ TerraceStatus* CreateSession(const char* model_path, const TerraceOptions* optio
 }
 TerraceStatus* CreateSessionFromBytes(const void* model_bytes, size_t size, const TerraceOptions* options,
                                       TerraceSession** out) {
-  return guarded([&] {
+  return guarded(__func__, [&] {
     TERRACE_C_NOT_NULL(out);
     *out = nullptr;
     TERRACE_C_NOT_NULL(model_bytes);
@@ -221,21 +226,21 @@ TerraceStatus* CreateSessionFromBytes(const void* model_bytes, size_t size, cons
 void ReleaseSession(TerraceSession* session) { delete session; }
 
 TerraceStatus* SessionGetInputCount(const TerraceSession* session, size_t* out) {
-  return guarded([&] {
+  return guarded(__func__, [&] {
     TERRACE_C_NOT_NULL(session);
     TERRACE_C_NOT_NULL(out);
     *out = session->input_names.size();
   });
 }
 TerraceStatus* SessionGetOutputCount(const TerraceSession* session, size_t* out) {
-  return guarded([&] {
+  return guarded(__func__, [&] {
     TERRACE_C_NOT_NULL(session);
     TERRACE_C_NOT_NULL(out);
     *out = session->output_names.size();
   });
 }
 TerraceStatus* SessionGetInputName(const TerraceSession* session, size_t index, const char** out) {
-  return guarded([&] {
+  return guarded(__func__, [&] {
     TERRACE_C_NOT_NULL(session);
     TERRACE_C_NOT_NULL(out);
     type_at(session->input_types, index, "input");
@@ -243,7 +248,7 @@ TerraceStatus* SessionGetInputName(const TerraceSession* session, size_t index, 
   });
 }
 TerraceStatus* SessionGetOutputName(const TerraceSession* session, size_t index, const char** out) {
-  return guarded([&] {
+  return guarded(__func__, [&] {
     TERRACE_C_NOT_NULL(session);
     TERRACE_C_NOT_NULL(out);
     type_at(session->output_types, index, "output");
@@ -252,20 +257,20 @@ TerraceStatus* SessionGetOutputName(const TerraceSession* session, size_t index,
 }
 TerraceStatus* SessionGetInputType(const TerraceSession* session, size_t index, TerraceDType* dtype, int64_t* rank,
                                    const int64_t** dims) {
-  return guarded([&] {
+  return guarded(__func__, [&] {
     TERRACE_C_NOT_NULL(session);
     get_type(type_at(session->input_types, index, "input"), dtype, rank, dims);
   });
 }
 TerraceStatus* SessionGetOutputType(const TerraceSession* session, size_t index, TerraceDType* dtype,
                                     int64_t* rank, const int64_t** dims) {
-  return guarded([&] {
+  return guarded(__func__, [&] {
     TERRACE_C_NOT_NULL(session);
     get_type(type_at(session->output_types, index, "output"), dtype, rank, dims);
   });
 }
 TerraceStatus* SessionGetInputDimName(const TerraceSession* session, size_t index, size_t dim, const char** out) {
-  return guarded([&] {
+  return guarded(__func__, [&] {
     TERRACE_C_NOT_NULL(session);
     TERRACE_C_NOT_NULL(out);
     const TerraceValueType& t = type_at(session->input_types, index, "input");
@@ -276,30 +281,30 @@ TerraceStatus* SessionGetInputDimName(const TerraceSession* session, size_t inde
 }
 
 TerraceStatus* CreateTensor(TerraceDType dtype, const int64_t* shape, size_t rank, TerraceValue** out) {
-  return guarded([&] {
+  return guarded(__func__, [&] {
     TERRACE_C_NOT_NULL(out);
     *out = nullptr;
-    *out = new TerraceValue{terrace::Tensor::zeros(dtype_of(dtype, "CreateTensor"), shape_of(shape, rank))};
+    *out = new TerraceValue{terrace::Tensor::zeros(dtype_of(dtype, "tensor"), shape_of(shape, rank))};
   });
 }
 TerraceStatus* CreateTensorOverData(TerraceDType dtype, const int64_t* shape, size_t rank, void* data, size_t size,
                                     TerraceValue** out) {
-  return guarded([&] {
+  return guarded(__func__, [&] {
     TERRACE_C_NOT_NULL(out);
     *out = nullptr;
     *out = new TerraceValue{
-        terrace::Tensor::borrow(dtype_of(dtype, "CreateTensorOverData"), shape_of(shape, rank), data, size)};
+        terrace::Tensor::borrow(dtype_of(dtype, "tensor"), shape_of(shape, rank), data, size)};
   });
 }
 TerraceStatus* GetTensorData(TerraceValue* value, void** out) {
-  return guarded([&] {
+  return guarded(__func__, [&] {
     TERRACE_C_NOT_NULL(value);
     TERRACE_C_NOT_NULL(out);
     *out = value->tensor.raw();
   });
 }
 TerraceStatus* GetTensorType(const TerraceValue* value, TerraceDType* dtype, size_t* rank, const int64_t** dims) {
-  return guarded([&] {
+  return guarded(__func__, [&] {
     TERRACE_C_NOT_NULL(value);
     if (dtype) *dtype = TerraceDType(terrace::dtype_to_onnx(value->tensor.dtype()));
     if (rank) *rank = value->tensor.shape().size();
@@ -307,7 +312,7 @@ TerraceStatus* GetTensorType(const TerraceValue* value, TerraceDType* dtype, siz
   });
 }
 TerraceStatus* GetTensorSize(const TerraceValue* value, size_t* out) {
-  return guarded([&] {
+  return guarded(__func__, [&] {
     TERRACE_C_NOT_NULL(value);
     TERRACE_C_NOT_NULL(out);
     *out = value->tensor.nbytes();
@@ -316,21 +321,21 @@ TerraceStatus* GetTensorSize(const TerraceValue* value, size_t* out) {
 void ReleaseValue(TerraceValue* value) { delete value; }
 
 TerraceStatus* CreateRunOptions(TerraceRunOptions** out) {
-  return guarded([&] {
+  return guarded(__func__, [&] {
     TERRACE_C_NOT_NULL(out);
     *out = new TerraceRunOptions;
   });
 }
 TerraceStatus* RunOptionsTerminate(TerraceRunOptions* options) {
-  return guarded([&] {
+  return guarded(__func__, [&] {
     TERRACE_C_NOT_NULL(options);
     options->options.terminate();
   });
 }
 TerraceStatus* RunOptionsSetDeadline(TerraceRunOptions* options, int64_t milliseconds_from_now) {
-  return guarded([&] {
+  return guarded(__func__, [&] {
     TERRACE_C_NOT_NULL(options);
-    TERRACE_CHECK(milliseconds_from_now >= 0, InvalidArgument, "RunOptionsSetDeadline: ", milliseconds_from_now,
+    TERRACE_CHECK(milliseconds_from_now >= 0, InvalidArgument, "", milliseconds_from_now,
                   " ms (must be 0 or more)");
     options->options.deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(milliseconds_from_now);
   });
@@ -340,17 +345,17 @@ void ReleaseRunOptions(TerraceRunOptions* options) { delete options; }
 TerraceStatus* Run(TerraceSession* session, const TerraceRunOptions* run_options, const char* const* input_names,
                    const TerraceValue* const* inputs, size_t input_count, TerraceValue** outputs,
                    size_t output_count) {
-  return guarded([&] {
+  return guarded(__func__, [&] {
     TERRACE_C_NOT_NULL(session);
     TERRACE_CHECK((input_names && inputs) || input_count == 0, InvalidArgument,
-                  "Run: input_names and inputs must be given for ", input_count, " inputs");
-    TERRACE_CHECK(outputs || output_count == 0, InvalidArgument, "Run: argument 'outputs' is NULL");
-    TERRACE_CHECK(output_count == session->output_names.size(), InvalidArgument, "Run: ", output_count,
+                  "input_names and inputs must be given for ", input_count, " inputs");
+    TERRACE_CHECK(outputs || output_count == 0, InvalidArgument, "argument 'outputs' is NULL");
+    TERRACE_CHECK(output_count == session->output_names.size(), InvalidArgument, output_count,
                   " outputs asked; the model has ", session->output_names.size());
     terrace::NamedTensors in;
     for (size_t i = 0; i < input_count; ++i) {
-      TERRACE_CHECK(input_names[i], InvalidArgument, "Run: input name ", i, " is NULL");
-      TERRACE_CHECK(inputs[i], InvalidArgument, "Run: input '", input_names[i], "' is NULL");
+      TERRACE_CHECK(input_names[i], InvalidArgument, "input name ", i, " is NULL");
+      TERRACE_CHECK(inputs[i], InvalidArgument, "input '", input_names[i], "' is NULL");
       in.emplace_back(input_names[i], inputs[i]->tensor);
     }
     terrace::NamedTensors out = run_options ? session->session->run(in, run_options->options)
@@ -365,7 +370,7 @@ TerraceStatus* Run(TerraceSession* session, const TerraceRunOptions* run_options
 }
 
 TerraceStatus* SessionGetReport(const TerraceSession* session, int json, char** out) {
-  return guarded([&] {
+  return guarded(__func__, [&] {
     TERRACE_C_NOT_NULL(session);
     TERRACE_C_NOT_NULL(out);
     *out = nullptr;

@@ -179,7 +179,7 @@ TEST(CApi, loads_from_a_path_and_a_bad_path_is_io_error_naming_it) {
   EXPECT_NE(s, nullptr);
   api()->ReleaseSession(s);
   s = reinterpret_cast<TerraceSession*>(&s);  // a failed create sets *out to NULL
-  EXPECT_ERROR(api()->CreateSession((dir + "/absent.onnx").c_str(), nullptr, &s), TERRACE_IO_ERROR, "absent.onnx");
+  EXPECT_ERROR(api()->CreateSession((dir + "/absent.onnx").c_str(), nullptr, &s), TERRACE_IO_ERROR, "IoError: CreateSession: cannot open '" + dir + "/absent.onnx'");
   EXPECT_EQ(s, nullptr);
 }
 
@@ -210,15 +210,16 @@ TEST_F(Fixture, wrong_input_name_shape_or_dtype_is_invalid_argument_naming_the_i
   const int64_t good_shape[2] = {2, 3};
   ASSERT_OK(api()->CreateTensorOverData(TERRACE_INT32, good_shape, 2, ints.data(), 24, &bad));
   inputs[0] = bad;
-  EXPECT_ERROR(api()->Run(session, nullptr, &name, inputs, 1, out, 2), TERRACE_INVALID_ARGUMENT, "input 'x' must be float32");
+  EXPECT_ERROR(api()->Run(session, nullptr, &name, inputs, 1, out, 2), TERRACE_INVALID_ARGUMENT, "Run: input 'x' must be float32");
   EXPECT_ERROR(api()->Run(session, nullptr, &name, inputs, 0, out, 2), TERRACE_INVALID_ARGUMENT, "input 'x' is missing");
-  EXPECT_ERROR(api()->Run(session, nullptr, &name, inputs, 1, out, 1), TERRACE_INVALID_ARGUMENT, "1 outputs asked; the model has 2");
+  EXPECT_ERROR(api()->Run(session, nullptr, &name, inputs, 1, out, 1), TERRACE_INVALID_ARGUMENT, "Run: 1 outputs asked; the model has 2");
   api()->ReleaseValue(bad);
 }
 
 TEST_F(Fixture, null_arguments_are_invalid_argument_naming_the_argument) {
   size_t n = 0;
-  EXPECT_ERROR(api()->SessionGetInputCount(nullptr, &n), TERRACE_INVALID_ARGUMENT, "'session' is NULL");
+  EXPECT_ERROR(api()->SessionGetInputCount(nullptr, &n), TERRACE_INVALID_ARGUMENT,
+               "InvalidArgument: SessionGetInputCount: argument 'session' is NULL");
   EXPECT_ERROR(api()->SessionGetInputCount(session, nullptr), TERRACE_INVALID_ARGUMENT, "'out' is NULL");
   EXPECT_ERROR(api()->CreateSession(nullptr, nullptr, nullptr), TERRACE_INVALID_ARGUMENT, "'out' is NULL");
   TerraceSession* s = nullptr;
@@ -257,7 +258,7 @@ TEST(CApi, bad_tensors_and_options_are_invalid_argument) {
                "20 given");
   EXPECT_ERROR(api()->CreateTensorOverData(TERRACE_FLOAT32, shape, 2, nullptr, 24, &v), TERRACE_INVALID_ARGUMENT, "NULL");
   EXPECT_ERROR(api()->CreateTensor(TerraceDType(8), shape, 2, &v), TERRACE_INVALID_ARGUMENT, "dtype 8");
-  EXPECT_ERROR(api()->CreateTensor(TerraceDType(99), shape, 2, &v), TERRACE_INVALID_ARGUMENT, "dtype 99");
+  EXPECT_ERROR(api()->CreateTensor(TerraceDType(99), shape, 2, &v), TERRACE_INVALID_ARGUMENT, "CreateTensor: tensor: dtype 99");
   EXPECT_ERROR(api()->CreateTensor(TERRACE_FLOAT32, nullptr, 2, &v), TERRACE_INVALID_ARGUMENT, "needs its shape");
   const int64_t negative[1] = {-2};
   EXPECT_ERROR(api()->CreateTensor(TERRACE_FLOAT32, negative, 1, &v), TERRACE_INVALID_ARGUMENT, "dim 0 is -2");
@@ -267,8 +268,8 @@ TEST(CApi, bad_tensors_and_options_are_invalid_argument) {
   TerraceOptions* o = nullptr;
   ASSERT_OK(api()->CreateOptions(&o));
   EXPECT_ERROR(api()->SetMaxTier(o, TerraceTier(7)), TERRACE_INVALID_ARGUMENT, "tier 7");
-  EXPECT_ERROR(api()->SetThreads(o, -1, 1), TERRACE_INVALID_ARGUMENT, "SetThreads");
-  EXPECT_ERROR(api()->SetThreads(o, 2, 0), TERRACE_INVALID_ARGUMENT, "SetThreads");
+  EXPECT_ERROR(api()->SetThreads(o, -1, 1), TERRACE_INVALID_ARGUMENT, "SetThreads: -1 interpreter");
+  EXPECT_ERROR(api()->SetThreads(o, 2, 0), TERRACE_INVALID_ARGUMENT, "SetThreads: 2 interpreter and 0 compile");
   ASSERT_OK(api()->SetThreads(o, 2, 1));
   EXPECT_ERROR(api()->SetOptimizeLevel(o, TerraceOptimizeLevel(3)), TERRACE_INVALID_ARGUMENT, "level 3");
   ASSERT_OK(api()->SetOptimizeLevel(o, TERRACE_OPTIMIZE_NONE));
