@@ -287,6 +287,8 @@ TensorSig infer_result(const FusionGroup& group, int op_index) {
     }
     TensorSig s = operand_sig(group, op, o);
     dtypes.push_back(s.dtype);
+    // CastLike's second operand gives only its dtype: its shape (even an empty one) takes no part.
+    if (op.node.op == Op::CastLike && dtypes.size() == 2) continue;
     broadcast_into(shape, s.shape, op.node);
   }
   return {elementwise_result_dtype(op.node, typed_placeholders(dtypes)), shape};
