@@ -22,7 +22,10 @@ add_library(terrace_shared SHARED ${PROJECT_BINARY_DIR}/terrace_shared.cpp)
 # The archives whole (every public symbol in), then the targets again for their dependencies.
 target_link_libraries(terrace_shared PRIVATE -Wl,--whole-archive ${TERRACE_WHOLE_ARCHIVES} -Wl,--no-whole-archive
                       ${TERRACE_STATIC_LIBS})
-target_link_options(terrace_shared PRIVATE -Wl,--no-undefined)
+# Every symbol resolved at link time (sanitizer runtimes are the executable's: not checked there).
+if(TERRACE_SANITIZE STREQUAL "" AND NOT TERRACE_FUZZ)
+  target_link_options(terrace_shared PRIVATE -Wl,--no-undefined)
+endif()
 set_target_properties(terrace_shared PROPERTIES OUTPUT_NAME terrace EXPORT_NAME terrace
                       VERSION ${PROJECT_VERSION} SOVERSION ${PROJECT_VERSION_MAJOR})
 target_compile_features(terrace_shared INTERFACE cxx_std_20)
