@@ -189,6 +189,7 @@ void register_misc_kernels(KernelTable& t) {
   ops::register_misc_grid_sample_kernel(t);
   ops::register_misc_random_kernels(t);
   ops::register_misc_string_kernels(t);
+  ops::register_misc_tfidf_kernel(t);
 }
 
 }  // namespace terrace

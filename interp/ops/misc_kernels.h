@@ -9,6 +9,7 @@ void register_misc_signal_kernels(KernelTable& t);      // misc_signal.cpp: wind
 void register_misc_grid_sample_kernel(KernelTable& t);  // misc_grid_sample.cpp
 void register_misc_random_kernels(KernelTable& t);      // misc_random.cpp
 void register_misc_string_kernels(KernelTable& t);      // misc_strings.cpp
+void register_misc_tfidf_kernel(KernelTable& t);        // misc_tfidf.cpp
 
 // The attribute `name` read as an ONNX TensorProto data type code (e.g. output_datatype, dtype);
 // InvalidModel naming node and attribute for codes Terrace lacks.

@@ -1,5 +1,5 @@
-// String ops: StringConcat, RegexFullMatch, StringSplit (opset 20), StringNormalizer, and Equal
-// on strings (opset 19).
+// String ops: StringConcat, RegexFullMatch, StringSplit (opset 20), StringNormalizer, TfIdfVectorizer
+// and Equal on strings (opset 19).
 #include <gtest/gtest.h>
 
 #include "tests/support/node_runner.h"
@@ -55,6 +55,27 @@ TEST(StringOps, normalizer_drops_stopwords_then_changes_case) {
   EXPECT_EQ(text(exact), (std::vector<std::string>{"Monday", "tuesday"}));
   Tensor none = run1(Op::StringNormalizer, {strings({1}, {"monday"})}, {{"stopwords", stops}});
   EXPECT_EQ(text(none), (std::vector<std::string>{""})) << "nothing left: one empty string";
+}
+
+// Pool: unigrams {2, 3}, bigram {2, 3}. Row [2, 3, 3, 2, 3]: unigram 2 twice, 3 three times;
+// bigram (2, 3) at skip distance 1 twice, and at distance 2 (2 .. 3 at positions 0, 2) once more.
+TEST(TfIdfVectorizer, counts_pool_ngrams_with_skips) {
+  auto ints = [](std::vector<int64_t> v) {
+    Attribute a;
+    a.kind = Attribute::Kind::Ints;
+    a.ints = std::move(v);
+    return a;
+  };
+  Tensor x = Tensor::from_vector<int64_t>({5}, {2, 3, 3, 2, 3});
+  std::map<std::string, Attr> attrs = {{"min_gram_length", 1}, {"max_gram_length", 2}, {"max_skip_count", 0},
+                                       {"mode", "TF"}, {"ngram_counts", ints({0, 2})},
+                                       {"ngram_indexes", ints({0, 1, 2})}, {"pool_int64s", ints({2, 3, 2, 3})}};
+  EXPECT_EQ(values_of<float>(run1(Op::TfIdfVectorizer, {x}, attrs)), (std::vector<float>{2, 3, 2}));
+  attrs.insert_or_assign("max_skip_count", Attr(1));
+  EXPECT_EQ(values_of<float>(run1(Op::TfIdfVectorizer, {x}, attrs)), (std::vector<float>{2, 3, 3}))
+      << "unigrams count once; the bigram also at distance 2";
+  attrs.insert_or_assign("mode", Attr("IDF"));
+  EXPECT_EQ(values_of<float>(run1(Op::TfIdfVectorizer, {x}, attrs)), (std::vector<float>{1, 1, 1}));
 }
 
 }  // namespace
