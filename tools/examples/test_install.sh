@@ -37,6 +37,13 @@ step "pkg-config --cflags --libs terrace"
 export PKG_CONFIG_PATH=$libdir/pkgconfig
 flags=$(pkg-config --cflags --libs terrace)
 echo "$flags"
+# Each installed header compiles alone against the install (a header the public ones include but
+# the install left out fails here); terrace_c.h also as C99.
+for h in $(cd "$prefix/include/terrace" && find . -name '*.h' | sort); do
+  printf '#include "%s"\n' "${h#./}" | c++ -std=c++20 -fsyntax-only -x c++ - $flags || { echo "FAILED: $h alone"; exit 1; }
+done
+printf '#include "tiers/terrace_c.h"\n' | cc -std=c99 -pedantic-errors -fsyntax-only -x c - $flags
+echo "each installed header compiles alone"
 mkdir -p "$work/pkg-config"
 cc -std=c99 -Wall -pedantic-errors "$src/tools/examples/run_model.c" $flags -o "$work/pkg-config/run_model_c"
 c++ -std=c++20 -Wall "$src/tools/examples/run_model.cpp" $flags -o "$work/pkg-config/run_model_cpp"
