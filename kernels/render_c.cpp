@@ -100,14 +100,23 @@ class StoredBuffers : public IRVisitor {
   }
 };
 
-// True when `s` reads variable `name` (a lane that reads no index needs none).
-bool reads_var(const Stmt& s, const std::string& name) {
+// True when `s` reads variable `name` other than in the index of a vector access (a lane whose
+// every access is a vector's needs no index of its own: NVRTC would warn of an unused variable).
+bool reads_var(const Stmt& s, const std::string& name, const std::set<const IRNode*>& vector_accesses) {
   struct Finder : IRVisitor {
     const std::string& name;
+    const std::set<const IRNode*>& skip;
     bool found = false;
-    explicit Finder(const std::string& n) : name(n) {}
+    Finder(const std::string& n, const std::set<const IRNode*>& v) : name(n), skip(v) {}
     void visit_node(const Var* op) override { found = found || op->name == name; }
-  } f(name);
+    void visit_node(const Load* op) override {
+      if (!skip.count(op)) IRVisitor::visit_node(op);
+    }
+    void visit_node(const Store* op) override {
+      if (!skip.count(op)) visit(op->index);
+      visit(op->value);
+    }
+  } f(name, vector_accesses);
   f.visit(s);
   return f.found;
 }
@@ -296,7 +305,7 @@ class CRenderer : public IRVisitor {
       line() << "for (int tr_k = 0; tr_k < " << W << "; ++tr_k) {\n";
       ++indent_;
       const Stmt& lane_body = s.inner ? s.inner->body : op->body;
-      if (reads_var(lane_body, lane)) line() << "const int64_t " << lane << " = tr_i0 + tr_k;\n";
+      if (reads_var(lane_body, lane, s.vector_accesses)) line() << "const int64_t " << lane << " = tr_i0 + tr_k;\n";
       in_lanes_ = true;
       visit(lane_body);
       in_lanes_ = false;
