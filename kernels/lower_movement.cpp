@@ -30,12 +30,6 @@ DType mover_type(const Node& node, DType t) {
   fail(ErrorCode::NotImplemented, node.describe(), ": no element mover for ", dtype_name(t));
 }
 
-View dense_view(const Shape& shape, int64_t base) {
-  // An empty tensor may have strides that overflow; nothing is read through them.
-  if (shape_numel(shape) == 0) return {base, std::vector<int64_t>(shape.size(), 0)};
-  return {base, row_major_strides(shape)};
-}
-
 Expr var(const std::string& name, DType t) { return Var::make(t, name); }
 Expr select(Expr cond, Expr a, Expr b) { return Select::make(std::move(cond), std::move(a), std::move(b)); }
 Expr cmp(CmpOp op, Expr a, Expr b) { return Compare::make(op, std::move(a), std::move(b)); }
@@ -130,29 +124,8 @@ std::vector<int64_t> normalize_axes(const Node& node, std::vector<int64_t> axes,
 namespace {
 
 // A copy with unit dims dropped and dims merged wherever both views are contiguous across them.
-struct CopyPlan {
-  Shape shape;
-  std::vector<int64_t> from, to;
-};
-
-CopyPlan simplify(const Shape& shape, const View& from, const View& to) {
-  CopyPlan p;
-  for (size_t d = 0; d < shape.size(); ++d) {
-    if (shape[d] == 1) continue;
-    if (!p.shape.empty() && p.from.back() == from.strides[d] * shape[d] &&
-        p.to.back() == to.strides[d] * shape[d]) {
-      p.shape.back() *= shape[d];
-      p.from.back() = from.strides[d];
-      p.to.back() = to.strides[d];
-    } else {
-      p.shape.push_back(shape[d]);
-      p.from.push_back(from.strides[d]);
-      p.to.push_back(to.strides[d]);
-    }
-  }
-  if (p.shape.empty()) p = {{1}, {0}, {0}};
-  return p;
-}
+using terrace::CopyPlan;
+using terrace::simplify;
 
 Expr term(const Expr& index, int64_t stride) {
   return stride == 1 ? index : index * make_index(stride);

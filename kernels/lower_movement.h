@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "interp/strided_view.h"
 #include "kernels/lower_op.h"
 
 namespace terrace::kernels::movement {
@@ -14,12 +15,9 @@ namespace terrace::kernels::movement {
 // bool and NaN payloads move untouched). Strings are NotImplemented, naming the node.
 DType mover_type(const Node& node, DType t);
 
-// A strided view of a buffer: element (i0, i1, ...) lies at base + sum(i_d * strides[d]).
-struct View {
-  int64_t base = 0;
-  std::vector<int64_t> strides;
-};
-View dense_view(const Shape& shape, int64_t base = 0);
+// Strided views (interp/strided_view.h), as the interpreter's copy engine reads them.
+using terrace::View;
+using terrace::dense_view;
 
 // One kernel, `name`, copying `shape` elements (numel > 0) of type `t` from buffer 0's view
 // `from` into buffer 1's view `to`. Unit dims are dropped and dims contiguous in both views merged;

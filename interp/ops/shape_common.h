@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "interp/ops/common.h"
+#include "interp/strided_view.h"
 
 namespace terrace::ops {
 
@@ -30,11 +31,6 @@ decltype(auto) dispatch_move(DType dtype, F&& f) {
 template <typename T> T* elems(Tensor& t) { return static_cast<T*>(t.raw()); }
 template <typename T> const T* elems(const Tensor& t) { return static_cast<const T*>(t.raw()); }
 
-// A strided view of a tensor's storage: element (i0, i1, ...) lies at base + sum(i_d * strides[d]).
-struct View {
-  int64_t base = 0;
-  std::vector<int64_t> strides;
-};
 
 // Copies `shape` elements from src's view into dst's view (same dtype). Contiguous rows move as
 // blocks, transposes go through cache-sized tiles, and the work is split over OpenMP threads by
@@ -44,8 +40,6 @@ void copy_view(const Tensor& src, const View& from, Tensor& dst, const View& to,
 // A new row-major tensor of `shape` filled from src's view.
 Tensor gather_view(const Tensor& src, const View& from, const Shape& shape);
 
-// The row-major view of a whole tensor of `shape`, offset by `base`.
-View dense_view(const Shape& shape, int64_t base = 0);
 
 // Fills every element of t with element `at` of `value` (same dtype).
 void fill_from(Tensor& t, const Tensor& value, int64_t at = 0);

@@ -12,32 +12,6 @@ constexpr int64_t kParallelMin = 1 << 15;
 // Edge of the square tiles a transpose moves through, small enough for both tiles to stay in L1.
 constexpr int64_t kTile = 32;
 
-// One copy with unit dims dropped and dims merged wherever both views are contiguous across
-// them; this turns most real copies into a few long rows.
-struct CopyPlan {
-  Shape shape;
-  std::vector<int64_t> from, to;
-};
-
-CopyPlan simplify(const Shape& shape, const View& from, const View& to) {
-  CopyPlan p;
-  for (size_t d = 0; d < shape.size(); ++d) {
-    if (shape[d] == 1) continue;
-    if (!p.shape.empty() && p.from.back() == from.strides[d] * shape[d] &&
-        p.to.back() == to.strides[d] * shape[d]) {
-      p.shape.back() *= shape[d];
-      p.from.back() = from.strides[d];
-      p.to.back() = to.strides[d];
-    } else {
-      p.shape.push_back(shape[d]);
-      p.from.push_back(from.strides[d]);
-      p.to.push_back(to.strides[d]);
-    }
-  }
-  if (p.shape.empty()) p = {{1}, {0}, {0}};
-  return p;
-}
-
 // Offsets of row `row` (an index over all dims but the last) in both views.
 void row_offsets(const CopyPlan& p, int64_t row, int64_t* from, int64_t* to) {
   *from = *to = 0;
@@ -120,12 +94,6 @@ void copy_view(const Tensor& src, const View& from, Tensor& dst, const View& to,
         if (p.from[k] == 1 && p.shape[k] >= 4) return copy_tiled(s, d, p, k, total);
     copy_rows(s, d, p, total);
   });
-}
-
-View dense_view(const Shape& shape, int64_t base) {
-  // An empty tensor may have dims whose strides overflow; nothing is ever read through them.
-  if (shape_numel(shape) == 0) return {base, std::vector<int64_t>(shape.size(), 0)};
-  return {base, row_major_strides(shape)};
 }
 
 Tensor gather_view(const Tensor& src, const View& from, const Shape& shape) {
