@@ -164,7 +164,9 @@ TEST(CudaSchedule, conditional_store_stays_scalar) {
   EXPECT_EQ(vector_loads(s), 2);
   EXPECT_EQ(vector_stores(s), 1);  // the Add's; Neg's store is conditional
   for (const IRNode* n : s.vector_accesses) {
-    if (n->kind == IRNodeKind::Store) EXPECT_EQ(static_cast<const Store*>(n)->buffer.name, "out1");
+    if (n->kind == IRNodeKind::Store) {
+      EXPECT_EQ(static_cast<const Store*>(n)->buffer.name, "out1");
+    }
   }
   EXPECT_COMPILES_FOR_SM90(render_c(f, Dialect::Cuda), "cond.cu");
 }
