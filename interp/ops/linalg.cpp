@@ -162,6 +162,7 @@ void register_linalg_kernels(KernelTable& t) {
   ops::register_quantized_matmul_kernels(t);
   ops::register_conv_kernels(t);
   ops::register_einsum_kernel(t);
+  ops::register_deform_conv_kernel(t);
 }
 
 }  // namespace terrace
