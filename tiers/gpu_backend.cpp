@@ -169,47 +169,77 @@ GpuProgram render_gpu_program(const Graph& g, const Region& region, const std::v
   return p;
 }
 
+// Per region input: true for a graph initializer that is not also a graph input (its host tensor
+// is the graph's, the same in every call).
+std::vector<bool> constant_inputs(const Graph& g, const Region& region) {
+  std::vector<bool> constant;
+  for (int v : region.inputs)
+    constant.push_back(g.initializers.count(v) && std::find(g.inputs.begin(), g.inputs.end(), v) == g.inputs.end());
+  return constant;
+}
+
 class GpuRegion : public CompiledRegion {
  public:
+  // `constant[i]`: region input i is a graph initializer (weights): copied to the device once and
+  // kept there while its host tensor is the same one.
   GpuRegion(std::shared_ptr<jit::cuda::Module> module, std::vector<GpuKernel> kernels,
-            std::vector<kernels::TensorSig> slots, size_t n_inputs, size_t n_outputs, bool perturb)
+            std::vector<kernels::TensorSig> slots, size_t n_inputs, size_t n_outputs, bool perturb,
+            std::vector<bool> constant)
       : module_(std::move(module)), kernels_(std::move(kernels)), slots_(std::move(slots)), n_inputs_(n_inputs),
-        n_outputs_(n_outputs), perturb_(perturb) {}
+        n_outputs_(n_outputs), perturb_(perturb), constant_(std::move(constant)), resident_(n_inputs),
+        resident_source_(n_inputs, nullptr) {}
 
   std::vector<Tensor> run(const std::vector<Tensor>& inputs) override {
     std::lock_guard<std::mutex> lock(mu_);  // one stream and one staging buffer per region
     jit::cuda::device();
     if (!stream_) stream_.emplace();
     const CUstream s = stream_->get();
-    std::vector<jit::cuda::DeviceBuffer> buffers;
+    // Initializers already on the device stay; the first call (or a new host tensor) copies them.
+    for (size_t i = 0; i < n_inputs_; ++i) {
+      if (!constant_[i] || resident_source_[i] == inputs[i].raw()) continue;
+      resident_source_[i] = nullptr;
+      resident_[i] = jit::cuda::DeviceBuffer(inputs[i].nbytes(), s);
+      jit::cuda::copy_to_device(resident_[i].ptr(), inputs[i].raw(), inputs[i].nbytes(), *stream_);
+      resident_source_[i] = inputs[i].raw();
+      ++transfers;
+    }
+    std::vector<jit::cuda::DeviceBuffer> buffers;  // this call's: the other inputs, outputs, intermediates
     buffers.reserve(slots_.size());
-    for (const kernels::TensorSig& sig : slots_)
-      buffers.emplace_back(size_t(shape_numel(sig.shape)) * dtype_size(sig.dtype), s);
+    for (size_t slot = 0; slot < slots_.size(); ++slot) {
+      const kernels::TensorSig& sig = slots_[slot];
+      const bool resident = slot < n_inputs_ && constant_[slot];
+      buffers.emplace_back(resident ? 0 : size_t(shape_numel(sig.shape)) * dtype_size(sig.dtype), s);
+    }
+    auto ptr = [&](size_t slot) {
+      return slot < n_inputs_ && constant_[slot] ? resident_[slot].ptr() : buffers[slot].ptr();
+    };
 
-    // Inputs through pinned memory, so that the copies are asynchronous DMA.
+    // The other inputs through pinned memory, so that the copies are asynchronous DMA.
     size_t in_bytes = 0, out_bytes = 0;
-    for (size_t i = 0; i < n_inputs_; ++i) in_bytes += inputs[i].nbytes();
+    for (size_t i = 0; i < n_inputs_; ++i)
+      if (!constant_[i]) in_bytes += inputs[i].nbytes();
     for (size_t j = 0; j < n_outputs_; ++j) out_bytes += buffers[n_inputs_ + j].bytes();
     auto* staging = static_cast<char*>(pinned_.reserve(std::max(in_bytes, out_bytes)));
     size_t at = 0;
     for (size_t i = 0; i < n_inputs_; ++i) {
+      if (constant_[i]) continue;
       std::memcpy(staging + at, inputs[i].raw(), inputs[i].nbytes());
       jit::cuda::copy_to_device(buffers[i].ptr(), staging + at, inputs[i].nbytes(), *stream_);
       at += inputs[i].nbytes();
+      ++transfers;
     }
-    transfers += int64_t(n_inputs_);
 
     std::vector<CUdeviceptr> ptrs;
     std::vector<void*> args;
     int64_t begin = 0, end = 0;
     for (const GpuKernel& k : kernels_) {
       if (k.gemm) {
-        auto at = [&](int i) { return k.args[size_t(i)] < 0 ? CUdeviceptr(0) : buffers[size_t(k.args[size_t(i)])].ptr(); };
+        auto at = [&](int i) { return k.args[size_t(i)] < 0 ? CUdeviceptr(0) : ptr(size_t(k.args[size_t(i)])); };
         k.gemm->run(at(0), at(1), at(2), at(3), at(4), s);
         continue;
       }
       ptrs.clear();
-      for (int slot : k.args) ptrs.push_back(buffers[size_t(slot)].ptr());
+      for (int slot : k.args) ptrs.push_back(ptr(size_t(slot)));
       args.clear();
       for (CUdeviceptr& p : ptrs) args.push_back(&p);
       end = k.extent;
@@ -258,6 +288,11 @@ class GpuRegion : public CompiledRegion {
   std::mutex mu_;
   std::optional<jit::cuda::Stream> stream_;
   jit::cuda::PinnedBuffer pinned_;
+  std::vector<bool> constant_;
+  // Per constant input: its device copy and the host data it was copied from (freed before the
+  // stream: declared after it).
+  std::vector<jit::cuda::DeviceBuffer> resident_;
+  std::vector<const void*> resident_source_;
 };
 
 class GpuBackend : public Backend {
@@ -288,7 +323,7 @@ class GpuBackend : public Backend {
     for (GpuKernel& k : p.kernels) k.fn = module->function(k.name);
     auto compiled = std::make_unique<GpuRegion>(std::move(module), std::move(p.kernels), std::move(p.slots),
                                                 region.inputs.size(), region.outputs.size(),
-                                                fault_enabled("miscompile:gpu"));
+                                                fault_enabled("miscompile:gpu"), constant_inputs(g, region));
     compiled->source = std::move(p.source);
     compiled->ir = std::move(p.ir);
     return compiled;
@@ -385,7 +420,8 @@ class GpuBackend : public Backend {
     step.gemm = std::make_shared<jit::cuda::CublasLtGemm>(spec);
     step.args = {a, b, c, bias, int(inputs.size())};
     auto compiled = std::make_unique<GpuRegion>(nullptr, std::vector<GpuKernel>{std::move(step)}, std::move(slots),
-                                                inputs.size(), 1, fault_enabled("miscompile:gpu"));
+                                                inputs.size(), 1, fault_enabled("miscompile:gpu"),
+                                                constant_inputs(g, region));
     compiled->source = "// a library call, no generated code:\n// cuBLASLt " + spec.describe() + "\n";
     compiled->ir = "cuBLASLt " + spec.describe() + "\n";
     return compiled;

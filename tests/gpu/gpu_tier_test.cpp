@@ -187,10 +187,16 @@ TEST(GpuTier, gemm_regions_run_on_the_gpu_through_cublaslt) {
   auto s = Session::from_graph(graph, gpu_options());
   auto tiers = run_calls(*s, in, reference(graph, in), 10);
   EXPECT_TRUE(has(tiers, "gpu")) << s->report();
+  std::vector<int64_t> before;
   for (const RegionReport& r : s->region_reports()) {
     EXPECT_EQ(r.tier, Tier::Gpu) << s->report();
     EXPECT_EQ(r.validation, "passed") << s->report();
+    before.push_back(r.transfers);
   }
+  // The weights stay on the device: per call, each region copies one activation in and one out.
+  run_calls(*s, in, reference(graph, in), 5);
+  auto after = s->region_reports();
+  for (size_t i = 0; i < after.size(); ++i) EXPECT_EQ(after[i].transfers - before[i], 2 * 5) << s->report();
 }
 
 }  // namespace
