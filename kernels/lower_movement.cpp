@@ -327,26 +327,6 @@ StridedView transpose_view(const Node& node, const std::vector<OpInput>& in) {
   return v;
 }
 
-// One axis of a slice after ONNX's clamping: `len` elements from `start` by `step`.
-struct AxisRange {
-  int64_t start, step, len;
-};
-
-AxisRange clamp_range(int64_t start, int64_t end, int64_t step, int64_t dim) {
-  if (start < 0) start += dim;
-  if (end < 0) end += dim;
-  if (dim == 0) return {0, step, 0};
-  if (step > 0) {
-    start = std::clamp<int64_t>(start, 0, dim);
-    end = std::clamp<int64_t>(end, 0, dim);
-    return {start, step, end > start ? (end - start - 1) / step + 1 : 0};
-  }
-  start = std::clamp<int64_t>(start, 0, dim - 1);
-  end = std::clamp<int64_t>(end, -1, dim - 1);
-  int64_t mag = step == std::numeric_limits<int64_t>::min() ? std::numeric_limits<int64_t>::max() : -step;
-  return {start, step, start > end ? (start - end - 1) / mag + 1 : 0};
-}
-
 StridedView slice_view(const Node& node, const std::vector<OpInput>& in) {
   const Shape& x = in[0].sig.shape;
   const int64_t rank = int64_t(x.size());
@@ -513,41 +493,6 @@ OpKernels lower_depth_space(const Node& node, const std::vector<OpInput>& in, co
 }
 
 // ---- aliases ----
-
-Shape reshape_target(const Node& node, const Shape& in, std::vector<int64_t> target, bool allowzero) {
-  int infer = -1;
-  bool has_zero = false;
-  for (size_t i = 0; i < target.size(); ++i) {
-    int64_t& d = target[i];
-    if (d == 0 && !allowzero) {
-      TERRACE_CHECK(i < in.size(), InvalidArgument, node.describe(), ": shape[", i,
-                    "] is 0 but the input has rank ", in.size());
-      d = in[i];
-    }
-    if (d == -1) {
-      TERRACE_CHECK(infer < 0, InvalidArgument, node.describe(), ": shape ", shape_str(target),
-                    " has more than one -1");
-      infer = int(i);
-      continue;
-    }
-    TERRACE_CHECK(d >= 0, InvalidArgument, node.describe(), ": shape ", shape_str(target), " has a negative dim");
-    has_zero |= d == 0;
-  }
-  const int64_t numel = shape_numel(in);
-  if (infer >= 0) {
-    Shape rest = target;
-    rest[size_t(infer)] = 1;
-    int64_t known = shape_numel(rest);
-    TERRACE_CHECK(!has_zero || !allowzero, InvalidArgument, node.describe(),
-                  ": with allowzero, a shape may not hold both 0 and -1");
-    TERRACE_CHECK(known != 0 && numel % known == 0, InvalidArgument, node.describe(),
-                  ": cannot infer the -1 dim reshaping ", shape_str(in), " to ", shape_str(target));
-    target[size_t(infer)] = numel / known;
-  }
-  TERRACE_CHECK(shape_numel(target) == numel, InvalidArgument, node.describe(), ": cannot reshape ",
-                shape_str(in), " to ", shape_str(target));
-  return target;
-}
 
 // Squeeze/Unsqueeze axes: an attribute before opset 13, an input from 13 (empty: none given).
 std::optional<std::vector<int64_t>> axes_operand(const Node& node, const std::vector<OpInput>& in) {

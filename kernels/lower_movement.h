@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "interp/shape_rules.h"
 #include "interp/strided_view.h"
 #include "kernels/lower_op.h"
 

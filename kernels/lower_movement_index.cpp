@@ -187,17 +187,6 @@ OpKernels lower_gather_elements(const Node& node, const std::vector<OpInput>& in
 
 namespace {
 
-enum class PadMode { Constant, Reflect, Edge, Wrap };
-
-PadMode pad_mode(const Node& node) {
-  std::string m = node.attr_string("mode", "constant");
-  if (m == "constant") return PadMode::Constant;
-  if (m == "reflect") return PadMode::Reflect;
-  if (m == "edge") return PadMode::Edge;
-  if (m == "wrap") return PadMode::Wrap;
-  fail(ErrorCode::InvalidModel, node.describe(), ": unknown mode '", m, "'");
-}
-
 // The input index output position `i` of a dim reads in a mode that never fills (reflect, edge,
 // wrap): j = i - before folded back into [0, dim).
 Expr folded_index(PadMode mode, const Expr& i, int64_t dim, int64_t before) {

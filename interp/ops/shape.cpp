@@ -1,48 +1,11 @@
 // Reference kernels of the 'shape' family (see interp/ops.def): registration, plus the ops that
 // only change a tensor's shape (sharing its storage) or describe it.
 #include "interp/ops/shape_common.h"
+#include "interp/shape_rules.h"
 
 namespace terrace {
 namespace ops {
 namespace {
-
-// Reshape's target: 0 copies the input dim (unless allowzero), -1 is inferred from the rest.
-Shape reshape_target(const Node& node, const Shape& in, std::vector<int64_t> target,
-                     bool allowzero) {
-  int infer = -1;
-  bool has_zero = false;
-  for (size_t i = 0; i < target.size(); ++i) {
-    int64_t& d = target[i];
-    if (d == 0 && !allowzero) {
-      TERRACE_CHECK(i < in.size(), InvalidArgument, node.describe(), ": shape[", i,
-                    "] is 0 but the input has rank ", in.size());
-      d = in[i];
-    }
-    if (d == -1) {
-      TERRACE_CHECK(infer < 0, InvalidArgument, node.describe(), ": shape ", shape_str(target),
-                    " has more than one -1");
-      infer = int(i);
-      continue;
-    }
-    TERRACE_CHECK(d >= 0, InvalidArgument, node.describe(), ": shape ", shape_str(target),
-                  " has a negative dim");
-    has_zero |= d == 0;
-  }
-  int64_t numel = shape_numel(in);
-  if (infer >= 0) {
-    Shape rest = target;
-    rest[size_t(infer)] = 1;
-    int64_t known = shape_numel(rest);  // throws on overflow
-    TERRACE_CHECK(!has_zero || !allowzero, InvalidArgument, node.describe(),
-                  ": with allowzero, a shape may not hold both 0 and -1");
-    TERRACE_CHECK(known != 0 && numel % known == 0, InvalidArgument, node.describe(),
-                  ": cannot infer the -1 dim reshaping ", shape_str(in), " to ", shape_str(target));
-    target[size_t(infer)] = numel / known;
-  }
-  TERRACE_CHECK(shape_numel(target) == numel, InvalidArgument, node.describe(), ": cannot reshape ",
-                shape_str(in), " to ", shape_str(target));
-  return target;
-}
 
 void reshape_kernel(KernelContext& ctx) {
   const Tensor& x = ctx.input(0);

@@ -1,20 +1,10 @@
 // Pad: constant, reflect, edge and wrap modes, with pads as an input (opset 11+) or attribute, and
 // opset 18's axes.
 #include "interp/ops/shape_common.h"
+#include "interp/shape_rules.h"
 
 namespace terrace::ops {
 namespace {
-
-enum class PadMode { Constant, Reflect, Edge, Wrap };
-
-PadMode pad_mode(const Node& node) {
-  std::string m = node.attr_string("mode", "constant");
-  if (m == "constant") return PadMode::Constant;
-  if (m == "reflect") return PadMode::Reflect;
-  if (m == "edge") return PadMode::Edge;
-  if (m == "wrap") return PadMode::Wrap;
-  fail(ErrorCode::InvalidModel, node.describe(), ": unknown mode '", m, "'");
-}
 
 // Where output position i of one padded dim reads from: an input index, or -1 for the constant.
 std::vector<int64_t> source_indices(const Node& node, PadMode mode, int64_t dim, int64_t before,

@@ -2,33 +2,10 @@
 #include <limits>
 
 #include "interp/ops/shape_common.h"
+#include "interp/shape_rules.h"
 
 namespace terrace::ops {
 namespace {
-
-// One axis of a slice after ONNX's clamping rules: `len` elements from `start` by `step`.
-struct AxisRange {
-  int64_t start, step, len;
-};
-
-AxisRange clamp_range(int64_t start, int64_t end, int64_t step, int64_t dim) {
-  // Negative bounds count from the end; then clamp to what the step direction can reach.
-  // Neither the additions nor the lengths overflow, even for INT64_MIN/MAX bounds and steps.
-  if (start < 0) start += dim;
-  if (end < 0) end += dim;
-  if (dim == 0) return {0, step, 0};
-  if (step > 0) {
-    start = std::clamp<int64_t>(start, 0, dim);
-    end = std::clamp<int64_t>(end, 0, dim);
-    return {start, step, end > start ? (end - start - 1) / step + 1 : 0};
-  }
-  start = std::clamp<int64_t>(start, 0, dim - 1);
-  end = std::clamp<int64_t>(end, -1, dim - 1);
-  // -step overflows only for INT64_MIN, which takes one element like any step past the range.
-  int64_t mag = step == std::numeric_limits<int64_t>::min() ? std::numeric_limits<int64_t>::max()
-                                                            : -step;
-  return {start, step, start > end ? (start - end - 1) / mag + 1 : 0};
-}
 
 // Slice's operands: inputs from opset 10, attributes before.
 struct SliceArgs {
