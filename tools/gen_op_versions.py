@@ -57,7 +57,7 @@ FORMS = {
     ("QuantizeLinear", 21): (O, "blocked quantisation, output_dtype, int4 types"),
     ("QuantizeLinear", 23): (O, "precision attribute (Terrace computes in float32 at least), float4e2m1"),
     ("DFT", 20): (O, "axis becomes an input (default -2)"),
-    ("GridSample", 20): (O, "N-d sampling (5-D is NotImplemented in the kernel), modes linear and cubic"),
+    ("GridSample", 20): (O, "volumetric (5-D) sampling, modes linear and cubic"),
     ("GridSample", 22): (O, "bfloat16 added"),
     ("RegexFullMatch", 20): (O, "new string op"),
     ("StringConcat", 20): (O, "new string op"),

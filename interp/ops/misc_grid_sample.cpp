@@ -1,5 +1,5 @@
-// GridSample (opset 16, 4-D): bilinear, nearest and bicubic sampling with zeros, border and
-// reflection padding, following PyTorch's grid_sample (which ONNX's test data comes from).
+// GridSample (opset 16, 4-D; opset 20, also 5-D): bilinear, nearest and bicubic sampling with zeros,
+// border and reflection padding, following PyTorch's grid_sample (which ONNX's test data comes from).
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -93,6 +93,45 @@ double sample(const Sampler& s, const T* plane, int64_t h, int64_t w, double gx,
          at(plane, h, w, iy + 1, ix) * (1 - fx) * fy + at(plane, h, w, iy + 1, ix + 1) * fx * fy;
 }
 
+// Volumetric (opset 20) sampling of a [d, h, w] volume at grid (gx, gy, gz): nearest or
+// trilinear, with the same padding rules per coordinate; cubic is 2-D only in ONNX.
+template <typename T>
+double sample3d(const Sampler& s, const T* vol, int64_t d, int64_t h, int64_t w, double gx, double gy, double gz) {
+  const double x = s.pad(s.unnormalize(gx, w), w), y = s.pad(s.unnormalize(gy, h), h), z = s.pad(s.unnormalize(gz, d), d);
+  auto at3 = [&](int64_t k, int64_t i, int64_t j) {
+    return k >= 0 && k < d ? at(vol + k * h * w, h, w, i, j) : 0.0;
+  };
+  if (s.mode == Mode::Nearest)
+    return at3(to_index(std::nearbyint(z)), to_index(std::nearbyint(y)), to_index(std::nearbyint(x)));
+  const double x0 = std::floor(x), y0 = std::floor(y), z0 = std::floor(z);
+  const double fx = x - x0, fy = y - y0, fz = z - z0;
+  const int64_t ix = to_index(x0), iy = to_index(y0), iz = to_index(z0);
+  double acc = 0;
+  for (int a = 0; a < 2; ++a)
+    for (int b = 0; b < 2; ++b)
+      for (int c = 0; c < 2; ++c)
+        acc += at3(iz + a, iy + b, ix + c) * (a ? fz : 1 - fz) * (b ? fy : 1 - fy) * (c ? fx : 1 - fx);
+  return acc;
+}
+
+void grid_sample_3d(const Node& node, const Sampler& s, const Tensor& x, const Tensor& grid, KernelContext& ctx) {
+  TERRACE_CHECK(grid.rank() == 5 && grid.dim(0) == x.dim(0) && grid.dim(4) == 3, InvalidArgument, node.describe(),
+                ": X ", shape_str(x.shape()), " and grid ", shape_str(grid.shape()),
+                " must be [N, C, D, H, W] and [N, D_out, H_out, W_out, 3]");
+  TERRACE_CHECK(s.mode != Mode::Bicubic, NotImplemented, node.describe(), ": cubic sampling is defined for 2-D only");
+  const int64_t n = x.dim(0), c = x.dim(1), d = x.dim(2), h = x.dim(3), w = x.dim(4);
+  const int64_t points = grid.dim(1) * grid.dim(2) * grid.dim(3);
+  const Tensor g = grid.cast(DType::Float64), xd = x.cast(DType::Float64);
+  const double *gp = g.data<double>(), *src = xd.data<double>();
+  std::vector<double> y(size_t(n * c * points));
+  for (int64_t nc = 0; nc < n * c; ++nc)
+    for (int64_t p = 0; p < points; ++p) {
+      const double* gxyz = gp + ((nc / c) * points + p) * 3;
+      y[size_t(nc * points + p)] = sample3d(s, src + nc * d * h * w, d, h, w, gxyz[0], gxyz[1], gxyz[2]);
+    }
+  ctx.set_output(0, Tensor::from_vector<double>({n, c, grid.dim(1), grid.dim(2), grid.dim(3)}, y).cast(x.dtype()));
+}
+
 Sampler read_sampler(const Node& node) {
   Sampler s{};
   std::string mode = node.attr_string("mode", "bilinear");
@@ -113,13 +152,12 @@ void grid_sample(KernelContext& ctx) {
   const Node& node = ctx.node;
   const Tensor& x = ctx.input(0);
   const Tensor& grid = ctx.input(1);
-  TERRACE_CHECK(x.rank() != 5, NotImplemented, node.describe(),
-                ": volumetric (5-D) sampling, opset 20's GridSample, is not implemented");
+  TERRACE_CHECK(is_float(x.dtype()) && is_float(grid.dtype()), InvalidArgument, node.describe(),
+                ": X and grid must be float tensors");
+  if (x.rank() == 5) return grid_sample_3d(node, read_sampler(node), x, grid, ctx);
   TERRACE_CHECK(x.rank() == 4 && grid.rank() == 4 && grid.dim(0) == x.dim(0) && grid.dim(3) == 2,
                 InvalidArgument, node.describe(), ": X ", shape_str(x.shape()), " and grid ",
                 shape_str(grid.shape()), " must be [N, C, H, W] and [N, H_out, W_out, 2]");
-  TERRACE_CHECK(is_float(x.dtype()) && is_float(grid.dtype()), InvalidArgument, node.describe(),
-                ": X and grid must be float tensors");
   const Sampler s = read_sampler(node);
   const int64_t n = x.dim(0), c = x.dim(1), h = x.dim(2), w = x.dim(3);
   const int64_t ho = grid.dim(1), wo = grid.dim(2);

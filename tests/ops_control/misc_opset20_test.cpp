@@ -1,4 +1,4 @@
-// Opset 20 and 21 changes of misc ops: AffineGrid, DFT's axis input, blocked QuantizeLinear and
+// Opset 20 and 21 changes of misc ops: AffineGrid, volumetric GridSample, DFT's axis input, blocked QuantizeLinear and
 // DequantizeLinear with output_dtype.
 #include <gtest/gtest.h>
 
@@ -18,6 +18,19 @@ TEST(AffineGrid, identity_theta_gives_the_normalised_pixel_centres_or_corners) {
   EXPECT_EQ(centres, (std::vector<float>{-0.5f, -0.5f, 0.5f, -0.5f, -0.5f, 0.5f, 0.5f, 0.5f}));  // (x, y) per pixel
   std::vector<float> corners = values_of<float>(run1(Op::AffineGrid, {theta, size}, {{"align_corners", 1}}));
   EXPECT_EQ(corners, (std::vector<float>{-1, -1, 1, -1, -1, 1, 1, 1}));
+}
+
+TEST(GridSample20, volumes_sample_trilinearly_or_nearest) {
+  Tensor vol = Tensor::from_vector<float>({1, 1, 2, 2, 2}, {0, 1, 2, 3, 4, 5, 6, 7});
+  Tensor centre = Tensor::from_vector<float>({1, 1, 1, 2, 3}, {0, 0, 0, 1, 1, 1});  // (x, y, z) points
+  std::vector<float> lin = values_of<float>(run1(Op::GridSample, {vol, centre}, {{"align_corners", 1}}));
+  EXPECT_FLOAT_EQ(lin[0], 3.5f) << "the centre averages all 8 corners";
+  EXPECT_FLOAT_EQ(lin[1], 7.0f) << "(1, 1, 1) is the last corner";
+  Tensor near = run1(Op::GridSample, {vol, centre}, {{"align_corners", 1}, {"mode", "nearest"}});
+  EXPECT_EQ(near.shape(), Shape({1, 1, 1, 1, 2}));
+  EXPECT_FLOAT_EQ(near.data<float>()[1], 7.0f);
+  Error e = error_of([&] { run1(Op::GridSample, {vol, centre}, {{"mode", "cubic"}}); });
+  EXPECT_EQ(e.code(), ErrorCode::NotImplemented);
 }
 
 TEST(QuantizeLinear21, blocks_share_a_scale_along_the_axis) {
