@@ -314,6 +314,34 @@ TEST(GpuKernels, row_sums_layernorm_and_argmax_with_ties_and_nan_match_the_host)
   }
 }
 
+TEST(GpuKernels, reductions_over_the_outer_axis_match_the_host_a_thread_per_block_of_columns) {
+  SKIP_WITHOUT_GPU();
+  const int64_t rows = 300, cols = 1000;  // two blocks of columns (512 and 488)
+  std::vector<float> x = random_floats(size_t(rows * cols), 21);
+  x[size_t(17 * cols + 3)] = NAN;  // column 3's max is NaN
+  for (bool one_block : {false, true}) {
+    std::vector<CudaMapping> mappings;
+    std::vector<float> mx = values_of<float>(
+        run_op(op_node(Op::ReduceMax, "rmax", 1, {{"axes", testing::ints_attr({0})}, {"keepdims", testing::int_attr(0)}}),
+               {OpInput{{DType::Float32, {rows, cols}}}}, {bytes_of(x)}, one_block, &mappings)[0]);
+    EXPECT_EQ(mappings[0], CudaMapping::PerIteration);
+    for (int64_t c = 0; c < cols; ++c) {
+      double want = -INFINITY;
+      bool nan = false;
+      for (int64_t r = 0; r < rows; ++r) {
+        const float v = x[size_t(r * cols + c)];
+        nan = nan || std::isnan(v);
+        want = std::max(want, double(v));
+      }
+      if (nan) {
+        EXPECT_TRUE(std::isnan(mx[size_t(c)])) << "column " << c;
+      } else {
+        EXPECT_EQ(mx[size_t(c)], float(want)) << "column " << c << ", one block " << one_block;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace terrace::kernels
 #endif
