@@ -26,6 +26,7 @@
 #include "kernels/render_c.h"
 #include "kernels/schedule_cuda.h"
 #include "kernels/split.h"
+#include "tiers/region_lowering.h"
 #include "tiers/cpu_library.h"
 #endif
 
@@ -52,6 +53,12 @@ struct GpuKernel {
   std::vector<int> args;  // per kernel parameter (LoweredFunc::buffers order): a region slot
   int64_t extent = 1;     // the Parallel loop's range [0, extent)
   unsigned grid = 1, block = 1;
+  bool copy = false;      // a device-to-device copy of slot args[0] into args[1] (a LoweredStep copy)
+  // A lowered op's run-time index check (LoweredStep): the error word is zeroed before its first
+  // kernel and read back after the region's last.
+  int error_slot = -1;
+  bool check_first = false, check_last = false;
+  std::string node, error_message;
 };
 
 // "" when tier 2 compiles the node, else why not.
@@ -64,20 +71,7 @@ std::string gpu_can_compile(const Graph& g, const Node& node) {
         return "tier 2's Gemm and MatMul are float32; input '" + g.values[size_t(v)].name + "' is not";
     return "";
   }
-  if (std::strcmp(op_family(node.op), "elementwise") != 0)
-    return std::string("tier 2 compiles elementwise ops so far; ") + op_name(node.op) + " (" +
-           op_family(node.op) + ") is not one";
-  std::vector<DType> dtypes;
-  for (int v : node.inputs) {
-    if (v < 0) { dtypes.push_back(DType::Float32); continue; }
-    const ValueInfo& info = g.values[size_t(v)].info;
-    if (info.kind != ValueKind::Tensor || !info.dtype)
-      return "input '" + g.values[size_t(v)].name + "' has no known tensor dtype";
-    dtypes.push_back(*info.dtype);
-  }
-  if (!kernels::can_lower(node, dtypes))
-    return std::string("tier 2 cannot lower ") + op_name(node.op) + " with these dtypes";
-  if (node.outputs.size() != 1) return node.describe() + " has several outputs; tier 2 fuses single-output ops";
+  if (std::string why = can_lower_node(g, node); !why.empty()) return "tier 2 renders tier 1's kernel IR; " + why;
   return "";
 }
 
@@ -86,74 +80,41 @@ struct GpuProgram {
   std::string source, ir;
   std::vector<GpuKernel> kernels;          // in launch order
   std::vector<kernels::TensorSig> slots;   // the region's inputs, its outputs, then intermediates
+  std::vector<int> alias;                  // per slot, as LoweredRegion::alias
+  std::vector<Tensor> constants;           // values computed at compile time
+  std::vector<int> value_inputs;           // region inputs guarded by value
 };
 
-// The elementwise region as the fusion group tier 1 builds (its outputs in Region::outputs
-// order), split by iteration domain, each part lowered and rendered in the Cuda dialect.
+// The region as tier 1 lowers it (tiers/region_lowering.h: the same fusion, reductions and data
+// movement), every kernel rendered in the Cuda dialect into one program.
 GpuProgram render_gpu_program(const Graph& g, const Region& region, const std::vector<Tensor>& inputs,
                               int sm_count = 0) {
-  const std::string name = "region" + std::to_string(region.id);
   for (int n : region.nodes)
     if (std::string why = gpu_can_compile(g, g.nodes[size_t(n)]); !why.empty())
       fail(ErrorCode::CompileFailed, g.nodes[size_t(n)].describe(), ": ", why);
+  LoweredRegion lowered = lower_region(g, region, inputs);
   GpuProgram p;
-  kernels::FusionGroup group;
-  group.name = name;
-  std::map<int, kernels::Operand> where;
-  std::map<int, int> input_index;
-  for (size_t i = 0; i < region.inputs.size(); ++i) input_index[region.inputs[i]] = int(i);
-  std::vector<int> group_input_slot;  // per group input: the region input slot
-  for (int n : region.nodes) {
-    const Node& node = g.nodes[size_t(n)];
-    kernels::FusedOp op;
-    op.node = node;
-    for (int v : node.inputs) {
-      if (v < 0) { op.operands.push_back(kernels::Operand::absent()); continue; }
-      if (auto it = where.find(v); it != where.end()) { op.operands.push_back(it->second); continue; }
-      auto in = input_index.find(v);
-      TERRACE_ASSERT(in != input_index.end(), "tier 2: ", node.describe(), " reads a value its region has not computed");
-      group.inputs.push_back({inputs[size_t(in->second)].dtype(), inputs[size_t(in->second)].shape()});
-      group_input_slot.push_back(in->second);
-      where[v] = kernels::Operand::input(int(group.inputs.size()) - 1);
-      op.operands.push_back(where[v]);
-    }
-    group.ops.push_back(std::move(op));
-    const int index = int(group.ops.size()) - 1;
-    group.ops.back().result = kernels::infer_result(group, index);
-    where[node.outputs[0]] = kernels::Operand::result(index);
-  }
-  for (int v : region.outputs) {
-    auto it = where.find(v);
-    TERRACE_CHECK(it != where.end() && it->second.kind == kernels::Operand::Kind::Result, CompileFailed,
-                  name, ": output '", g.values[size_t(v)].name, "' is not computed in the region");
-    group.outputs.push_back(it->second.index);
-  }
-  kernels::SplitGroup split = kernels::split_by_domain(group);
-
-  // Region slots: inputs, outputs, then the split's intermediates.
-  const size_t n_in = region.inputs.size(), n_out = region.outputs.size();
-  for (const Tensor& t : inputs) p.slots.push_back({t.dtype(), t.shape()});
-  std::vector<int> map;  // split slot -> region slot
-  for (int s : group_input_slot) map.push_back(s);
-  for (size_t j = 0; j < n_out; ++j) {
-    map.push_back(int(n_in + j));
-    p.slots.push_back(split.slots[group_input_slot.size() + j]);
-  }
-  for (size_t s = map.size(); s < split.slots.size(); ++s) {
-    map.push_back(int(p.slots.size()));
-    p.slots.push_back(split.slots[s]);
-  }
-
+  p.slots = std::move(lowered.slots);
+  p.alias = std::move(lowered.alias);
+  p.constants = std::move(lowered.constants);
+  p.value_inputs = std::move(lowered.value_inputs);
   std::vector<kernels::LoweredFunc> funcs;
-  for (const kernels::KernelPart& part : split.parts) {
-    kernels::LoweredFunc f = kernels::lower(part.group);
-    f.name = name + "_k" + std::to_string(p.kernels.size());
-    std::vector<int> part_slots;  // the part's buffers (inputs, then outputs) in the region's
-    for (int s : part.input_slots) part_slots.push_back(map[size_t(s)]);
-    for (int s : part.output_slots) part_slots.push_back(map[size_t(s)]);
+  for (LoweredStep& step : lowered.steps) {
     GpuKernel k;
+    k.node = step.node;
+    k.error_slot = step.error_slot;
+    k.check_first = step.check_first;
+    k.check_last = step.check_last;
+    k.error_message = step.error_message;
+    if (step.kind == LoweredStep::Kind::Copy) {
+      k.copy = true;
+      k.args = step.slots;
+      p.kernels.push_back(std::move(k));
+      continue;
+    }
+    kernels::LoweredFunc& f = step.func;
     k.name = f.name;
-    for (const kernels::Buffer& b : f.buffers) k.args.push_back(part_slots.at(size_t(b.slot)));
+    for (const kernels::Buffer& b : f.buffers) k.args.push_back(step.slots.at(size_t(b.slot)));
     k.extent = f.parallel_extent;
     // The schedule render_c follows (kernels/schedule_cuda.h) gives the launch; the device's SM
     // count is known only where there is one (0: an H100's).
@@ -181,13 +142,18 @@ std::vector<bool> constant_inputs(const Graph& g, const Region& region) {
 class GpuRegion : public CompiledRegion {
  public:
   // `constant[i]`: region input i is a graph initializer (weights): copied to the device once and
-  // kept there while its host tensor is the same one.
+  // kept there while its host tensor is the same one. `alias` and `constants` as in GpuProgram
+  // (views share their source's buffer; constants are copied to the device once).
   GpuRegion(std::shared_ptr<jit::cuda::Module> module, std::vector<GpuKernel> kernels,
             std::vector<kernels::TensorSig> slots, size_t n_inputs, size_t n_outputs, bool perturb,
-            std::vector<bool> constant)
+            std::vector<bool> constant, std::vector<int> alias = {}, std::vector<Tensor> constants = {})
       : module_(std::move(module)), kernels_(std::move(kernels)), slots_(std::move(slots)), n_inputs_(n_inputs),
         n_outputs_(n_outputs), perturb_(perturb), constant_(std::move(constant)), resident_(n_inputs),
-        resident_source_(n_inputs, nullptr) {}
+        resident_source_(n_inputs, nullptr), alias_(std::move(alias)), constants_(std::move(constants)) {
+    alias_.resize(slots_.size(), -1);
+    for (const GpuKernel& k : kernels_)
+      if (k.check_last) checks_.push_back(&k);
+  }
 
   std::vector<Tensor> run(const std::vector<Tensor>& inputs) override {
     std::lock_guard<std::mutex> lock(mu_);  // one stream and one staging buffer per region
@@ -203,22 +169,32 @@ class GpuRegion : public CompiledRegion {
       resident_source_[i] = inputs[i].raw();
       ++transfers;
     }
+    if (device_constants_.size() != constants_.size()) {  // values computed at compile time: once
+      for (const Tensor& t : constants_) {
+        device_constants_.emplace_back(t.nbytes(), s);
+        jit::cuda::copy_to_device(device_constants_.back().ptr(), t.raw(), t.nbytes(), *stream_);
+        ++transfers;
+      }
+    }
     std::vector<jit::cuda::DeviceBuffer> buffers;  // this call's: the other inputs, outputs, intermediates
     buffers.reserve(slots_.size());
     for (size_t slot = 0; slot < slots_.size(); ++slot) {
       const kernels::TensorSig& sig = slots_[slot];
-      const bool resident = slot < n_inputs_ && constant_[slot];
-      buffers.emplace_back(resident ? 0 : size_t(shape_numel(sig.shape)) * dtype_size(sig.dtype), s);
+      const bool own = !(slot < n_inputs_ && constant_[slot]) && alias_[slot] == -1;
+      buffers.emplace_back(own ? size_t(shape_numel(sig.shape)) * dtype_size(sig.dtype) : 0, s);
     }
     auto ptr = [&](size_t slot) {
+      while (alias_[slot] >= 0) slot = size_t(alias_[slot]);  // a view: its source's buffer
+      if (alias_[slot] <= -2) return device_constants_[size_t(-2 - alias_[slot])].ptr();
       return slot < n_inputs_ && constant_[slot] ? resident_[slot].ptr() : buffers[slot].ptr();
     };
+    auto bytes = [&](size_t slot) { return size_t(shape_numel(slots_[slot].shape)) * dtype_size(slots_[slot].dtype); };
 
     // The other inputs through pinned memory, so that the copies are asynchronous DMA.
-    size_t in_bytes = 0, out_bytes = 0;
+    size_t in_bytes = 0, out_bytes = 2 * sizeof(int64_t) * checks_.size();
     for (size_t i = 0; i < n_inputs_; ++i)
       if (!constant_[i]) in_bytes += inputs[i].nbytes();
-    for (size_t j = 0; j < n_outputs_; ++j) out_bytes += buffers[n_inputs_ + j].bytes();
+    for (size_t j = 0; j < n_outputs_; ++j) out_bytes += bytes(n_inputs_ + j);
     auto* staging = static_cast<char*>(pinned_.reserve(std::max(in_bytes, out_bytes)));
     size_t at = 0;
     for (size_t i = 0; i < n_inputs_; ++i) {
@@ -233,9 +209,15 @@ class GpuRegion : public CompiledRegion {
     std::vector<void*> args;
     int64_t begin = 0, end = 0;
     for (const GpuKernel& k : kernels_) {
+      if (k.check_first) TERRACE_CU(cuMemsetD8Async, ptr(size_t(k.error_slot)), 0, 2 * sizeof(int64_t), s);
       if (k.gemm) {
         auto at = [&](int i) { return k.args[size_t(i)] < 0 ? CUdeviceptr(0) : ptr(size_t(k.args[size_t(i)])); };
         k.gemm->run(at(0), at(1), at(2), at(3), at(4), s);
+        continue;
+      }
+      if (k.copy) {
+        if (size_t n = bytes(size_t(k.args[1])))
+          TERRACE_CU(cuMemcpyDtoDAsync, ptr(size_t(k.args[1])), ptr(size_t(k.args[0])), n, s);
         continue;
       }
       ptrs.clear();
@@ -250,12 +232,21 @@ class GpuRegion : public CompiledRegion {
 
     at = 0;
     for (size_t j = 0; j < n_outputs_; ++j) {
-      const jit::cuda::DeviceBuffer& b = buffers[n_inputs_ + j];
-      jit::cuda::copy_to_host(staging + at, b.ptr(), b.bytes(), *stream_);
-      at += b.bytes();
+      jit::cuda::copy_to_host(staging + at, ptr(n_inputs_ + j), bytes(n_inputs_ + j), *stream_);
+      at += bytes(n_inputs_ + j);
+    }
+    const size_t words_at = at;
+    for (const GpuKernel* k : checks_) {
+      jit::cuda::copy_to_host(staging + at, ptr(size_t(k->error_slot)), 2 * sizeof(int64_t), *stream_);
+      at += 2 * sizeof(int64_t);
     }
     stream_->synchronize();  // also surfaces a kernel's fault (an illegal address) as an Error
     transfers += int64_t(n_outputs_);
+    for (size_t c = 0; c < checks_.size(); ++c) {
+      int64_t word[2];
+      std::memcpy(word, staging + words_at + c * sizeof(word), sizeof(word));
+      if (word[0] != 0) fail(ErrorCode::InvalidArgument, checks_[c]->node, ": ", checks_[c]->error_message, " (got ", word[1], ")");
+    }
     std::vector<Tensor> out;
     at = 0;
     for (size_t j = 0; j < n_outputs_; ++j) {
@@ -293,6 +284,10 @@ class GpuRegion : public CompiledRegion {
   // stream: declared after it).
   std::vector<jit::cuda::DeviceBuffer> resident_;
   std::vector<const void*> resident_source_;
+  std::vector<int> alias_;
+  std::vector<Tensor> constants_;
+  std::vector<jit::cuda::DeviceBuffer> device_constants_;
+  std::vector<const GpuKernel*> checks_;  // kernels whose error word is read after the call
 };
 
 class GpuBackend : public Backend {
@@ -320,12 +315,15 @@ class GpuBackend : public Backend {
     GpuProgram p = render_gpu_program(g, region, inputs, jit::cuda::device().multiprocessors);
     std::vector<char> cubin = compile_cubin(p.source, name + ".cu");
     auto module = std::make_shared<jit::cuda::Module>(cubin);
-    for (GpuKernel& k : p.kernels) k.fn = module->function(k.name);
+    for (GpuKernel& k : p.kernels)
+      if (!k.copy) k.fn = module->function(k.name);
     auto compiled = std::make_unique<GpuRegion>(std::move(module), std::move(p.kernels), std::move(p.slots),
                                                 region.inputs.size(), region.outputs.size(),
-                                                fault_enabled("miscompile:gpu"), constant_inputs(g, region));
+                                                fault_enabled("miscompile:gpu"), constant_inputs(g, region),
+                                                std::move(p.alias), std::move(p.constants));
     compiled->source = std::move(p.source);
     compiled->ir = std::move(p.ir);
+    compiled->value_inputs = std::move(p.value_inputs);
     return compiled;
   }
 
@@ -437,7 +435,8 @@ GpuRegionCode render_gpu_region(const Graph& graph, const Region& region, const 
   GpuProgram p = render_gpu_program(graph, region, inputs);
   GpuRegionCode code;
   code.source = std::move(p.source);
-  for (const GpuKernel& k : p.kernels) code.kernels.push_back(k.name);
+  for (const GpuKernel& k : p.kernels)
+    if (!k.copy) code.kernels.push_back(k.name);
   return code;
 }
 

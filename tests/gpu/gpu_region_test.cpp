@@ -129,17 +129,35 @@ TEST(GpuRegion, math_and_casts_compile) {
   expect_cubin(code);
 }
 
-TEST(GpuRegion, non_elementwise_node_is_refused_by_name) {
+// Tier 2 renders the region as tier 1 lowers it (tiers/region_lowering.h): a scale-then-softmax
+// is one fused reduction kernel here too, and a Transpose feeding a Reshape one copy kernel.
+TEST(GpuRegion, reductions_and_data_movement_render_as_tier1_lowers_them) {
+  SKIP_WITHOUT_NVRTC();
+  GraphBuilder g;
+  int a = g.input("a", DType::Float32, {4, 8, 16});
+  int scaled = g.node(Op::Mul, {a, g.constant("scale", Tensor::scalar<float>(0.125f))});
+  int sm = g.node(Op::Softmax, {scaled}, {{"axis", GraphBuilder::attr_int(-1)}});
+  int t = g.node(Op::Transpose, {sm}, {{"perm", GraphBuilder::attr_ints({0, 2, 1})}});
+  g.output(g.node(Op::Reshape, {t, g.constant("shape", Tensor::from_vector<int64_t>({2}, {4, 128}))}));
+  OneRegion r = whole_graph(g.build());
+  GpuRegionCode code = render_gpu_region(*r.graph, r.region, r.inputs);
+  EXPECT_EQ(code.kernels.size(), 2u) << code.source;  // the fused softmax, the transpose's copy
+  std::vector<char> cubin = jit::nvrtc_compile(code.source, "sm_90", "region.cu");
+  ASSERT_GE(cubin.size(), 4u);
+  EXPECT_EQ(std::memcmp(cubin.data(), "\x7f" "ELF", 4), 0);
+}
+
+TEST(GpuRegion, a_node_no_tier_lowers_is_refused_by_name) {
   GraphBuilder g;
   int a = g.input("a", DType::Float32, {4, 8});
-  g.output(g.node(Op::Softmax, {g.node(Op::Relu, {a})}, {{"axis", GraphBuilder::attr_int(-1)}}));
+  g.output(g.node(Op::CumSum, {g.node(Op::Relu, {a}), g.constant("axis", Tensor::scalar<int64_t>(1))}));
   OneRegion r = whole_graph(g.build());
   try {
     render_gpu_region(*r.graph, r.region, r.inputs);
-    FAIL() << "a Softmax region rendered";
+    FAIL() << "a CumSum region rendered";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::CompileFailed);
-    EXPECT_NE(e.message().find("Softmax"), std::string::npos) << e.message();
+    EXPECT_NE(e.message().find("CumSum"), std::string::npos) << e.message();
   }
 }
 
