@@ -675,8 +675,8 @@ class ConvChain : public DnnlPrimitive {
         s.direct_output = 0;
         continue;
       }
-      if (s.sum_step >= 0 && last_use[size_t(s.sum_step)] == int(k) && steps_[size_t(s.sum_step)].dst == s.dst &&
-          steps_[size_t(s.sum_step)].slot >= 0) {
+      if (s.sum_step >= 0 && s.sum_step != s.x_step && last_use[size_t(s.sum_step)] == int(k) &&
+          steps_[size_t(s.sum_step)].dst == s.dst && steps_[size_t(s.sum_step)].slot >= 0) {  // not the source itself
         s.sum_in_place = true;
         s.slot = steps_[size_t(s.sum_step)].slot;
         holder[size_t(s.slot)] = int(k);

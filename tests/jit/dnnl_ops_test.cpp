@@ -437,6 +437,20 @@ TEST(DnnlOps, ConvChainsWithBranchesAndSeveralOutputsMatchTheInterpreter) {
   EXPECT_NE(text.find("sum(step 3)"), std::string::npos) << text;  // the identity block adds block 1's output
 }
 
+// y + Conv(y), the Add reading the Conv's own source at its last use: the sum cannot write into
+// that buffer while the Conv reads it.
+TEST(DnnlOps, ConvChainAddingItsOwnSourceMatchesTheInterpreter) {
+  Chain c;
+  const int x = c.input(random_tensor(DType::Float32, {1, 16, 9, 9}, -1, 1, 9, false), false);
+  c.conv(x, {16, 16, 3, 3}, true, {{"pads", Ints{1, 1, 1, 1}}});  // 0
+  c.activation(kRelu);                                              // 1: y
+  c.conv(-1 - 1, {16, 16, 3, 3}, true, {{"pads", Ints{1, 1, 1, 1}}});  // 2
+  c.add(-1 - 1);                                                    // 3: y + Conv(y)
+  c.activation(kRelu);                                              // 4
+  auto prim = c.compile();
+  expect_close(c.run(*prim), c.reference(), "y + Conv(y)");
+}
+
 // Zero-sized tensors anywhere in a chain: the interpreter's answer (an empty result, or the bias
 // through the activations when the sums are empty), without reaching oneDNN.
 TEST(DnnlOps, ConvChainsWithZeroSizedTensorsGiveTheInterpretersAnswer) {
