@@ -122,6 +122,7 @@ class CpuRegion : public CompiledRegion {
   static void perturb(std::vector<Tensor>& out) {
     for (Tensor& t : out) {
       if (t.numel() == 0) continue;
+      t = t.clone();  // an output may be a view of a region input: never write through it
       if (t.dtype() == DType::Float32) t.data<float>()[0] += 1.0f;
       else if (t.dtype() == DType::Float64) t.data<double>()[0] += 1.0;
       else if (t.dtype() == DType::Bool) t.data<bool>()[0] = !t.data<bool>()[0];
