@@ -252,6 +252,8 @@ Tier TierManager::Core::dispatch(RegionState& st, Frame& frame, int64_t call) {
   auto versions = st.load();
   std::vector<Tensor> out;
   std::chrono::steady_clock::time_point run_t0;
+  std::shared_ptr<Version> refused;  // a version whose run-time check rejected this call's inputs
+  std::string refused_what;
   // Versions highest tier first: one that fails at run time is demoted and the call goes to the
   // next (a GPU version's failure to the region's tier-1 version), then to the interpreter.
   if (all_tensors)
@@ -267,8 +269,16 @@ Tier TierManager::Core::dispatch(RegionState& st, Frame& frame, int64_t call) {
         chosen = v;
         break;
       } catch (const std::exception& e) {
-        // Compiled code or a library that fails (a terrace::Error, or anything a library throws)
-        // is demoted; nothing escapes untyped.
+        // A run-time check of the compiled code (an index out of range) rejecting the inputs: the
+        // interpreter decides below whether they are bad (its error goes to the caller, and the
+        // version stays) or the check was wrong (the version is demoted).
+        if (const auto* err = dynamic_cast<const Error*>(&e); err && err->code() == ErrorCode::InvalidArgument) {
+          refused = v;
+          refused_what = e.what();
+          break;
+        }
+        // Compiled code or a library that fails otherwise (a terrace::Error, or anything a
+        // library throws) is demoted; nothing escapes untyped.
         const std::string what = dynamic_cast<const Error*>(&e)
                                      ? std::string(e.what())
                                      : std::string(error_code_name(ErrorCode::RuntimeError)) + ": " + e.what();
@@ -277,6 +287,14 @@ Tier TierManager::Core::dispatch(RegionState& st, Frame& frame, int64_t call) {
         demote(st, *v, "compiled code raised " + what);
       }
     }
+
+  if (refused) {
+    interpret_region(region, frame);  // raises the interpreter's own error when the inputs are bad
+    refused->demoted = true;          // it answered: the compiled check was wrong
+    std::lock_guard<std::mutex> lock(st.mu);
+    demote(st, *refused, "compiled code raised " + refused_what + " where the interpreter answers");
+    return Tier::Interp;
+  }
 
   if (chosen) {
     bool check = options_.validate == ValidateMode::Always ||
