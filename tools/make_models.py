@@ -27,6 +27,7 @@ OPSET = 17  # LayerNormalization exports as one op from opset 17
 # Newer torch exports through dynamo by default, at opsets beyond 17: keep the classic exporter.
 # Decided once, from the real torch.onnx.export (bench/compare.py wraps it later).
 LEGACY_EXPORT = {"dynamo": False} if "dynamo" in inspect.signature(torch.onnx.export).parameters else {}
+DYNAMO = False  # --dynamo: torch's current default exporter instead (opsets 18+, needs onnxscript)
 
 
 class MLP(nn.Module):
@@ -182,10 +183,16 @@ def export(name, out_dir, small):
     folder = os.path.join(out_dir, name + ("_small" if small else ""))
     data = os.path.join(folder, "test_data_set_0")
     os.makedirs(data, exist_ok=True)
-    step(f"exporting ONNX (opset {OPSET})")
-    torch.onnx.export(model, (x,), os.path.join(folder, "model.onnx"), opset_version=OPSET,
-                      input_names=[input_name], output_names=["output"],
-                      dynamic_axes={input_name: {0: "batch"}, "output": {0: "batch"}}, **LEGACY_EXPORT)
+    if DYNAMO:  # torch's current default exporter, at its default opset (18 and above)
+        step("exporting ONNX (torch's dynamo exporter, its default opset)")
+        torch.onnx.export(model, (x,), os.path.join(folder, "model.onnx"), input_names=[input_name],
+                          output_names=["output"], dynamic_axes={input_name: {0: "batch"}, "output": {0: "batch"}},
+                          dynamo=True, external_data=False)
+    else:
+        step(f"exporting ONNX (opset {OPSET})")
+        torch.onnx.export(model, (x,), os.path.join(folder, "model.onnx"), opset_version=OPSET,
+                          input_names=[input_name], output_names=["output"],
+                          dynamic_axes={input_name: {0: "batch"}, "output": {0: "batch"}}, **LEGACY_EXPORT)
     step("writing test_data_set_0 (input and PyTorch's output)")
     save_pb(x.numpy(), os.path.join(data, "input_0.pb"), input_name)
     save_pb(y.numpy(), os.path.join(data, "output_0.pb"), "output")
@@ -197,9 +204,13 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default="models")
     parser.add_argument("--small", action="store_true", help="reduced versions for tests")
+    parser.add_argument("--dynamo", action="store_true",
+                        help="export with torch's dynamo exporter at its default opset (torch 2.5+ with onnxscript)")
     parser.add_argument("names", nargs="*", help=f"models to export (default: all of {', '.join(MODELS)})")
     args = parser.parse_args()
     names = args.names or list(MODELS)
+    global DYNAMO
+    DYNAMO = args.dynamo
     for name in names:
         if name not in MODELS:
             sys.exit(f"make_models: unknown model '{name}' (known: {', '.join(MODELS)})")
