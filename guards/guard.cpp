@@ -41,10 +41,10 @@ GuardSet GuardSet::exact(const std::vector<Tensor>& inputs) {
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Tensor& t = inputs[i];
     int in = int(i);
-    s.guards_.push_back({Guard::Kind::Device, in, 0, 0});
-    s.guards_.push_back({Guard::Kind::Dtype, in, 0, int64_t(t.dtype())});
-    s.guards_.push_back({Guard::Kind::Rank, in, 0, t.rank()});
-    for (int d = 0; d < int(t.rank()); ++d) s.guards_.push_back({Guard::Kind::Dim, in, d, t.dim(d)});
+    s.guards_.push_back({Guard::Kind::Device, in, 0, 0, nullptr});
+    s.guards_.push_back({Guard::Kind::Dtype, in, 0, int64_t(t.dtype()), nullptr});
+    s.guards_.push_back({Guard::Kind::Rank, in, 0, t.rank(), nullptr});
+    for (int d = 0; d < int(t.rank()); ++d) s.guards_.push_back({Guard::Kind::Dim, in, d, t.dim(d), nullptr});
   }
   return s;
 }

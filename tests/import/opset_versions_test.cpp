@@ -181,8 +181,9 @@ TEST(OpsetVersions, types_only_versions_match_the_opset_17_schema) {
     for (const auto& [name, a] : old->attributes()) attrs.insert(name);
     EXPECT_EQ(attrs, words(v.attributes)) << what;
     for (const OpVersion& earlier : op_versions()) {
-      if (earlier.op == v.op && earlier.since < v.since)
+      if (earlier.op == v.op && earlier.since < v.since) {
         EXPECT_EQ(earlier.form, VersionForm::Types) << what << " follows " << earlier.since;
+      }
     }
   }
 }
