@@ -7,8 +7,7 @@
 
 namespace terrace {
 
-namespace {
-void export_attribute(const std::string& name, const Attribute& a, onnx::AttributeProto* p) {
+void attribute_to_proto(const std::string& name, const Attribute& a, onnx::AttributeProto* p) {
   using K = Attribute::Kind;
   p->set_name(name);
   switch (a.kind) {
@@ -47,6 +46,8 @@ void export_attribute(const std::string& name, const Attribute& a, onnx::Attribu
   }
 }
 
+namespace {
+
 void export_value_info(const std::string& name, DType dtype, const Shape* shape, onnx::ValueInfoProto* p) {
   p->set_name(name);
   auto* tt = p->mutable_type()->mutable_tensor_type();
@@ -84,7 +85,7 @@ void graph_to_proto(const Graph& g, onnx::GraphProto* gp) {
     np->set_name(node.name);
     for (int v : node.inputs) np->add_input(v >= 0 ? g.value(v).name : "");
     for (int v : node.outputs) np->add_output(v >= 0 ? g.value(v).name : "");
-    for (auto& [k, a] : node.attrs) export_attribute(k, a, np->add_attribute());
+    for (auto& [k, a] : node.attrs) attribute_to_proto(k, a, np->add_attribute());
   }
   for (int v : g.outputs) value_info_to_proto(g.value(v), gp->add_output());
 }
@@ -116,7 +117,7 @@ std::string export_onnx(const Graph& g, const std::vector<int>& nodes, const std
     np->set_name(node.name);
     for (int v : node.inputs) np->add_input(v >= 0 ? g.values[size_t(v)].name : "");
     for (int v : node.outputs) np->add_output(v >= 0 ? g.values[size_t(v)].name : "");
-    for (auto& [k, a] : node.attrs) export_attribute(k, a, np->add_attribute());
+    for (auto& [k, a] : node.attrs) attribute_to_proto(k, a, np->add_attribute());
   }
   for (size_t i = 0; i < outputs.size(); ++i)
     export_value_info(g.values[size_t(outputs[i])].name, output_values[i].dtype(), &output_values[i].shape(),

@@ -6,6 +6,7 @@
 #include "interp/graph.h"
 
 namespace onnx {
+class AttributeProto;
 class GraphProto;
 class ValueInfoProto;
 }
@@ -27,6 +28,9 @@ namespace terrace {
 // static dims, symbolic dim names; an output of unknown dtype is left untyped), initializers,
 // nodes, and If/Loop/Scan bodies recursively (a body's captures stay names of the outer scope).
 void graph_to_proto(const Graph& graph, onnx::GraphProto* gp);
+// One attribute (If/Loop/Scan bodies exported recursively, as graph_to_proto does).
+void attribute_to_proto(const std::string& name, const Attribute& a, onnx::AttributeProto* p);
+
 // A value's name and type as far as its ValueInfo knows it: no type where the dtype is unknown.
 void value_info_to_proto(const Value& value, onnx::ValueInfoProto* p);
 

@@ -40,6 +40,10 @@ std::unique_ptr<Backend> make_gpu_backend(const std::string&, std::string* why) 
 GpuRegionCode render_gpu_region(const Graph&, const Region&, const std::vector<Tensor>&) {
   fail(ErrorCode::NotImplemented, "this build has no tier 2 (built without TERRACE_WITH_CUDA)");
 }
+std::vector<char> compile_gpu_cubin(const std::string&, const std::string&, const std::string&,
+                                    const jit::CodeCache&, bool*) {
+  fail(ErrorCode::NotImplemented, "this build has no tier 2 (built without TERRACE_WITH_CUDA)");
+}
 #else
 
 namespace {
@@ -313,7 +317,7 @@ class GpuBackend : public Backend {
     const Op first = g.nodes[size_t(region.nodes[0])].op;
     if (first == Op::Gemm || first == Op::MatMul) return compile_library(g, region, inputs);
     GpuProgram p = render_gpu_program(g, region, inputs, jit::cuda::device().multiprocessors);
-    std::vector<char> cubin = compile_cubin(p.source, name + ".cu");
+    std::vector<char> cubin = compile_gpu_cubin(p.source, arch_, name + ".cu", cache_);
     auto module = std::make_shared<jit::cuda::Module>(cubin);
     for (GpuKernel& k : p.kernels)
       if (!k.copy) k.fn = module->function(k.name);
@@ -328,20 +332,6 @@ class GpuBackend : public Backend {
   }
 
  private:
-  // The cubin from the disk cache, or NVRTC's (then stored). The key holds everything the cubin
-  // depends on: the source, the arch, the options and NVRTC's version; not the driver's, since
-  // NVRTC alone makes it (so `terrace compile` fills the cache without a GPU, under this key).
-  std::vector<char> compile_cubin(const std::string& src, const std::string& program) {
-    const std::vector<std::string> options = {"-default-device"};
-    std::string key = "terrace tier-2 cubin 1\nNVRTC " + jit::nvrtc_version() + "\n" + arch_ + "\n";
-    for (const std::string& o : options) key += o + " ";
-    key += "\n" + src;
-    if (std::optional<std::string> hit = cache_.load(key)) return std::vector<char>(hit->begin(), hit->end());
-    std::vector<char> cubin = jit::nvrtc_compile(src, arch_, program, options);
-    cache_.store(key, std::string_view(cubin.data(), cubin.size()));
-    return cubin;
-  }
-
   // A Gemm or MatMul region, with the Relu it absorbed: one cuBLASLt matmul. Forms cuBLASLt's
   // epilogues cannot express (a C that is neither a row of N nor [M,N], a bias with beta != 1,
   // broadcast batches) fail the compile: the region keeps its tier-1 version.
@@ -438,6 +428,22 @@ GpuRegionCode render_gpu_region(const Graph& graph, const Region& region, const 
   for (const GpuKernel& k : p.kernels)
     if (!k.copy) code.kernels.push_back(k.name);
   return code;
+}
+
+std::vector<char> compile_gpu_cubin(const std::string& source, const std::string& arch, const std::string& program,
+                                    const jit::CodeCache& cache, bool* cached) {
+  const std::vector<std::string> options = {"-default-device"};
+  std::string key = "terrace tier-2 cubin 1\nNVRTC " + jit::nvrtc_version() + "\n" + arch + "\n";
+  for (const std::string& o : options) key += o + " ";
+  key += "\n" + source;
+  if (cached) *cached = false;
+  if (std::optional<std::string> hit = cache.load(key)) {
+    if (cached) *cached = true;
+    return std::vector<char>(hit->begin(), hit->end());
+  }
+  std::vector<char> cubin = jit::nvrtc_compile(source, arch, program, options);
+  cache.store(key, std::string_view(cubin.data(), cubin.size()));
+  return cubin;
 }
 
 std::unique_ptr<Backend> make_gpu_backend(const std::string& cache_dir, std::string* why) {

@@ -8,6 +8,9 @@
 #include "tiers/partition.h"
 
 namespace terrace {
+namespace jit {
+class CodeCache;
+}
 
 struct GpuRegionCode {
   std::string source;                 // one translation unit: the prelude once, then every kernel
@@ -18,5 +21,13 @@ struct GpuRegionCode {
 // the node where the region holds an op tier 2 does not compile, Error(NotImplemented) in a build
 // without TERRACE_WITH_CUDA.
 GpuRegionCode render_gpu_region(const Graph& graph, const Region& region, const std::vector<Tensor>& inputs);
+
+// The cubin of a tier-2 program (`program` names it in NVRTC's messages) for `arch`: from `cache`,
+// or NVRTC's, then stored. Its key holds everything the cubin depends on: the source, the arch,
+// the options and NVRTC's version; not the driver's, since NVRTC alone makes it, which lets
+// `terrace compile` fill the cache on a machine without a GPU. `cached`, if given, says which.
+// Throws like jit::nvrtc_compile.
+std::vector<char> compile_gpu_cubin(const std::string& source, const std::string& arch, const std::string& program,
+                                    const jit::CodeCache& cache, bool* cached = nullptr);
 
 }  // namespace terrace

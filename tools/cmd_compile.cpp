@@ -81,16 +81,6 @@ Frame evaluate_all(const Graph& g, const Plan& plan, const NamedTensors& inputs)
   return frame;
 }
 
-#ifdef TERRACE_HAVE_CUDA
-// The cubin's cache key: everything it depends on. Not the driver's version: NVRTC alone makes
-// the cubin, which is what lets a machine without a GPU fill the cache.
-std::string cubin_key(const std::string& source, const std::string& arch, const std::vector<std::string>& options) {
-  std::string key = "terrace tier-2 cubin 1\nNVRTC " + jit::nvrtc_version() + "\n" + arch + "\n";
-  for (const std::string& o : options) key += o + " ";
-  return key + "\n" + source;
-}
-#endif
-
 // Tier 2's program for the region: the source its backend compiles (tiers/gpu_backend.h), so that
 // the cache entry is the one a session loads; where the backend does not take the region yet, the
 // kernels every tier lowers it to (tiers/region_lowering.h), rendered as one program and checked
@@ -123,15 +113,8 @@ void compile_gpu_region(const Graph& g, const Region& region, const std::vector<
   }
   r.status = "compiled";
   if (r.kernels == 0) return;  // nothing generated (values computed at compile time, library calls)
-  const std::vector<std::string> options = {"-default-device"};
   jit::CodeCache cache(cache_dir);  // (TERRACE_HAVE_CUDA comes with jit/, and its cache)
-  const std::string key = cubin_key(source, arch, options);
-  if (cache.load(key)) {
-    r.cached = true;
-    return;
-  }
-  std::vector<char> cubin = jit::nvrtc_compile(source, arch, "region" + std::to_string(region.id) + ".cu", options);
-  cache.store(key, std::string_view(cubin.data(), cubin.size()));
+  compile_gpu_cubin(source, arch, "region" + std::to_string(region.id) + ".cu", cache, &r.cached);
 #else
   (void)g, (void)region, (void)inputs, (void)arch, (void)cache_dir;
   r.status = "failed: this build has no tier 2 (built without TERRACE_WITH_CUDA)";

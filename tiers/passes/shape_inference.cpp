@@ -14,6 +14,7 @@
 
 #include <algorithm>
 
+#include "interp/onnx_export.h"
 #include "interp/op_versions.h"
 #include "interp/shape_infer.h"
 #include "interp/tensor_proto.h"
@@ -24,25 +25,6 @@ namespace terrace::passes {
 namespace {
 
 constexpr int64_t kDataElements = 4096;  // initializers exported with their data
-
-void export_attribute(const std::string& name, const Attribute& a, onnx::AttributeProto* p) {
-  using K = Attribute::Kind;
-  p->set_name(name);
-  switch (a.kind) {
-    case K::Int: p->set_type(onnx::AttributeProto::INT); p->set_i(a.i); break;
-    case K::Float: p->set_type(onnx::AttributeProto::FLOAT); p->set_f(a.f); break;
-    case K::String: p->set_type(onnx::AttributeProto::STRING); p->set_s(a.s); break;
-    case K::Tensor: p->set_type(onnx::AttributeProto::TENSOR); tensor_to_proto(a.t, p->mutable_t()); break;
-    case K::Ints: p->set_type(onnx::AttributeProto::INTS); for (int64_t v : a.ints) p->add_ints(v); break;
-    case K::Floats: p->set_type(onnx::AttributeProto::FLOATS); for (float v : a.floats) p->add_floats(v); break;
-    case K::Strings: p->set_type(onnx::AttributeProto::STRINGS); for (auto& v : a.strings) p->add_strings(v); break;
-    case K::Tensors:
-      p->set_type(onnx::AttributeProto::TENSORS);
-      for (auto& t : a.tensors) tensor_to_proto(t, p->add_tensors());
-      break;
-    case K::Graph: case K::Graphs: break;  // nodes with bodies are not exported
-  }
-}
 
 // A value's type as far as it is known; false when not even its dtype is.
 bool export_type(const Graph& g, int v, onnx::ValueInfoProto* p) {
@@ -98,7 +80,7 @@ onnx::ModelProto to_model(const Graph& g, int opset) {
       np->set_domain(kOwnDomain);
     for (int v : n.inputs) np->add_input(v >= 0 ? g.values[size_t(v)].name : "");
     for (int v : n.outputs) np->add_output(v >= 0 ? g.values[size_t(v)].name : "");
-    for (auto& [k, a] : n.attrs) export_attribute(k, a, np->add_attribute());
+    for (auto& [k, a] : n.attrs) attribute_to_proto(k, a, np->add_attribute());  // no bodies here
   }
   // Outputs whose dtype is unknown are left out: inference then records them in value_info, where
   // Terrace's own inference writes too (it leaves declared outputs alone).
