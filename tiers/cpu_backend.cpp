@@ -1,25 +1,18 @@
-// Tier 1 backend. An elementwise region -> fusion groups (one per iteration domain) -> kernel IR ->
-// C++ -> Clang/ORC; a MatMul, Gemm or Conv region (with a Relu it absorbed) -> a oneDNN primitive.
+// Tier 1 backend. A generated-code region -> its lowering (tiers/region_lowering.h: kernel IR over
+// one slot table) -> C++ -> Clang/ORC; a library region (tiers/cpu_library.h) -> oneDNN primitives.
 #include "tiers/backend.h"
 
 #ifdef TERRACE_HAVE_CPU_JIT
-#include <algorithm>
 #include <atomic>
-#include <cmath>
 #include <cstring>
-#include <functional>
-#include <map>
 #include <optional>
 
-#include "interp/interpreter.h"
+#include "interp/log.h"
 #include "jit/cpu_kernel.h"
 #include "jit/dnnl_ops.h"
+#include "kernels/printer.h"
 #include "tiers/cpu_library.h"
 #include "tiers/region_lowering.h"
-#include "interp/log.h"
-#include "kernels/lower.h"
-#include "kernels/printer.h"
-#include "kernels/split.h"
 #endif
 
 namespace terrace {
@@ -179,64 +172,42 @@ class CpuBackend : public Backend {
   // lowered ops (reductions, data movement: kernels/lower_op.h), over one slot table.
   std::unique_ptr<CompiledRegion> compile(const Graph& g, const Region& region,
                                           const std::vector<Tensor>& inputs) override {
-    RegionBuild b;
-    for (const Tensor& t : inputs) b.add_slot({t.dtype(), t.shape()});
+    LoweredRegion lowered;  // the slot table (a library region's: its inputs, then its outputs)
+    std::vector<CpuRegion::Part> parts;
+    std::string ir;
     if (cpu_library::is_library_op(g.nodes[size_t(region.nodes[0])].op)) {
-      cpu_library::LibraryPart lib = cpu_library::compile_library(g, region, b.slots);
-      b.alias.resize(b.slots.size(), -1);
-      b.ir = lib.primitive->describe() + "\n";
+      for (const Tensor& t : inputs) lowered.add_slot({t.dtype(), t.shape()});
+      cpu_library::LibraryPart lib = cpu_library::compile_library(g, region, lowered.slots);
+      lowered.alias.resize(lowered.slots.size(), -1);
+      ir = lib.primitive->describe() + "\n";
       CpuRegion::Part part;
       part.primitive = std::move(lib.primitive);
       part.slots = std::move(lib.slots);
       part.node = std::move(lib.node);
-      b.parts.push_back(std::move(part));
+      parts.push_back(std::move(part));
     } else {
-      LoweredRegion lowered = lower_region(g, region, inputs);
-      b.slots = std::move(lowered.slots);
-      b.alias = std::move(lowered.alias);
-      b.constants = std::move(lowered.constants);
-      b.value_inputs = std::move(lowered.value_inputs);
+      lowered = lower_region(g, region, inputs);
       for (LoweredStep& step : lowered.steps) {
         CpuRegion::Part part;
-        if (step.kind == LoweredStep::Kind::Kernel) part = compile_kernel(step.func, {}, b);
+        if (step.kind == LoweredStep::Kind::Kernel) {
+          part.kernel = jit::compile_cpu_kernel(step.func, jit::CpuJit::global(), cache_ ? &*cache_ : nullptr);
+          ir += kernels::to_string(step.func);
+        }
         part.slots = std::move(step.slots);
         part.node = std::move(step.node);
         part.error_slot = step.error_slot;
         part.check_first = step.check_first;
         part.check_last = step.check_last;
         part.error_message = std::move(step.error_message);
-        b.parts.push_back(std::move(part));
+        parts.push_back(std::move(part));
       }
     }
-    auto compiled = std::make_unique<CpuRegion>(std::move(b.parts), std::move(b.slots), std::move(b.alias),
-                                                std::move(b.constants), region.inputs.size(),
+    auto compiled = std::make_unique<CpuRegion>(std::move(parts), std::move(lowered.slots), std::move(lowered.alias),
+                                                std::move(lowered.constants), region.inputs.size(),
                                                 region.outputs.size(), fault_enabled("miscompile:cpu"));
-    compiled->ir = std::move(b.ir);
-    compiled->value_inputs = std::move(b.value_inputs);
+    compiled->ir = std::move(ir);
+    compiled->value_inputs = std::move(lowered.value_inputs);
     return compiled;
-  }
-
- private:
-  struct RegionBuild {
-    std::vector<kernels::TensorSig> slots;  // the region's inputs, its outputs, then intermediates
-    std::vector<int> alias;                 // per slot: the slot whose buffer it views, -1, or a constant
-    std::vector<Tensor> constants;          // values computed at compile time that kernels read
-    std::vector<int> value_inputs;          // region inputs whose values the version assumes
-    std::vector<CpuRegion::Part> parts;
-    std::string ir;
-    int add_slot(kernels::TensorSig sig, int alias_of = -1) {
-      slots.push_back(std::move(sig));
-      alias.push_back(alias_of);
-      return int(slots.size()) - 1;
-    }
-  };
-
-  CpuRegion::Part compile_kernel(const kernels::LoweredFunc& f, std::vector<int> slots, RegionBuild& b) {
-    CpuRegion::Part part;
-    part.kernel = jit::compile_cpu_kernel(f, jit::CpuJit::global(), cache_ ? &*cache_ : nullptr);
-    part.slots = std::move(slots);
-    b.ir += kernels::to_string(f);
-    return part;
   }
 
  private:
