@@ -2,6 +2,8 @@
 // collapsed, then the body binds each loaded input and each op result once and stores the outputs.
 #include "kernels/lower.h"
 
+#include <algorithm>
+
 #include <cctype>
 #include <optional>
 
@@ -57,10 +59,12 @@ std::vector<OperandValue> typed_placeholders(const std::vector<std::optional<DTy
 // ---- iteration domain ----
 
 // Strides (elements) reading a row-major tensor of `shape` over `domain`: 0 on broadcast dims.
+// A buffer of higher rank than the domain is never read (CastLike's dtype-only operand, whose
+// shape takes no part in the domain): its extra leading dims get no stride.
 std::vector<int64_t> strides_over(const Shape& shape, const Shape& domain) {
   std::vector<int64_t> s(domain.size(), 0);
   int64_t step = 1;
-  for (size_t i = 0; i < shape.size(); ++i) {
+  for (size_t i = 0; i < std::min(shape.size(), domain.size()); ++i) {
     size_t src = shape.size() - 1 - i, dst = domain.size() - 1 - i;
     if (shape[src] != 1) s[dst] = step;
     step *= shape[src];
