@@ -26,8 +26,9 @@
 #include "kernels/render_c.h"
 #include "kernels/schedule_cuda.h"
 #include "kernels/split.h"
-#include "tiers/region_lowering.h"
 #include "tiers/cpu_library.h"
+#include "tiers/gpu_program.h"
+#include "tiers/region_lowering.h"
 #endif
 
 namespace terrace {
@@ -48,23 +49,6 @@ std::vector<char> compile_gpu_cubin(const std::string&, const std::string&, cons
 
 namespace {
 
-// One step of a GPU region: a generated kernel, or (gemm set) a cuBLASLt matmul whose args are
-// the slots of A, B, C, the bias and Y (-1 for those it has not).
-struct GpuKernel {
-  std::string name;
-  CUfunction fn = nullptr;
-  std::shared_ptr<jit::cuda::CublasLtGemm> gemm;
-  std::vector<int> args;  // per kernel parameter (LoweredFunc::buffers order): a region slot
-  int64_t extent = 1;     // the Parallel loop's range [0, extent)
-  unsigned grid = 1, block = 1;
-  bool copy = false;      // a device-to-device copy of slot args[0] into args[1] (a LoweredStep copy)
-  // A lowered op's run-time index check (LoweredStep): the error word is zeroed before its first
-  // kernel and read back after the region's last.
-  int error_slot = -1;
-  bool check_first = false, check_last = false;
-  std::string node, error_message;
-};
-
 // "" when tier 2 compiles the node, else why not.
 std::string gpu_can_compile(const Graph& g, const Node& node) {
   if (node.op == Op::Gemm || node.op == Op::MatMul) {
@@ -78,16 +62,6 @@ std::string gpu_can_compile(const Graph& g, const Node& node) {
   if (std::string why = can_lower_node(g, node); !why.empty()) return "tier 2 renders tier 1's kernel IR; " + why;
   return "";
 }
-
-// A region's kernels as one CUDA C program, and how to launch them.
-struct GpuProgram {
-  std::string source, ir;
-  std::vector<GpuKernel> kernels;          // in launch order
-  std::vector<kernels::TensorSig> slots;   // the region's inputs, its outputs, then intermediates
-  std::vector<int> alias;                  // per slot, as LoweredRegion::alias
-  std::vector<Tensor> constants;           // values computed at compile time
-  std::vector<int> value_inputs;           // region inputs guarded by value
-};
 
 // The region as tier 1 lowers it (tiers/region_lowering.h: the same fusion, reductions and data
 // movement), every kernel rendered in the Cuda dialect into one program.
@@ -217,6 +191,12 @@ class GpuRegion : public CompiledRegion {
       if (k.gemm) {
         auto at = [&](int i) { return k.args[size_t(i)] < 0 ? CUdeviceptr(0) : ptr(size_t(k.args[size_t(i)])); };
         k.gemm->run(at(0), at(1), at(2), at(3), at(4), s);
+        continue;
+      }
+      if (k.library) {
+        ptrs.clear();
+        for (int slot : k.args) ptrs.push_back(slot < 0 ? CUdeviceptr(0) : ptr(size_t(slot)));
+        k.library(ptrs.data(), s);
         continue;
       }
       if (k.copy) {
