@@ -107,8 +107,16 @@ int64_t rss_kib() {
 // is far below what keeping one call's tensors per run would take (100,000 x 4 KiB = 400 MiB).
 // Sanitizers keep shadow memory and histories: under them RSS says nothing, and the loops run for
 // LeakSanitizer (tools/sanitize.sh address) and ThreadSanitizer alone.
+// (GCC defines __SANITIZE_*__; clang, which builds the ThreadSanitizer and fuzz builds, only
+// answers __has_feature.)
 #if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
 constexpr bool kSanitized = true;
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer) || __has_feature(address_sanitizer)
+constexpr bool kSanitized = true;
+#else
+constexpr bool kSanitized = false;
+#endif
 #else
 constexpr bool kSanitized = false;
 #endif
