@@ -128,13 +128,25 @@ def torch_peers(module, x_np, args):
         yield peer, 0.0, lambda c=compiled: c(x)
 
 
-def ort_peer(onnx_path, input_name, x_np):
+def ort_session_options(ort, threads):
+    """ONNX Runtime's thread settings for a run at `threads` threads: without them ORT sizes its
+    intra-op pool by the machine's cores and ignores OMP_NUM_THREADS and taskset (it escaped both on
+    the 16-core GPU host), so the comparison would not be at the same thread count."""
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    return so
+
+
+def ort_peer(onnx_path, input_name, x_np, threads):
     try:
         import onnxruntime as ort
     except ImportError as e:
         return "onnxruntime", 0.0, f"unavailable ({e})"
     t0 = time.perf_counter()
-    sess = ort.InferenceSession(onnx_path, providers=["CPUExecutionProvider"])
+    so = ort_session_options(ort, threads)
+    sess = ort.InferenceSession(onnx_path, sess_options=so, providers=["CPUExecutionProvider"])
     setup = (time.perf_counter() - t0) * 1e3
     return f"onnxruntime-{ort.__version__}-cpu", setup, lambda: sess.run(None, {input_name: x_np})[0]
 
@@ -207,7 +219,7 @@ def compare_model(name, args):
     with torch.no_grad():
         for peer in torch_peers(module, x, args):
             measure(*peer)
-    measure(*ort_peer(onnx_path, input_name, x))
+    measure(*ort_peer(onnx_path, input_name, x, args.threads))
     rows += terrace_rows
     add_ratios(rows, args.tiers)
     return rows
@@ -252,7 +264,8 @@ def main():
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     p.add_argument("--threads", type=int, default=os.cpu_count(),
-                   help="CPU threads for every peer (torch.set_num_threads, OMP_NUM_THREADS; default all cores)")
+                   help="CPU threads for every peer (torch.set_num_threads, OMP_NUM_THREADS, ONNX Runtime's "
+                        "intra_op_num_threads with inter_op 1; default all cores)")
     p.add_argument("--tiers", default=None, help="Terrace tiers (default interp,cpu; plus gpu with --device cuda)")
     p.add_argument("--peers", default="",
                    help="comma-separated peers to run (prefixes: pytorch-eager, torchscript, torch.compile-default, "
@@ -274,7 +287,10 @@ def main():
     os.environ["OMP_NUM_THREADS"] = str(args.threads)  # inherited by the terrace subprocesses
     table = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "host": platform.node(),
              "cpu": platform.processor() or platform.machine(), "torch": torch.__version__,
-             "torch_threads": torch.get_num_threads(), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"), "device": args.device, "tf32": False, "batch": args.batch,
+             "torch_threads": torch.get_num_threads(), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"),
+             "onnxruntime_threads": {"intra_op_num_threads": args.threads, "inter_op_num_threads": 1,
+                                     "execution_mode": "ORT_SEQUENTIAL"},
+             "device": args.device, "tf32": False, "batch": args.batch,
              "calls": args.calls, "warmup": args.warmup, "command": " ".join(sys.argv), "rows": []}
     for name in args.models.split(","):
         table["rows"] += compare_model(name, args)
