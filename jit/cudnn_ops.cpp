@@ -105,7 +105,8 @@ void check_dnn(cudnnStatus_t s, const char* call, ErrorCode otherwise, const std
 }
 
 // Every cuDNN call: TERRACE_DNN(code for a failure, cudnnCall, args...), inside CudnnConv (spec_).
-#define TERRACE_DNN(code, call, ...) check_dnn(dnn().call(__VA_ARGS__), #call, ::terrace::ErrorCode::code, spec_.describe())
+#define TERRACE_DNN(code, call, ...) \
+  check_dnn(dnn().call(__VA_ARGS__), #call, ::terrace::ErrorCode::code, spec_.describe())
 
 // cuDNN handles: one per concurrent call, reused (a handle is bound to the stream it is given,
 // so two threads never share one at a time). Created on first need, kept for the process.
@@ -232,7 +233,8 @@ CudnnConv::CudnnConv(const ConvSpec& spec) : spec_(spec), impl_(std::make_unique
   const size_t rank = spec.x.size();
   TERRACE_CHECK(rank >= 3 && rank <= 5 && spec.w.size() == rank && spec.strides.size() == rank - 2 &&
                     spec.dilations.size() == rank - 2 && spec.pads.size() == rank - 2,
-                CompileFailed, spec.describe(), ": cuDNN convolutions take 1 to 3 spatial dims, one stride, dilation and pad each");
+                CompileFailed, spec.describe(),
+                ": cuDNN convolutions take 1 to 3 spatial dims, one stride, dilation and pad each");
   // 1-D as 2-D over a unit height (cuDNN's descriptors start at 4 dims).
   std::vector<int64_t> x = spec.x, w = spec.w, strides = spec.strides, dilations = spec.dilations, pads = spec.pads;
   if (rank == 3) {
@@ -244,9 +246,11 @@ CudnnConv::CudnnConv(const ConvSpec& spec) : spec_(spec), impl_(std::make_unique
   }
   std::vector<int64_t> y = spec.y();
   if (rank == 3) y.insert(y.begin() + 2, 1);
-  TERRACE_CHECK(shape_numel(y) > 0 && x[0] > 0, CompileFailed, spec.describe(), ": an empty convolution is no cuDNN call");
+  TERRACE_CHECK(shape_numel(y) > 0 && x[0] > 0, CompileFailed, spec.describe(),
+                ": an empty convolution is no cuDNN call");
   for (const std::vector<int64_t>* t : {&x, &w, &y})
-    TERRACE_CHECK(shape_numel(*t) < INT_MAX, CompileFailed, spec.describe(), ": over 2^31 elements in one tensor (cuDNN's dims are 32-bit)");
+    TERRACE_CHECK(shape_numel(*t) < INT_MAX, CompileFailed, spec.describe(),
+                  ": over 2^31 elements in one tensor (cuDNN's dims are 32-bit)");
   auto ints = [](const std::vector<int64_t>& v) { return std::vector<int>(v.begin(), v.end()); };
   auto packed = [](const std::vector<int>& dims) {
     std::vector<int> s(dims.size(), 1);
@@ -328,9 +332,9 @@ CudnnConv::CudnnConv(const ConvSpec& spec) : spec_(spec), impl_(std::make_unique
         DeviceBuffer workspace(c.workspace, s);
         for (int rep = 0; rep < 4; ++rep) {
           if (rep == 1) start.record(stream);
-          TERRACE_DNN(CompileFailed, cudnnConvolutionForward, h.h, &alpha, p.xd, reinterpret_cast<const void*>(xb.ptr()),
-                      p.wd, reinterpret_cast<const void*>(wb.ptr()), p.cd, c.algo,
-                      reinterpret_cast<void*>(workspace.ptr()), c.workspace, &beta, p.yd,
+          TERRACE_DNN(CompileFailed, cudnnConvolutionForward, h.h, &alpha, p.xd,
+                      reinterpret_cast<const void*>(xb.ptr()), p.wd, reinterpret_cast<const void*>(wb.ptr()), p.cd,
+                      c.algo, reinterpret_cast<void*>(workspace.ptr()), c.workspace, &beta, p.yd,
                       reinterpret_cast<void*>(yb.ptr()));
         }
         end.record(stream);

@@ -27,6 +27,7 @@
 #include "kernels/schedule_cuda.h"
 #include "kernels/split.h"
 #include "tiers/cpu_library.h"
+#include "tiers/gpu_conv.h"
 #include "tiers/gpu_program.h"
 #include "tiers/region_lowering.h"
 #endif
@@ -51,6 +52,8 @@ namespace {
 
 // "" when tier 2 compiles the node, else why not.
 std::string gpu_can_compile(const Graph& g, const Node& node) {
+  if (node.op == Op::Conv || node.op == Op::MaxPool || node.op == Op::AveragePool)
+    return gpu_conv_can_compile(g, node);  // cuDNN and fixed kernels (tiers/gpu_conv.h)
   if (node.op == Op::Gemm || node.op == Op::MatMul) {
     std::string why;
     if (!jit::cuda::cublaslt_available(&why)) return "tier 2 runs Gemm and MatMul through cuBLASLt: " + why;
@@ -296,6 +299,16 @@ class GpuBackend : public Backend {
 
     const Op first = g.nodes[size_t(region.nodes[0])].op;
     if (first == Op::Gemm || first == Op::MatMul) return compile_library(g, region, inputs);
+    if (is_gpu_conv_region(g, region)) {  // cuDNN convolutions, pooling kernels (tiers/gpu_conv.h)
+      GpuProgram p = build_gpu_conv_program(g, region, inputs, cache_, arch_);
+      auto compiled = std::make_unique<GpuRegion>(nullptr, std::move(p.kernels), std::move(p.slots),
+                                                  region.inputs.size(), region.outputs.size(),
+                                                  fault_enabled("miscompile:gpu"), constant_inputs(g, region),
+                                                  std::move(p.alias), std::move(p.constants));
+      compiled->source = std::move(p.source);
+      compiled->ir = std::move(p.ir);
+      return compiled;
+    }
     GpuProgram p = render_gpu_program(g, region, inputs, jit::cuda::device().multiprocessors);
     std::vector<char> cubin = compile_gpu_cubin(p.source, arch_, name + ".cu", cache_);
     auto module = std::make_shared<jit::cuda::Module>(cubin);
@@ -402,6 +415,8 @@ class GpuBackend : public Backend {
 }  // namespace
 
 GpuRegionCode render_gpu_region(const Graph& graph, const Region& region, const std::vector<Tensor>& inputs) {
+  // A convolution or pool region: library calls and gpu_conv's fixed kernels (no GPU, no cuDNN needed).
+  if (is_gpu_conv_region(graph, region)) return {gpu_conv_kernels_source(), gpu_conv_kernel_names()};
   GpuProgram p = render_gpu_program(graph, region, inputs);
   GpuRegionCode code;
   code.source = std::move(p.source);

@@ -97,6 +97,24 @@ CallRecord Session::last_call() const {
 
 NamedTensors Session::run(const NamedTensors& inputs) { return run(inputs, RunOptions()); }
 
+Tensor Session::to_device(const Tensor& t) { return impl_->tiers->to_device(t); }
+
+// Before the interpreter runs `node` (a graph break): its inputs on the host. A node with
+// subgraphs may read any value of the frame by name, so then every device value comes back.
+static void node_inputs_to_host(Frame& frame, const Node& node) {
+  auto fetch = [&](RValue& rv) {
+    if (rv.kind != ValueKind::Tensor || !rv.tensor.on_device()) return;
+    rv = RValue(rv.tensor.to_host());
+    ++thread_transfers();
+  };
+  if (!node.subgraphs().empty()) {
+    for (RValue& rv : frame.env) fetch(rv);
+    return;
+  }
+  for (int v : node.inputs)
+    if (v >= 0) fetch(frame.env[size_t(v)]);
+}
+
 NamedTensors Session::run(const NamedTensors& inputs, const RunOptions& run_options) {
   Impl& im = *impl_;
   CancelScope cancel(run_options.terminate_flag(), run_options.deadline);
@@ -111,11 +129,13 @@ NamedTensors Session::run(const NamedTensors& inputs, const RunOptions& run_opti
     im.calls.push_back({call, 0, {}});
   }
   auto t0 = std::chrono::steady_clock::now();
+  const int64_t transfers0 = thread_transfers();
   bool tiers_used[3] = {false, false, false};
   for (size_t s = 0; s < im.plan.steps.size(); ++s) {
     const Step& step = im.plan.steps[s];
     check_cancelled();
     if (step.region < 0) {
+      node_inputs_to_host(frame, g.nodes[size_t(step.node)]);
       run_node(frame, step.node);
       tiers_used[0] = true;
       release_dead_inputs(frame, step.node, int(s), im.last_use);
@@ -132,11 +152,17 @@ NamedTensors Session::run(const NamedTensors& inputs, const RunOptions& run_opti
     const std::string& name = g.values[size_t(g.outputs[i])].name;
     TERRACE_CHECK(out[i].kind == ValueKind::Tensor, NotImplemented, "output '", name,
                   "' is a sequence or optional; Session::run returns tensors only");
-    result.emplace_back(name, out[i].tensor);
+    Tensor t = std::move(out[i].tensor);
+    if (t.on_device() && !run_options.outputs_on_device) {
+      t = t.to_host();
+      ++thread_transfers();
+    }
+    result.emplace_back(name, std::move(t));
   }
   std::lock_guard<std::mutex> lock(im.mu);
   CallRecord& rec = im.calls[size_t(call)];
   rec.ms = ms;
+  rec.transfers = thread_transfers() - transfers0;
   for (int t = 0; t < 3; ++t)
     if (tiers_used[t]) rec.tiers.push_back(tier_name(Tier(t)));
   return result;
@@ -166,7 +192,8 @@ std::string Session::report_json() const {
   j.end_array();
   j.key("calls").begin_array();
   for (const CallRecord& c : calls())
-    j.begin_object().field("index", c.index).field("ms", c.ms).field("tiers", c.tiers).end_object();
+    j.begin_object().field("index", c.index).field("ms", c.ms).field("tiers", c.tiers)
+        .field("transfers", c.transfers).end_object();
   j.end_array();
   j.end_object();
   return j.str();

@@ -22,6 +22,7 @@ struct CallRecord {
   int64_t index = 0;
   double ms = 0;
   std::vector<std::string> tiers;  // tiers that ran during the call ("interp", "cpu", "gpu")
+  int64_t transfers = 0;           // tensors copied between host and device during the call
 };
 
 // Per-call settings. A run that is terminated (from any thread) or passes its deadline stops
@@ -36,6 +37,10 @@ class RunOptions {
   const std::atomic<bool>* terminate_flag() const { return terminate_.get(); }
   // The time by which the run must end (none by default).
   std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
+  // Outputs that tier 2 computed stay on the device (Tensor::on_device(); read with to_host()) for
+  // a caller that feeds them to its own GPU work or back as inputs (with Session::to_device, ONNX
+  // Runtime's IoBinding); others are host tensors. False: every output is a host tensor.
+  bool outputs_on_device = false;
 
  private:
   std::shared_ptr<std::atomic<bool>> terminate_;
@@ -55,6 +60,9 @@ class Session {
   // the graph outputs in declaration order. Thread-safe.
   NamedTensors run(const NamedTensors& inputs);
   NamedTensors run(const NamedTensors& inputs, const RunOptions& options);
+  // A copy of host tensor `t` on tier 2's device, to pass as an input: regions on the GPU read it
+  // where it is, other consumers get a host copy. Error(NotImplemented) without tier 2.
+  Tensor to_device(const Tensor& t);
 
   // A JSON report: per region (id, ops, tier, calls, compile_ms, ...) and per call.
   std::string report_json() const;

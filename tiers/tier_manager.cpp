@@ -204,6 +204,12 @@ TierManager::~TierManager() {
 Tier TierManager::execute(int r, Frame& frame, int64_t call) { return core_->execute(r, frame, call); }
 std::vector<RegionReport> TierManager::report() const { return core_->report(); }
 
+Tensor TierManager::to_device(const Tensor& t) {
+  TERRACE_CHECK(core_->gpu_ != nullptr, NotImplemented, "no device to put tensor ", shape_str(t.shape()),
+                " on: this session has no tier 2 (no GPU, or Options::max_tier below gpu)");
+  return core_->gpu_->to_device(t);
+}
+
 void TierManager::wait_idle() {
   jobs_->wait();
   checks_->wait();
@@ -216,8 +222,30 @@ static std::vector<Tensor> compile_inputs(const std::vector<Tensor>& in) {
   constexpr int64_t kKeptElements = 1 << 16;
   std::vector<Tensor> kept;
   for (const Tensor& t : in)
-    kept.push_back(t.numel() <= kKeptElements ? t.clone() : Tensor::empty(t.dtype(), t.shape()));
+    kept.push_back(t.numel() > kKeptElements ? Tensor::empty(t.dtype(), t.shape())
+                   : t.on_device()          ? t.to_host()
+                                            : t.clone());
   return kept;
+}
+
+// Tier 2's device tensors among a region's inputs, copied to the host for a consumer that is not a
+// GPU version (tier 1, the interpreter, validation), in `in` and in the frame, so that the next
+// host consumer of the value finds it there; each copy counted for the call.
+static void inputs_to_host(const Region& region, Frame& frame, std::vector<Tensor>& in) {
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (!in[i].on_device()) continue;
+    in[i] = in[i].to_host();
+    frame.env[size_t(region.inputs[i])] = RValue(in[i]);
+    ++thread_transfers();
+  }
+}
+
+// Host copies of a region's outputs for a comparison (a device tensor is copied; a host one is
+// itself).
+static std::vector<Tensor> host_copies(const std::vector<Tensor>& out) {
+  std::vector<Tensor> host;
+  for (const Tensor& t : out) host.push_back(t.to_host());
+  return host;
 }
 
 void TierManager::Core::interpret_region(const Region& region, Frame& frame) const {
@@ -263,6 +291,7 @@ Tier TierManager::Core::dispatch(RegionState& st, Frame& frame, int64_t call) {
         if (!failure) failure = f;
         continue;
       }
+      if (v->tier != Tier::Gpu) inputs_to_host(region, frame, in);
       run_t0 = std::chrono::steady_clock::now();
       try {
         out = v->code->run(in);
@@ -289,6 +318,7 @@ Tier TierManager::Core::dispatch(RegionState& st, Frame& frame, int64_t call) {
     }
 
   if (refused) {
+    inputs_to_host(region, frame, in);
     interpret_region(region, frame);  // raises the interpreter's own error when the inputs are bad
     refused->demoted = true;          // it answered: the compiled check was wrong
     std::lock_guard<std::mutex> lock(st.mu);
@@ -309,6 +339,7 @@ Tier TierManager::Core::dispatch(RegionState& st, Frame& frame, int64_t call) {
     return Tier::Interp;  // validation failed: the frame holds the interpreter's results
   }
 
+  inputs_to_host(region, frame, in);
   const auto interp_t0 = std::chrono::steady_clock::now();
   interpret_region(region, frame);
   const double interp_ms = ms_since(interp_t0);
@@ -445,10 +476,13 @@ void TierManager::Core::demote(RegionState& st, Version& v, const std::string& w
   log(LogLevel::Warn, "region ", st.region->id, " (", st.region->ops(), "): demoted: ", why);
 }
 
-bool TierManager::Core::validate(RegionState& st, Version& v, Frame& frame, const std::vector<Tensor>& in,
-                           const std::vector<Tensor>& out) {
-  interpret_region(*st.region, frame);
+bool TierManager::Core::validate(RegionState& st, Version& v, Frame& frame, const std::vector<Tensor>& device_in,
+                           const std::vector<Tensor>& device_out) {
   const Region& region = *st.region;
+  std::vector<Tensor> in = device_in;
+  inputs_to_host(region, frame, in);
+  const std::vector<Tensor> out = host_copies(device_out);  // tier 2's results, copied back
+  interpret_region(region, frame);
   std::vector<Tensor> expected;
   for (int v : region.outputs) expected.push_back(frame.env[size_t(v)].tensor);
   if (std::optional<std::string> why = mismatch(region, in, expected, out)) {
@@ -480,8 +514,8 @@ void TierManager::Core::maybe_recheck(RegionState& st, const std::shared_ptr<Ver
     st.recheck_queued = true;
   }
   std::vector<Tensor> in_copy, out_copy;
-  for (const Tensor& t : in) in_copy.push_back(t.clone());
-  for (const Tensor& t : out) out_copy.push_back(t.clone());
+  for (const Tensor& t : in) in_copy.push_back(t.on_device() ? t.to_host() : t.clone());
+  for (const Tensor& t : out) out_copy.push_back(t.on_device() ? t.to_host() : t.clone());
   RegionState* sp = &st;
   checks_->enqueue([self = shared_from_this(), sp, v, in_copy = std::move(in_copy), out_copy = std::move(out_copy), call] {
     self->recheck_job(*sp, v, in_copy, out_copy, call);
