@@ -1,10 +1,13 @@
 // Options defaults and environment overrides.
 #include "tiers/options.h"
 
+#include <algorithm>
 #include <cstdlib>
+#include <mutex>
 #include <string>
 
 #include "interp/error.h"
+#include "interp/log.h"
 
 namespace terrace {
 
@@ -13,6 +16,15 @@ const char* tier_name(Tier t) {
     case Tier::Interp: return "interp";
     case Tier::Cpu: return "cpu";
     case Tier::Gpu: return "gpu";
+  }
+  return "?";
+}
+
+const char* mode_name(Mode m) {
+  switch (m) {
+    case Mode::Default: return "default";
+    case Mode::ReduceOverhead: return "reduce-overhead";
+    case Mode::MaxAutotune: return "max-autotune";
   }
   return "?";
 }
@@ -46,6 +58,34 @@ Options Options::from_env() {
   }
   read_level("TERRACE_OPTIMIZE", {"none", "basic", "extended"},
              {OptimizeLevel::None, OptimizeLevel::Basic, OptimizeLevel::Extended}, o.optimize);
+  read_level("TERRACE_MODE", {"default", "reduce-overhead", "max-autotune"},
+             {Mode::Default, Mode::ReduceOverhead, Mode::MaxAutotune}, o.mode);
+  if (const char* s = std::getenv("TERRACE_STRICT")) {
+    const std::string v = s;
+    TERRACE_CHECK(v == "0" || v == "1" || v.empty(), InvalidArgument, "TERRACE_STRICT='", v, "': expected 1 or 0");
+    o.strict = v == "1";
+  }
+  if (const char* p = std::getenv("TERRACE_PROFILE")) o.profile_file = p;
+  return o;
+}
+
+Options Options::resolved() const {
+  Options o = *this;
+  switch (mode) {
+    case Mode::Default: break;
+    case Mode::ReduceOverhead:
+      o.hot_threshold = 1;
+      o.gpu_threshold = std::min(o.gpu_threshold, 2);
+      o.validate_calls = std::min(o.validate_calls, 1);
+      break;
+    case Mode::MaxAutotune: {
+      static std::once_flag said;
+      std::call_once(said, [] {
+        log(LogLevel::Info, "mode max-autotune: tier 2's autotuning is not written yet; the session runs as mode default");
+      });
+      break;
+    }
+  }
   return o;
 }
 

@@ -1,8 +1,11 @@
 // Options: what a Session may do (tiers, thresholds, validation, threads, cache).
 #pragma once
+#include <memory>
 #include <string>
 
 namespace terrace {
+
+class Trace;  // tiers/trace.h
 
 enum class Tier { Interp = 0, Cpu = 1, Gpu = 2 };
 const char* tier_name(Tier t);  // "interp", "cpu", "gpu"
@@ -16,6 +19,19 @@ enum class ValidateMode { Off, First, Always };
 //   Extended: Basic, and BatchNormalization folded into the Conv or Gemm before it: answers
 //             differ by rounding only, within ARCHITECTURE.md's tolerances.
 enum class OptimizeLevel { None = 0, Basic = 1, Extended = 2 };
+
+// Presets, named as torch.compile's modes; what each does today (Options::resolved applies it):
+//   Default:        the fields as set.
+//   ReduceOverhead: less time before compiled code serves: a region is compiled after its first
+//                   call (hot_threshold 1), climbs to tier 2 after at most 2 tier-1 calls
+//                   (gpu_threshold), and a new version is shadow-validated on 1 call (validate_calls
+//                   at most 1; continuous re-checks stay). Compiled answers are still checked.
+//   MaxAutotune:    reserved for tier 2's autotuning (kernel schedules and cuBLASLt algorithms
+//                   timed per signature), which is not written yet: today it runs as Default and
+//                   the session says so once (log level info).
+// $TERRACE_MODE (default|reduce-overhead|max-autotune).
+enum class Mode { Default = 0, ReduceOverhead = 1, MaxAutotune = 2 };
+const char* mode_name(Mode m);  // "default", "reduce-overhead", "max-autotune"
 
 struct Options {
   Tier max_tier = Tier::Gpu;    // the highest tier regions may be promoted to
@@ -46,8 +62,28 @@ struct Options {
   // optimized graph).
   OptimizeLevel optimize = OptimizeLevel::Extended;
 
-  // Options with TERRACE_MAX_TIER, TERRACE_CACHE_DIR, TERRACE_RECHECK and TERRACE_OPTIMIZE applied over the defaults.
+  // Interpreter only (torch.compile's disable): max_tier = Tier::Interp, or $TERRACE_MAX_TIER=interp.
+  // Nothing is compiled; every node runs in the interpreter.
+
+  // The preset above; $TERRACE_MODE.
+  Mode mode = Mode::Default;
+  // torch.compile's fullgraph: loading fails with Error(NotImplemented) listing every graph break
+  // (a node no compiled tier takes) with its reason, instead of running those nodes in the
+  // interpreter. $TERRACE_STRICT=1.
+  bool strict = false;
+  // A Chrome trace of the session (tiers/trace.h): calls, region executions with their tier,
+  // compiles on their background threads, validations, deopts, transfers; written when the
+  // session is destroyed or on Session::write_profile. Empty: off. $TERRACE_PROFILE.
+  std::string profile_file;
+  // The recorder: made by the session from profile_file when null; a caller may set one to share
+  // a trace between sessions.
+  std::shared_ptr<Trace> trace;
+
+  // Options with TERRACE_MAX_TIER, TERRACE_CACHE_DIR, TERRACE_RECHECK, TERRACE_OPTIMIZE,
+  // TERRACE_MODE, TERRACE_STRICT and TERRACE_PROFILE applied over the defaults.
   static Options from_env();
+  // These options with `mode` applied to the fields it sets (what a session runs with).
+  Options resolved() const;
 };
 
 }  // namespace terrace

@@ -80,6 +80,9 @@ class Session {
   void wait_for_compiles();
   const Options& options() const;
   std::vector<CallRecord> calls() const;
+  // Writes the Chrome trace (Options::profile_file) now, as the destructor does; IoError naming
+  // the file on failure. Nothing without a profile file.
+  void write_profile() const;
   // The latest call's record (index -1 before the first call): calls().back() without copying
   // every record.
   CallRecord last_call() const;

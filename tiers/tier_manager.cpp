@@ -15,6 +15,7 @@
 #include "interp/log.h"
 #include "interp/omp_threads.h"
 #include "tiers/repro.h"
+#include "tiers/trace.h"
 
 namespace terrace {
 
@@ -296,6 +297,8 @@ Tier TierManager::Core::dispatch(RegionState& st, Frame& frame, int64_t call) {
       try {
         out = v->code->run(in);
         chosen = v;
+        if (Trace* t = options_.trace.get(); t && v->tier == Tier::Gpu)
+          t->counter("transfer", "host<->device transfers, region " + std::to_string(r), "tensors", double(v->code->transfers.load()));
         break;
       } catch (const std::exception& e) {
         // A run-time check of the compiled code (an index out of range) rejecting the inputs: the
@@ -350,7 +353,8 @@ Tier TierManager::Core::dispatch(RegionState& st, Frame& frame, int64_t call) {
     ++st.deopts;
     st.guard_failures.insert(st.guard_failures.begin(), failure->describe());
     if (st.guard_failures.size() > kMaxGuardFailuresKept) st.guard_failures.pop_back();
-    log(LogLevel::Debug, "region ", r, ": deopt, guard failed: ", failure->describe());
+    log_event(LogTopic::Deopts, LogLevel::Debug, "region ", r, ": deopt, guard failed: ", failure->describe());
+    if (Trace* t = options_.trace.get()) t->instant("deopt", "deopt region " + std::to_string(r), {{"reason", failure->describe()}});
   }
   if (all_tensors) maybe_promote(st, sig, in, call);
   return Tier::Interp;
@@ -370,6 +374,10 @@ void TierManager::Core::maybe_promote(RegionState& st, const std::string& sig,
     return;
   }
   st.compiling.insert(sig);
+  if (!st.load()->empty() || !st.failed.empty())
+    log_event(LogTopic::Recompiles, LogLevel::Debug, "region ", st.region->id, " (", st.region->ops(), "): recompiling for ", sig,
+              " (", st.load()->size(), " version(s) already; last guard failure: ",
+              st.guard_failures.empty() ? std::string("none") : st.guard_failures.front(), ")");
   std::vector<Tensor> shapes = compile_inputs(in);
   RegionState* sp = &st;
   jobs_->enqueue([self = shared_from_this(), sp, sig, shapes, call] { self->compile_job(*sp, sig, shapes, call); });
@@ -403,6 +411,8 @@ void TierManager::Core::compile_job(RegionState& st, Backend& backend, std::stri
   std::unique_ptr<CompiledRegion> code;
   std::string error;
   const bool gpu = backend.tier() == Tier::Gpu;
+  TraceSpan span(options_.trace.get(), "compile", gpu ? "compile (gpu) region" : "compile (cpu) region", st.region->id);
+  span.arg("signature", sig);
   try {
     std::string tier = tier_name(backend.tier());
     if (fault_enabled("slow-compile:" + tier))  // holds the compile back, for tests of no-waiting
@@ -418,6 +428,7 @@ void TierManager::Core::compile_job(RegionState& st, Backend& backend, std::stri
     error = e.what();
   }
   double ms = ms_since(t0);
+  span.arg("result", code ? "compiled" : "failed: " + error);
   std::lock_guard<std::mutex> lock(st.mu);
   st.compiling.erase(key);
   st.compile_ms += ms;
@@ -448,7 +459,7 @@ void TierManager::Core::compile_job(RegionState& st, Backend& backend, std::stri
   if (options_.validate != ValidateMode::Off) st.validation = "pending";
   st.publish(std::move(v));
   if (gpu) st.gpu_state = "";
-  log(LogLevel::Info, "region ", st.region->id, " (", st.region->ops(), "): promoted to ",
+  log_event(LogTopic::Promotions, LogLevel::Info, "region ", st.region->id, " (", st.region->ops(), "): promoted to ",
       tier_name(backend.tier()), " for ", sig, " after call ", call, ", compiled in ", ms, " ms");
 }
 
@@ -473,11 +484,13 @@ void TierManager::Core::demote(RegionState& st, Version& v, const std::string& w
   st.failed.insert(v.signature);
   st.validation = "failed: " + why;
   if (v.tier == Tier::Gpu) st.gpu_state = "back on tier 1: the GPU version was demoted: " + why;
-  log(LogLevel::Warn, "region ", st.region->id, " (", st.region->ops(), "): demoted: ", why);
+  log_event(LogTopic::Validation, LogLevel::Warn, "region ", st.region->id, " (", st.region->ops(), "): demoted: ", why);
+  if (Trace* t = options_.trace.get()) t->instant("deopt", "demoted region " + std::to_string(st.region->id), {{"reason", why}});
 }
 
 bool TierManager::Core::validate(RegionState& st, Version& v, Frame& frame, const std::vector<Tensor>& device_in,
                            const std::vector<Tensor>& device_out) {
+  TraceSpan span(options_.trace.get(), "validation", "validate region", st.region->id);
   const Region& region = *st.region;
   std::vector<Tensor> in = device_in;
   inputs_to_host(region, frame, in);
@@ -491,8 +504,12 @@ bool TierManager::Core::validate(RegionState& st, Version& v, Frame& frame, cons
                                   v.code.get(), *why);
     std::lock_guard<std::mutex> lock(st.mu);
     demote(st, v, *why + (dump.empty() ? "" : " (repro in " + dump + ")"));
+    span.arg("result", "failed: " + *why);
     return false;
   }
+  span.arg("result", "passed");
+  log_event(LogTopic::Validation, LogLevel::Debug, "region ", region.id, " (", region.ops(), "): ", tier_name(v.tier),
+            " version for ", v.signature, " agrees with the interpreter (shadow validation)");
   std::lock_guard<std::mutex> lock(st.mu);
   if (st.validation == "pending" && v.validations_left.load() <= 0) st.validation = "passed";
   return true;
@@ -526,6 +543,7 @@ void TierManager::Core::recheck_job(RegionState& st, std::shared_ptr<Version> v,
                               std::vector<Tensor> out, int64_t call) {
   const auto t0 = std::chrono::steady_clock::now();
   const Region& region = *st.region;
+  TraceSpan span(options_.trace.get(), "recheck", "re-check region", region.id);
   std::optional<std::string> why;
   std::vector<Tensor> expected;
   try {
@@ -553,7 +571,11 @@ void TierManager::Core::recheck_job(RegionState& st, std::shared_ptr<Version> v,
   st.interp_ms = ms_since(t0);
   st.recheck_queued = false;
   ++st.rechecks;
+  span.arg("result", why ? "failed: " + *why : std::string("passed"));
   if (why) demote(st, *v, *why);
+  else
+    log_event(LogTopic::Validation, LogLevel::Debug, "region ", region.id, " (", region.ops(), "): re-check of call ",
+              call, " agrees with the interpreter");
 }
 
 std::vector<RegionReport> TierManager::Core::report() const {
