@@ -61,8 +61,9 @@ GuardSet GuardSet::exact(const std::vector<Tensor>& inputs, const std::vector<in
 
 // The first element (as bytes) where `t` differs from `expected`, or -1 when they are equal.
 // The dtype and shape guards before this one have passed.
-static int64_t first_difference(const Tensor& t, const Tensor& expected) {
-  if (t.numel() != expected.numel() || t.dtype() != expected.dtype()) return 0;
+static int64_t first_difference(const Tensor& device_or_host, const Tensor& expected) {
+  if (device_or_host.numel() != expected.numel() || device_or_host.dtype() != expected.dtype()) return 0;
+  const Tensor t = device_or_host.to_host();  // tier 2's outputs are read back (small: shape-like)
   const size_t size = dtype_size(t.dtype());
   const auto* a = static_cast<const unsigned char*>(t.raw());
   const auto* b = static_cast<const unsigned char*>(expected.raw());
@@ -77,7 +78,7 @@ std::optional<GuardFailure> GuardSet::check(const std::vector<Tensor>& inputs) c
     const Tensor& t = inputs[size_t(g.input)];
     int64_t seen = 0;
     switch (g.kind) {
-      case Guard::Kind::Device: seen = 0; break;  // tensors live on the host today
+      case Guard::Kind::Device: seen = 0; break;  // every version takes host or device tensors: the tier manager moves them
       case Guard::Kind::Dtype: seen = int64_t(t.dtype()); break;
       case Guard::Kind::Rank: seen = t.rank(); break;
       case Guard::Kind::Dim: seen = g.dim < t.rank() ? t.dim(g.dim) : -1; break;

@@ -159,6 +159,38 @@ void Tensor::check_type(DType want) const {
                  dtype_name(want));
 }
 
+Tensor Tensor::on_device(DType dtype, Shape shape, std::shared_ptr<DeviceStorage> storage) {
+  TERRACE_CHECK(dtype != DType::String, InvalidArgument, "a string tensor cannot live on a device");
+  TERRACE_CHECK(storage != nullptr, InvalidArgument, "a device tensor needs its storage (null given)");
+  Tensor t;
+  t.numel_ = shape_numel(shape);
+  t.dtype_ = dtype;
+  t.shape_ = std::move(shape);
+  TERRACE_CHECK(t.nbytes() <= storage->bytes(), InvalidArgument, "a device tensor ", dtype_name(dtype),
+                shape_str(t.shape_), " needs ", t.nbytes(), " bytes; its storage on ", storage->where(), " holds ",
+                storage->bytes());
+  auto st = std::make_shared<State>();
+  st->dtype = dtype;
+  st->bytes = t.nbytes();
+  st->device = std::move(storage);
+  t.state_ = std::move(st);
+  return t;
+}
+
+uint64_t Tensor::device_address() const { return on_device() ? state_->device->address() : 0; }
+
+Tensor Tensor::to_host() const {
+  if (!on_device()) return *this;
+  Tensor t = empty(dtype_, shape_);
+  if (nbytes()) state_->device->read(t.state_->data, nbytes());
+  return t;
+}
+
+void fail_device_access(const Tensor& t) {
+  fail(ErrorCode::InvalidArgument, "a tensor ", dtype_name(t.dtype()), shape_str(t.shape()), " is on ",
+       t.device_storage()->where(), ": read it with to_host()");
+}
+
 Tensor Tensor::reshaped(Shape shape) const {
   TERRACE_CHECK(shape_numel(shape) == numel_, InvalidArgument, "cannot reshape ",
                 shape_str(shape_), " to ", shape_str(shape));

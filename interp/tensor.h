@@ -39,6 +39,19 @@ int64_t shape_numel(std::span<const int64_t> shape);
 // Row-major strides in elements.
 std::vector<int64_t> row_major_strides(std::span<const int64_t> shape);
 
+// Memory on an accelerator (tier 2's GPU), behind an interface so that this layer needs no
+// device library: a device tensor's bytes are read back through it (jit/cuda_memory.cpp
+// implements it for CUDA). Freed when the last tensor over it goes.
+class DeviceStorage {
+ public:
+  virtual ~DeviceStorage() = default;
+  virtual uint64_t address() const = 0;  // the device address of its first byte
+  virtual size_t bytes() const = 0;
+  // Copies its first `bytes` bytes to host memory `dst`, after the device work that writes them.
+  virtual void read(void* dst, size_t bytes) const = 0;
+  virtual std::string where() const = 0;  // "cuda:0"
+};
+
 class Tensor {
  public:
   Tensor() = default;  // undefined: an absent optional input or output
@@ -49,6 +62,10 @@ class Tensor {
   // as long as this tensor or a copy of it lives: no copy is made, nothing is freed. Not for
   // strings. `bytes` is the size of `data`, checked against the shape (InvalidArgument).
   static Tensor borrow(DType dtype, Shape shape, void* data, size_t bytes);
+  // A tensor whose elements live in device memory (tier 2's outputs, or a caller's binding).
+  // Host accessors (raw, data, clone, cast, str...) throw InvalidArgument on it: to_host() reads
+  // it. `storage` holds at least nbytes() bytes (checked).
+  static Tensor on_device(DType dtype, Shape shape, std::shared_ptr<DeviceStorage> storage);
   template <typename T> static Tensor scalar(T v) {
     Tensor t = empty(dtype_of<T>::value, {});
     t.data<T>()[0] = v;
@@ -65,6 +82,13 @@ class Tensor {
   bool defined() const { return state_ != nullptr; }
   // Over caller memory (borrow(), or a reshaped view of such a tensor).
   bool borrowed() const;
+  // Its elements are in device memory (on_device()); where: device_storage()->where().
+  bool on_device() const;
+  const DeviceStorage* device_storage() const;
+  uint64_t device_address() const;  // 0 for a host tensor
+  // A host copy of a device tensor (waiting for the device work that writes it); a host tensor
+  // is returned as it is.
+  Tensor to_host() const;
   DType dtype() const { return dtype_; }
   const Shape& shape() const { return shape_; }
   int64_t rank() const { return int64_t(shape_.size()); }
@@ -113,12 +137,22 @@ struct Tensor::State {
   DType dtype;
   int64_t count = 0;
   bool borrowed = false;  // the caller's memory (Tensor::borrow): not freed here
+  std::shared_ptr<DeviceStorage> device;  // set: the elements are there, and data is null
   ~State();
 };
 
 inline bool Tensor::borrowed() const { return state_ && state_->borrowed; }
-inline void* Tensor::raw() { return state_ ? state_->data : nullptr; }
-inline const void* Tensor::raw() const { return state_ ? state_->data : nullptr; }
+inline bool Tensor::on_device() const { return state_ && state_->device; }
+inline const DeviceStorage* Tensor::device_storage() const { return state_ ? state_->device.get() : nullptr; }
+[[noreturn]] void fail_device_access(const Tensor& t);
+inline void* Tensor::raw() {
+  if (state_ && state_->device) fail_device_access(*this);
+  return state_ ? state_->data : nullptr;
+}
+inline const void* Tensor::raw() const {
+  if (state_ && state_->device) fail_device_access(*this);
+  return state_ ? state_->data : nullptr;
+}
 
 // Calls f(T{}) with T the storage type of dtype; strings are excluded unless AllowString.
 template <bool AllowString = false, typename F>

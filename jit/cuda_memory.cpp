@@ -66,6 +66,37 @@ void* PinnedBuffer::reserve(size_t bytes) {
   return data_;
 }
 
+DeviceTensorStorage::DeviceTensorStorage(size_t bytes, const std::shared_ptr<Stream>& stream)
+    : stream_(stream), buffer_(bytes, stream->get()) {}
+
+DeviceTensorStorage::~DeviceTensorStorage() {
+  device();  // the context current on the thread that drops the last tensor
+  buffer_ = DeviceBuffer();
+}
+
+void DeviceTensorStorage::read(void* dst, size_t bytes) const {
+  TERRACE_CHECK(bytes <= buffer_.bytes(), Internal, "reading ", bytes, " bytes of a ", buffer_.bytes(),
+                "-byte device buffer");
+  device();
+  copy_to_host(dst, buffer_.ptr(), bytes, *stream_);
+  stream_->synchronize();
+}
+
+Tensor device_tensor(DType dtype, const Shape& shape, const std::shared_ptr<Stream>& stream) {
+  const size_t bytes = size_t(shape_numel(shape)) * dtype_size(dtype);
+  return Tensor::on_device(dtype, shape, std::make_shared<DeviceTensorStorage>(bytes, stream));
+}
+
+Tensor upload(const Tensor& host, const std::shared_ptr<Stream>& stream) {
+  if (host.on_device()) return host;
+  device();
+  Tensor t = device_tensor(host.dtype(), host.shape(), stream);
+  // From pageable memory the copy has read the host bytes when it returns; the device side stays
+  // ordered on the stream.
+  if (host.nbytes()) TERRACE_CU(cuMemcpyHtoDAsync, CUdeviceptr(t.device_address()), host.raw(), host.nbytes(), stream->get());
+  return t;
+}
+
 void copy_to_device(CUdeviceptr dst, const void* src, size_t bytes, const Stream& stream) {
   if (bytes) TERRACE_CU(cuMemcpyHtoDAsync, dst, src, bytes, stream.get());
 }

@@ -3,6 +3,10 @@
 // cuMemAlloc, GPU-NOTES.md), and pinned host buffers for transfers.
 #pragma once
 #include <cstddef>
+#include <memory>
+#include <string>
+
+#include "interp/tensor.h"
 
 #include "jit/cuda_driver.h"
 
@@ -47,6 +51,30 @@ class PinnedBuffer {
   void* data_ = nullptr;
   size_t bytes_ = 0;
 };
+
+// Device memory owned by tensors (Tensor::on_device): tier 2's region outputs, which stay on the
+// device for the next GPU region, and callers' bound inputs. All of a session's device work runs in
+// order on one stream; the storage is freed in order on it when the last tensor over it goes.
+class DeviceTensorStorage final : public DeviceStorage {
+ public:
+  DeviceTensorStorage(size_t bytes, const std::shared_ptr<Stream>& stream);
+  ~DeviceTensorStorage() override;
+  uint64_t address() const override { return buffer_.ptr(); }
+  size_t bytes() const override { return buffer_.bytes(); }
+  // A copy to host after the stream's earlier work (synchronises the stream).
+  void read(void* dst, size_t bytes) const override;
+  std::string where() const override { return "cuda:0"; }
+  const std::shared_ptr<Stream>& stream() const { return stream_; }
+
+ private:
+  std::shared_ptr<Stream> stream_;  // outlives the buffer, which frees on it
+  DeviceBuffer buffer_;
+};
+
+// An uninitialised device tensor on `stream`.
+Tensor device_tensor(DType dtype, const Shape& shape, const std::shared_ptr<Stream>& stream);
+// A device copy of host tensor `host`, ordered on `stream` (the host data is read before return).
+Tensor upload(const Tensor& host, const std::shared_ptr<Stream>& stream);
 
 // Asynchronous copies on `stream` (the host side must stay valid until the stream reaches them).
 void copy_to_device(CUdeviceptr dst, const void* src, size_t bytes, const Stream& stream);

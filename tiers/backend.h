@@ -23,9 +23,18 @@ class CompiledRegion {
   // Region inputs whose values (not only dtype and shape) the version was compiled for: small
   // shape-like tensors computed in another step. The tier manager guards their contents.
   std::vector<int> value_inputs;
-  // Tensors copied between host and device by run() so far (tier 2; tier 1 copies none).
+  // Tensors copied between host and device by run() so far (tier 2; tier 1 copies none). A tier-2
+  // version takes host or device inputs and returns device tensors (Tensor::on_device); the tier
+  // manager gives every other consumer host tensors.
   std::atomic<int64_t> transfers{0};
 };
+
+// Host<->device copies made on the calling thread (tier 2's uploads, the tier manager's and the
+// session's downloads): a session reads it before and after a call for the call's count.
+inline int64_t& thread_transfers() {
+  thread_local int64_t copies = 0;
+  return copies;
+}
 
 class Backend {
  public:
@@ -49,6 +58,12 @@ class Backend {
   // thread; throws Error(CompileFailed) with the compiler's message on failure.
   virtual std::unique_ptr<CompiledRegion> compile(const Graph& graph, const Region& region,
                                                   const std::vector<Tensor>& inputs) = 0;
+  // A copy of host tensor `t` in this backend's device memory, for callers that bind device
+  // inputs (tier 2); Error(NotImplemented) for a backend without a device.
+  virtual Tensor to_device(const Tensor& t) {
+    fail(ErrorCode::NotImplemented, "the ", tier_name(tier()), " tier has no device memory for tensor ",
+         shape_str(t.shape()));
+  }
 };
 
 // The tier-1 backend: fused CPU kernels through Clang and LLVM ORC (tiers/cpu_backend.cpp).

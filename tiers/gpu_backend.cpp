@@ -123,68 +123,75 @@ std::vector<bool> constant_inputs(const Graph& g, const Region& region) {
 class GpuRegion : public CompiledRegion {
  public:
   // `constant[i]`: region input i is a graph initializer (weights): copied to the device once and
-  // kept there while its host tensor is the same one. `alias` and `constants` as in GpuProgram
-  // (views share their source's buffer; constants are copied to the device once).
-  GpuRegion(std::shared_ptr<jit::cuda::Module> module, std::vector<GpuKernel> kernels,
-            std::vector<kernels::TensorSig> slots, size_t n_inputs, size_t n_outputs, bool perturb,
-            std::vector<bool> constant, std::vector<int> alias = {}, std::vector<Tensor> constants = {})
-      : module_(std::move(module)), kernels_(std::move(kernels)), slots_(std::move(slots)), n_inputs_(n_inputs),
-        n_outputs_(n_outputs), perturb_(perturb), constant_(std::move(constant)), resident_(n_inputs),
-        resident_source_(n_inputs, nullptr), alias_(std::move(alias)), constants_(std::move(constants)) {
+  // kept there while its host tensor is the same one. The program's alias and constants: views
+  // share their source's buffer; constants are copied to the device once. Every call's work runs
+  // on `stream`, the backend's one stream, so that a device tensor one region returns is ready for
+  // the next region's kernels without a synchronisation.
+  GpuRegion(std::shared_ptr<jit::cuda::Module> module, GpuProgram program, size_t n_inputs, size_t n_outputs,
+            bool perturb, std::vector<bool> constant, std::shared_ptr<jit::cuda::Stream> stream)
+      : module_(std::move(module)), kernels_(std::move(program.kernels)), slots_(std::move(program.slots)),
+        n_inputs_(n_inputs), n_outputs_(n_outputs), perturb_(perturb), stream_(std::move(stream)),
+        constant_(std::move(constant)), resident_(n_inputs), resident_source_(n_inputs, nullptr),
+        alias_(std::move(program.alias)), constants_(std::move(program.constants)) {
     alias_.resize(slots_.size(), -1);
     for (const GpuKernel& k : kernels_)
       if (k.check_last) checks_.push_back(&k);
   }
 
+  // Inputs on the host or on the device (a device tensor is used where it is); returns device
+  // tensors, ready in stream order: nothing waits for the kernels, but for a region whose run-time
+  // index check must be read back.
   std::vector<Tensor> run(const std::vector<Tensor>& inputs) override {
-    std::lock_guard<std::mutex> lock(mu_);  // one stream and one staging buffer per region
+    std::lock_guard<std::mutex> lock(mu_);  // one staging buffer per region
     jit::cuda::device();
-    if (!stream_) stream_.emplace();
     const CUstream s = stream_->get();
+    int64_t copies = 0;
     // Initializers already on the device stay; the first call (or a new host tensor) copies them.
     for (size_t i = 0; i < n_inputs_; ++i) {
-      if (!constant_[i] || resident_source_[i] == inputs[i].raw()) continue;
-      resident_source_[i] = nullptr;
-      resident_[i] = jit::cuda::DeviceBuffer(inputs[i].nbytes(), s);
-      jit::cuda::copy_to_device(resident_[i].ptr(), inputs[i].raw(), inputs[i].nbytes(), *stream_);
+      if (!constant_[i] || inputs[i].on_device() || resident_source_[i] == inputs[i].raw()) continue;
+      resident_[i] = jit::cuda::upload(inputs[i], stream_);
       resident_source_[i] = inputs[i].raw();
-      ++transfers;
+      ++copies;
     }
     if (device_constants_.size() != constants_.size()) {  // values computed at compile time: once
-      for (const Tensor& t : constants_) {
-        device_constants_.emplace_back(t.nbytes(), s);
-        jit::cuda::copy_to_device(device_constants_.back().ptr(), t.raw(), t.nbytes(), *stream_);
-        ++transfers;
-      }
+      for (const Tensor& t : constants_) device_constants_.push_back(jit::cuda::upload(t, stream_));
+      copies += int64_t(constants_.size());
     }
-    std::vector<jit::cuda::DeviceBuffer> buffers;  // this call's: the other inputs, outputs, intermediates
-    buffers.reserve(slots_.size());
-    for (size_t slot = 0; slot < slots_.size(); ++slot) {
-      const kernels::TensorSig& sig = slots_[slot];
-      const bool own = !(slot < n_inputs_ && constant_[slot]) && alias_[slot] == -1;
-      buffers.emplace_back(own ? size_t(shape_numel(sig.shape)) * dtype_size(sig.dtype) : 0, s);
-    }
-    auto ptr = [&](size_t slot) {
-      while (alias_[slot] >= 0) slot = size_t(alias_[slot]);  // a view: its source's buffer
-      if (alias_[slot] <= -2) return device_constants_[size_t(-2 - alias_[slot])].ptr();
-      return slot < n_inputs_ && constant_[slot] ? resident_[slot].ptr() : buffers[slot].ptr();
-    };
-    auto bytes = [&](size_t slot) { return size_t(shape_numel(slots_[slot].shape)) * dtype_size(slots_[slot].dtype); };
-
-    // The other inputs through pinned memory, so that the copies are asynchronous DMA.
-    size_t in_bytes = 0, out_bytes = 2 * sizeof(int64_t) * checks_.size();
-    for (size_t i = 0; i < n_inputs_; ++i)
-      if (!constant_[i]) in_bytes += inputs[i].nbytes();
-    for (size_t j = 0; j < n_outputs_; ++j) out_bytes += bytes(n_inputs_ + j);
-    auto* staging = static_cast<char*>(pinned_.reserve(std::max(in_bytes, out_bytes)));
-    size_t at = 0;
+    // Per slot, the device tensor holding it: inputs as given (or uploaded), this call's outputs
+    // and intermediates; views and constants resolve to their source below.
+    std::vector<Tensor> at(slots_.size());
+    size_t in_bytes = 0;
     for (size_t i = 0; i < n_inputs_; ++i) {
-      if (constant_[i]) continue;
-      std::memcpy(staging + at, inputs[i].raw(), inputs[i].nbytes());
-      jit::cuda::copy_to_device(buffers[i].ptr(), staging + at, inputs[i].nbytes(), *stream_);
-      at += inputs[i].nbytes();
-      ++transfers;
+      if (inputs[i].on_device()) at[i] = inputs[i];
+      else if (constant_[i]) at[i] = resident_[i];
+      else in_bytes += inputs[i].nbytes();
     }
+    // Host inputs through pinned memory, so that the copies are asynchronous DMA; the staging
+    // buffer is rewritten only once the previous call's copies out of it are done.
+    if (in_bytes) {
+      if (staged_) staged_->synchronize();
+      auto* staging = static_cast<char*>(pinned_.reserve(in_bytes));
+      size_t off = 0;
+      for (size_t i = 0; i < n_inputs_; ++i) {
+        if (at[i].defined()) continue;
+        at[i] = jit::cuda::device_tensor(inputs[i].dtype(), inputs[i].shape(), stream_);
+        std::memcpy(staging + off, inputs[i].raw(), inputs[i].nbytes());
+        jit::cuda::copy_to_device(at[i].device_address(), staging + off, inputs[i].nbytes(), *stream_);
+        off += inputs[i].nbytes();
+        ++copies;
+      }
+      if (!staged_) staged_.emplace();
+      staged_->record(*stream_);
+    }
+    for (size_t slot = n_inputs_; slot < slots_.size(); ++slot)
+      if (alias_[slot] == -1) at[slot] = jit::cuda::device_tensor(slots_[slot].dtype, slots_[slot].shape, stream_);
+    auto root = [&](size_t slot) -> const Tensor& {
+      while (alias_[slot] >= 0) slot = size_t(alias_[slot]);  // a view: its source's buffer
+      if (alias_[slot] <= -2) return device_constants_[size_t(-2 - alias_[slot])];
+      return at[slot];
+    };
+    auto ptr = [&](size_t slot) { return CUdeviceptr(root(slot).device_address()); };
+    auto bytes = [&](size_t slot) { return size_t(shape_numel(slots_[slot].shape)) * dtype_size(slots_[slot].dtype); };
 
     std::vector<CUdeviceptr> ptrs;
     std::vector<void*> args;
@@ -192,8 +199,8 @@ class GpuRegion : public CompiledRegion {
     for (const GpuKernel& k : kernels_) {
       if (k.check_first) TERRACE_CU(cuMemsetD8Async, ptr(size_t(k.error_slot)), 0, 2 * sizeof(int64_t), s);
       if (k.gemm) {
-        auto at = [&](int i) { return k.args[size_t(i)] < 0 ? CUdeviceptr(0) : ptr(size_t(k.args[size_t(i)])); };
-        k.gemm->run(at(0), at(1), at(2), at(3), at(4), s);
+        auto arg = [&](int i) { return k.args[size_t(i)] < 0 ? CUdeviceptr(0) : ptr(size_t(k.args[size_t(i)])); };
+        k.gemm->run(arg(0), arg(1), arg(2), arg(3), arg(4), s);
         continue;
       }
       if (k.library) {
@@ -217,45 +224,38 @@ class GpuRegion : public CompiledRegion {
       if (k.extent > 0) jit::cuda::launch(k.fn, {k.grid, k.block, 0}, *stream_, args.data());
     }
 
-    at = 0;
-    for (size_t j = 0; j < n_outputs_; ++j) {
-      jit::cuda::copy_to_host(staging + at, ptr(n_inputs_ + j), bytes(n_inputs_ + j), *stream_);
-      at += bytes(n_inputs_ + j);
-    }
-    const size_t words_at = at;
-    for (const GpuKernel* k : checks_) {
-      jit::cuda::copy_to_host(staging + at, ptr(size_t(k->error_slot)), 2 * sizeof(int64_t), *stream_);
-      at += 2 * sizeof(int64_t);
-    }
-    stream_->synchronize();  // also surfaces a kernel's fault (an illegal address) as an Error
-    transfers += int64_t(n_outputs_);
-    for (size_t c = 0; c < checks_.size(); ++c) {
-      int64_t word[2];
-      std::memcpy(word, staging + words_at + c * sizeof(word), sizeof(word));
-      if (word[0] != 0) fail(ErrorCode::InvalidArgument, checks_[c]->node, ": ", checks_[c]->error_message, " (got ", word[1], ")");
+    if (!checks_.empty()) {  // the run-time index checks' words: read back, so this call waits
+      auto* words = static_cast<int64_t*>(check_words_.reserve(2 * sizeof(int64_t) * checks_.size()));
+      for (size_t c = 0; c < checks_.size(); ++c)
+        jit::cuda::copy_to_host(words + 2 * c, ptr(size_t(checks_[c]->error_slot)), 2 * sizeof(int64_t), *stream_);
+      stream_->synchronize();  // also surfaces a kernel's fault (an illegal address) as an Error
+      for (size_t c = 0; c < checks_.size(); ++c)
+        if (words[2 * c] != 0)
+          fail(ErrorCode::InvalidArgument, checks_[c]->node, ": ", checks_[c]->error_message, " (got ", words[2 * c + 1], ")");
     }
     std::vector<Tensor> out;
-    at = 0;
     for (size_t j = 0; j < n_outputs_; ++j) {
       const kernels::TensorSig& sig = slots_[n_inputs_ + j];
-      out.push_back(Tensor::empty(sig.dtype, sig.shape));
-      std::memcpy(out.back().raw(), staging + at, out.back().nbytes());
-      at += out.back().nbytes();
+      out.push_back(root(n_inputs_ + j).reshaped(sig.shape));
     }
     if (perturb_) perturb(out);
+    transfers += copies;
+    thread_transfers() += copies;
     return out;
   }
 
  private:
   // TERRACE_FAULT=miscompile:gpu: a deliberately wrong result, for testing validation.
-  static void perturb(std::vector<Tensor>& out) {
-    for (Tensor& t : out) {
-      if (t.numel() == 0) continue;
+  void perturb(std::vector<Tensor>& out) {
+    for (Tensor& d : out) {
+      if (d.numel() == 0) continue;
+      Tensor t = d.to_host();
       if (t.dtype() == DType::Float32) t.data<float>()[0] += 1.0f;
       else if (t.dtype() == DType::Float64) t.data<double>()[0] += 1.0;
       else if (t.dtype() == DType::Bool) t.data<bool>()[0] = !t.data<bool>()[0];
       else if (t.dtype() == DType::Int32) t.data<int32_t>()[0] += 1;
       else if (t.dtype() == DType::Int64) t.data<int64_t>()[0] += 1;
+      d = jit::cuda::upload(t, stream_);
     }
   }
   std::shared_ptr<jit::cuda::Module> module_;
@@ -264,16 +264,16 @@ class GpuRegion : public CompiledRegion {
   size_t n_inputs_, n_outputs_;
   bool perturb_;
   std::mutex mu_;
-  std::optional<jit::cuda::Stream> stream_;
-  jit::cuda::PinnedBuffer pinned_;
+  std::shared_ptr<jit::cuda::Stream> stream_;
+  jit::cuda::PinnedBuffer pinned_, check_words_;
+  std::optional<jit::cuda::Event> staged_;  // recorded after the last call's copies out of pinned_
   std::vector<bool> constant_;
-  // Per constant input: its device copy and the host data it was copied from (freed before the
-  // stream: declared after it).
-  std::vector<jit::cuda::DeviceBuffer> resident_;
+  // Per constant input: its device copy and the host data it was copied from.
+  std::vector<Tensor> resident_;
   std::vector<const void*> resident_source_;
   std::vector<int> alias_;
   std::vector<Tensor> constants_;
-  std::vector<jit::cuda::DeviceBuffer> device_constants_;
+  std::vector<Tensor> device_constants_;
   std::vector<const GpuKernel*> checks_;  // kernels whose error word is read after the call
 };
 
@@ -299,32 +299,42 @@ class GpuBackend : public Backend {
 
     const Op first = g.nodes[size_t(region.nodes[0])].op;
     if (first == Op::Gemm || first == Op::MatMul) return compile_library(g, region, inputs);
-    if (is_gpu_conv_region(g, region)) {  // cuDNN convolutions, pooling kernels (tiers/gpu_conv.h)
-      GpuProgram p = build_gpu_conv_program(g, region, inputs, cache_, arch_);
-      auto compiled = std::make_unique<GpuRegion>(nullptr, std::move(p.kernels), std::move(p.slots),
-                                                  region.inputs.size(), region.outputs.size(),
-                                                  fault_enabled("miscompile:gpu"), constant_inputs(g, region),
-                                                  std::move(p.alias), std::move(p.constants));
-      compiled->source = std::move(p.source);
-      compiled->ir = std::move(p.ir);
-      return compiled;
-    }
+    if (is_gpu_conv_region(g, region))  // cuDNN convolutions, pooling kernels (tiers/gpu_conv.h)
+      return make_region(g, region, build_gpu_conv_program(g, region, inputs, cache_, arch_), nullptr);
     GpuProgram p = render_gpu_program(g, region, inputs, jit::cuda::device().multiprocessors);
     std::vector<char> cubin = compile_gpu_cubin(p.source, arch_, name + ".cu", cache_);
     auto module = std::make_shared<jit::cuda::Module>(cubin);
     for (GpuKernel& k : p.kernels)
       if (!k.copy) k.fn = module->function(k.name);
-    auto compiled = std::make_unique<GpuRegion>(std::move(module), std::move(p.kernels), std::move(p.slots),
-                                                region.inputs.size(), region.outputs.size(),
-                                                fault_enabled("miscompile:gpu"), constant_inputs(g, region),
-                                                std::move(p.alias), std::move(p.constants));
-    compiled->source = std::move(p.source);
-    compiled->ir = std::move(p.ir);
-    compiled->value_inputs = std::move(p.value_inputs);
+    return make_region(g, region, std::move(p), std::move(module));
+  }
+
+  Tensor to_device(const Tensor& host) override { return jit::cuda::upload(host, stream()); }
+
+ private:
+  // The compiled region running `p` (its kernels' functions resolved in `module`, if any).
+  std::unique_ptr<CompiledRegion> make_region(const Graph& g, const Region& region, GpuProgram p,
+                                              std::shared_ptr<jit::cuda::Module> module) {
+    std::string source = std::move(p.source), ir = std::move(p.ir);
+    std::vector<int> value_inputs = std::move(p.value_inputs);
+    auto compiled = std::make_unique<GpuRegion>(std::move(module), std::move(p), region.inputs.size(),
+                                                region.outputs.size(), fault_enabled("miscompile:gpu"),
+                                                constant_inputs(g, region), stream());
+    compiled->source = std::move(source);
+    compiled->ir = std::move(ir);
+    compiled->value_inputs = std::move(value_inputs);
     return compiled;
   }
 
- private:
+  // The one stream every region's work runs on (created on first use).
+  const std::shared_ptr<jit::cuda::Stream>& stream() {
+    std::call_once(stream_once_, [this] {
+      jit::cuda::device();
+      stream_ = std::make_shared<jit::cuda::Stream>();
+    });
+    return stream_;
+  }
+
   // A Gemm or MatMul region, with the Relu it absorbed: one cuBLASLt matmul. Forms cuBLASLt's
   // epilogues cannot express (a C that is neither a row of N nor [M,N], a bias with beta != 1,
   // broadcast batches) fail the compile: the region keeps its tier-1 version.
@@ -393,23 +403,23 @@ class GpuBackend : public Backend {
       out.push_back(rows);
       out.push_back(spec.n);
     }
-    std::vector<kernels::TensorSig> slots;
-    for (const Tensor& t : inputs) slots.push_back({t.dtype(), t.shape()});
-    slots.push_back({DType::Float32, out});
+    GpuProgram p;
+    for (const Tensor& t : inputs) p.slots.push_back({t.dtype(), t.shape()});
+    p.slots.push_back({DType::Float32, out});
     GpuKernel step;
     step.name = spec.describe();
     step.gemm = std::make_shared<jit::cuda::CublasLtGemm>(spec);
     step.args = {a, b, c, bias, int(inputs.size())};
-    auto compiled = std::make_unique<GpuRegion>(nullptr, std::vector<GpuKernel>{std::move(step)}, std::move(slots),
-                                                inputs.size(), 1, fault_enabled("miscompile:gpu"),
-                                                constant_inputs(g, region));
-    compiled->source = "// a library call, no generated code:\n// cuBLASLt " + spec.describe() + "\n";
-    compiled->ir = "cuBLASLt " + spec.describe() + "\n";
-    return compiled;
+    p.kernels.push_back(std::move(step));
+    p.source = "// a library call, no generated code:\n// cuBLASLt " + spec.describe() + "\n";
+    p.ir = "cuBLASLt " + spec.describe() + "\n";
+    return make_region(g, region, std::move(p), nullptr);
   }
 
   jit::CodeCache cache_;
   std::string arch_;
+  std::once_flag stream_once_;
+  std::shared_ptr<jit::cuda::Stream> stream_;
 };
 
 }  // namespace

@@ -1,0 +1,241 @@
+// Session: input checks, the plan (regions and graph breaks), execution step by step through the
+// tier manager, per-call records and reports.
+#include "tiers/session.h"
+
+#include <algorithm>
+#include <chrono>
+#include <mutex>
+#include <sstream>
+
+#include "interp/cancel.h"
+#include "interp/interpreter.h"
+#include "interp/json.h"
+#include "interp/log.h"
+#include "interp/omp_threads.h"
+#include "interp/onnx_import.h"
+#include "tiers/graph_breaks.h"
+#include "tiers/input_check.h"
+#include "tiers/passes/pipeline.h"
+#include "tiers/tier_manager.h"
+#include "tiers/trace.h"
+
+namespace terrace {
+
+struct Session::Impl {
+  std::shared_ptr<const Graph> graph;
+  Options options;
+  Plan plan;
+  std::vector<int> last_use;  // per value: the last step that reads it
+  std::vector<int> step_of_node;
+  std::unique_ptr<TierManager> tiers;
+  mutable std::mutex mu;
+  std::vector<CallRecord> calls;
+};
+
+Session::Session(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Session::~Session() {
+  if (!impl_->options.trace) return;
+  impl_->tiers.reset();  // its compiles end (or are abandoned) before the trace is written
+  try {
+    impl_->options.trace->write();
+  } catch (const std::exception& e) {
+    log(LogLevel::Warn, e.what());
+  }
+}
+
+void Session::write_profile() const {
+  if (impl_->options.trace) impl_->options.trace->write();
+}
+
+std::unique_ptr<Session> Session::from_graph(std::shared_ptr<const Graph> graph, Options options) {
+  options = options.resolved();  // Options::mode
+  if (!options.profile_file.empty() && !options.trace) options.trace = std::make_shared<Trace>(options.profile_file);
+  auto impl = std::make_unique<Impl>();
+  // The graph optimizer (tiers/passes/): the plan, the tiers and graph() see the optimized graph.
+  impl->graph = optimize_graph(std::move(graph), options.optimize);
+  impl->options = options;
+  std::unique_ptr<Backend> backend;
+  if (options.max_tier >= Tier::Cpu) backend = make_cpu_backend(options.cache_dir);
+  const Graph& g = *impl->graph;
+  if (backend) {
+    Backend* b = backend.get();
+    impl->plan = partition(g, [b](const Graph& gr, const Node& n) { return b->can_compile(gr, n); },
+                           [b](const Node& n) { return b->alone(n); },
+                           [b](const Graph& gr, const Node& n, const Node& next) { return b->absorbs(gr, n, next); },
+                           size_t(std::max(0, options.max_region_nodes)));
+  } else {
+    impl->plan = partition(g, [](const Graph&, const Node&) { return std::string("tier 1 is disabled"); });
+  }
+  impl->step_of_node.assign(g.nodes.size(), 0);
+  for (size_t s = 0; s < impl->plan.steps.size(); ++s) {
+    const Step& step = impl->plan.steps[s];
+    if (step.region < 0) impl->step_of_node[size_t(step.node)] = int(s);
+    else
+      for (int n : impl->plan.regions[size_t(step.region)].nodes) impl->step_of_node[size_t(n)] = int(s);
+  }
+  impl->last_use = last_use_positions(g, impl->step_of_node);
+  check_graph_breaks(g, impl->plan, options);  // the graph_breaks log topic; Options::strict
+  // Tier 2 where Options::max_tier allows it and there is a GPU; without one the regions stay on
+  // the lower tiers, said once per process.
+  std::unique_ptr<Backend> gpu;
+  if (options.max_tier >= Tier::Gpu && backend) {
+    std::string why;
+    gpu = make_gpu_backend(options.cache_dir, &why);
+    static std::once_flag said;
+    if (!gpu) std::call_once(said, [&] { log(LogLevel::Info, "tier 2 unavailable: ", why, "; regions stay on tier 1"); });
+  }
+  impl->tiers = std::make_unique<TierManager>(impl->graph, impl->plan, options, std::move(backend), std::move(gpu));
+  return std::unique_ptr<Session>(new Session(std::move(impl)));
+}
+
+std::unique_ptr<Session> Session::load(const std::string& path, Options options) {
+  return from_graph(load_onnx_file(path).graph, options);
+}
+
+std::unique_ptr<Session> Session::load_bytes(std::string_view bytes, Options options) {
+  return from_graph(load_onnx_bytes(bytes).graph, options);
+}
+
+const Graph& Session::graph() const { return *impl_->graph; }
+const Options& Session::options() const { return impl_->options; }
+const Plan& Session::plan() const { return impl_->plan; }
+void Session::wait_for_compiles() { impl_->tiers->wait_idle(); }
+
+std::vector<CallRecord> Session::calls() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->calls;
+}
+
+CallRecord Session::last_call() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->calls.empty() ? CallRecord{-1, 0, {}} : impl_->calls.back();
+}
+
+
+NamedTensors Session::run(const NamedTensors& inputs) { return run(inputs, RunOptions()); }
+
+Tensor Session::to_device(const Tensor& t) { return impl_->tiers->to_device(t); }
+
+// Before the interpreter runs `node` (a graph break): its inputs on the host. A node with
+// subgraphs may read any value of the frame by name, so then every device value comes back.
+static void node_inputs_to_host(Frame& frame, const Node& node) {
+  auto fetch = [&](RValue& rv) {
+    if (rv.kind != ValueKind::Tensor || !rv.tensor.on_device()) return;
+    rv = RValue(rv.tensor.to_host());
+    ++thread_transfers();
+  };
+  if (!node.subgraphs().empty()) {
+    for (RValue& rv : frame.env) fetch(rv);
+    return;
+  }
+  for (int v : node.inputs)
+    if (v >= 0) fetch(frame.env[size_t(v)]);
+}
+
+NamedTensors Session::run(const NamedTensors& inputs, const RunOptions& run_options) {
+  Impl& im = *impl_;
+  CancelScope cancel(run_options.terminate_flag(), run_options.deadline);
+  const Graph& g = *im.graph;
+  // Options::interp_threads for this run() on the calling thread (0: its own setting).
+  ScopedOmpThreads threads(im.options.interp_threads);
+  Frame frame = make_frame(g, bind_inputs(g, inputs), nullptr);
+  int64_t call;
+  {
+    std::lock_guard<std::mutex> lock(im.mu);
+    call = int64_t(im.calls.size());
+    im.calls.push_back({call, 0, {}});
+  }
+  auto t0 = std::chrono::steady_clock::now();
+  const int64_t transfers0 = thread_transfers();
+  bool tiers_used[3] = {false, false, false};
+  Trace* const trace = im.options.trace.get();  // Options::profile_file
+  for (size_t s = 0; s < im.plan.steps.size(); ++s) {
+    const Step& step = im.plan.steps[s];
+    check_cancelled();
+    if (step.region < 0) {
+      TraceSpan span(trace, "node", "interp node", step.node);
+      node_inputs_to_host(frame, g.nodes[size_t(step.node)]);
+      run_node(frame, step.node);
+      tiers_used[0] = true;
+      release_dead_inputs(frame, step.node, int(s), im.last_use);
+    } else {
+      TraceSpan span(trace, "region", "region", step.region);
+      const Tier tier = im.tiers->execute(step.region, frame, call);
+      tiers_used[int(tier)] = true;
+      span.arg("tier", tier_name(tier));
+      for (int n : im.plan.regions[size_t(step.region)].nodes)
+        release_dead_inputs(frame, n, int(s), im.last_use);
+    }
+  }
+  std::vector<RValue> out = frame_outputs(frame);
+  double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  NamedTensors result;
+  for (size_t i = 0; i < g.outputs.size(); ++i) {
+    const std::string& name = g.values[size_t(g.outputs[i])].name;
+    TERRACE_CHECK(out[i].kind == ValueKind::Tensor, NotImplemented, "output '", name,
+                  "' is a sequence or optional; Session::run returns tensors only");
+    Tensor t = std::move(out[i].tensor);
+    if (t.on_device() && !run_options.outputs_on_device) {
+      t = t.to_host();
+      ++thread_transfers();
+    }
+    result.emplace_back(name, std::move(t));
+  }
+  std::lock_guard<std::mutex> lock(im.mu);
+  CallRecord& rec = im.calls[size_t(call)];
+  rec.ms = ms;
+  rec.transfers = thread_transfers() - transfers0;
+  for (int t = 0; t < 3; ++t)
+    if (tiers_used[t]) rec.tiers.push_back(tier_name(Tier(t)));
+  if (trace) trace->span("call", "call " + std::to_string(call), t0, {{"tiers", detail::concat(rec.tiers.size(), " tier(s): ", rec.tiers.empty() ? "" : rec.tiers.back())}});
+  return result;
+}
+
+std::vector<RegionReport> Session::region_reports() const { return impl_->tiers->report(); }
+
+std::string Session::report_json() const {
+  JsonWriter j;
+  j.begin_object();
+  j.key("regions").begin_array();
+  for (const RegionReport& r : impl_->tiers->report()) {
+    j.begin_object().field("id", r.id).field("ops", r.ops).field("tier", tier_name(r.tier))
+        .field("state", r.state).field("calls", r.calls).field("total_ms", r.total_ms).field("compile_ms", r.compile_ms)
+        .field("promoted_at_call", r.promoted_at_call).field("deopts", r.deopts)
+        .field("guard_failures", r.guard_failures).field("validation", r.validation)
+        .field("transfers", r.transfers).field("gpu", r.gpu)
+        .field("rechecks", r.rechecks).field("versions", r.versions).end_object();
+  }
+  j.end_array();
+  j.field("warnings", impl_->graph->warnings);
+  j.key("graph_breaks").begin_array();
+  for (const Step& s : impl_->plan.steps)
+    if (s.region < 0)
+      j.begin_object().field("node", impl_->graph->nodes[size_t(s.node)].describe())
+          .field("reason", s.reason).end_object();
+  j.end_array();
+  j.key("calls").begin_array();
+  for (const CallRecord& c : calls())
+    j.begin_object().field("index", c.index).field("ms", c.ms).field("tiers", c.tiers)
+        .field("transfers", c.transfers).end_object();
+  j.end_array();
+  j.end_object();
+  return j.str();
+}
+
+std::string Session::report() const {
+  std::ostringstream os;
+  for (const std::string& w : impl_->graph->warnings) os << "warning: " << w << "\n";
+  for (const RegionReport& r : impl_->tiers->report()) {
+    os << "region " << r.id << " [" << r.ops << "]: " << tier_name(r.tier) << ", " << r.state
+       << ", " << r.calls << " calls, " << r.deopts << " deopts, compile " << r.compile_ms
+       << " ms, validation " << r.validation;
+    if (r.rechecks) os << " (" << r.rechecks << " later calls re-checked)";
+    if (r.transfers) os << ", " << r.transfers << " host<->device transfers";
+    os << "\n";
+    if (!r.gpu.empty()) os << "    gpu: " << r.gpu << "\n";
+    for (auto& gf : r.guard_failures) os << "    guard failed: " << gf << "\n";
+  }
+  return os.str();
+}
+
+}  // namespace terrace

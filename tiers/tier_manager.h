@@ -66,6 +66,8 @@ class TierManager {
   Tier execute(int r, Frame& frame, int64_t call);
 
   std::vector<RegionReport> report() const;
+  // A device copy of `t` on tier 2's device (Session::to_device).
+  Tensor to_device(const Tensor& t);
   // Blocks until no background job is queued or running (tests and benchmarks; run() never
   // calls it).
   void wait_idle();

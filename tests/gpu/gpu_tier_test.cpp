@@ -193,10 +193,68 @@ TEST(GpuTier, gemm_regions_run_on_the_gpu_through_cublaslt) {
     EXPECT_EQ(r.validation, "passed") << s->report();
     before.push_back(r.transfers);
   }
-  // The weights stay on the device: per call, each region copies one activation in and one out.
+  // The weights stay on the device, and so does the hidden activation between the two regions:
+  // per call, x is copied in (by the first region) and the output out (by the session).
   run_calls(*s, in, reference(graph, in), 5);
   auto after = s->region_reports();
-  for (size_t i = 0; i < after.size(); ++i) EXPECT_EQ(after[i].transfers - before[i], 2 * 5) << s->report();
+  ASSERT_EQ(after.size(), 2u) << s->report();
+  EXPECT_EQ(after[0].transfers - before[0], 5) << s->report();
+  EXPECT_EQ(after[1].transfers - before[1], 0) << s->report();
+  EXPECT_EQ(s->last_call().transfers, 2) << s->report();
+}
+
+// ONNX Runtime's IoBinding: an input already on the device and outputs kept there make a call
+// with no transfer at all; a host consumer (a graph break) of a device value gets a host copy.
+TEST(GpuTier, bound_device_inputs_and_outputs_make_calls_without_transfers) {
+  SKIP_WITHOUT_GPU();
+  GraphBuilder g;
+  int x = g.input("x", DType::Float32, {8, 96});
+  int w1 = g.constant("w1", random_tensor({96, 64}, 21));
+  int w2 = g.constant("w2", random_tensor({64, 10}, 22));
+  int h = g.node(Op::Tanh, {g.node(Op::MatMul, {x, w1})});
+  int y = g.node(Op::MatMul, {h, w2});
+  g.output(y);
+  g.output(g.node(Op::CumSum, {y, g.constant("axis", Tensor::scalar<int64_t>(1))}));  // a graph break
+  auto graph = g.build();
+  const NamedTensors in = {{"x", random_tensor({8, 96}, 23)}};
+  const NamedTensors want = reference(graph, in);
+  auto s = Session::from_graph(graph, gpu_options());
+  run_calls(*s, in, want, 12);
+  for (const RegionReport& r : s->region_reports()) ASSERT_EQ(r.tier, Tier::Gpu) << s->report();
+
+  RunOptions keep;
+  keep.outputs_on_device = true;
+  const Tensor dx = s->to_device(in[0].second);
+  ASSERT_TRUE(dx.on_device());
+  EXPECT_THROW(dx.data<float>(), Error);  // host access to device memory is refused, named
+  NamedTensors out = s->run({{"x", dx}}, keep);
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_TRUE(out[0].second.on_device());   // the GPU's result stays there
+  EXPECT_FALSE(out[1].second.on_device());  // the interpreter's CumSum is a host tensor
+  // The one copy: y to the host for the CumSum.
+  EXPECT_EQ(s->last_call().transfers, 1) << s->report();
+  expect_matches({{out[0].first, out[0].second.to_host()}, out[1]}, want);
+
+  // Without outputs_on_device every output comes back to the host.
+  NamedTensors host = s->run({{"x", dx}});
+  EXPECT_FALSE(host[0].second.on_device());
+  expect_matches(host, want);
+}
+
+TEST(GpuTier, to_device_without_tier2_is_a_clear_error) {
+  GraphBuilder g;
+  int x = g.input("x", DType::Float32, {4});
+  g.output(g.node(Op::Relu, {x}));
+  Options o;
+  o.max_tier = Tier::Cpu;
+  auto s = Session::from_graph(g.build(), o);
+  try {
+    s->to_device(random_tensor({4}, 1));
+    FAIL() << "expected NotImplemented";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::NotImplemented);
+    EXPECT_NE(std::string(e.what()).find("no tier 2"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace
