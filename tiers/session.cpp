@@ -187,7 +187,11 @@ NamedTensors Session::run(const NamedTensors& inputs, const RunOptions& run_opti
   rec.transfers = thread_transfers() - transfers0;
   for (int t = 0; t < 3; ++t)
     if (tiers_used[t]) rec.tiers.push_back(tier_name(Tier(t)));
-  if (trace) trace->span("call", "call " + std::to_string(call), t0, {{"tiers", detail::concat(rec.tiers.size(), " tier(s): ", rec.tiers.empty() ? "" : rec.tiers.back())}});
+  if (trace) {
+    std::string tiers;
+    for (const std::string& t : rec.tiers) tiers += (tiers.empty() ? "" : "+") + t;
+    trace->span("call", "call " + std::to_string(call), t0, {{"tiers", tiers}});
+  }
   return result;
 }
 
