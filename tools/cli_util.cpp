@@ -1,14 +1,21 @@
 // Helpers shared by the terrace subcommands.
 #include "tools/cli_util.h"
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <random>
 #include <set>
 
+#include <CLI/CLI.hpp>
+
 #include "tiers/backend.h"
+#include "tools/json_out.h"
 
 namespace terrace::cli {
 
@@ -39,12 +46,6 @@ std::string see_help(const CommandDef& def) {
   return synopsis(def) + "\n(terrace " + def.name + " --help lists the options)";
 }
 
-const OptionDef* find_option(const CommandDef& def, const std::string& name) {
-  for (const OptionDef& o : def.options)
-    if (name == o.name || (o.alias && name == o.alias)) return &o;
-  return nullptr;
-}
-
 std::string option_usage(const OptionDef& o) {
   std::string s = std::string("[") + o.name + (o.value ? std::string(" ") + o.value : "") + "]";
   return o.repeatable ? s + "..." : s;
@@ -52,50 +53,66 @@ std::string option_usage(const OptionDef& o) {
 
 }  // namespace
 
+// CLI11 (Debian: libcli11-dev) splits the command line: `--opt value`, `--opt=value`, `-jN`,
+// `-j N`, flags, `--` and operands. Every option is taken as often as given (TakeAll) and checked
+// here, so that the messages name the option in this tool's words.
 ParsedArgs parse_args(const CommandDef& def, const Args& args) {
   ParsedArgs p;
   p.def = &def;
-  std::set<std::string> seen;
-  bool only_operands = false;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    if (only_operands || a.size() < 2 || a[0] != '-') {
-      p.operands.push_back(a);
-      continue;
-    }
-    if (a == "--") {
-      only_operands = true;
-      continue;
-    }
-    if (a == "--help" || a == "-h") {
-      p.help = true;
-      continue;
-    }
-    std::string name = a;
-    std::optional<std::string> value;
-    if (size_t eq = a.find('='); a.rfind("--", 0) == 0 && eq != std::string::npos) {
-      name = a.substr(0, eq);
-      value = a.substr(eq + 1);
-    }
-    const OptionDef* o = find_option(def, name);
-    if (!o && a.rfind("--", 0) != 0 && a.size() > 2) {
-      // -j4: a one-letter option with its value attached
-      if (const OptionDef* shortopt = find_option(def, a.substr(0, 2)); shortopt && shortopt->value) {
-        o = shortopt;
-        value = a.substr(2);
-      }
-    }
-    if (!o) throw UsageError{"unknown option '" + name + "'\n" + see_help(def)};
-    if (!o->value && value) throw UsageError{std::string(o->name) + " takes no value, got '" + a + "'"};
-    if (o->value && !value) {
-      if (i + 1 >= args.size())
-        throw UsageError{std::string(o->name) + " needs a value (" + o->name + " " + o->value + ")"};
-      value = args[++i];
-    }
-    if (!o->repeatable && !seen.insert(o->name).second)
-      throw UsageError{std::string(o->name) + " given twice"};
-    p.options.emplace_back(o->name, value.value_or(""));
+  CLI::App app;
+  app.set_help_flag();  // --help is ours: help_text
+  app.allow_extras();   // unknown options come back in remaining(), said below
+  app.positionals_at_end(false);
+  std::vector<std::string> operands;
+  app.add_option("operands", operands)->expected(0, -1);
+  std::vector<std::pair<const OptionDef*, CLI::Option*>> opts;
+  CLI::Option* help = app.add_flag("-h,--help")->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  for (const OptionDef& o : def.options) {
+    std::string names = std::string(o.alias ? std::string(o.alias) + "," : "") + o.name;
+    CLI::Option* opt = o.value ? app.add_option(names)->expected(1) : app.add_flag(names)->disable_flag_override();
+    opt->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+    if (o.value) opt->allow_extra_args(false);
+    opts.emplace_back(&o, opt);
   }
+  // CLI11 wants argv order reversed (it pops from the back).
+  std::vector<std::string> reversed(args.rbegin(), args.rend());
+  try {
+    app.parse(reversed);
+  } catch (const CLI::ParseError& e) {
+    // A value missing after the last option, or a value given to a flag (--flag=x): name them.
+    const std::string what = e.what();
+    for (auto& [o, opt] : opts) {
+      const std::string bare = std::string(o->name).substr(2);
+      if (what.rfind(std::string(o->name) + ":", 0) != 0 && what.rfind(bare + " ", 0) != 0 &&
+          (!o->alias || what.rfind(std::string(o->alias) + ":", 0) != 0))
+        continue;
+      if (o->value) throw UsageError{std::string(o->name) + " needs a value (" + o->name + " " + o->value + ")"};
+      std::string given = o->name;
+      for (const std::string& a : args)
+        if (a.rfind(std::string(o->name) + "=", 0) == 0) given = a;
+      throw UsageError{std::string(o->name) + " takes no value, got '" + given + "'"};
+    }
+    throw UsageError{what + "\n" + see_help(def)};
+  }
+  for (const std::string& extra : app.remaining()) {
+    if (extra.size() >= 2 && extra[0] == '-') {
+      const std::string name = extra.rfind("--", 0) == 0 ? extra.substr(0, extra.find('=')) : extra;
+      throw UsageError{"unknown option '" + name + "'\n" + see_help(def)};
+    }
+    operands.push_back(extra);
+  }
+  p.help = help->count() > 0;
+  // Options in the order given, each with its value ("" for a flag).
+  std::map<const CLI::Option*, size_t> taken;
+  for (const CLI::Option* opt : app.parse_order()) {
+    auto it = std::find_if(opts.begin(), opts.end(), [&](auto& po) { return po.second == opt; });
+    if (it == opts.end()) continue;  // operands, --help
+    const OptionDef& o = *it->first;
+    size_t k = taken[opt]++;
+    if (!o.repeatable && k == 1) throw UsageError{std::string(o.name) + " given twice"};
+    p.options.emplace_back(o.name, o.value && k < opt->results().size() ? opt->results()[k] : "");
+  }
+  p.operands = std::move(operands);
   if (p.help) return p;
   if (p.operands.size() < def.min_operands)
     throw UsageError{std::string("no ") + def.operand_name + " given\n" + see_help(def)};
@@ -194,6 +211,31 @@ std::vector<std::pair<std::string, std::string>> assignments(const ParsedArgs& p
     out.push_back(std::move(kv));
   }
   return out;
+}
+
+Mode parse_mode(const std::string& text) {
+  if (text == "default") return Mode::Default;
+  if (text == "reduce-overhead") return Mode::ReduceOverhead;
+  if (text == "max-autotune") return Mode::MaxAutotune;
+  throw UsageError{"--mode expects default, reduce-overhead or max-autotune, got '" + text + "'"};
+}
+
+const OptionDef kProfileOption{"--profile", "FILE.json",
+                               "write a Chrome trace (Perfetto, chrome://tracing) of the session: calls, regions, "
+                               "compiles, validations, deopts"};
+const OptionDef kStrictOption{"--strict", nullptr,
+                              "fail at load, listing every graph break, instead of running those nodes in the "
+                              "interpreter (torch's fullgraph)"};
+const OptionDef kModeOption{"--mode", "default|reduce-overhead|max-autotune",
+                            "the session's preset (README: reduce-overhead compiles after the first call)"};
+
+void apply_session_options(const ParsedArgs& p, Options& options) {
+  if (auto f = p.get("--profile")) {
+    if (f->empty()) throw UsageError{"--profile needs a file name"};
+    options.profile_file = *f;
+  }
+  if (p.has("--strict")) options.strict = true;
+  if (auto m = p.get("--mode")) options.mode = parse_mode(*m);
 }
 
 Tier parse_tier(const std::string& text) {
@@ -326,6 +368,33 @@ void write_text_file(const std::string& path, const std::string& text) {
 
 void print_status_line(const std::string& command, bool passed) {
   std::printf("&&&& %s %s\n", passed ? "PASSED" : "FAILED", command.c_str());
+}
+
+std::string json_text(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
+
+void write_json_file(const std::string& path, const Json& j) { write_text_file(path, json_text(j) + "\n"); }
+
+Progress::Progress(std::string label, int64_t total)
+    : label_(std::move(label)), total_(total), start_(std::chrono::steady_clock::now()), tty_(isatty(STDERR_FILENO)) {}
+
+void Progress::update(int64_t done, const std::string& what) {
+  if (!tty_) return;
+  const double now = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_).count();
+  if (now < 1000 || now - shown_ms_ < 250) return;
+  shown_ms_ = now;
+  char head[160];
+  std::snprintf(head, sizeof head, "%s: %lld/%lld, %.1f s elapsed", label_.c_str(), (long long)done,
+                (long long)total_, now / 1000);
+  std::string line = std::string(head) + (what.empty() ? "" : ", " + what);
+  if (line.size() > 110) line = line.substr(0, 107) + "...";
+  const size_t pad = width_ > line.size() ? width_ - line.size() : 0;
+  width_ = std::max(width_, line.size());
+  std::fprintf(stderr, "\r%s%*s", line.c_str(), int(pad), "");
+  std::fflush(stderr);
+}
+
+Progress::~Progress() {
+  if (shown_ms_ > 0) std::fprintf(stderr, "\r%*s\r", int(width_), "");
 }
 
 }  // namespace terrace::cli

@@ -1,6 +1,7 @@
 // Helpers shared by the terrace subcommands: the option definitions every command's parser, --help
 // and the top-level usage are generated from; value parsing; input generation; file output.
 #pragma once
+#include <chrono>
 #include <optional>
 #include <string>
 #include <vector>
@@ -71,6 +72,14 @@ std::pair<std::string, std::string> split_assignment(const std::string& option, 
 std::vector<std::pair<std::string, std::string>> assignments(const ParsedArgs& p, const std::string& option);
 // Parses --tier's value.
 Tier parse_tier(const std::string& text);
+// Parses --mode's value (default, reduce-overhead, max-autotune).
+Mode parse_mode(const std::string& text);
+
+// The session options of run and bench over `options` (from the environment): --profile FILE
+// (a Chrome trace, Options::profile_file), --strict (Options::strict) and --mode (Options::mode).
+void apply_session_options(const ParsedArgs& p, Options& options);
+// Their definitions, for the commands' option lists.
+extern const OptionDef kProfileOption, kStrictOption, kModeOption;
 
 // ---- tiers ----
 
@@ -107,5 +116,24 @@ void check_input_name(const Graph& graph, const std::string& name, const std::st
 void write_text_file(const std::string& path, const std::string& text);
 // The final status line of run, bench and conformance (as trtexec's): "&&&& PASSED terrace run".
 void print_status_line(const std::string& command, bool passed);
+
+// A progress line on stderr for long work (bench's calls, conformance's tests), shown only when
+// stderr is a terminal and the work has taken more than a second, at most 4 times a second; the
+// line is erased when the object goes.
+class Progress {
+ public:
+  Progress(std::string label, int64_t total);
+  ~Progress();
+  // `done` of the total; `what` says what was done last ("last 3.2 ms", a test's name).
+  void update(int64_t done, const std::string& what);
+
+ private:
+  std::string label_;
+  int64_t total_;
+  std::chrono::steady_clock::time_point start_;
+  double shown_ms_ = 0;
+  size_t width_ = 0;
+  bool tty_;
+};
 
 }  // namespace terrace::cli

@@ -1,6 +1,4 @@
 // terrace bench: runs a model N times from a cold start and reports the warm-up timeline.
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -9,10 +7,10 @@
 #include <optional>
 
 #include "interp/compare.h"
-#include "interp/json.h"
 #include "interp/onnx_import.h"
 #include "tiers/tier_manager.h"
 #include "tools/cli_util.h"
+#include "tools/json_out.h"
 
 #ifndef TERRACE_SOURCE_DIR
 #define TERRACE_SOURCE_DIR "."
@@ -42,6 +40,7 @@ BenchArgs parse_bench_args(const ParsedArgs& args) {
   bool asked = tier_from_env();
   if (auto v = args.get("--tier")) b.options.max_tier = parse_tier(*v), asked = true;
   b.options.max_tier = effective_tier("bench", b.options.max_tier, asked);
+  apply_session_options(args, b.options);
   b.input_files = assignments(args, "--input");
   b.expect_files = assignments(args, "--expect");
   b.json_path = args.get("--json").value_or("");
@@ -77,30 +76,6 @@ NamedTensors bench_inputs(const Graph& graph, const BenchArgs& b) {
 double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
-
-// A progress line on a terminal's stderr, shown once a run has taken more than a second.
-class Progress {
- public:
-  Progress(std::string label, int64_t total) : label_(std::move(label)), total_(total) {}
-  void update(int64_t done, double last_ms) {
-    double now = ms_since(start_);
-    if (!tty_ || now < 1000 || now - shown_ < 250) return;
-    shown_ = now;
-    std::fprintf(stderr, "\r%s: call %lld/%lld, last %.3f ms, %.1f s elapsed   ", label_.c_str(),
-                 (long long)done, (long long)total_, last_ms, now / 1000);
-    std::fflush(stderr);
-  }
-  ~Progress() {
-    if (shown_ > 0) std::fprintf(stderr, "\r%*s\r", int(label_.size()) + 60, "");
-  }
-
- private:
-  std::string label_;
-  int64_t total_;
-  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
-  double shown_ = 0;
-  bool tty_ = isatty(STDERR_FILENO);
-};
 
 // A region as the benchmark sees it: from Session::region_reports, plus the first call that could
 // use its compiled code (polled after every call, since the report knows only the trigger call).
@@ -161,7 +136,7 @@ TimedRun timed_run(const BenchArgs& b, Options options, int64_t calls, int64_t s
   auto session = Session::load(b.model, options);
   run.load_ms = ms_since(t0);
   if (inputs.empty()) inputs = bench_inputs(session->graph(), b);
-  Progress progress(std::string("bench ") + tier_name(options.max_tier), calls);
+  Progress progress(std::string("bench ") + tier_name(options.max_tier) + ", calls", calls);
   auto warming = [&](int64_t done) {
     bool compiling =
         std::any_of(run.regions.begin(), run.regions.end(), [](auto& r) { return r.state == "compiling"; });
@@ -171,7 +146,9 @@ TimedRun timed_run(const BenchArgs& b, Options options, int64_t calls, int64_t s
   auto call = [&] {
     run.outputs = session->run(inputs);
     if (options.max_tier != Tier::Interp) update_regions(run.regions, *session, c);
-    progress.update(++c, session->last_call().ms);
+    char last[48];
+    std::snprintf(last, sizeof last, "last call %.3f ms", session->last_call().ms);
+    progress.update(++c, last);
   };
   while (c < calls) call();
   auto extra = std::chrono::steady_clock::now();
@@ -280,53 +257,45 @@ std::string joined(const std::vector<std::string>& parts) {
   return s;
 }
 
-void write_stats(JsonWriter& j, const Stats& s) {
-  j.begin_object().field("first_call", s.first_call).field("count", s.count).field("median_ms", s.median)
-      .field("p90_ms", s.p90).field("p99_ms", s.p99).field("mean_ms", s.mean).end_object();
+Json stats_json(const Stats& s) {
+  return {{"first_call", s.first_call}, {"count", s.count}, {"median_ms", s.median},
+          {"p90_ms", s.p90},           {"p99_ms", s.p99},  {"mean_ms", s.mean}};
 }
 
 // The whole result as JSON: the schema tools/plot_bench.py and bench/compare.py read.
 std::string result_json(const BenchArgs& b, const NamedTensors& inputs, const TimedRun& run,
                         const Stats& steady, const TimedRun& base, const Stats& base_steady,
                         std::optional<int64_t> even, const std::vector<Check>& checks) {
-  JsonWriter j;
-  j.begin_object().field("model", b.model).field("tier", tier_name(b.options.max_tier))
-      .field("tiers_ran", tiers_ran(run));
-  j.key("inputs").begin_array();
+  Json j;
+  j["model"] = b.model;
+  j["tier"] = tier_name(b.options.max_tier);
+  j["tiers_ran"] = tiers_ran(run);
+  j["inputs"] = Json::array();
   for (auto& [name, t] : inputs)
-    j.begin_object().field("name", name).field("dtype", dtype_name(t.dtype())).field("shape", t.shape()).end_object();
-  j.end_array();
-  j.field("load_ms", run.load_ms).field("first_call_ms", run.calls[0].ms)
-      .field("time_to_first_result_ms", run.load_ms + run.calls[0].ms);
-  j.key("calls").begin_array();
-  for (auto& c : run.calls) j.begin_object().field("index", c.index).field("ms", c.ms).field("tiers", c.tiers).end_object();
-  j.end_array();
-  j.key("regions").begin_array();
+    j["inputs"].push_back({{"name", name}, {"dtype", dtype_name(t.dtype())}, {"shape", t.shape()}});
+  j["load_ms"] = run.load_ms;
+  j["first_call_ms"] = run.calls[0].ms;
+  j["time_to_first_result_ms"] = run.load_ms + run.calls[0].ms;
+  j["calls"] = Json::array();
+  for (auto& c : run.calls) j["calls"].push_back({{"index", c.index}, {"ms", c.ms}, {"tiers", c.tiers}});
+  j["regions"] = Json::array();
   for (auto& r : run.regions)
-    j.begin_object().field("id", r.id).field("ops", r.ops).field("tier", r.tier).field("state", r.state)
-        .field("compile_ms", r.compile_ms).field("promoted_at_call", r.promoted_at_call)
-        .field("ready_at_call", r.ready_at_call).end_object();
-  j.end_array();
-  j.key("steady");
-  write_stats(j, steady);
-  j.key("baseline").begin_object().field("tier", "interp").field("load_ms", base.load_ms);
-  j.key("calls_ms").begin_array();
-  for (auto& c : base.calls) j.value(c.ms);
-  j.end_array().key("steady");
-  write_stats(j, base_steady);
-  j.end_object();
-  j.field("speedup", base_steady.median / steady.median);
-  if (even) j.field("break_even_call", *even);
-  else j.field("break_even_call", "never");
-  j.key("checks").begin_array();
+    j["regions"].push_back({{"id", r.id}, {"ops", r.ops}, {"tier", r.tier}, {"state", r.state},
+                            {"compile_ms", r.compile_ms}, {"promoted_at_call", r.promoted_at_call},
+                            {"ready_at_call", r.ready_at_call}});
+  j["steady"] = stats_json(steady);
+  Json calls_ms = Json::array();
+  for (auto& c : base.calls) calls_ms.push_back(c.ms);
+  j["baseline"] = {{"tier", "interp"}, {"load_ms", base.load_ms}, {"calls_ms", calls_ms}, {"steady", stats_json(base_steady)}};
+  j["speedup"] = base_steady.median / steady.median;
+  j["break_even_call"] = even ? Json(*even) : Json("never");
+  j["checks"] = Json::array();
   for (const Check& c : checks)
-    j.begin_object().field("output", c.output).field("against", c.against).field("equal", c.result.equal)
-        .field("max_abs_err", c.result.max_abs_err).field("max_rel_err", c.result.max_rel_err)
-        .field("message", c.result.message).end_object();
-  j.end_array();
-  j.key("report").raw(run.report_json);
-  j.end_object();
-  return j.str();
+    j["checks"].push_back({{"output", c.output}, {"against", c.against}, {"equal", c.result.equal},
+                           {"max_abs_err", c.result.max_abs_err}, {"max_rel_err", c.result.max_rel_err},
+                           {"message", c.result.message}});
+  j["report"] = Json::parse(run.report_json);
+  return json_text(j);
 }
 
 void print_timeline(const TimedRun& run) {
@@ -394,6 +363,9 @@ const CommandDef kBenchCommand{
         {"--json", "FILE", "write the timeline, statistics and report as JSON (tools/plot_bench.py's schema)"},
         {"--plot", "FILE.png", "plot the timeline to FILE.png and FILE.svg (and its JSON next to it)"},
         {"--quiet", nullptr, "no per-call timeline"},
+        kProfileOption,
+        kStrictOption,
+        kModeOption,
     },
     1,
     1,
@@ -409,6 +381,8 @@ int cmd_bench(const ParsedArgs& args) {
   // The interpreter baseline, same inputs; a run on the interpreter is its own baseline.
   Options interp = b.options;
   interp.max_tier = Tier::Interp;
+  interp.profile_file.clear();  // the trace is the tiered run's
+  interp.strict = false;
   TimedRun base = b.options.max_tier == Tier::Interp ? run : timed_run(b, interp, b.baseline_calls, 0, inputs);
   Stats steady = stats_from(latencies(run.calls), steady_start(run));
   Stats base_steady = stats_from(latencies(base.calls), base.calls.size() > 1 ? 1 : 0);

@@ -6,13 +6,13 @@
 #include <filesystem>
 
 #include "interp/interpreter.h"
-#include "interp/json.h"
 #include "interp/onnx_import.h"
 #include "kernels/render_c.h"
 #include "tiers/backend.h"
 #include "tiers/gpu_backend.h"
 #include "tiers/region_lowering.h"
 #include "tools/cli_util.h"
+#include "tools/json_out.h"
 #ifdef TERRACE_HAVE_CPU_JIT
 #include "jit/code_cache.h"
 #endif
@@ -123,24 +123,17 @@ void compile_gpu_region(const Graph& g, const Region& region, const std::vector<
 
 void write_json(const std::string& path, const std::string& model, const std::string& tier, const std::string& arch,
                 const std::string& cache_dir, const std::vector<RegionResult>& results, bool passed) {
-  JsonWriter j;
-  j.begin_object().field("model", model).field("tier", tier);
-  if (tier == "gpu") j.field("arch", arch);
-  j.field("cache_dir", cache_dir).field("passed", passed);
-  j.key("regions").begin_array();
+  Json j;
+  j["model"] = model;
+  j["tier"] = tier;
+  if (tier == "gpu") j["arch"] = arch;
+  j["cache_dir"] = cache_dir;
+  j["passed"] = passed;
+  j["regions"] = Json::array();
   for (const RegionResult& r : results)
-    j.begin_object()
-        .field("id", r.id)
-        .field("ops", r.ops)
-        .field("kernels", r.kernels)
-        .field("status", r.status)
-        .field("ms", r.ms)
-        .field("cached", r.cached)
-        .field("used_by_tier2", r.used_by_tier2)
-        .field("note", r.note)
-        .end_object();
-  j.end_array().end_object();
-  write_text_file(path, j.str() + "\n");
+    j["regions"].push_back({{"id", r.id}, {"ops", r.ops}, {"kernels", r.kernels}, {"status", r.status}, {"ms", r.ms},
+                            {"cached", r.cached}, {"used_by_tier2", r.used_by_tier2}, {"note", r.note}});
+  write_json_file(path, j);
 }
 
 }  // namespace

@@ -7,11 +7,11 @@
 #include <map>
 #include <sstream>
 
-#include "interp/json.h"
 #include "interp/tensor_proto.h"
 #include "tools/cli_util.h"
 #include "tools/commands.h"
 #include "tools/conformance.h"
+#include "tools/json_out.h"
 
 namespace terrace::cli {
 namespace {
@@ -266,36 +266,33 @@ void print_summary(const Outcome& o, const Config& c) {
 // ---- JSON report ----
 
 void write_json(const std::string& path, const Outcome& o, const Config& c, const Expectations& expected) {
-  JsonWriter js;
-  js.begin_object();
-  js.field("tier", tier_name(c.tier)).field("seconds", o.seconds).field("rtol", c.tol.rtol).field("atol", c.tol.atol);
-  js.field("total", o.results.size()).field("passed", o.count(Status::Passed));
-  js.field("not_implemented", o.count(Status::NotImplemented)).field("failed", o.failed());
-  js.key("failed_breakdown").begin_object();
-  for (Status s : kFailureKinds) js.field(conformance::status_name(s), o.count(s));
-  js.end_object();
-  js.field("expected_failures", o.expected_failures.size());
-  js.field("unexpected_failures", o.unexpected_failures);
-  js.field("unexpectedly_passing", o.unexpectedly_passing);
-  if (c.min_pass) js.field("min_pass", *c.min_pass);
-  js.field("ran_on_tier", o.ran_on(tier_name(c.tier)));
-  js.key("categories").begin_object();
-  for (auto& [s, names] : o.by_status) js.field(conformance::status_name(s), names);
-  js.end_object();
-  js.key("tests").begin_object();
-  for (const TestResult& r : o.results) js.field(r.name, conformance::status_name(r.status));
-  js.end_object();
-  js.key("details").begin_object();
+  Json js;
+  js["tier"] = tier_name(c.tier);
+  js["seconds"] = o.seconds;
+  js["rtol"] = c.tol.rtol;
+  js["atol"] = c.tol.atol;
+  js["total"] = o.results.size();
+  js["passed"] = o.count(Status::Passed);
+  js["not_implemented"] = o.count(Status::NotImplemented);
+  js["failed"] = o.failed();
+  js["failed_breakdown"] = Json::object();
+  for (Status s : kFailureKinds) js["failed_breakdown"][conformance::status_name(s)] = o.count(s);
+  js["expected_failures"] = o.expected_failures.size();
+  js["unexpected_failures"] = o.unexpected_failures;
+  js["unexpectedly_passing"] = o.unexpectedly_passing;
+  if (c.min_pass) js["min_pass"] = *c.min_pass;
+  js["ran_on_tier"] = o.ran_on(tier_name(c.tier));
+  js["categories"] = Json::object();
+  for (auto& [s, names] : o.by_status) js["categories"][conformance::status_name(s)] = names;
+  js["tests"] = Json::object();
+  for (const TestResult& r : o.results) js["tests"][r.name] = conformance::status_name(r.status);
+  js["details"] = Json::object();
   for (const TestResult& r : o.results) {
-    js.key(r.name).begin_object();
-    js.field("status", conformance::status_name(r.status)).field("ms", r.ms).field("message", r.message);
-    js.field("tiers", r.tiers);
-    if (auto it = expected.find(r.name); it != expected.end()) js.field("expected_reason", it->second);
-    js.end_object();
+    Json d = {{"status", conformance::status_name(r.status)}, {"ms", r.ms}, {"message", r.message}, {"tiers", r.tiers}};
+    if (auto it = expected.find(r.name); it != expected.end()) d["expected_reason"] = it->second;
+    js["details"][r.name] = std::move(d);
   }
-  js.end_object();
-  js.end_object();
-  write_text_file(path, js.str() + "\n");
+  write_json_file(path, js);
 }
 
 }  // namespace
@@ -342,9 +339,17 @@ int cmd_conformance(const ParsedArgs& args) {
     throw UsageError{e.message()};
   }
   auto t0 = std::chrono::steady_clock::now();
-  std::vector<TestResult> results =
-      c.isolate ? conformance::run_tests_isolated(tests, c.tier, c.jobs, c.timeout_s, c.tol)
-                : conformance::run_tests_in_process(tests, c.tier, c.tol);
+  std::vector<TestResult> results;
+  {
+    Progress progress(std::string("conformance ") + tier_name(c.tier) + ", tests", int64_t(tests.size()));
+    int64_t failed = 0;
+    auto show = [&](size_t done, const TestResult& last) {
+      failed += last.status != Status::Passed && !expected.count(last.name);
+      progress.update(int64_t(done), std::to_string(failed) + " unexpected failures, last " + last.name);
+    };
+    results = c.isolate ? conformance::run_tests_isolated(tests, c.tier, c.jobs, c.timeout_s, c.tol, show)
+                        : conformance::run_tests_in_process(tests, c.tier, c.tol, show);
+  }
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   Outcome o = evaluate(std::move(results), expected, seconds);
   if (o.results.empty()) {

@@ -6,6 +6,7 @@
 
 #include "interp/onnx_import.h"
 #include "tools/cli_util.h"
+#include "tools/json_out.h"
 
 namespace terrace::cli {
 
@@ -28,6 +29,53 @@ std::string value_str(const Graph& g, int id) {
   }
   if (v.info.kind != ValueKind::Tensor && v.info.kind != ValueKind::Unknown) s += ">";
   return s;
+}
+
+// A value as JSON: name, kind, dtype, shape (a symbolic dim by its name, an unknown one as null).
+Json value_json(const Graph& g, int id) {
+  if (id < 0) return nullptr;
+  const Value& v = g.values[size_t(id)];
+  Json j;
+  j["name"] = v.name;
+  j["kind"] = v.info.kind == ValueKind::Sequence ? "sequence" : v.info.kind == ValueKind::Optional ? "optional" : "tensor";
+  j["dtype"] = v.info.dtype ? Json(dtype_name(*v.info.dtype)) : Json(nullptr);
+  if (v.info.shape) {
+    Json dims = Json::array();
+    for (size_t d = 0; d < v.info.shape->size(); ++d) {
+      int64_t n = (*v.info.shape)[d];
+      const std::string& sym = d < v.info.dim_names.size() ? v.info.dim_names[d] : std::string();
+      dims.push_back(n >= 0 ? Json(n) : sym.empty() ? Json(nullptr) : Json(sym));
+    }
+    j["shape"] = dims;
+  } else {
+    j["shape"] = nullptr;
+  }
+  return j;
+}
+
+Json graph_json(const Graph& g) {
+  Json j;
+  j["inputs"] = Json::array();
+  for (int id : g.inputs) j["inputs"].push_back(value_json(g, id));
+  j["outputs"] = Json::array();
+  for (int id : g.outputs) j["outputs"].push_back(value_json(g, id));
+  j["initializers"] = g.initializers.size();
+  j["nodes"] = Json::array();
+  for (size_t n = 0; n < g.nodes.size(); ++n) {
+    const Node& node = g.nodes[n];
+    Json jn;
+    jn["index"] = n;
+    jn["op"] = op_name(node.op);
+    jn["name"] = node.name;
+    jn["inputs"] = Json::array();
+    for (int v : node.inputs) jn["inputs"].push_back(v < 0 ? Json(nullptr) : Json(g.values[size_t(v)].name));
+    jn["outputs"] = Json::array();
+    for (int v : node.outputs) jn["outputs"].push_back(v < 0 ? Json(nullptr) : Json(g.values[size_t(v)].name));
+    for (auto& [k, a] : node.attrs)
+      if (a.kind == Attribute::Kind::Graph && a.g) jn["subgraphs"][k] = graph_json(*a.g);
+    j["nodes"].push_back(std::move(jn));
+  }
+  return j;
 }
 
 void print_graph(const Graph& g, const std::string& indent) {
@@ -57,6 +105,7 @@ const CommandDef kExplainCommand{
     "its regions and each graph break with the reason the tier-1 backend gives.",
     {
         {"--tier", "interp|cpu|gpu", "plan for this tier (default: the highest built)"},
+        {"--json", "FILE", "write the graph, the plan (regions, graph breaks with reasons) and the reasons' counts as JSON"},
     },
     1,
     1,
@@ -70,6 +119,8 @@ int cmd_explain(const ParsedArgs& args) {
   bool asked = tier_from_env();
   if (auto t = args.get("--tier")) options.max_tier = parse_tier(*t), asked = true;
   options.max_tier = effective_tier("explain", options.max_tier, asked);
+  const std::string json_path = args.get("--json").value_or("");
+  if (args.get("--json") && json_path.empty()) throw UsageError{"--json needs a file name"};
   Model m = load_onnx_file(model);
   std::printf("model %s (ir %lld, opset %d)\n", model.c_str(), (long long)m.ir_version,
               m.graph->opset);
@@ -100,6 +151,40 @@ int cmd_explain(const ParsedArgs& args) {
   std::sort(ranked.begin(), ranked.end());
   if (!ranked.empty()) std::printf("graph breaks by reason (as the backend gives it):\n");
   for (auto& [n, reason] : ranked) std::printf("  %4d  %s\n", -n, reason.c_str());
+  if (!json_path.empty()) {
+    Json j;
+    j["model"] = model;
+    j["ir_version"] = m.ir_version;
+    j["opset"] = m.graph->opset;
+    j["graph"] = graph_json(*m.graph);
+    j["optimized_nodes"] = g.nodes.size();
+    j["tier"] = tier_name(options.max_tier);
+    Json regions = Json::array(), breaks = Json::array(), steps = Json::array();
+    for (const Step& s : plan.steps) {
+      if (s.region >= 0) {
+        const Region& r = plan.regions[size_t(s.region)];
+        Json jr;
+        jr["id"] = r.id;
+        jr["ops"] = r.ops();
+        jr["nodes"] = r.nodes;
+        jr["inputs"] = Json::array();
+        for (int v : r.inputs) jr["inputs"].push_back(g.values[size_t(v)].name);
+        jr["outputs"] = Json::array();
+        for (int v : r.outputs) jr["outputs"].push_back(g.values[size_t(v)].name);
+        regions.push_back(std::move(jr));
+        steps.push_back({{"region", r.id}});
+      } else {
+        const Node& node = g.nodes[size_t(s.node)];
+        breaks.push_back({{"node", s.node}, {"op", op_name(node.op)}, {"name", node.describe()}, {"reason", s.reason}});
+        steps.push_back({{"node", s.node}});
+      }
+    }
+    j["plan"] = {{"steps", steps}, {"regions", regions}, {"graph_breaks", breaks}};
+    Json by_reason = Json::array();
+    for (auto& [n, reason] : ranked) by_reason.push_back({{"reason", reason}, {"count", -n}});
+    j["graph_breaks_by_reason"] = by_reason;
+    write_json_file(json_path, j);
+  }
   return 0;
 }
 

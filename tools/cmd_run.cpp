@@ -4,11 +4,11 @@
 #include <filesystem>
 
 #include "interp/compare.h"
-#include "interp/json.h"
 #include "interp/log.h"
 #include "interp/onnx_import.h"
 #include "interp/tensor_proto.h"
 #include "tools/cli_util.h"
+#include "tools/json_out.h"
 
 namespace terrace::cli {
 
@@ -27,6 +27,9 @@ const CommandDef kRunCommand{
         {"--json", "FILE", "write the outputs' shapes, the checks and the session's report as JSON"},
         {"--output-dir", "DIR", "write the last call's outputs as DIR/output_N.pb (TensorProto, ONNX test-data layout)"},
         {"--quiet", nullptr, "no per-call lines and no report"},
+        kProfileOption,
+        kStrictOption,
+        kModeOption,
     },
     1,
     1,
@@ -79,6 +82,7 @@ int cmd_run(const ParsedArgs& args) {
   bool asked = tier_from_env();
   if (auto t = args.get("--tier")) options.max_tier = parse_tier(*t), asked = true;
   options.max_tier = effective_tier("run", options.max_tier, asked);
+  apply_session_options(args, options);
 
   auto session = Session::load(model, options);
   const Graph& graph = session->graph();
@@ -114,6 +118,11 @@ int cmd_run(const ParsedArgs& args) {
     if (!quiet) std::printf("call %3lld  %10.3f ms  [%s]\n", (long long)r.index, r.ms, tiers.c_str());
   }
   if (!quiet) std::fputs(session->report().c_str(), stdout);
+  if (!options.profile_file.empty()) {
+    session->wait_for_compiles();  // their spans end in the trace
+    session->write_profile();
+    std::printf("profile: %s (Chrome trace: Perfetto, chrome://tracing)\n", options.profile_file.c_str());
+  }
   for (auto& [name, t] : outputs)
     std::printf("output %s: %s%s\n", name.c_str(), dtype_name(t.dtype()), shape_str(t.shape()).c_str());
   std::sort(ran.begin(), ran.end(), [](const std::string& a, const std::string& b) {
@@ -125,8 +134,7 @@ int cmd_run(const ParsedArgs& args) {
   std::printf("tiers: up to %s allowed; ran on %s\n", tier_name(options.max_tier), ran_text.c_str());
 
   bool ok = true;
-  JsonWriter checks;
-  checks.begin_array();
+  Json checks = Json::array();
   for (auto& [name, file] : expect_files) {
     const Tensor* got = nullptr;
     for (auto& [n, t] : outputs)
@@ -137,26 +145,23 @@ int cmd_run(const ParsedArgs& args) {
                 c.equal ? "matches" : "DIFFERS", c.max_abs_err, c.max_rel_err,
                 c.equal ? "" : ": ", c.message.c_str());
     ok = ok && c.equal;
-    checks.begin_object().field("output", name).field("equal", c.equal)
-        .field("max_abs_err", c.max_abs_err).field("max_rel_err", c.max_rel_err)
-        .field("message", c.message).end_object();
+    checks.push_back({{"output", name}, {"equal", c.equal}, {"max_abs_err", c.max_abs_err},
+                      {"max_rel_err", c.max_rel_err}, {"message", c.message}});
   }
-  checks.end_array();
 
   if (!output_dir.empty()) write_outputs(output_dir, outputs);
   if (!json_path.empty()) {
-    JsonWriter j;
-    j.begin_object().field("model", model).field("tier", tier_name(options.max_tier)).field("tiers_ran", ran);
-    j.key("outputs").begin_array();
+    Json j;
+    j["model"] = model;
+    j["tier"] = tier_name(options.max_tier);
+    j["tiers_ran"] = ran;
+    j["outputs"] = Json::array();
     for (auto& [name, t] : outputs)
-      j.begin_object().field("name", name).field("dtype", dtype_name(t.dtype()))
-          .field("shape", t.shape()).end_object();
-    j.end_array();
-    j.key("checks").raw(checks.str());
-    j.key("report").raw(session->report_json());
-    j.field("passed", ok);
-    j.end_object();
-    write_text_file(json_path, j.str() + "\n");
+      j["outputs"].push_back({{"name", name}, {"dtype", dtype_name(t.dtype())}, {"shape", t.shape()}});
+    j["checks"] = checks;
+    j["report"] = Json::parse(session->report_json());
+    j["passed"] = ok;
+    write_json_file(json_path, j);
   }
   return ok ? 0 : 1;
 }

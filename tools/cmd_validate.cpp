@@ -6,12 +6,12 @@
 #include <map>
 
 #include "interp/compare.h"
-#include "interp/json.h"
 #include "interp/onnx_import.h"
 #include "interp/tensor_proto.h"
 #include "tiers/passes/pipeline.h"
 #include "tiers/tier_manager.h"
 #include "tools/cli_util.h"
+#include "tools/json_out.h"
 
 namespace terrace::cli {
 
@@ -204,27 +204,30 @@ void print_tier(const TierResult& r) {
   for (const std::string& n : r.notes) std::printf("  note: %s\n", n.c_str());
 }
 
-void tier_json(JsonWriter& j, const TierResult& r) {
-  j.begin_object().field("tier", tier_name(r.tier)).field("available", r.available);
+Json tier_json(const TierResult& r) {
+  Json j;
+  j["tier"] = tier_name(r.tier);
+  j["available"] = r.available;
   if (!r.available) {
-    j.field("reason", r.unavailable).end_object();
-    return;
+    j["reason"] = r.unavailable;
+    return j;
   }
-  j.field("passed", r.passed()).field("tiers_ran", r.ran);
-  auto map = [&](const char* key, const std::map<std::string, int>& m) {
-    j.key(key).begin_object();
-    for (auto& [k, n] : m) j.field(k, n);
-    j.end_object();
+  j["passed"] = r.passed();
+  j["tiers_ran"] = r.ran;
+  auto map = [](const std::map<std::string, int>& m) {
+    Json o = Json::object();
+    for (auto& [k, n] : m) o[k] = n;
+    return o;
   };
-  map("regions_by_tier", r.regions);
-  map("region_validation", r.validations);
-  j.key("outputs").begin_array();
+  j["regions_by_tier"] = map(r.regions);
+  j["region_validation"] = map(r.validations);
+  j["outputs"] = Json::array();
   for (const OutputResult& o : r.outputs)
-    j.begin_object().field("name", o.name).field("max_abs_err", o.max_abs_err).field("max_rel_err", o.max_rel_err)
-        .field("passed", o.passed).field("message", o.message).end_object();
-  j.end_array();
-  j.field("failures", r.failures).field("notes", r.notes);
-  j.end_object();
+    j["outputs"].push_back({{"name", o.name}, {"max_abs_err", o.max_abs_err}, {"max_rel_err", o.max_rel_err},
+                            {"passed", o.passed}, {"message", o.message}});
+  j["failures"] = r.failures;
+  j["notes"] = r.notes;
+  return j;
 }
 
 }  // namespace
@@ -292,19 +295,18 @@ int cmd_validate(const ParsedArgs& args) {
     ok = false;
   }
   if (!json_path.empty()) {
-    JsonWriter j;
-    j.begin_object().field("model", model).field("optimize", optimize_level_name(base.optimize))
-        .field("calls", calls).field("nodes_before", graph->nodes.size())
-        .field("nodes_after", optimized->nodes.size());
-    j.key("passes").begin_array();
-    for (const PassRecord& p : records)
-      j.begin_object().field("pass", p.pass).field("rewrites", p.rewrites).end_object();
-    j.end_array();
-    j.key("tiers").begin_array();
-    for (const TierResult& r : tiers) tier_json(j, r);
-    j.end_array();
-    j.field("passed", ok).end_object();
-    write_text_file(json_path, j.str() + "\n");
+    Json j;
+    j["model"] = model;
+    j["optimize"] = optimize_level_name(base.optimize);
+    j["calls"] = calls;
+    j["nodes_before"] = graph->nodes.size();
+    j["nodes_after"] = optimized->nodes.size();
+    j["passes"] = Json::array();
+    for (const PassRecord& p : records) j["passes"].push_back({{"pass", p.pass}, {"rewrites", p.rewrites}});
+    j["tiers"] = Json::array();
+    for (const TierResult& r : tiers) j["tiers"].push_back(tier_json(r));
+    j["passed"] = ok;
+    write_json_file(json_path, j);
   }
   return ok ? 0 : 1;
 }

@@ -382,12 +382,13 @@ void say_which_test_crashed(int sig) {
 }  // namespace
 
 std::vector<TestResult> run_tests_in_process(const std::vector<TestCase>& tests, Tier tier,
-                                             const Tolerance& tol) {
+                                             const Tolerance& tol, const ProgressFn& progress) {
   for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT}) std::signal(sig, say_which_test_crashed);
   std::vector<TestResult> results;
   for (const TestCase& t : tests) {
     std::snprintf(g_current_test, sizeof g_current_test, "%s", t.name.c_str());
     results.push_back(run_test(t, tier, tol));
+    if (progress) progress(results.size(), results.back());
   }
   for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT}) std::signal(sig, SIG_DFL);
   return results;
@@ -484,13 +485,13 @@ TestResult collect(const Child& c, int wstatus, const TestCase& test, int timeou
 }  // namespace
 
 std::vector<TestResult> run_tests_isolated(const std::vector<TestCase>& tests, Tier tier, int jobs,
-                                           int timeout_s, const Tolerance& tol) {
+                                           int timeout_s, const Tolerance& tol, const ProgressFn& progress) {
   // Build ONNX's operator schema registry (about 100 ms) once here rather than in every child.
   // It is plain data, so the parent still runs no kernel and starts no OpenMP thread.
   onnx::OpSchemaRegistry::get_all_schemas_with_history();
   std::vector<TestResult> results(tests.size());
   std::vector<Child> running;
-  size_t next = 0;
+  size_t next = 0, done = 0;
   while (next < tests.size() || !running.empty()) {
     while (running.size() < size_t(std::max(jobs, 1)) && next < tests.size()) {
       running.push_back(spawn(tests[next], next, tier, timeout_s, tol));
@@ -505,6 +506,7 @@ std::vector<TestResult> run_tests_isolated(const std::vector<TestCase>& tests, T
     auto it = std::find_if(running.begin(), running.end(), [&](const Child& c) { return c.pid == pid; });
     if (it == running.end()) continue;  // not one of ours
     results[it->index] = collect(*it, wstatus, tests[it->index], timeout_s);
+    if (progress) progress(++done, results[it->index]);
     running.erase(it);
   }
   return results;

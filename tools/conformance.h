@@ -1,5 +1,6 @@
 // Conformance engine: finds ONNX backend test folders, runs each on a tier, compares with ONNX's data.
 #pragma once
+#include <functional>
 #include <optional>
 #include <regex>
 #include <string>
@@ -65,14 +66,18 @@ TestResult run_test(const TestCase& test, Tier tier, const Tolerance& tol = kOnn
 
 // run_test for each test, in order, in this process (fast). Should a test crash the process, a
 // signal handler names it before the process dies.
+// `progress`, where given, is called after each test with the count done and the test's result.
+using ProgressFn = std::function<void(size_t done, const TestResult& last)>;
 std::vector<TestResult> run_tests_in_process(const std::vector<TestCase>& tests, Tier tier,
-                                             const Tolerance& tol = kOnnxTolerance);
+                                             const Tolerance& tol = kOnnxTolerance,
+                                             const ProgressFn& progress = {});
 
 // run_test in a forked child, so that a crash or a hang (past `timeout_s`) becomes a RunError
 // instead of ending the whole run. Results come back in `tests` order; up to `jobs` children run
 // at once. The parent never runs a kernel, so it never starts OpenMP threads before forking.
 std::vector<TestResult> run_tests_isolated(const std::vector<TestCase>& tests, Tier tier,
-                                           int jobs, int timeout_s, const Tolerance& tol = kOnnxTolerance);
+                                           int jobs, int timeout_s, const Tolerance& tol = kOnnxTolerance,
+                                           const ProgressFn& progress = {});
 
 // Empty when `got` matches `expected` (kind, dtype, shape exactly; floats within `tol`, NaNs at
 // the same places, infinities equal; everything else exactly); otherwise the first mismatch.

@@ -8,6 +8,7 @@ pkgs=(
   libtbb-dev libdnnl-dev
   libonnx-dev libprotobuf-dev protobuf-compiler libonnx-testdata
   libgtest-dev libgmock-dev libbenchmark-dev
+  libcli11-dev nlohmann-json3-dev
   python3-torch python3-torchvision python3-onnx python3-numpy python3-matplotlib
 )
 missing=()

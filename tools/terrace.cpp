@@ -50,9 +50,10 @@ std::string usage() {
     s += "\n";
   }
   s += "\nOptions take their value as `--opt value` or `--opt=value`. Exit codes: 0 success, 1 failure,\n"
-       "2 usage error. Environment: TERRACE_LOG (error|warn|info|debug|trace), TERRACE_MAX_TIER\n"
-       "(interp|cpu|gpu), TERRACE_CACHE_DIR, TERRACE_CACHE_MAX_MB, TERRACE_DUMP_DIR, TERRACE_RECHECK,\n"
-       "TERRACE_FAULT; see README.md.\n";
+       "2 usage error. Environment: TERRACE_LOG (error|warn|info|debug|trace, and the topics\n"
+       "graph_breaks,recompiles,deopts,promotions,validation), TERRACE_MAX_TIER (interp|cpu|gpu),\n"
+       "TERRACE_MODE (default|reduce-overhead|max-autotune), TERRACE_STRICT=1, TERRACE_PROFILE=FILE.json,\n"
+       "TERRACE_CACHE_DIR, TERRACE_CACHE_MAX_MB, TERRACE_DUMP_DIR, TERRACE_RECHECK, TERRACE_FAULT; see README.md.\n";
   return s;
 }
 

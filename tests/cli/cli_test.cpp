@@ -8,9 +8,12 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <regex>
+#include <set>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
 #include <onnx/onnx_pb.h>
 
 #include "interp/compare.h"
@@ -494,6 +497,128 @@ TEST(CliRepro, a_dumped_library_region_replays_with_its_own_tolerance_and_says_w
   }
   Result replay = terrace("conformance " + dumps.string() + " --tier cpu");
   EXPECT_EQ(replay.code, 0) << show(replay);
+}
+
+// ---- issue 12, points 4-6: the trace, the knobs, --json on every command ----
+
+nlohmann::json read_json(const fs::path& p) {
+  std::ifstream in(p);
+  return nlohmann::json::parse(in);  // throws on text that is not JSON
+}
+
+TEST(CliProfile, run_repeat_10_writes_a_chrome_trace_with_compiles_off_the_calling_thread) {
+  const fs::path file = scratch() / "trace.json";
+  Result r = terrace("run " + elementwise_model() + " --random-inputs --repeat 10 --tier cpu --quiet --profile " +
+                     file.string());
+  ASSERT_EQ(r.code, 0) << show(r);
+  EXPECT_NE(r.out.find("profile: " + file.string()), std::string::npos) << show(r);
+  nlohmann::json trace = read_json(file);
+  std::map<std::string, int> by_cat;
+  std::set<int64_t> call_tids, compile_tids;
+  for (const auto& e : trace.at("traceEvents")) {
+    for (const char* k : {"ph", "ts", "pid", "tid"}) ASSERT_TRUE(e.contains(k)) << k << " missing: " << e.dump();
+    if (e["ph"] == "X") ASSERT_TRUE(e.contains("dur")) << e.dump();
+    if (e["ph"] == "M") continue;
+    const std::string cat = e.at("cat");
+    ++by_cat[cat];
+    if (cat == "call") call_tids.insert(e["tid"].get<int64_t>());
+    if (cat == "compile") compile_tids.insert(e["tid"].get<int64_t>());
+    if (cat == "region" && e["args"]["tier"] == "cpu") ++by_cat["region on cpu"];
+  }
+  EXPECT_EQ(by_cat["call"], 10);
+  EXPECT_EQ(by_cat["region"], 10);
+  EXPECT_GE(by_cat["compile"], 1);
+  // The compile may land after the last call; where a compiled version served, it was validated.
+  if (by_cat["region on cpu"] > 0) EXPECT_GE(by_cat["validation"], 1);
+  ASSERT_EQ(call_tids.size(), 1u);
+  ASSERT_FALSE(compile_tids.empty());
+  EXPECT_EQ(call_tids.count(*compile_tids.begin()), 0u);
+  // bench too, and TERRACE_PROFILE
+  const fs::path bench_file = scratch() / "bench_trace.json";
+  Result b = terrace("bench " + elementwise_model() + " --calls 3 --quiet --tier cpu", "TERRACE_PROFILE=" + bench_file.string());
+  ASSERT_EQ(b.code, 0) << show(b);
+  EXPECT_GT(read_json(bench_file).at("traceEvents").size(), 3u);
+  Result bad = terrace("run " + elementwise_model() + " --random-inputs --profile /proc/no/such/t.json");
+  EXPECT_EQ(bad.code, 1) << show(bad);
+  EXPECT_NE(bad.err.find("/proc/no/such/t.json"), std::string::npos) << show(bad);
+}
+
+TEST(CliKnobs, strict_fails_listing_the_graph_breaks) {
+  Result r = terrace("run " + matmul_cumsum_model() + " --random-inputs --tier cpu --strict");
+  EXPECT_EQ(r.code, 1) << show(r);
+  EXPECT_NE(r.err.find("strict: 1 graph break"), std::string::npos) << show(r);
+  EXPECT_NE(r.err.find("CumSum"), std::string::npos) << show(r);
+  EXPECT_EQ(r.last_line().rfind("&&&& FAILED", 0), 0u) << show(r);
+  Result env = terrace("run " + matmul_cumsum_model() + " --random-inputs --tier cpu", "TERRACE_STRICT=1");
+  EXPECT_EQ(env.code, 1) << show(env);
+  Result ok = terrace("run " + elementwise_model() + " --random-inputs --tier cpu --strict");
+  EXPECT_EQ(ok.code, 0) << show(ok);
+}
+
+TEST(CliKnobs, mode_values_are_checked) {
+  EXPECT_EQ(terrace("run " + elementwise_model() + " --random-inputs --mode reduce-overhead --repeat 3").code, 0);
+  Result bad = terrace("run " + elementwise_model() + " --random-inputs --mode fast");
+  EXPECT_EQ(bad.code, 2) << show(bad);
+  EXPECT_NE(bad.err.find("--mode expects default, reduce-overhead or max-autotune, got 'fast'"), std::string::npos)
+      << show(bad);
+  Result env = terrace("run " + elementwise_model() + " --random-inputs", "TERRACE_MODE=fast");
+  EXPECT_EQ(env.code, 1) << show(env);
+  EXPECT_NE(env.err.find("TERRACE_MODE='fast'"), std::string::npos) << show(env);
+}
+
+TEST(CliKnobs, log_topics_print_one_reason_a_line) {
+  Result r = terrace("explain " + matmul_cumsum_model() + " --tier cpu", "TERRACE_LOG=graph_breaks");
+  ASSERT_EQ(r.code, 0) << show(r);
+  EXPECT_TRUE(std::regex_search(r.err, std::regex("\\[terrace graph_breaks\\] node 1 CumSum[^\n]*: tier 1"))) << show(r);
+  EXPECT_EQ(r.err.find("not a log level"), std::string::npos) << show(r);
+  Result p = terrace("bench " + elementwise_model() + " --calls 4 --steady-calls 2 --tier cpu --quiet",
+                     "TERRACE_LOG=warn,promotions");
+  ASSERT_EQ(p.code, 0) << show(p);
+  EXPECT_TRUE(std::regex_search(p.err, std::regex("\\[terrace promotions\\] region 0 \\(Relu,Add\\): promoted to cpu"))) << show(p);
+  Result bad = terrace("explain " + matmul_cumsum_model(), "TERRACE_LOG=info,nosuch");
+  EXPECT_EQ(count(bad.err, "'nosuch' is not a log level or topic"), 1u) << show(bad);
+}
+
+TEST(CliJson, explain_writes_the_graph_and_the_plan) {
+  const fs::path file = scratch() / "explain.json";
+  Result r = terrace("explain " + matmul_cumsum_model() + " --tier cpu --json " + file.string());
+  ASSERT_EQ(r.code, 0) << show(r);
+  nlohmann::json j = read_json(file);
+  EXPECT_EQ(j.at("tier"), "cpu");
+  EXPECT_EQ(j.at("graph").at("inputs").at(0).at("name"), "x");
+  EXPECT_EQ(j.at("graph").at("nodes").size(), 2u);
+  const auto& plan = j.at("plan");
+  ASSERT_EQ(plan.at("regions").size(), 1u);
+  EXPECT_EQ(plan.at("regions").at(0).at("ops"), "MatMul");
+  ASSERT_EQ(plan.at("graph_breaks").size(), 1u);
+  EXPECT_EQ(plan.at("graph_breaks").at(0).at("op"), "CumSum");
+  EXPECT_FALSE(plan.at("graph_breaks").at(0).at("reason").get<std::string>().empty());
+  EXPECT_EQ(j.at("graph_breaks_by_reason").at(0).at("count"), 1);
+  EXPECT_EQ(terrace("explain " + matmul_cumsum_model() + " --json").code, 2);
+}
+
+TEST(CliJson, cache_info_and_clear_write_json) {
+  fs::path dir = scratch() / "cache_json";
+  ASSERT_EQ(terrace("bench " + elementwise_model() + " --calls 4 --steady-calls 2 --tier cpu --quiet",
+                    "TERRACE_CACHE_DIR=" + dir.string()).code, 0);
+  const fs::path info = scratch() / "cache_info.json", clear = scratch() / "cache_clear.json";
+  ASSERT_EQ(terrace("cache info --dir " + dir.string() + " --json " + info.string()).code, 0);
+  nlohmann::json i = read_json(info);
+  EXPECT_EQ(i.at("action"), "info");
+  EXPECT_GE(i.at("entries").get<int64_t>(), 1);
+  EXPECT_GT(i.at("bytes").get<int64_t>(), 0);
+  ASSERT_EQ(terrace("cache clear --dir " + dir.string() + " --json " + clear.string()).code, 0);
+  nlohmann::json c = read_json(clear);
+  EXPECT_EQ(c.at("removed_entries"), i.at("entries"));
+  EXPECT_EQ(c.at("entries_left"), 0);
+}
+
+TEST(CliJson, every_command_takes_json) {
+  for (const char* cmd : {"run", "bench", "explain", "validate", "compile", "conformance", "cache"}) {
+    Result h = terrace(std::string(cmd) + " --help");
+    ASSERT_EQ(h.code, 0) << show(h);
+    EXPECT_NE(h.out.find("  --json FILE"), std::string::npos) << cmd << "\n" << h.out;
+  }
 }
 
 }  // namespace
