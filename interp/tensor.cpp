@@ -63,6 +63,10 @@ bool is_integer(DType t) {
   return is_signed(t) || t == DType::UInt8 || t == DType::UInt16 || t == DType::UInt32 ||
          t == DType::UInt64;
 }
+bool is_narrow(DType t) {
+  return t == DType::Float8E4M3FN || t == DType::Float8E4M3FNUZ || t == DType::Float8E5M2 ||
+         t == DType::Float8E5M2FNUZ || t == DType::UInt4 || t == DType::Int4 || t == DType::Float4E2M1;
+}
 
 std::string shape_str(std::span<const int64_t> shape) {
   std::string s = "[";
@@ -211,9 +215,10 @@ Tensor Tensor::clone() const {
 }
 
 double Tensor::get_as_double(int64_t i) const {
-  return dispatch_dtype(dtype_, [&](auto tag) -> double {
+  return dispatch_dtype<false, true>(dtype_, [&](auto tag) -> double {
     using T = decltype(tag);
-    return double(static_cast<const T*>(raw())[i]);
+    if constexpr (kIsNarrow<T>) return narrow_to_double(static_cast<const T*>(raw())[i]);
+    else return double(static_cast<const T*>(raw())[i]);
   });
 }
 
@@ -235,7 +240,12 @@ std::vector<int64_t> Tensor::to_int64_vector() const {
 namespace {
 template <typename To, typename From>
 To convert(From v) {
-  if constexpr (std::is_same_v<To, bool>) {
+  if constexpr (kIsNarrow<From>) {  // narrow types through their exact value; to them, saturating
+    return convert<To, double>(narrow_to_double(v));
+  } else if constexpr (kIsNarrow<To>) {
+    if constexpr (std::is_same_v<From, Half> || std::is_same_v<From, BFloat16>) return narrow_from_double<To>(float(v));
+    else return narrow_from_double<To>(double(v));
+  } else if constexpr (std::is_same_v<To, bool>) {
     return float(v) != 0.0f || (std::is_integral_v<From> && v != From(0));
   } else if constexpr (std::is_integral_v<To> && !std::is_integral_v<From>) {
     // Float to integer: truncate toward zero; NaN and out-of-range values are undefined in ONNX,
@@ -267,9 +277,9 @@ Tensor Tensor::cast(DType to) const {
     TERRACE_CHECK(to == dtype_, NotImplemented, "cast between string and ", dtype_name(to == DType::String ? dtype_ : to));
     return clone();
   }
-  dispatch_dtype(dtype_, [&](auto from_tag) {
+  dispatch_dtype<false, true>(dtype_, [&](auto from_tag) {
     using From = decltype(from_tag);
-    dispatch_dtype(to, [&](auto to_tag) {
+    dispatch_dtype<false, true>(to, [&](auto to_tag) {
       using To = decltype(to_tag);
       const From* src = static_cast<const From*>(raw());
       To* dst = static_cast<To*>(out.raw());

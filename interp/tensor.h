@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "interp/error.h"
+#include "interp/float8.h"
 #include "interp/half.h"
 
 namespace terrace {
@@ -25,6 +26,9 @@ bool dtype_from_onnx(int code, DType* t);  // false for codes Terrace does not s
 bool is_float(DType t);                    // float16/bfloat16/float32/float64
 bool is_integer(DType t);                  // signed or unsigned integers (not bool)
 bool is_signed(DType t);
+// float8, int4/uint4, float4e2m1: one byte per element, storage only (float8.h); neither is_float
+// nor is_integer, and skipped by dispatch_dtype unless AllowNarrow.
+bool is_narrow(DType t);
 
 template <typename T> struct dtype_of;
 #define TERRACE_DTYPE(name, type, text, onnx, size) \
@@ -154,13 +158,16 @@ inline const void* Tensor::raw() const {
   return state_ ? state_->data : nullptr;
 }
 
-// Calls f(T{}) with T the storage type of dtype; strings are excluded unless AllowString.
-template <bool AllowString = false, typename F>
+// Calls f(T{}) with T the storage type of dtype; strings are excluded unless AllowString, the
+// narrow types (float8, int4, float4: is_narrow) unless AllowNarrow (NotImplemented errors).
+template <bool AllowString = false, bool AllowNarrow = false, typename F>
 decltype(auto) dispatch_dtype(DType dtype, F&& f) {
   switch (dtype) {
 #define TERRACE_DTYPE(name, type, text, onnx, size) \
   case DType::name:                                 \
-    if constexpr (AllowString || !std::is_same_v<type, std::string>) return f(type{}); \
+    if constexpr ((AllowString || !std::is_same_v<type, std::string>) &&                 \
+                  (AllowNarrow || !kIsNarrow<type>))                                      \
+      return f(type{});                                                                  \
     break;
 #include "interp/dtypes.def"
 #undef TERRACE_DTYPE

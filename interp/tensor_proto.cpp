@@ -27,11 +27,6 @@ DType dtype_from_proto_code(int code, const std::string& what) {
   DType t;
   if (dtype_from_onnx(code, &t)) return t;
   TERRACE_CHECK(code != 0, InvalidModel, what, " has no data type");
-  // Types newer than ONNX 1.12's proto (which stops at 16, bfloat16), up to ONNX 1.18's.
-  static const char* const kNewer[] = {"FLOAT8E4M3FN", "FLOAT8E4M3FNUZ", "FLOAT8E5M2",
-                                       "FLOAT8E5M2FNUZ", "UINT4", "INT4", "FLOAT4E2M1"};
-  TERRACE_CHECK(code < 17 || code > 23, NotImplemented, what, ": data type ", kNewer[code < 17 || code > 23 ? 0 : code - 17],
-                " (ONNX type ", code, ") is not supported by Terrace");
   TERRACE_CHECK(onnx::TensorProto_DataType_IsValid(code), InvalidModel, what,
                 ": unknown data type code ", code);
   fail(ErrorCode::NotImplemented, what, ": data type ",
@@ -53,6 +48,10 @@ int64_t proto_numel(const onnx::TensorProto& p, const std::string& what) {
   return n;
 }
 
+// int4, uint4 and float4e2m1 are stored two to a byte in a TensorProto (the first element in the
+// low nibble); in memory they take a byte each (float8.h).
+bool is_packed4(DType t) { return t == DType::Int4 || t == DType::UInt4 || t == DType::Float4E2M1; }
+
 // How many entries of its typed field a tensor of this dtype stores per element.
 int64_t typed_field_size(const onnx::TensorProto& p, DType t) {
   switch (t) {
@@ -72,11 +71,25 @@ void fill_from(T* out, const Field& field, Conv conv) {
   for (int i = 0; i < field.size(); ++i) out[i] = conv(field.Get(i));
 }
 
+// Packed 4-bit elements (bytes) to one element per byte.
+template <typename T>
+void unpack4(const uint8_t* packed, T* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = from_nibble<T>(uint8_t(packed[i / 2] >> ((i % 2) * 4)));
+}
+
 void copy_typed_field(const onnx::TensorProto& p, Tensor& t) {
-  dispatch_dtype<true>(t.dtype(), [&](auto tag) {
+  dispatch_dtype<true, true>(t.dtype(), [&](auto tag) {
     using T = decltype(tag);
     T* out = t.data<T>();
-    if constexpr (std::is_same_v<T, std::string>) {
+    if constexpr (kIsNarrow<T>) {
+      if (is_packed4(t.dtype())) {  // one packed byte (two elements) per int32 entry
+        std::vector<uint8_t> packed(size_t(p.int32_data_size()));
+        for (size_t i = 0; i < packed.size(); ++i) packed[i] = uint8_t(p.int32_data(int(i)));
+        unpack4(packed.data(), out, t.numel());
+      } else {  // float8: one code per int32 entry
+        fill_from(out, p.int32_data(), [](int32_t v) { return T(uint8_t(v)); });
+      }
+    } else if constexpr (std::is_same_v<T, std::string>) {
       fill_from(out, p.string_data(), [](const std::string& s) { return s; });
     } else if constexpr (std::is_same_v<T, float>) {
       fill_from(out, p.float_data(), [](float v) { return v; });
@@ -98,7 +111,13 @@ void copy_typed_field(const onnx::TensorProto& p, Tensor& t) {
 }
 
 void copy_raw_data(const std::string& raw, Tensor& t) {
-  if (t.dtype() == DType::Bool) {  // any nonzero byte is true; never store a non-0/1 bool
+  if (is_packed4(t.dtype())) {
+    dispatch_dtype<false, true>(t.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      if constexpr (kIsNarrow<T>)
+        unpack4(reinterpret_cast<const uint8_t*>(raw.data()), t.data<T>(), t.numel());
+    });
+  } else if (t.dtype() == DType::Bool) {  // any nonzero byte is true; never store a non-0/1 bool
     bool* out = t.data<bool>();
     for (size_t i = 0; i < raw.size(); ++i) out[i] = raw[i] != 0;
   } else if (!raw.empty()) {
@@ -117,10 +136,24 @@ void check_tensor_proto(const onnx::TensorProto& p, const std::string& what) {
   if (p.has_raw_data()) {
     TERRACE_CHECK(t != DType::String, InvalidModel, what, ": string tensors cannot use raw_data");
     size_t size = dtype_size(t), bytes = p.raw_data().size();
+    if (is_packed4(t)) {
+      TERRACE_CHECK(uint64_t(n) / 2 + uint64_t(n) % 2 == bytes, InvalidModel, what, ": raw_data holds ",
+                    bytes, " bytes, but ", dtype_name(t), " dims ",
+                    shape_str(std::vector<int64_t>(p.dims().begin(), p.dims().end())), " need ", n,
+                    " elements of 4 bits, two to a byte");
+      return;
+    }
     TERRACE_CHECK(uint64_t(n) <= bytes / size && size_t(n) * size == bytes, InvalidModel, what,
                   ": raw_data holds ", bytes, " bytes, but ", dtype_name(t), " dims ",
                   shape_str(std::vector<int64_t>(p.dims().begin(), p.dims().end())), " need ",
                   n, " elements of ", size, " bytes");
+    return;
+  }
+  if (is_packed4(t)) {
+    int64_t have = p.int32_data_size();
+    TERRACE_CHECK(have == n / 2 + n % 2, InvalidModel, what, ": holds ", have, " int32_data entries, but its dims ",
+                  shape_str(std::vector<int64_t>(p.dims().begin(), p.dims().end())), " need ", n / 2 + n % 2,
+                  " (4-bit elements, two to an entry)");
     return;
   }
   int64_t have = typed_field_size(p, t);
@@ -148,6 +181,12 @@ void tensor_to_proto(const Tensor& t, onnx::TensorProto* p, const std::string& n
   if (t.dtype() == DType::String) {
     const std::string* s = t.data<std::string>();
     for (int64_t i = 0; i < t.numel(); ++i) p->add_string_data(s[i]);
+  } else if (is_packed4(t.dtype())) {  // two to a byte, the first in the low nibble
+    const uint8_t* src = static_cast<const uint8_t*>(t.raw());
+    std::string packed(size_t(t.numel() / 2 + t.numel() % 2), '\0');
+    for (int64_t i = 0; i < t.numel(); ++i)
+      packed[size_t(i / 2)] = char(uint8_t(packed[size_t(i / 2)]) | (nibble(src[i]) << ((i % 2) * 4)));
+    p->set_raw_data(std::move(packed));
   } else {
     p->set_raw_data(static_cast<const char*>(t.raw()), t.nbytes());
   }
@@ -275,9 +314,13 @@ void load_external_data(onnx::TensorProto& p, const std::string& base_dir, const
   DType dt = dtype_from_proto_code(p.data_type(), what);
   TERRACE_CHECK(dt != DType::String, InvalidModel, what, ": string tensors cannot be external");
   int64_t n = proto_numel(p, what);
-  TERRACE_CHECK(uint64_t(n) <= length / dtype_size(dt) && uint64_t(n) * dtype_size(dt) == length,
-                InvalidModel, what, ": external data holds ", length, " bytes, but its dims need ",
-                n, " elements of ", dtype_size(dt), " bytes");
+  if (is_packed4(dt))
+    TERRACE_CHECK(uint64_t(n) / 2 + uint64_t(n) % 2 == length, InvalidModel, what, ": external data holds ",
+                  length, " bytes, but its dims need ", n, " elements of 4 bits, two to a byte");
+  else
+    TERRACE_CHECK(uint64_t(n) <= length / dtype_size(dt) && uint64_t(n) * dtype_size(dt) == length,
+                  InvalidModel, what, ": external data holds ", length, " bytes, but its dims need ",
+                  n, " elements of ", dtype_size(dt), " bytes");
   p.set_raw_data(read_checked_file(path, st, ref.offset, length, what));
   p.clear_external_data();
   p.set_data_location(onnx::TensorProto_DataLocation_DEFAULT);

@@ -40,7 +40,7 @@ TypeClass type_class(Op op) {
 }
 
 bool in_class(DType t, TypeClass c) {
-  if (t == DType::String) return false;
+  if (t == DType::String || is_narrow(t)) return false;  // no kernel takes strings or float8/int4/float4
   switch (c) {
     case TypeClass::Float: return is_float(t);
     case TypeClass::Numeric: return is_float(t) || is_integer(t);
@@ -147,10 +147,14 @@ Expr clip_bound(const Node& node, const Args& args, size_t i, const char* attr, 
 }
 
 DType cast_target(const Node& node, const Args& args) {
-  if (node.op == Op::CastLike) return args.at(1).dtype;
   DType to;
-  TERRACE_CHECK(dtype_from_onnx(int(node.attr_int("to")), &to), NotImplemented, node.describe(),
-                ": cast to ONNX type ", node.attr_int("to"));
+  if (node.op == Op::CastLike)
+    to = args.at(1).dtype;
+  else
+    TERRACE_CHECK(dtype_from_onnx(int(node.attr_int("to")), &to), NotImplemented, node.describe(),
+                  ": cast to ONNX type ", node.attr_int("to"));
+  TERRACE_CHECK(!is_narrow(to), NotImplemented, node.describe(), ": cast to ", dtype_name(to),
+                ", which has no compiled kernels (float8, int4/uint4, float4)");
   return to;
 }
 

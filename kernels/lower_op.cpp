@@ -50,13 +50,29 @@ bool known(const Graph& g, int v, int depth) {
 
 bool known_at_compile_time(const Graph& g, int v) { return known(g, v, 0); }
 
+std::string narrow_dtype_reason(const Graph& g, const Node& node) {
+  for (const auto* list : {&node.inputs, &node.outputs})
+    for (int v : *list) {
+      if (v < 0) continue;
+      const Value& value = g.values[size_t(v)];
+      if (value.info.dtype && is_narrow(*value.info.dtype))
+        return "'" + value.name + "' is " + dtype_name(*value.info.dtype) +
+               ": the float8, int4/uint4 and float4 types have no compiled kernels (they run in the interpreter)";
+    }
+  return "";
+}
+
 std::string can_lower_op(const Graph& g, const Node& node) {
+  if (std::string why = narrow_dtype_reason(g, node); !why.empty()) return why;
   if (is_reduction_op(node.op)) return can_lower_reduction(g, node);
   if (is_movement_op(node.op)) return can_lower_movement(g, node);
   return std::string("tier 1 has no kernel for ") + op_name(node.op);
 }
 
 OpKernels lower_op(const Node& node, const std::vector<OpInput>& inputs, const std::string& name) {
+  for (const OpInput& in : inputs)
+    TERRACE_CHECK(in.absent || !is_narrow(in.sig.dtype), NotImplemented, node.describe(), ": an input is ",
+                  dtype_name(in.sig.dtype), ", which has no compiled kernels (float8, int4/uint4, float4)");
   if (is_reduction_op(node.op)) return lower_reduction(node, inputs, name);
   if (is_movement_op(node.op)) return lower_movement(node, inputs, name);
   fail(ErrorCode::NotImplemented, node.describe(), ": tier 1 has no kernel for ", op_name(node.op));

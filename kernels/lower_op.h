@@ -48,6 +48,10 @@ struct OpKernels {
 // shape is an initializer. Lowerings ask this for inputs they need as constants.
 bool known_at_compile_time(const Graph& g, int v);
 
+// "" unless `node` reads or writes a value of a narrow type (float8, int4/uint4, float4e2m1:
+// interp/float8.h), which no kernel of tiers 1 and 2 takes: then the reason, naming the value.
+std::string narrow_dtype_reason(const Graph& g, const Node& node);
+
 // "" when lower_op handles `node` (with the dtypes and ranks the graph knows), else the reason
 // tier 1 cannot compile it. The partitioner asks this for every op that is not elementwise.
 std::string can_lower_op(const Graph& g, const Node& node);

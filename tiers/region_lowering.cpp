@@ -394,6 +394,7 @@ bool evaluable_at_compile_time(const Graph& g, const Node& node) { return evalua
 
 std::string can_lower_node(const Graph& g, const Node& node) {
   if (evaluable_here_impl(g, node)) return "";  // computed when the region is compiled
+  if (std::string why = kernels::narrow_dtype_reason(g, node); !why.empty()) return why;
   if (std::strcmp(op_family(node.op), "elementwise") != 0) {
     if (kernels::is_reduction_op(node.op) || kernels::is_movement_op(node.op)) return kernels::can_lower_op(g, node);
     return std::string(op_name(node.op)) + " (" + op_family(node.op) + ") is not among the ops the kernel IR lowers";

@@ -82,8 +82,61 @@ Tensor cast_string(const Node& node, const Tensor& x, DType to) {
   return y;
 }
 
-Tensor cast_tensor(const Node& node, const Tensor& x, DType to) {
+// Casts from or to a narrow type (float8, int4/uint4, float4: float8.h) go through each
+// element's exact value as a double; to a float8 type, `saturate` says what a value beyond the
+// type's range becomes (its largest value, else Inf or NaN).
+Tensor cast_narrow(const Node& node, const Tensor& x, DType to, bool saturate) {
+  Tensor y = Tensor::empty(to, x.shape());
+  const int64_t n = x.numel();
+  if (x.dtype() == DType::String) {
+    const std::string* src = x.data<std::string>();
+    dispatch_dtype<false, true>(to, [&](auto tag) {
+      using To = decltype(tag);
+      if constexpr (kIsNarrow<To>) {
+        To* dst = y.data<To>();
+        for (int64_t i = 0; i < n; ++i)
+          dst[i] = narrow_from_double<To>(parse_value<double>(node, src[i]), saturate);
+      }
+    });
+    return y;
+  }
+  dispatch_dtype<false, true>(x.dtype(), [&](auto from_tag) {
+    using From = decltype(from_tag);
+    const From* src = x.data<From>();
+    if (to == DType::String) {
+      std::string* dst = y.data<std::string>();
+      for (int64_t i = 0; i < n; ++i) {
+        if constexpr (kIsNarrowInt<From>) dst[i] = std::to_string(int(narrow_to_double(src[i])));
+        else if constexpr (kIsNarrow<From>) dst[i] = format_value(float(narrow_to_double(src[i])));
+      }
+      return;
+    }
+    dispatch_dtype<false, true>(to, [&](auto to_tag) {
+      using To = decltype(to_tag);
+      To* dst = y.data<To>();
+      parallel_chunks(n, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) {
+          if constexpr (kIsNarrow<From> && kIsNarrow<To>) {
+            dst[i] = narrow_from_double<To>(narrow_to_double(src[i]), saturate);
+          } else if constexpr (kIsNarrow<From>) {
+            dst[i] = cast_value<To>(narrow_to_double(src[i]));
+          } else if constexpr (kIsNarrowInt<To> && !kIsFloat<From>) {
+            // An integer (or bool) to int4/uint4 clamps; uint64 above INT64_MAX clamps too.
+            if constexpr (std::is_unsigned_v<From>) dst[i] = narrow_int_from_int64<To>(int64_t(std::min<uint64_t>(src[i], 127)));
+            else dst[i] = narrow_int_from_int64<To>(int64_t(src[i]));
+          } else if constexpr (kIsNarrow<To>) {
+            dst[i] = narrow_from_double<To>(double(compute_t<From>(src[i])), saturate);
+          }
+        }
+      });
+    });
+  });
+  return y;
+}
+
+Tensor cast_tensor(const Node& node, const Tensor& x, DType to, bool saturate) {
   if (x.dtype() == to) return x;
+  if (is_narrow(x.dtype()) || is_narrow(to)) return cast_narrow(node, x, to, saturate);
   if (x.dtype() == DType::String || to == DType::String) return cast_string(node, x, to);
   Tensor y = Tensor::empty(to, x.shape());
   dispatch_dtype(x.dtype(), [&](auto from_tag) {
@@ -105,11 +158,12 @@ void cast_kernel(KernelContext& ctx) {
   DType to;
   TERRACE_CHECK(dtype_from_onnx(int(code), &to), NotImplemented, ctx.node.describe(),
                 ": cast to ONNX data type ", code, " is not supported");
-  ctx.set_output(0, cast_tensor(ctx.node, ctx.input(0), to));
+  ctx.set_output(0, cast_tensor(ctx.node, ctx.input(0), to, ctx.node.attr_int("saturate", 1) != 0));
 }
 
 void cast_like_kernel(KernelContext& ctx) {
-  ctx.set_output(0, cast_tensor(ctx.node, ctx.input(0), ctx.input(1).dtype()));
+  ctx.set_output(0, cast_tensor(ctx.node, ctx.input(0), ctx.input(1).dtype(),
+                                ctx.node.attr_int("saturate", 1) != 0));
 }
 
 }  // namespace

@@ -100,16 +100,35 @@ void quantize_linear(KernelContext& ctx) {
   const DType out_type = ctx.has_input(2) ? ctx.input(2).dtype()
                          : ctx.node.attr_int("output_dtype", 0) ? dtype_attr(ctx.node, "output_dtype", 0)
                                                                 : DType::UInt8;
-  TERRACE_CHECK(is_integer(out_type), InvalidArgument, ctx.node.describe(),
-                ": zero point must be an integer type, got ", dtype_name(out_type));
+  TERRACE_CHECK(is_integer(out_type) || is_narrow(out_type), InvalidArgument, ctx.node.describe(),
+                ": zero point must be an integer, float8, int4/uint4 or float4 type, got ",
+                dtype_name(out_type));
+  const bool saturate = ctx.node.attr_int("saturate", 1) != 0;
   TERRACE_CHECK(is_float(x.dtype()) || x.dtype() == DType::Int32, InvalidArgument,
                 ctx.node.describe(), ": cannot quantize ", dtype_name(x.dtype()));
   Tensor y = Tensor::empty(out_type, x.shape());
   dispatch_dtype(x.dtype(), [&](auto xt) {
     using X = decltype(xt);
-    dispatch_dtype(out_type, [&](auto qt) {
+    dispatch_dtype<false, true>(out_type, [&](auto qt) {
       using Q = decltype(qt);
-      if constexpr (std::is_integral_v<Q> && !std::is_same_v<Q, bool>) {
+      if constexpr (kIsNarrowInt<Q>) {  // int4/uint4: as the integer types, clamped to 4 bits
+        const X* src = x.data<X>();
+        Q* dst = y.data<Q>();
+        for (int64_t i = 0; i < x.numel(); ++i) {
+          size_t c = q.channel(i);
+          float r = std::nearbyint(float(src[i]) / q.scale[c]) + q.zero[c];
+          dst[i] = r != r ? Q(0) : narrow_int_from_double<Q>(r);
+        }
+      } else if constexpr (kIsNarrow<Q>) {
+        // float8/float4: x / scale + zero point (0 in practice), rounded to nearest even into Q,
+        // values beyond Q's range saturating unless `saturate` is 0 (float4 always saturates).
+        const X* src = x.data<X>();
+        Q* dst = y.data<Q>();
+        for (int64_t i = 0; i < x.numel(); ++i) {
+          size_t c = q.channel(i);
+          dst[i] = narrow_from_double<Q>(double(float(src[i]) / q.scale[c] + q.zero[c]), saturate);
+        }
+      } else if constexpr (std::is_integral_v<Q> && !std::is_same_v<Q, bool>) {
         const X* src = x.data<X>();
         Q* dst = y.data<Q>();
         const int64_t n = x.numel();
@@ -128,12 +147,12 @@ void dequantize_linear(KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
   const Tensor& scale = ctx.input(1);
   const QuantParams q = quant_params(ctx, x);
-  TERRACE_CHECK(is_integer(x.dtype()), InvalidArgument, ctx.node.describe(),
+  TERRACE_CHECK(is_integer(x.dtype()) || is_narrow(x.dtype()), InvalidArgument, ctx.node.describe(),
                 ": cannot dequantize ", dtype_name(x.dtype()));
   TERRACE_CHECK(is_float(scale.dtype()), InvalidArgument, ctx.node.describe(),
                 ": scale must be a float type, got ", dtype_name(scale.dtype()));
   Tensor y = Tensor::empty(DType::Float32, x.shape());
-  dispatch_dtype(x.dtype(), [&](auto xt) {
+  dispatch_dtype<false, true>(x.dtype(), [&](auto xt) {
     using X = decltype(xt);
     const X* src = x.data<X>();
     float* dst = y.data<float>();
@@ -141,7 +160,8 @@ void dequantize_linear(KernelContext& ctx) {
 #pragma omp parallel for schedule(static) if (n > 65536)
     for (int64_t i = 0; i < n; ++i) {
       size_t c = q.channel(i);
-      dst[i] = (float(src[i]) - q.zero[c]) * q.scale[c];
+      if constexpr (kIsNarrow<X>) dst[i] = (float(narrow_to_double(src[i])) - q.zero[c]) * q.scale[c];
+      else dst[i] = (float(src[i]) - q.zero[c]) * q.scale[c];
     }
   });
   // The scale's type, or opset 23's output_dtype.
