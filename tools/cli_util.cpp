@@ -94,8 +94,13 @@ ParsedArgs parse_args(const CommandDef& def, const Args& args) {
     }
     throw UsageError{what + "\n" + see_help(def)};
   }
+  bool only_operands = false;  // after `--`
   for (const std::string& extra : app.remaining()) {
-    if (extra.size() >= 2 && extra[0] == '-') {
+    if (extra == "--" && !only_operands) {
+      only_operands = true;
+      continue;
+    }
+    if (!only_operands && extra.size() >= 2 && extra[0] == '-') {
       const std::string name = extra.rfind("--", 0) == 0 ? extra.substr(0, extra.find('=')) : extra;
       throw UsageError{"unknown option '" + name + "'\n" + see_help(def)};
     }

@@ -372,6 +372,19 @@ TEST(CliUsage, options_take_their_value_after_an_equals_sign_too) {
   EXPECT_EQ(terrace("run " + elementwise_model() + " --random-inputs=yes").code, 2);
   EXPECT_EQ(terrace("run " + elementwise_model() + " --tier").code, 2);
   EXPECT_EQ(terrace("run " + elementwise_model() + " --repeat 2 --repeat 3 --random-inputs").code, 2);
+  // `--` ends the options; a one-letter alias takes its value attached or next.
+  Result dashes = terrace("run --random-inputs --repeat=2 -- " + elementwise_model());
+  EXPECT_EQ(dashes.code, 0) << show(dashes);
+  Result missing = terrace("run " + elementwise_model() + " --random-inputs --repeat");
+  EXPECT_EQ(missing.code, 2) << show(missing);
+  EXPECT_NE(missing.err.find("--repeat needs a value (--repeat N)"), std::string::npos) << show(missing);
+  Result flag = terrace("run " + elementwise_model() + " --random-inputs=yes");
+  EXPECT_NE(flag.err.find("--random-inputs takes no value"), std::string::npos) << show(flag);
+  Result unknown = terrace("run " + elementwise_model() + " --nosuch=3");
+  EXPECT_EQ(unknown.code, 2) << show(unknown);
+  EXPECT_NE(unknown.err.find("unknown option '--nosuch'"), std::string::npos) << show(unknown);
+  Result twice = terrace("run " + elementwise_model() + " --random-inputs --tier cpu --tier=interp");
+  EXPECT_NE(twice.err.find("--tier given twice"), std::string::npos) << show(twice);
 }
 
 TEST(CliUsage, run_bench_and_conformance_end_with_passed_or_failed) {
