@@ -458,17 +458,8 @@ void resolve_pool_dim(const Node& node, const std::string& auto_pad, bool ceil_m
   if (ceil_mode && (out - 1) * stride >= in + pb) --out;  // a last window starting in the end padding
 }
 
-void build_pool(const Graph& g, const Region& region, Slots& slots, const ConvKernels& kernels) {
-  GpuProgram& p = slots.p;
-  const Node& node = g.nodes[size_t(region.nodes[0])];
-  TERRACE_CHECK(region.nodes.size() == 1, CompileFailed, node.describe(), ": tier 2 runs a pool alone, not ",
-                region.ops());
-  TERRACE_CHECK(!(node.outputs.size() > 1 && node.outputs[1] >= 0), CompileFailed, node.describe(),
-                ": tier 2 runs MaxPool without its Indices output");
-  TERRACE_CHECK(!node.inputs.empty() && node.inputs[0] >= 0, CompileFailed, node.describe(), ": no input");
-  const int x = slots.at(node, node.inputs[0]);
-  const Shape& xs = p.slots[size_t(x)].shape;
-  TERRACE_CHECK(is_float32(p.slots[size_t(x)]), CompileFailed, node.describe(), ": tier 2 pools float32 only");
+// The pool's geometry for input shape xs: its parameter block and output shape.
+PoolParams pool_params(const Node& node, const Shape& xs, Shape& y_shape) {
   TERRACE_CHECK(xs.size() >= 3 && xs.size() <= 5, CompileFailed, node.describe(),
                 ": tier 2 pools 1 to 3 spatial dims, not input ", shape_text(xs));
   TERRACE_CHECK(node.has_attr("kernel_shape"), CompileFailed, node.describe(), ": no kernel_shape");
@@ -485,7 +476,7 @@ void build_pool(const Graph& g, const Region& region, Slots& slots, const ConvKe
   const bool ceil_mode = node.attr_int("ceil_mode", 0) != 0;
   PoolParams pp{};
   for (int d = 0; d < 3; ++d) pp.in[d] = pp.out[d] = pp.kernel[d] = pp.stride[d] = pp.dilation[d] = 1;
-  Shape y_shape = {xs[0], xs[1]};
+  y_shape = {xs[0], xs[1]};
   for (size_t i = 0; i < n; ++i) {
     const size_t s = 3 - n + i;
     pp.in[s] = xs[2 + i];
@@ -500,6 +491,22 @@ void build_pool(const Graph& g, const Region& region, Slots& slots, const ConvKe
   }
   pp.planes = xs[0] * xs[1];
   pp.mode = node.op == Op::MaxPool ? 0 : node.attr_int("count_include_pad", 0) != 0 ? 2 : 1;
+  return pp;
+}
+
+void build_pool(const Graph& g, const Region& region, Slots& slots, const ConvKernels& kernels) {
+  GpuProgram& p = slots.p;
+  const Node& node = g.nodes[size_t(region.nodes[0])];
+  TERRACE_CHECK(region.nodes.size() == 1, CompileFailed, node.describe(), ": tier 2 runs a pool alone, not ",
+                region.ops());
+  TERRACE_CHECK(!(node.outputs.size() > 1 && node.outputs[1] >= 0), CompileFailed, node.describe(),
+                ": tier 2 runs MaxPool without its Indices output");
+  TERRACE_CHECK(!node.inputs.empty() && node.inputs[0] >= 0, CompileFailed, node.describe(), ": no input");
+  const int x = slots.at(node, node.inputs[0]);
+  const Shape xs = p.slots[size_t(x)].shape;
+  TERRACE_CHECK(is_float32(p.slots[size_t(x)]), CompileFailed, node.describe(), ": tier 2 pools float32 only");
+  Shape y_shape;
+  const PoolParams pp = pool_params(node, xs, y_shape);
   const int y = slots.place(node.outputs[0], {DType::Float32, y_shape});
   const int64_t outputs = shape_numel(y_shape);
   const std::string what = std::string(op_name(node.op)) + " " + shape_text(xs) + " -> " + shape_text(y_shape) +
@@ -554,6 +561,16 @@ std::string gpu_conv_can_compile(const Graph& g, const Node& node) {
 const std::string& gpu_conv_kernels_source() {
   static const std::string source = kKernelsSource;
   return source;
+}
+
+std::vector<int64_t> gpu_pool_params(const Node& node, const Shape& x, Shape* y) {
+  Shape y_shape;
+  const PoolParams pp = pool_params(node, x, y_shape);
+  static_assert(sizeof(PoolParams) == 23 * sizeof(int64_t), "PoolParams: 23 int64s, as the kernel's");
+  std::vector<int64_t> block(23);
+  std::memcpy(block.data(), &pp, sizeof pp);
+  if (y) *y = y_shape;
+  return block;
 }
 
 std::vector<std::string> gpu_conv_kernel_names() {

@@ -36,6 +36,12 @@ std::string gpu_conv_can_compile(const Graph& g, const Node& node);
 const std::string& gpu_conv_kernels_source();
 std::vector<std::string> gpu_conv_kernel_names();
 
+// The pooling kernel's parameter block for a MaxPool or AveragePool over input shape `x` (23
+// int64s: in, out, kernel, stride, dilation, pad_begin, pad_end, 3 each, right-aligned; planes;
+// mode), as build_gpu_conv_program passes it, and the output's shape. For tests of the kernel
+// on the host. Throws Error(CompileFailed) for attributes it does not take.
+std::vector<int64_t> gpu_pool_params(const Node& node, const Shape& x, Shape* y);
+
 // The region's program for inputs of these dtypes and shapes: slots are the region's inputs, its
 // outputs, then intermediates; steps are library calls (GpuKernel::library). The kernels' cubin
 // for `arch` comes from `cache` or NVRTC. Throws Error(CompileFailed) naming the node for any op,
