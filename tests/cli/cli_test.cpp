@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -632,6 +633,24 @@ TEST(CliJson, every_command_takes_json) {
     ASSERT_EQ(h.code, 0) << show(h);
     EXPECT_NE(h.out.find("  --json FILE"), std::string::npos) << cmd << "\n" << h.out;
   }
+}
+
+// Progress lines go to a terminal only: through script(1) stderr is a pseudo-terminal.
+TEST(CliProgress, conformance_shows_progress_on_a_terminal_only) {
+  if (!have_test_data()) GTEST_SKIP() << "libonnx-testdata is not installed";
+  if (std::system("command -v script >/dev/null 2>&1") != 0) GTEST_SKIP() << "no script(1)";
+  Result plain = terrace("conformance node --tier interp");
+  ASSERT_EQ(plain.code, 0) << show(plain);
+  EXPECT_EQ(plain.err.find("tests: "), std::string::npos) << "progress on a file:\n" << plain.err.substr(0, 300);
+  const fs::path typescript = scratch() / "typescript.txt";
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string cmd = "TERRACE_CACHE_DIR=" + (scratch() / "cache").string() + " script -qec '" + kTerrace +
+                          " conformance node --tier interp >/dev/null' /dev/null >" + typescript.string() + " 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (s < 1.5) GTEST_SKIP() << "the suite ran in " << s << " s: too fast for a progress line (shown after 1 s)";
+  EXPECT_TRUE(std::regex_search(slurp(typescript), std::regex("\rconformance interp, tests: [0-9]+/[0-9]+, [0-9.]+ s elapsed")))
+      << slurp(typescript).substr(0, 400);
 }
 
 }  // namespace
