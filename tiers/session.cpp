@@ -190,7 +190,8 @@ NamedTensors Session::run(const NamedTensors& inputs, const RunOptions& run_opti
   if (trace) {
     std::string tiers;
     for (const std::string& t : rec.tiers) tiers += (tiers.empty() ? "" : "+") + t;
-    trace->span("call", "call " + std::to_string(call), t0, {{"tiers", tiers}});
+    trace->span("call", "call " + std::to_string(call), t0, {{"tiers", tiers}, {"transfers", std::to_string(rec.transfers)}});
+    if (rec.transfers) trace->counter("transfer", "host<->device transfers per call", "tensors", double(rec.transfers));
   }
   return result;
 }
