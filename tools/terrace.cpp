@@ -70,7 +70,8 @@ std::string version() {
   } else {
     s += "; cpu: not built";
   }
-  s += "; gpu: not available (tier 2 is not written yet)\n";
+  if (highest_available_tier() >= Tier::Gpu) s += ", gpu (NVRTC, the CUDA driver, cuBLASLt)\n";
+  else s += "; gpu: not available here: " + tier_unavailable_reason(Tier::Gpu) + "\n";
   return s;
 }
 
