@@ -119,6 +119,7 @@ int cmd_explain(const ParsedArgs& args) {
   bool asked = tier_from_env();
   if (auto t = args.get("--tier")) options.max_tier = parse_tier(*t), asked = true;
   options.max_tier = effective_tier("explain", options.max_tier, asked);
+  options.strict = false;  // explain shows the graph breaks that TERRACE_STRICT=1 would refuse
   const std::string json_path = args.get("--json").value_or("");
   if (args.get("--json") && json_path.empty()) throw UsageError{"--json needs a file name"};
   Model m = load_onnx_file(model);
