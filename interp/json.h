@@ -1,4 +1,8 @@
-// A minimal streaming JSON writer for reports (Session::report_json, --json FILE outputs).
+// A minimal streaming JSON writer for the library's reports (Session::report_json) and its Chrome
+// trace (tiers/trace.cpp). The CLI's --json files are built with nlohmann-json (tools/json_out.h);
+// the library keeps this writer because a trace can hold a million events: writing 1M trace events
+// took 1.0 s and 222 MiB peak here against nlohmann's ordered_json 3.4 s and 845 MiB (the same
+// bytes out; issue 12, point 6), and it adds no dependency to an installed libterrace.
 #pragma once
 #include <charconv>
 #include <cmath>
