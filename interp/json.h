@@ -2,7 +2,7 @@
 // trace (tiers/trace.cpp). The CLI's --json files are built with nlohmann-json (tools/json_out.h);
 // the library keeps this writer because a trace can hold a million events: writing 1M trace events
 // took 1.0 s and 222 MiB peak here against nlohmann's ordered_json 3.4 s and 845 MiB (the same
-// bytes out; issue 12, point 6), and it adds no dependency to an installed libterrace.
+// bytes out; issue 12, point 6).
 #pragma once
 #include <charconv>
 #include <cmath>
