@@ -426,7 +426,10 @@ class GpuBackend : public Backend {
 
 GpuRegionCode render_gpu_region(const Graph& graph, const Region& region, const std::vector<Tensor>& inputs) {
   // A convolution or pool region: library calls and gpu_conv's fixed kernels (no GPU, no cuDNN needed).
-  if (is_gpu_conv_region(graph, region)) return {gpu_conv_kernels_source(), gpu_conv_kernel_names()};
+  if (is_gpu_conv_region(graph, region)) {
+    plan_gpu_conv_program(graph, region, inputs);  // refuses what tier 2 would refuse
+    return {gpu_conv_kernels_source(), gpu_conv_kernel_names()};
+  }
   GpuProgram p = render_gpu_program(graph, region, inputs);
   GpuRegionCode code;
   code.source = std::move(p.source);

@@ -322,7 +322,8 @@ struct Slots {
   }
 };
 
-void build_conv_chain(const Graph& g, const Region& region, Slots& slots, const ConvKernels& kernels) {
+// `kernels` null: the plan only (slots and steps, no cuDNN object, no library call).
+void build_conv_chain(const Graph& g, const Region& region, Slots& slots, const ConvKernels* kernels) {
   GpuProgram& p = slots.p;
   // The chain: each Conv opens a stage; each other node reads the node before it.
   std::vector<std::vector<const Node*>> stages;
@@ -377,7 +378,7 @@ void build_conv_chain(const Graph& g, const Region& region, Slots& slots, const 
 
     ConvStage st;
     st.node = conv.describe();
-    st.kernels = kernels;
+    if (kernels) st.kernels = *kernels;
     st.y_numel = shape_numel(y_shape);
     st.channels = geo.cout;
     st.spatial = geo.out_size();
@@ -418,8 +419,11 @@ void build_conv_chain(const Graph& g, const Region& region, Slots& slots, const 
       if (!st.pad) std::fill(std::begin(st.pad_out), std::end(st.pad_out), 1);
       TERRACE_CHECK(spec.y() == y_shape, Internal, conv.describe(), ": cuDNN's geometry ", shape_text(spec.y()),
                     " differs from ONNX's ", shape_text(y_shape));
-      st.conv = std::make_shared<jit::cuda::CudnnConv>(spec);
-      what = "cuDNN " + spec.describe() + " (" + st.conv->algorithm() + ")";
+      what = "cuDNN " + spec.describe();
+      if (kernels) {
+        st.conv = std::make_shared<jit::cuda::CudnnConv>(spec);
+        what += " (" + st.conv->algorithm() + ")";
+      }
       if (st.pad) what = "pad (asymmetric pads), " + what;
     } else {
       what = "empty output: no call";
@@ -433,7 +437,7 @@ void build_conv_chain(const Graph& g, const Region& region, Slots& slots, const 
     k.name = what;
     k.node = conv.describe();
     k.args = {x, w, b, z, y};
-    k.library = [st = std::move(st)](const CUdeviceptr* a, CUstream s) { st.run(a, s); };
+    if (kernels) k.library = [st = std::move(st)](const CUdeviceptr* a, CUstream s) { st.run(a, s); };
     p.kernels.push_back(std::move(k));
     p.ir += what + "  [" + region.ops() + "]\n";
   }
@@ -494,7 +498,7 @@ PoolParams pool_params(const Node& node, const Shape& xs, Shape& y_shape) {
   return pp;
 }
 
-void build_pool(const Graph& g, const Region& region, Slots& slots, const ConvKernels& kernels) {
+void build_pool(const Graph& g, const Region& region, Slots& slots, const ConvKernels* kernels) {
   GpuProgram& p = slots.p;
   const Node& node = g.nodes[size_t(region.nodes[0])];
   TERRACE_CHECK(region.nodes.size() == 1, CompileFailed, node.describe(), ": tier 2 runs a pool alone, not ",
@@ -515,8 +519,13 @@ void build_pool(const Graph& g, const Region& region, Slots& slots, const ConvKe
   k.name = what;
   k.node = node.describe();
   k.args = {x, y};
-  CUfunction f = kernels.pool;
-  std::shared_ptr<jit::cuda::Module> keep = kernels.module;
+  if (!kernels) {
+    p.kernels.push_back(std::move(k));
+    p.ir += what + "\n";
+    return;
+  }
+  CUfunction f = kernels->pool;
+  std::shared_ptr<jit::cuda::Module> keep = kernels->module;
   k.library = [f, keep, pp, outputs](const CUdeviceptr* a, CUstream s) {
     if (outputs == 0) return;
     CUdeviceptr yp = a[1], xp = a[0];
@@ -577,19 +586,15 @@ std::vector<std::string> gpu_conv_kernel_names() {
   return {"terrace_conv_epilogue", "terrace_conv_epilogue4", "terrace_conv_pad", "terrace_pool"};
 }
 
-GpuProgram build_gpu_conv_program(const Graph& g, const Region& region, const std::vector<Tensor>& inputs,
-                                  const jit::CodeCache& cache, const std::string& arch) {
-  TERRACE_CHECK(is_gpu_conv_region(g, region), Internal, "build_gpu_conv_program: region ", region.id, " (",
-                region.ops(), ") does not start with a Conv or a pool");
+namespace {
+
+// The program, with its library objects and kernels where `kernels` is given.
+GpuProgram make_program(const Graph& g, const Region& region, const std::vector<Tensor>& inputs,
+                        const ConvKernels* kernels) {
+  TERRACE_CHECK(is_gpu_conv_region(g, region), Internal, "tier 2: region ", region.id, " (", region.ops(),
+                ") does not start with a Conv or a pool");
   TERRACE_CHECK(inputs.size() == region.inputs.size(), Internal, "region ", region.id, ": ", inputs.size(),
                 " inputs for ", region.inputs.size());
-  for (int n : region.nodes) {
-    const Node& node = g.nodes[size_t(n)];
-    if (node.op == Op::Conv || node.op == Op::MaxPool || node.op == Op::AveragePool)
-      if (std::string why = gpu_conv_can_compile(g, node); !why.empty())
-        fail(ErrorCode::CompileFailed, node.describe(), ": ", why);
-  }
-  const ConvKernels kernels = conv_kernels(cache, arch);
   GpuProgram p;
   Slots slots(p, region, inputs);
   if (g.nodes[size_t(region.nodes[0])].op == Op::Conv) build_conv_chain(g, region, slots, kernels);
@@ -604,6 +609,25 @@ GpuProgram build_gpu_conv_program(const Graph& g, const Region& region, const st
   for (const GpuKernel& k : p.kernels) p.source += "// " + k.name + "\n";
   p.source += gpu_conv_kernels_source();
   return p;
+}
+
+}  // namespace
+
+GpuProgram plan_gpu_conv_program(const Graph& g, const Region& region, const std::vector<Tensor>& inputs) {
+  return make_program(g, region, inputs, nullptr);
+}
+
+GpuProgram build_gpu_conv_program(const Graph& g, const Region& region, const std::vector<Tensor>& inputs,
+                                  const jit::CodeCache& cache, const std::string& arch) {
+  for (int n : region.nodes) {
+    const Node& node = g.nodes[size_t(n)];
+    if (node.op == Op::Conv || node.op == Op::MaxPool || node.op == Op::AveragePool)
+      if (std::string why = gpu_conv_can_compile(g, node); !why.empty())
+        fail(ErrorCode::CompileFailed, node.describe(), ": ", why);
+  }
+  make_program(g, region, inputs, nullptr);  // what it refuses, before any NVRTC or cuDNN work
+  const ConvKernels kernels = conv_kernels(cache, arch);
+  return make_program(g, region, inputs, &kernels);
 }
 
 }  // namespace terrace

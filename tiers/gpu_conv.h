@@ -42,6 +42,11 @@ std::vector<std::string> gpu_conv_kernel_names();
 // on the host. Throws Error(CompileFailed) for attributes it does not take.
 std::vector<int64_t> gpu_pool_params(const Node& node, const Shape& x, Shape* y);
 
+// The same program without its library objects or kernels (steps named, no library calls, no
+// cuDNN planning): needs no GPU and no cuDNN; throws what build_gpu_conv_program throws for the
+// region's ops, attributes and shapes. For `terrace compile` and tests.
+GpuProgram plan_gpu_conv_program(const Graph& g, const Region& region, const std::vector<Tensor>& inputs);
+
 // The region's program for inputs of these dtypes and shapes: slots are the region's inputs, its
 // outputs, then intermediates; steps are library calls (GpuKernel::library). The kernels' cubin
 // for `arch` comes from `cache` or NVRTC. Throws Error(CompileFailed) naming the node for any op,

@@ -349,23 +349,87 @@ TEST(GpuConv, an_empty_batch_gives_the_empty_output_without_calling_cudnn) {
   expect_runs_on_gpu(graph, {{"x", empty}}, "empty batch");
 }
 
-// A region output inside a fused stage, an op tier 2 does not fuse: refused by name, so that the
-// region keeps its tier-1 version.
+// An op tier 2 does not fuse after a Conv, or a fused intermediate read outside the region:
+// refused by name (no GPU needed: the plan refuses it), so that the region keeps its tier-1
+// version.
 TEST(GpuConv, an_unsupported_op_in_a_conv_region_is_refused_naming_the_node) {
-  SKIP_WITHOUT_CUDNN();
   Builder b;
   const std::string x = b.input("x", DType::Float32, {1, 2, 5, 5});
   b.output(b.op("Sigmoid", {b.op("Conv", {x, b.constant("w", random_tensor({3, 2, 3, 3}, 70))})}));
   auto graph = b.build();
   Region r = whole(*graph);
-  jit::CodeCache cache(scratch("cache"));
   try {
-    build_gpu_conv_program(*graph, r, region_inputs(*graph, r), cache, jit::cuda::device().arch());
-    FAIL() << "a Conv+Sigmoid region was built";
+    plan_gpu_conv_program(*graph, r, region_inputs(*graph, r));
+    FAIL() << "a Conv+Sigmoid region was planned";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::CompileFailed) << e.what();
     EXPECT_NE(e.message().find("Sigmoid"), std::string::npos) << e.message();
   }
+}
+
+TEST(GpuConv, a_fused_intermediate_read_outside_the_region_is_refused) {
+  Builder b;
+  const std::string x = b.input("x", DType::Float32, {1, 2, 5, 5});
+  const std::string c = b.op("Conv", {x, b.constant("w", random_tensor({3, 2, 3, 3}, 71))});
+  b.output(b.op("Relu", {c}));
+  b.output(c);
+  auto graph = b.build();
+  Region r = whole(*graph);
+  EXPECT_THROW(plan_gpu_conv_program(*graph, r, region_inputs(*graph, r)), Error);
+}
+
+// The regions of ResNet-50 (a bottleneck, its downsampling Conv and the residual Add of the two
+// branches) and MobileNetV2 planned without a GPU: one step per Conv, each output's shape the
+// interpreter's.
+TEST(GpuConv, resnet_and_mobilenet_regions_plan_one_step_per_conv_without_a_gpu) {
+  Builder b;
+  const std::string x = b.input("x", DType::Float32, {1, 16, 10, 10});
+  uint64_t seed = 80;
+  auto conv = [&](const std::string& in, Shape w, Attrs attrs = {}) {
+    const int64_t m = w[0];
+    const uint64_t k = seed++;
+    return b.op("Conv", {in, b.constant("w" + std::to_string(k), random_tensor(std::move(w), k)),
+                         b.constant("b" + std::to_string(k), random_tensor({m}, k))},
+                attrs);
+  };
+  std::string h = b.op("Relu", {conv(x, {8, 16, 1, 1})});
+  h = b.op("Relu", {conv(h, {8, 8, 3, 3}, {{"pads", I{1, 1, 1, 1}}, {"strides", I{2, 2}}})});
+  const std::string main = conv(h, {32, 8, 1, 1});
+  const std::string down = conv(x, {32, 16, 1, 1}, {{"strides", I{2, 2}}});
+  const std::string y = b.op("Relu", {b.op("Add", {down, main})});
+  const std::string zero = b.constant("zero", Tensor::scalar<float>(0.0f));
+  const std::string six = b.constant("six", Tensor::scalar<float>(6.0f));
+  std::string e = b.op("Clip", {conv(y, {64, 32, 1, 1}), zero, six});
+  e = b.op("Clip", {conv(e, {64, 1, 3, 3}, {{"group", int64_t(64)}, {"pads", I{1, 1, 1, 1}}}), zero, six});
+  b.output(b.op("Add", {conv(e, {32, 64, 1, 1}), y}));
+  auto graph = b.build();
+  Region r = whole(*graph);
+  const std::vector<Tensor> in = region_inputs(*graph, r);
+  GpuProgram p = plan_gpu_conv_program(*graph, r, in);
+  ASSERT_EQ(p.kernels.size(), 7u) << p.ir;
+  for (const GpuKernel& k : p.kernels) {
+    EXPECT_EQ(k.name.rfind("cuDNN conv", 0), 0u) << k.name;
+    EXPECT_FALSE(k.library) << "a plan holds no library call";
+  }
+  EXPECT_NE(p.kernels[3].name.find("+ bias + residual, relu"), std::string::npos) << p.kernels[3].name;
+  EXPECT_NE(p.kernels[4].name.find("+ bias, clip("), std::string::npos) << p.kernels[4].name;
+  EXPECT_NE(p.kernels[6].name.find("+ bias + residual"), std::string::npos) << p.kernels[6].name;
+  const NamedTensors want = reference(graph, {{"x", in[0]}});
+  EXPECT_EQ(p.slots[r.inputs.size()].shape, want.at(0).second.shape());
+}
+
+// An empty batch: its step is no call at all.
+TEST(GpuConv, an_empty_batch_plans_no_call) {
+  Builder b;
+  const std::string x = b.input("x", DType::Float32, {0, 4, 8, 8});
+  const std::string w = b.constant("w", random_tensor({6, 4, 3, 3}, 60));
+  b.output(b.op("Relu", {b.op("Conv", {x, w, b.constant("b", random_tensor({6}, 61))}, {{"pads", I{1, 1, 1, 1}}})}));
+  auto graph = b.build();
+  Region r = whole(*graph);
+  GpuProgram p = plan_gpu_conv_program(*graph, r, region_inputs(*graph, r));
+  ASSERT_EQ(p.kernels.size(), 1u);
+  EXPECT_NE(p.kernels[0].name.find("empty output: no call"), std::string::npos) << p.kernels[0].name;
+  EXPECT_EQ(p.slots.at(3).shape, (Shape{0, 6, 8, 8}));
 }
 
 }  // namespace
