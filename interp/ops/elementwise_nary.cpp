@@ -95,7 +95,7 @@ void where_kernel(KernelContext& ctx) {
   Shape shape = broadcast_all(ctx.node, shapes);
   BroadcastPlan plan = plan_broadcast(shape, shapes);
   plan.parallel = x.dtype() != DType::String;
-  dispatch_dtype<true>(x.dtype(), [&](auto tag) {
+  dispatch_dtype<true, true>(x.dtype(), [&](auto tag) {  // copies elements: any type
     using T = decltype(tag);
     const bool* pc = cond.data<bool>();
     const T* px = x.data<T>();

@@ -89,6 +89,26 @@ struct IsInf {
   }
 };
 
+// IsNaN and IsInf also take the float8 types (opset 20): on each element's value.
+template <typename Fn>
+void float8_or_unary(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  if (!is_narrow(x.dtype())) return unary_kernel<Fn>(ctx);
+  const Fn fn = make_functor<Fn>(ctx.node);
+  dispatch_dtype<false, true>(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (kIsNarrowFloat<T> && !std::is_same_v<T, Float4E2M1>) {
+      Tensor y = Tensor::empty(DType::Bool, x.shape());
+      const T* src = x.data<T>();
+      bool* dst = y.data<bool>();
+      for (int64_t i = 0; i < x.numel(); ++i) dst[i] = fn(narrow_to_double(src[i]));
+      ctx.set_output(0, std::move(y));
+    } else {
+      unsupported_dtype(ctx.node, x.dtype());
+    }
+  });
+}
+
 struct Not {
   template <typename T> static constexpr bool accepts = kIsBool<T>;
   bool operator()(bool x) const { return !x; }
@@ -109,8 +129,8 @@ void register_unary_math(KernelTable& t) {
   t.add(Op::Neg, unary_kernel<Neg>);
   t.add(Op::Sign, unary_kernel<Sign>);
   t.add(Op::Erf, unary_kernel<Erf>);
-  t.add(Op::IsNaN, unary_kernel<IsNaN>);
-  t.add(Op::IsInf, unary_kernel<IsInf>);
+  t.add(Op::IsNaN, float8_or_unary<IsNaN>);
+  t.add(Op::IsInf, float8_or_unary<IsInf>);
   t.add(Op::Not, unary_kernel<Not>);
   t.add(Op::BitwiseNot, unary_kernel<BitwiseNot>);
 }

@@ -260,6 +260,43 @@ TEST(NarrowOps, quantize_dequantize_float8_and_int4) {
   EXPECT_EQ(q4.get_as_double(3), -1);  // rint(-1.5) = -2, + 1
 }
 
+TEST(NarrowOps, data_movement_copies_the_codes) {
+  Tensor a = Tensor::empty(DType::Float8E4M3FN, {2, 3});
+  for (int i = 0; i < 6; ++i) a.data<Float8E4M3FN>()[i] = Float8E4M3FN(uint8_t(0x38 + i));
+  Tensor t = run_op(Op::Transpose, {a})[0];
+  ASSERT_EQ(t.dtype(), DType::Float8E4M3FN);
+  EXPECT_EQ(t.data<Float8E4M3FN>()[1].bits, 0x3B);
+  Tensor c = run_op(Op::Concat, {a, a}, {{"axis", int64_t(0)}})[0];
+  EXPECT_EQ(c.shape(), Shape({4, 3}));
+  EXPECT_EQ(c.data<Float8E4M3FN>()[7].bits, 0x39);
+  Tensor cond = Tensor::from_vector<bool>({3}, {true, false, true});
+  Tensor b = Tensor::zeros(DType::Float8E4M3FN, {2, 3});
+  Tensor w = run_op(Op::Where, {cond, a, b})[0];
+  EXPECT_EQ(w.data<Float8E4M3FN>()[0].bits, 0x38);
+  EXPECT_EQ(w.data<Float8E4M3FN>()[1].bits, 0x00);
+  EXPECT_EQ(w.data<Float8E4M3FN>()[5].bits, 0x3D);
+}
+
+TEST(NarrowOps, isnan_and_isinf_take_float8) {
+  Tensor x = Tensor::empty(DType::Float8E5M2, {4});
+  const uint8_t codes[4] = {0x3C, 0x7C, 0xFC, 0x7E};  // 1, Inf, -Inf, NaN
+  for (int i = 0; i < 4; ++i) x.data<Float8E5M2>()[i] = Float8E5M2(codes[i]);
+  Tensor nan = run_op(Op::IsNaN, {x})[0];
+  Tensor inf = run_op(Op::IsInf, {x}, {{"detect_negative", int64_t(0)}})[0];
+  const bool want_nan[4] = {false, false, false, true}, want_inf[4] = {false, true, false, false};
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(nan.data<bool>()[i], want_nan[i]) << i;
+    EXPECT_EQ(inf.data<bool>()[i], want_inf[i]) << i;
+  }
+  Tensor i4 = Tensor::zeros(DType::Int4, {2});
+  try {
+    run_op(Op::IsNaN, {i4});
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::NotImplemented) << e.what();
+  }
+}
+
 TEST(NarrowOps, other_ops_refuse_them_with_not_implemented) {
   Tensor a = Tensor::zeros(DType::Float8E4M3FN, {2});
   try {
