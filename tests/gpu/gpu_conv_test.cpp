@@ -13,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <set>
 
 #include "interp/compare.h"
@@ -89,7 +90,11 @@ TEST(CudnnLoading, an_override_folder_without_libcudnn_is_refused_naming_the_son
 // The search order without an override: this machine's /usr/local/cuda/lib64 (the build host
 // has it), the GPU host's PyTorch wheel. Every entry point resolves, the version is 9.x.
 TEST(CudnnLoading, the_search_order_finds_cudnn_9_with_every_entry_point) {
-  ::unsetenv("TERRACE_CUDNN_PATH");
+  std::optional<ScopedEnv> unset;  // without the override (restored after)
+  if (const char* v = ::getenv("TERRACE_CUDNN_PATH")) {
+    unset.emplace("TERRACE_CUDNN_PATH", v);
+    ::unsetenv("TERRACE_CUDNN_PATH");
+  }
   std::string path, version, why;
   if (!jit::cuda::cudnn_probe(&path, &version, &why)) GTEST_SKIP() << "no libcudnn.so.9 on this machine: " << why;
   EXPECT_FALSE(path.empty());
