@@ -73,7 +73,8 @@ struct Options {
   bool strict = false;
   // A Chrome trace of the session (tiers/trace.h): calls, region executions with their tier,
   // compiles on their background threads, validations, deopts, transfers; written when the
-  // session is destroyed or on Session::write_profile. Empty: off. $TERRACE_PROFILE.
+  // session is destroyed or on Session::write_profile. Sessions of one process given the same
+  // file record into one trace (Trace::for_file). Empty: off. $TERRACE_PROFILE.
   std::string profile_file;
   // The recorder: made by the session from profile_file when null; a caller may set one to share
   // a trace between sessions.

@@ -49,7 +49,7 @@ void Session::write_profile() const {
 
 std::unique_ptr<Session> Session::from_graph(std::shared_ptr<const Graph> graph, Options options) {
   options = options.resolved();  // Options::mode
-  if (!options.profile_file.empty() && !options.trace) options.trace = std::make_shared<Trace>(options.profile_file);
+  if (!options.profile_file.empty() && !options.trace) options.trace = Trace::for_file(options.profile_file);
   auto impl = std::make_unique<Impl>();
   // The graph optimizer (tiers/passes/): the plan, the tiers and graph() see the optimized graph.
   impl->graph = optimize_graph(std::move(graph), options.optimize);

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <map>
 
 #include "interp/error.h"
 #include "interp/json.h"
@@ -38,6 +39,17 @@ void write_file(const std::string& path, const std::string& text) {
   TERRACE_CHECK(!err, IoError, "profile file '", path, "': cannot write: ", std::strerror(err));
 }
 }  // namespace
+
+std::shared_ptr<Trace> Trace::for_file(const std::string& path) {
+  static std::mutex* mu = new std::mutex;  // never destroyed: sessions may end at exit
+  // Kept for the process: a later session appends to the trace of the earlier ones. At exit the
+  // map goes and a trace with events not yet written is written by its destructor.
+  static std::map<std::string, std::shared_ptr<Trace>> kept;
+  std::lock_guard<std::mutex> lock(*mu);
+  std::shared_ptr<Trace>& slot = kept[path];
+  if (!slot) slot = std::make_shared<Trace>(path);
+  return slot;
+}
 
 Trace::Trace(std::string path) : path_(std::move(path)), origin_(Clock::now()), pid_(int64_t(::getpid())) {
   TERRACE_CHECK(!path_.empty(), InvalidArgument, "profile file: empty path");

@@ -17,6 +17,7 @@
 #pragma once
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -31,6 +32,10 @@ class Trace {
   // Opens `path` for writing at once (and leaves an empty trace there), so that a path that cannot
   // be written fails the session's load: Error(IoError) naming it.
   explicit Trace(std::string path);
+  // The recorder of `path` for this process (made on first use, kept until exit): sessions made
+  // one after another with the same profile file (terrace validate, TERRACE_PROFILE over a program
+  // with several sessions) write one trace holding all of them, not the last one's.
+  static std::shared_ptr<Trace> for_file(const std::string& path);
   // Writes the file if it was not written since the last event (errors are logged, not thrown).
   ~Trace();
   Trace(const Trace&) = delete;

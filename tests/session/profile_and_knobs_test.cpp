@@ -121,13 +121,15 @@ TEST(Profile, write_profile_flushes_and_a_bad_path_fails_the_load) {
   Options o;
   o.max_tier = Tier::Interp;
   o.profile_file = file.string();
-  auto s = Session::from_graph(model_with_a_break(), o);
-  s->run({{"x", ones(1)}});
-  s->write_profile();
-  nlohmann::json trace = read_json(file);
-  int calls = 0;
-  for (const auto& e : trace["traceEvents"]) calls += e.value("cat", "") == "call";
-  EXPECT_EQ(calls, 1);
+  {
+    auto s = Session::from_graph(model_with_a_break(), o);
+    s->run({{"x", ones(1)}});
+    s->write_profile();
+    nlohmann::json trace = read_json(file);
+    int calls = 0;
+    for (const auto& e : trace["traceEvents"]) calls += e.value("cat", "") == "call";
+    EXPECT_EQ(calls, 1);
+  }
   fs::remove(file);
 
   o.profile_file = "/proc/no/such/folder/trace.json";
@@ -138,6 +140,24 @@ TEST(Profile, write_profile_flushes_and_a_bad_path_fails_the_load) {
     EXPECT_EQ(e.code(), ErrorCode::IoError);
     EXPECT_NE(std::string(e.what()).find("/proc/no/such/folder/trace.json"), std::string::npos) << e.what();
   }
+}
+
+TEST(Profile, sessions_of_one_process_with_one_file_share_the_trace) {
+  const fs::path file = scratch("shared.json");
+  Options o;
+  o.max_tier = Tier::Interp;
+  o.profile_file = file.string();
+  Session::from_graph(model_with_a_break(), o)->run({{"x", ones(1)}});
+  {
+    auto second = Session::from_graph(model_without_a_break(), o);
+    second->run({{"x", ones(1)}});
+    second->run({{"x", ones(1)}});
+  }
+  const nlohmann::json trace = read_json(file);
+  int calls = 0;
+  for (const auto& e : trace.at("traceEvents")) calls += e.value("cat", "") == "call";
+  EXPECT_EQ(calls, 3) << "the first session's call is kept beside the second's two";
+  fs::remove(file);
 }
 
 TEST(Profile, off_by_default_and_from_the_environment) {
