@@ -85,14 +85,14 @@ Dnn load() {
 
 // The library, loaded once per process (with or without a GPU: loading runs no device code).
 Dnn& dnn() {
-  static Dnn d;
+  static Dnn* d = nullptr;  // never destroyed: convolutions released at exit still reach cuDNN
   static std::once_flag once;
   std::call_once(once, [] {
-    d = load();
-    if (d.why.empty()) log(LogLevel::Debug, "tier 2: cuDNN ", d.version, " from ", d.path);
-    else log(LogLevel::Info, "tier 2: convolutions stay on tier 1: ", d.why);
+    d = new Dnn(load());
+    if (d->why.empty()) log(LogLevel::Debug, "tier 2: cuDNN ", d->version, " from ", d->path);
+    else log(LogLevel::Info, "tier 2: convolutions stay on tier 1: ", d->why);
   });
-  return d;
+  return *d;
 }
 
 // Throws for a failed cuDNN call: its name, cuDNN's string for the status and its last message.
