@@ -3,6 +3,7 @@
 // and UBSan.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -46,6 +47,25 @@ TEST(FuzzRegressions, SeedModelLoadsAndRuns) {
   Outcome o = replay(m);
   EXPECT_TRUE(o.loaded);
   EXPECT_EQ(o.calls, 4);
+}
+
+// The float8/int4/float4 models of ONNX 1.18's node suite (where tools/fetch_onnx_tests.sh has
+// fetched it) run with random codes in their narrow inputs (NaN and Inf codes included), tier 1 on.
+TEST(FuzzRegressions, NarrowTypeModelsRunOnRandomCodes) {
+  const char* home = std::getenv("HOME");
+  fs::path dir = fs::path(home ? home : "") / ".cache/terrace/onnx-tests/onnx-1.18.0/node";
+  if (!fs::exists(dir / ".complete")) GTEST_SKIP() << dir << " is absent (bash tools/fetch_onnx_tests.sh)";
+  int ran = 0;
+  for (const char* t : {"test_cast_FLOAT8E4M3FN_to_FLOAT", "test_cast_FLOAT8E5M2_to_FLOAT16", "test_cast_INT4_to_INT8",
+                        "test_cast_UINT4_to_FLOAT", "test_cast_FLOAT4E2M1_to_FLOAT", "test_cast_FLOAT_to_FLOAT8E4M3FNUZ",
+                        "test_dequantizelinear_e4m3fn", "test_dequantizelinear_int4", "test_quantizelinear_e5m2"}) {
+    SCOPED_TRACE(t);
+    Outcome o = replay(dir / t / "model.onnx");
+    EXPECT_TRUE(o.loaded);
+    EXPECT_EQ(o.calls, 4);
+    ++ran;
+  }
+  EXPECT_EQ(ran, 9);
 }
 
 }  // namespace

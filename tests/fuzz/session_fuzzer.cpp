@@ -81,6 +81,18 @@ bool make_inputs(const Graph& g, std::mt19937_64& rng, int64_t dim, NamedTensors
     bytes += numel * int64_t(dtype_size(*v.info.dtype));
     if (bytes > kMaxInputBytes) return false;
     Tensor t = Tensor::empty(*v.info.dtype, shape);
+    if (is_narrow(t.dtype())) {  // float8: any code (NaN and Inf included); 4-bit types: any nibble
+      dispatch_dtype<false, true>(t.dtype(), [&](auto tag) {
+        using T = decltype(tag);
+        if constexpr (kIsNarrow<T>) {
+          T* p = t.data<T>();
+          for (int64_t i = 0; i < t.numel(); ++i)
+            p[i] = kIsNarrowInt<T> || std::is_same_v<T, Float4E2M1> ? from_nibble<T>(uint8_t(rng())) : T(uint8_t(rng()));
+        }
+      });
+      out->emplace_back(v.name, std::move(t));
+      continue;
+    }
     dispatch_dtype<true>(t.dtype(), [&](auto tag) {
       using T = decltype(tag);
       T* p = t.data<T>();
