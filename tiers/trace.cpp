@@ -11,7 +11,6 @@
 
 #include "interp/error.h"
 #include "interp/json.h"
-#include "interp/log.h"
 
 namespace terrace {
 
@@ -61,7 +60,8 @@ Trace::~Trace() {
   try {
     write();
   } catch (const std::exception& e) {
-    log(LogLevel::Warn, e.what());
+    // Not through log(): this may run at exit (Trace::for_file's traces), after its statics.
+    std::fprintf(stderr, "[terrace warn] %s\n", e.what());
   }
 }
 
