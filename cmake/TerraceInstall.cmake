@@ -35,7 +35,7 @@ set_target_properties(terrace PROPERTIES EXPORT_NAME terrace_cli)
 
 # The headers the public API includes (tiers/session.h, interp/graph_builder.h, tiers/terrace_c.h
 # and what they include; tools/examples/ builds against exactly these).
-set(TERRACE_PUBLIC_HEADERS interp/dtypes.def interp/error.h interp/graph.h interp/graph_builder.h interp/half.h
+set(TERRACE_PUBLIC_HEADERS interp/dtypes.def interp/error.h interp/graph.h interp/graph_builder.h interp/half.h interp/float8.h
     interp/ops.def interp/tensor.h tiers/options.h tiers/partition.h tiers/session.h tiers/terrace_c.h)
 foreach(header ${TERRACE_PUBLIC_HEADERS})
   get_filename_component(dir ${header} DIRECTORY)

@@ -85,6 +85,7 @@ struct RegionTimeline {
   double compile_ms = 0;
   int64_t promoted_at_call = -1;  // the call that triggered the compile
   int64_t ready_at_call = -1;     // the first call after the compiled version was published
+  int64_t changed_at_call = -1;   // the first call after its tier last changed (e.g. cpu -> gpu)
 };
 
 // Refreshes `regions` from the session's region reports taken after call `call`.
@@ -96,6 +97,7 @@ void update_regions(std::vector<RegionTimeline>& regions, const Session& session
     RegionTimeline& r = regions[i];
     r.id = f.id;
     r.ops = f.ops;
+    if (!r.tier.empty() && r.tier != tier_name(f.tier)) r.changed_at_call = call + 1;
     r.tier = tier_name(f.tier);
     r.state = f.state;
     r.compile_ms = f.compile_ms;
@@ -116,7 +118,7 @@ struct TimedRun {
 // The call from which the last region's compiled code was usable; -1 if none was.
 int64_t last_ready(const TimedRun& run) {
   int64_t last = -1;
-  for (auto& r : run.regions) last = std::max(last, r.ready_at_call);
+  for (auto& r : run.regions) last = std::max({last, r.ready_at_call, r.changed_at_call});
   return last;
 }
 
@@ -137,10 +139,13 @@ TimedRun timed_run(const BenchArgs& b, Options options, int64_t calls, int64_t s
   run.load_ms = ms_since(t0);
   if (inputs.empty()) inputs = bench_inputs(session->graph(), b);
   Progress progress(std::string("bench ") + tier_name(options.max_tier) + ", calls", calls);
+  // Tier 2 comes after Options::gpu_threshold calls on tier 1: until that many calls have passed
+  // with no region changing tier, a region may still be on its way to the GPU.
+  const int64_t settle = options.max_tier == Tier::Gpu ? options.gpu_threshold + run.validate_calls + 2 : 0;
   auto warming = [&](int64_t done) {
     bool compiling =
         std::any_of(run.regions.begin(), run.regions.end(), [](auto& r) { return r.state == "compiling"; });
-    return compiling || done - steady_from(run) < steady_calls;
+    return compiling || done - last_ready(run) < settle || done - steady_from(run) < steady_calls;
   };
   int64_t c = 0;
   auto call = [&] {
