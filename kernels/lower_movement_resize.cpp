@@ -1,6 +1,7 @@
 // Resize (and Upsample) lowered to one kernel (kernels/lower_op.h): nearest (any dtype, elements moved
 // bit-exactly) and linear (float32, float64) with the half_pixel, pytorch_half_pixel,
-// align_corners, asymmetric and tf_half_pixel_for_nn coordinate transformations. Each output
+// align_corners, asymmetric and tf_half_pixel_for_nn coordinate transformations, and opset 18's
+// axes and keep_aspect_ratio_policy (antialias, which widens linear filters, is not compiled). Each output
 // position's source coordinate is computed in the kernel in float64, by the same operations in the
 // same order as interp/ops/shape_resize.cpp (the specification), so the results are bit-identical
 // to the interpreter's: linear mode sums its taps in float64 in the reference's order, each
@@ -8,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <optional>
 
 #include "kernels/lower_movement.h"
@@ -47,11 +49,13 @@ std::string read_attrs(const Node& node, Attrs& a) {
   else if (rounding == "ceil") a.rounding = Rounding::Ceil;
   else return "tier 1 does not compile Resize's nearest_mode '" + rounding + "'";
   if (node.attr_int("exclude_outside", 0) != 0) return "tier 1 does not compile Resize with exclude_outside";
-  // Opset 18's additions.
-  if (node.attr_int("antialias", 0) != 0) return "tier 1 does not compile Resize with antialias";
-  if (node.has_attr("axes")) return "tier 1 does not compile Resize with axes";
-  if (node.attr_string("keep_aspect_ratio_policy", "stretch") != "stretch")
-    return "tier 1 does not compile Resize with a keep_aspect_ratio_policy other than stretch";
+  // Opset 18's additions: axes and keep_aspect_ratio_policy are compiled (resize_axes,
+  // lower_resize), antialias is not.
+  if (node.attr_int("antialias", 0) != 0 && a.mode != Mode::Nearest)
+    return "tier 1 does not compile Resize with antialias";
+  const std::string policy = node.attr_string("keep_aspect_ratio_policy", "stretch");
+  if (policy != "stretch" && policy != "not_larger" && policy != "not_smaller")
+    return "tier 1 does not compile Resize's keep_aspect_ratio_policy '" + policy + "'";
   return "";
 }
 
@@ -179,6 +183,26 @@ std::vector<double> float_values(const Node& node, const OpInput& in, const char
 
 }  // namespace
 
+// Opset 18's `axes`: the axes that scales and sizes speak of (all, in order, by default), checked
+// as the interpreter checks them.
+std::vector<size_t> resize_axes(const Node& node, size_t r) {
+  std::vector<size_t> axes;
+  if (!node.has_attr("axes")) {
+    for (size_t d = 0; d < r; ++d) axes.push_back(d);
+    return axes;
+  }
+  std::vector<bool> seen(r, false);
+  for (int64_t v : node.attr_ints("axes")) {
+    TERRACE_CHECK(v >= -int64_t(r) && v < int64_t(r), InvalidArgument, node.describe(), ": axis ", v,
+                  " is out of range for rank ", r);
+    const size_t d = size_t(v < 0 ? v + int64_t(r) : v);
+    TERRACE_CHECK(!seen[d], InvalidArgument, node.describe(), ": axis ", v, " is listed twice");
+    seen[d] = true;
+    axes.push_back(d);
+  }
+  return axes;
+}
+
 std::string can_lower_resize(const Graph& g, const Node& node) {
   Attrs a;
   if (std::string why = read_attrs(node, a); !why.empty()) return why;
@@ -213,11 +237,17 @@ OpKernels lower_resize(const Node& node, const std::vector<OpInput>& in, const s
                 ": exactly one of scales and sizes must be given");
   Shape out;
   std::vector<double> scales;
+  // Opset 18: scales and sizes may speak of some axes only (the others keep their size).
+  const std::vector<size_t> axes = legacy ? resize_axes(Node{}, r) : resize_axes(node, r);
   if (has_scales) {
     if (scales_attr) {
       for (float f : node.attr_floats("scales")) scales.push_back(f);
     } else {
-      scales = float_values(node, in[scales_at], "scales");
+      std::vector<double> given = float_values(node, in[scales_at], "scales");
+      TERRACE_CHECK(given.size() == axes.size(), InvalidArgument, node.describe(), ": scales has ", given.size(),
+                    " values for ", axes.size(), " axes");
+      scales.assign(r, 1.0);
+      for (size_t i = 0; i < axes.size(); ++i) scales[axes[i]] = given[i];
     }
     TERRACE_CHECK(scales.size() == r, InvalidArgument, node.describe(), ": ", scales.size(),
                   " scales for an input of rank ", r);
@@ -229,12 +259,31 @@ OpKernels lower_resize(const Node& node, const std::vector<OpInput>& in, const s
       out.push_back(int64_t(o));
     }
   } else {
-    out = constant_ints(node, in, 3, "sizes");
-    TERRACE_CHECK(out.size() == r, InvalidArgument, node.describe(), ": ", out.size(),
-                  " sizes for an input of rank ", r);
-    for (size_t d = 0; d < r; ++d) {
-      TERRACE_CHECK(out[d] >= 0, InvalidArgument, node.describe(), ": negative size");
-      scales.push_back(x.shape[d] ? double(out[d]) / double(x.shape[d]) : 1.0);
+    const Shape given = constant_ints(node, in, 3, "sizes");
+    TERRACE_CHECK(given.size() == axes.size(), InvalidArgument, node.describe(), ": sizes has ", given.size(),
+                  " values for ", axes.size(), " axes");
+    out = x.shape;
+    for (size_t i = 0; i < axes.size(); ++i) {
+      TERRACE_CHECK(given[i] >= 0, InvalidArgument, node.describe(), ": negative size");
+      out[axes[i]] = given[i];
+    }
+    // keep_aspect_ratio_policy (opset 18): one scale for every listed axis, the smallest or the
+    // largest asked, and sizes rounded from it, as interp/ops/shape_resize.cpp computes them.
+    const std::string policy = node.attr_string("keep_aspect_ratio_policy", "stretch");
+    if (policy != "stretch") {
+      double scale = policy == "not_larger" ? std::numeric_limits<double>::infinity() : 0.0;
+      for (size_t d : axes) {
+        TERRACE_CHECK(x.shape[d] > 0, InvalidArgument, node.describe(), ": cannot keep the aspect ratio of an empty axis");
+        const double ratio = double(out[d]) / double(x.shape[d]);
+        scale = policy == "not_larger" ? std::min(scale, ratio) : std::max(scale, ratio);
+      }
+      scales.assign(r, 1.0);
+      for (size_t d : axes) {
+        scales[d] = scale;
+        out[d] = int64_t(std::floor(scale * double(x.shape[d]) + 0.5));
+      }
+    } else {
+      for (size_t d = 0; d < r; ++d) scales.push_back(x.shape[d] ? double(out[d]) / double(x.shape[d]) : 1.0);
     }
   }
   for (size_t d = 0; d < r; ++d)

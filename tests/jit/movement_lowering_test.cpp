@@ -398,6 +398,39 @@ TEST(MovementLowering, ResizeLinearMatchesInterpreterBitForBit) {
                              {d, Tensor(), Tensor(), sizes});
 }
 
+// Opset 18's axes and keep_aspect_ratio_policy: compiled, bit-identical to the interpreter.
+TEST(MovementLowering, ResizeAxesAndAspectRatioPolicyMatchInterpreter) {
+  Tensor x = random_tensor({1, 2, 5, 7}, 40, -4, 4);
+  for (const char* mode : {"nearest", "linear"}) {
+    for (std::vector<int64_t> axes : {std::vector<int64_t>{2, 3}, std::vector<int64_t>{3, 2}, std::vector<int64_t>{-1}}) {
+      SCOPED_TRACE(std::string(mode) + " axes " + std::to_string(axes[0]));
+      std::vector<float> sv = axes.size() == 2 ? std::vector<float>{1.5f, 0.6f} : std::vector<float>{2.5f};
+      Tensor st = floats(sv);
+      expect_matches_interpreter(movement_node(Op::Resize, {x, Tensor(), st}, {{"mode", mode}, {"axes", axes}}),
+                                 {x, Tensor(), st});
+      Tensor sizes = axes.size() == 2 ? ints({9, 4}) : ints({3});
+      for (const char* policy : {"stretch", "not_larger", "not_smaller"}) {
+        SCOPED_TRACE(policy);
+        expect_matches_interpreter(
+            movement_node(Op::Resize, {x, Tensor(), Tensor(), sizes},
+                          {{"mode", mode}, {"axes", axes}, {"keep_aspect_ratio_policy", policy}}),
+            {x, Tensor(), Tensor(), sizes});
+      }
+    }
+  }
+  // The policies without axes: every dim takes the one scale.
+  Tensor sizes = ints({1, 2, 9, 4});
+  for (const char* policy : {"not_larger", "not_smaller"})
+    expect_matches_interpreter(movement_node(Op::Resize, {x, Tensor(), Tensor(), sizes}, {{"keep_aspect_ratio_policy", policy}}),
+                               {x, Tensor(), Tensor(), sizes});
+  // An axis listed twice is the interpreter's error too.
+  Tensor st = floats({2, 2});
+  Error e = error_of([&] {
+    run_lowered(movement_node(Op::Resize, {x, Tensor(), st}, {{"axes", std::vector<int64_t>{2, -2}}}), {x, Tensor(), st});
+  });
+  EXPECT_EQ(e.code(), ErrorCode::InvalidArgument);
+}
+
 // ---- aliases ----
 
 TEST(MovementLowering, ReshapeFlattenSqueezeUnsqueezeIdentityAreAliases) {
@@ -496,6 +529,19 @@ TEST(MovementLowering, CanLowerRefusesResizeModesItDoesNotCompile) {
   EXPECT_NE(kernels::can_lower_op(*g, g->nodes[0]).find("cubic"), std::string::npos);
   EXPECT_NE(kernels::can_lower_op(*g, g->nodes[1]).find("tf_crop_and_resize"), std::string::npos);
   EXPECT_EQ(kernels::can_lower_op(*g, g->nodes[2]), "");
+}
+
+TEST(MovementLowering, CanLowerRefusesResizeAntialiasOnlyWhereItFilters) {
+  GraphBuilder b;
+  int x = b.input("x", DType::Float32, {1, 1, 4, 4});
+  int scales = b.constant("scales", floats({0.5f, 0.5f}));
+  b.node(Op::Resize, {x, -1, scales}, {{"mode", str_attr("linear")}, {"antialias", int_attr(1)}, {"axes", ints_attr({2, 3})}});
+  b.node(Op::Resize, {x, -1, scales}, {{"antialias", int_attr(1)}, {"axes", ints_attr({2, 3})}});  // nearest: no filter
+  b.node(Op::Resize, {x, -1, scales}, {{"keep_aspect_ratio_policy", str_attr("fill")}, {"axes", ints_attr({2, 3})}});
+  auto g = b.build();
+  EXPECT_NE(kernels::can_lower_op(*g, g->nodes[0]).find("antialias"), std::string::npos);
+  EXPECT_EQ(kernels::can_lower_op(*g, g->nodes[1]), "");
+  EXPECT_NE(kernels::can_lower_op(*g, g->nodes[2]).find("keep_aspect_ratio_policy 'fill'"), std::string::npos);
 }
 
 }  // namespace
