@@ -12,6 +12,10 @@
 #include "interp/compare.h"
 #include "tests/support/graph_builder.h"
 #include "tiers/session.h"
+#ifdef TERRACE_HAVE_CUDA
+#include "jit/cuda_driver.h"
+#include "jit/cuda_memory.h"
+#endif
 
 namespace terrace::bench {
 namespace {
@@ -162,6 +166,24 @@ OpCase conv_case(int64_t batch, int64_t ch, int64_t hw) {
   return {g.build(), {{"x", xt}}, ref, 0, 2.0 * double(batch * ch * ch * 9 * hw * hw)};
 }
 
+// Issue 11's elementwise chain (elementwise_bench's): y = a*sigmoid(a) + b; out = tanh(y)*0.5 + y*y.
+OpCase chain_case(int64_t n) {
+  GraphBuilder g;
+  int a = g.input("a", DType::Float32, {n});
+  int b = g.input("b", DType::Float32, {n});
+  int half = g.constant("half", Tensor::scalar<float>(0.5f));
+  int y = g.node(Op::Add, {g.node(Op::Mul, {a, g.node(Op::Sigmoid, {a})}), b});
+  g.output(g.node(Op::Add, {g.node(Op::Mul, {g.node(Op::Tanh, {y}), half}), g.node(Op::Mul, {y, y})}));
+  Tensor at = random_tensor({n}, 5, -4, 4), bt = random_tensor({n}, 6);
+  Tensor ref = Tensor::empty(DType::Float32, {n});
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    const double av = at.data<float>()[i], yv = av / (1 + std::exp(-av)) + bt.data<float>()[i];
+    ref.data<float>()[i] = float(std::tanh(yv) * 0.5 + yv * yv);
+  }
+  return {g.build(), {{"a", at}, {"b", bt}}, ref, 3.0 * 4 * double(n), 0};
+}
+
 // Cases are built once, on first use (their references take a while).
 const OpCase& get_case(const std::string& name) {
   static std::map<std::string, OpCase> cache;
@@ -178,6 +200,10 @@ const OpCase& get_case(const std::string& name) {
       {"reducemean_rows64", [] { return reduce_mean_case(64, 1024, 64); }},
       {"global_avgpool_1280x7x7", [] { return global_average_pool_case(1, 1280, 7); }},
       {"global_avgpool_32x256x56x56", [] { return global_average_pool_case(32, 256, 56); }},
+      // Issue 11's GPU targets: softmax and layernorm over 8192x4096, the chain over 16M elements.
+      {"softmax_8192x4096", [] { return softmax_case(8192, 4096); }},
+      {"layernorm_8192x4096", [] { return layernorm_case(8192, 4096); }},
+      {"chain_16M", [] { return chain_case(int64_t(1) << 24); }},
   };
   auto it = cache.find(name);
   if (it == cache.end()) it = cache.emplace(name, makers.at(name)()).first;
@@ -219,6 +245,75 @@ void run_case(benchmark::State& state, const std::string& name, Tier tier) {
   state.SetLabel("ran on " + tiers);
 }
 
+#ifdef TERRACE_HAVE_CUDA
+// The device-to-device copy bandwidth (bytes read + written per second) of cuMemcpyDtoDAsync over
+// 256 MiB, the GPU's ceiling for memory-bound kernels; measured once.
+double gpu_copy_bytes_per_s() {
+  static const double bw = [] {
+    const size_t bytes = size_t(256) << 20;
+    auto stream = std::make_shared<jit::cuda::Stream>();
+    jit::cuda::DeviceBuffer a(bytes, stream->get()), b(bytes, stream->get());
+    jit::cuda::Event start, end;
+    for (int i = 0; i < 3; ++i) TERRACE_CU(cuMemcpyDtoDAsync, b.ptr(), a.ptr(), bytes, stream->get());
+    const int reps = 20;
+    start.record(*stream);
+    for (int i = 0; i < reps; ++i) TERRACE_CU(cuMemcpyDtoDAsync, b.ptr(), a.ptr(), bytes, stream->get());
+    end.record(*stream);
+    end.synchronize();
+    return 2.0 * double(bytes) * reps / (jit::cuda::Event::elapsed_ms(start, end) / 1e3);
+  }();
+  return bw;
+}
+
+// Tier 2: warms up until the region runs on the GPU and checks the result there; then times calls
+// with the inputs bound on the device and the output kept there (IoBinding), so that a call is the
+// region's kernels and the session's own work, no transfer. The calls are queued without a
+// synchronisation, so the clock stops after the last output is read back.
+void run_gpu_case(benchmark::State& state, const std::string& name) {
+  const OpCase& c = get_case(name);
+  Options options = Options::from_env();
+  options.max_tier = Tier::Gpu;
+  auto session = Session::from_graph(c.graph, options);
+  NamedTensors out;
+  for (int i = 0; i < 200; ++i) {
+    out = session->run(c.inputs);
+    session->wait_for_compiles();
+    const auto tiers = session->last_call().tiers;
+    if (tiers.size() == 1 && tiers[0] == "gpu") break;
+  }
+  if (session->last_call().tiers != std::vector<std::string>{"gpu"}) {
+    state.SkipWithError(("the region did not reach tier 2:\n" + session->report()).c_str());
+    return;
+  }
+  Comparison cmp = compare_tensors(c.expected, out.at(0).second, Tolerance::for_dtype(DType::Float32));
+  if (!cmp.equal) {
+    state.SkipWithError(("tier 2's result differs from the double-precision reference: " + cmp.message).c_str());
+    return;
+  }
+  NamedTensors bound;
+  for (const auto& [n, t] : c.inputs) bound.emplace_back(n, session->to_device(t));
+  RunOptions keep;
+  keep.outputs_on_device = true;
+  out = session->run(bound, keep);
+  (void)out.at(0).second.to_host();
+  auto t0 = std::chrono::steady_clock::now();
+  for (auto _ : state) out = session->run(bound, keep);
+  Tensor last = out.at(0).second.to_host();  // waits for the queued calls
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  state.SetIterationTime(s / double(state.iterations()));
+  cmp = compare_tensors(c.expected, last, Tolerance::for_dtype(DType::Float32));
+  if (!cmp.equal) {
+    state.SkipWithError(("timed calls' result differs: " + cmp.message).c_str());
+    return;
+  }
+  const double per_s = double(state.iterations()) / s;
+  state.SetBytesProcessed(int64_t(c.bytes) * state.iterations());
+  state.counters["of_d2d_copy"] = c.bytes * per_s / gpu_copy_bytes_per_s();
+  state.counters["us_per_call"] = 1e6 / per_s;
+  state.SetLabel("ran on gpu, " + std::to_string(session->last_call().transfers) + " transfers per timed call");
+}
+#endif
+
 void register_all() {
   for (const char* name : {"softmax", "layernorm", "gemm_bias_gelu", "conv_bias_relu", "softmax_attention",
                            "layernorm_bert", "reducemean_rows64", "global_avgpool_1280x7x7",
@@ -228,6 +323,15 @@ void register_all() {
                                    [name = std::string(name), tier](benchmark::State& s) { run_case(s, name, tier); })
           ->UseRealTime()
           ->Unit(benchmark::kMillisecond);
+#ifdef TERRACE_HAVE_CUDA
+  // Tier 2 where there is a GPU (the H100 host), against torch.compile's kernels (bench/gpu_ops.py).
+  if (jit::cuda::gpu_available())
+    for (const char* name : {"softmax_8192x4096", "layernorm_8192x4096", "chain_16M", "softmax_attention", "layernorm_bert"})
+      benchmark::RegisterBenchmark((std::string(name) + "/gpu").c_str(),
+                                   [name = std::string(name)](benchmark::State& s) { run_gpu_case(s, name); })
+          ->UseManualTime()
+          ->Unit(benchmark::kMillisecond);
+#endif
 }
 
 }  // namespace
