@@ -396,6 +396,9 @@ class CRenderer : public IRVisitor {
                << ";\n";
         end_slots(open);
       }
+    // Unrolled so that a lane has several independent loads in flight on a long row (its fold's
+    // order is unchanged: the same elements in the same sequence).
+    line() << "#pragma unroll 4\n";
     line() << "for (int64_t " << v << " = " << b << " + (int64_t)((tr_lane - (int)((" << b << ") % 32) + 32) % 32); "
            << v << " < " << e << "; " << v << " += 32) {\n";
     ++row_loop_depth_;
