@@ -203,6 +203,26 @@ TerraceStatus* SetOptimizeLevel(TerraceOptions* options, TerraceOptimizeLevel le
     options->options.optimize = terrace::OptimizeLevel(int(level));
   });
 }
+TerraceStatus* SetMode(TerraceOptions* options, TerraceMode mode) {
+  return guarded(__func__, [&] {
+    TERRACE_C_NOT_NULL(options);
+    TERRACE_CHECK(mode >= TERRACE_MODE_DEFAULT && mode <= TERRACE_MODE_MAX_AUTOTUNE, InvalidArgument, "mode ",
+                  int(mode), " is not a TerraceMode");
+    options->options.mode = terrace::Mode(int(mode));
+  });
+}
+TerraceStatus* SetStrict(TerraceOptions* options, int strict) {
+  return guarded(__func__, [&] {
+    TERRACE_C_NOT_NULL(options);
+    options->options.strict = strict != 0;
+  });
+}
+TerraceStatus* SetProfileFile(TerraceOptions* options, const char* path) {
+  return guarded(__func__, [&] {
+    TERRACE_C_NOT_NULL(options);
+    options->options.profile_file = path ? path : "";
+  });
+}
 void ReleaseOptions(TerraceOptions* options) { delete options; }
 
 TerraceStatus* CreateSession(const char* model_path, const TerraceOptions* options, TerraceSession** out) {
@@ -395,6 +415,7 @@ constexpr TerraceApi kApi = {
     Run,
     SessionGetReport, ReleaseString,
     GetVersionString,
+    SetMode, SetStrict, SetProfileFile,
 };
 
 }  // namespace

@@ -26,7 +26,7 @@
 extern "C" {
 #endif
 
-#define TERRACE_API_VERSION 1
+#define TERRACE_API_VERSION 2
 
 /* terrace::ErrorCode, in its order; TERRACE_OK is never held by a status. */
 typedef enum TerraceErrorCode {
@@ -67,6 +67,13 @@ typedef enum TerraceOptimizeLevel {
   TERRACE_OPTIMIZE_BASIC = 1,
   TERRACE_OPTIMIZE_EXTENDED = 2
 } TerraceOptimizeLevel;
+
+/* Options::mode: presets named as torch.compile's (README, "Modes"). */
+typedef enum TerraceMode {
+  TERRACE_MODE_DEFAULT = 0,
+  TERRACE_MODE_REDUCE_OVERHEAD = 1,
+  TERRACE_MODE_MAX_AUTOTUNE = 2
+} TerraceMode;
 
 typedef struct TerraceStatus TerraceStatus;
 typedef struct TerraceOptions TerraceOptions;
@@ -149,6 +156,15 @@ typedef struct TerraceApi {
 
   /* The library's version, "0.1.0". */
   const char* (*GetVersionString)(void);
+
+  /* ---- version 2 ---- */
+
+  /* Options::mode (TERRACE_MODE), Options::strict (TERRACE_STRICT: loading fails, listing every
+   * graph break, instead of interpreting them) and Options::profile_file (TERRACE_PROFILE: a
+   * Chrome trace of the session, written when it is released; NULL or "" for none). */
+  TerraceStatus* (*SetMode)(TerraceOptions* options, TerraceMode mode);
+  TerraceStatus* (*SetStrict)(TerraceOptions* options, int strict);
+  TerraceStatus* (*SetProfileFile)(TerraceOptions* options, const char* path);
 } TerraceApi;
 
 /* The function table for `version` (TERRACE_API_VERSION of the header the program was built

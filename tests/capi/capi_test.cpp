@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 #include "interp/graph_builder.h"
 #include "tiers/terrace_c.h"
 
@@ -181,6 +183,47 @@ TEST(CApi, loads_from_a_path_and_a_bad_path_is_io_error_naming_it) {
   s = reinterpret_cast<TerraceSession*>(&s);  // a failed create sets *out to NULL
   EXPECT_ERROR(api()->CreateSession((dir + "/absent.onnx").c_str(), nullptr, &s), TERRACE_IO_ERROR, "IoError: CreateSession: cannot open '" + dir + "/absent.onnx'");
   EXPECT_EQ(s, nullptr);
+}
+
+// Version 2: mode, strict and the profile file through the options.
+TEST(CApi, version_2_sets_mode_strict_and_a_profile_file) {
+  ASSERT_NE(TerraceGetApi(2), nullptr);
+  TerraceOptions* options = nullptr;
+  ASSERT_OK(api()->CreateOptions(&options));
+  ASSERT_OK(api()->SetMaxTier(options, TERRACE_TIER_INTERP));
+  EXPECT_ERROR(api()->SetMode(options, TerraceMode(7)), TERRACE_INVALID_ARGUMENT, "mode 7");
+  EXPECT_ERROR(api()->SetMode(nullptr, TERRACE_MODE_DEFAULT), TERRACE_INVALID_ARGUMENT, "options");
+  ASSERT_OK(api()->SetMode(options, TERRACE_MODE_REDUCE_OVERHEAD));
+  // Strict with the interpreter only: every node is a graph break, so loading fails naming them.
+  ASSERT_OK(api()->SetStrict(options, 1));
+  const std::string model = mlp_model();
+  TerraceSession* s = nullptr;
+  EXPECT_ERROR(api()->CreateSessionFromBytes(model.data(), model.size(), options, &s), TERRACE_NOT_IMPLEMENTED,
+               "graph break");
+  EXPECT_EQ(s, nullptr);
+  ASSERT_OK(api()->SetStrict(options, 0));
+  const std::filesystem::path trace =
+      std::filesystem::temp_directory_path() / ("terrace_capi_trace_" + std::to_string(::getpid()) + ".json");
+  std::filesystem::remove(trace);
+  ASSERT_OK(api()->SetProfileFile(options, trace.c_str()));
+  ASSERT_OK(api()->CreateSessionFromBytes(model.data(), model.size(), options, &s));
+  api()->ReleaseOptions(options);
+  std::vector<float> x = {1, 2, 3};
+  const int64_t shape[2] = {1, 3};
+  TerraceValue* in = nullptr;
+  ASSERT_OK(api()->CreateTensorOverData(TERRACE_FLOAT32, shape, 2, x.data(), 12, &in));
+  const char* name = "x";
+  const TerraceValue* inputs[1] = {in};
+  TerraceValue* out[1] = {nullptr};
+  ASSERT_OK(api()->Run(s, nullptr, &name, inputs, 1, out, 1));
+  api()->ReleaseValue(out[0]);
+  api()->ReleaseValue(in);
+  api()->ReleaseSession(s);  // writes the trace
+  std::ifstream f(trace);
+  std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("\"traceEvents\""), std::string::npos) << text.substr(0, 200);
+  EXPECT_NE(text.find("\"call\""), std::string::npos) << text.substr(0, 400);
+  std::filesystem::remove(trace);
 }
 
 TEST(CApi, bad_model_bytes_are_invalid_model) {
