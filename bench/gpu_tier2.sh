@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Tier 2's checks and measurements on the GPU host (the `device` tool's H100), results under $OUT.
+# Build here, then bundle and run there (one call per PART, each within the tool's 10 minutes):
+#   ../shared/tools/device-bundle .gpu build/tools/terrace build/tests/test_gpu build/bench/ops_bench
+#   device run (carry .gpu):  bash bench/gpu_tier2.sh runs      # test_gpu; the zoo on --tier gpu, checked
+#                             bash bench/gpu_tier2.sh kernels   # ops_bench /gpu vs bench/gpu_ops.py; cuDNN algorithms
+#                             bash bench/gpu_tier2.sh compare   # compare.py: tier 2 vs eager and torch.compile
+set -uo pipefail
+part=${1:?usage: bench/gpu_tier2.sh runs|kernels|compare}
+out=${OUT:-/tmp/gpu-tier2}; mkdir -p "$out"
+root=$(pwd)
+printf '#!/usr/bin/env bash\nexec %q/.gpu/run terrace "$@"\n' "$root" > /tmp/terrace && chmod +x /tmp/terrace
+export PYTHONUNBUFFERED=1
+models="mlp resnet50 mobilenetv2 bert gpt2"
+[ -f /tmp/m/gpt2/model.onnx ] || python3 tools/make_models.py --out /tmp/m $models > "$out/export.txt" 2>&1
+case "$part" in
+runs)
+  .gpu/run test_gpu > "$out/test_gpu.txt" 2>&1
+  grep -E "^\[  (PASSED|FAILED|SKIPPED) " "$out/test_gpu.txt" | head -20
+  for m in $models; do
+    d=/tmp/m/$m
+    in=$(python3 -c "import onnx;print(onnx.load('$d/model.onnx').graph.input[0].name)")
+    on=$(python3 -c "import onnx;print(onnx.load('$d/model.onnx').graph.output[0].name)")
+    timeout 280 /tmp/terrace run $d --tier gpu --repeat 150 --input $in=$d/test_data_set_0/input_0.pb \
+      --expect $on=$d/test_data_set_0/output_0.pb --json "$out/run_$m.json" > "$out/run_$m.txt" 2>&1
+    echo "== $m rc=$?"; grep -E "^call (0|149)\b|&&&&" "$out/run_$m.txt" | head -3
+    python3 - "$out/run_$m.json" <<'PY'
+import json, sys, collections
+j = json.load(open(sys.argv[1])); r = j.get("report", j)
+regs = r["regions"]
+print("regions by tier", dict(collections.Counter(x["tier"] for x in regs)),
+      "validation", dict(collections.Counter(x["validation"][:12] for x in regs)))
+print("last call", r["calls"][-1])
+print("not on gpu:", [(x["id"], x["ops"][:40], x["gpu"][:150]) for x in regs if x["tier"] != "gpu"][:6])
+PY
+  done
+  (cd "$out" && tar czf runs.tgz run_*.txt run_*.json && rm -f run_*.txt run_*.json) ;;
+kernels)
+  timeout 240 .gpu/run ops_bench --benchmark_filter=/gpu --benchmark_min_time=0.5s > "$out/ops_gpu.txt" 2>&1
+  grep -E "/gpu|error" "$out/ops_gpu.txt" | cut -c1-220
+  timeout 150 python3 bench/gpu_ops.py 2>&1 | grep -v Warn | tail -8
+  for algos in direct any; do
+    TERRACE_CUDNN_ALGOS=$algos timeout 120 /tmp/terrace bench /tmp/m/resnet50 --tier gpu --calls 40 \
+      --steady-calls 50 > "$out/r50_$algos.txt" 2>&1
+    echo "resnet50, TERRACE_CUDNN_ALGOS=$algos: $(grep -E 'steady state' "$out/r50_$algos.txt")"
+    grep -iE "demot|failed" "$out/r50_$algos.txt" | head -3
+  done ;;
+compare)
+  timeout 420 python3 bench/compare.py --models ${models// /,} --calls 50 --warmup 10 --device cuda --tiers gpu \
+    --peers pytorch-eager,torch.compile-default --terrace /tmp/terrace --models-dir /tmp/m --out "$out/b1" 2>&1 |
+    grep -v '^compare: ' | grep '^|'
+  for spec in resnet50:32 bert:8; do
+    timeout 170 python3 bench/compare.py --models ${spec%:*} --batch ${spec#*:} --calls 20 --warmup 5 --device cuda \
+      --tiers gpu --peers pytorch-eager --terrace /tmp/terrace --models-dir /tmp/m --out "$out/${spec/:/_b}" 2>&1 |
+      grep -v '^compare: ' | grep '^|'
+  done
+  (cd "$out" && tar czf compare.tgz b1 resnet50_b32 bert_b8 2>/dev/null && rm -rf b1 resnet50_b32 bert_b8) ;;
+*) echo "bench/gpu_tier2.sh: unknown part '$part'" >&2; exit 2 ;;
+esac
