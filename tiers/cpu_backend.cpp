@@ -3,8 +3,12 @@
 #include "tiers/backend.h"
 
 #ifdef TERRACE_HAVE_CPU_JIT
+#include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <optional>
 
 #include "interp/log.h"
@@ -50,33 +54,48 @@ class CpuRegion : public CompiledRegion {
       if (p.kernel) source += p.kernel->source;
       else if (p.primitive) source += "// a library primitive, no generated code:\n// " + p.primitive->describe() + "\n";
     }
+    plan_memory();
   }
 
   std::vector<Tensor> run(const std::vector<Tensor>& inputs) override {
-    std::vector<Tensor> owned;  // outputs, then intermediates
-    std::vector<void*> table(slots_.size(), nullptr);
+    std::unique_ptr<Workspace> ws = take_workspace();
+    // Back to the pool however run() ends (a run-time check's error included).
+    struct Return {
+      CpuRegion* self;
+      std::unique_ptr<Workspace>& ws;
+      ~Return() { self->give_back(std::move(ws)); }
+    } give_back_on_exit{this, ws};
+    std::vector<void*>& table = ws->table;  // intermediates and constants are set once per workspace
+    std::vector<Tensor> owned(n_outputs_);  // the outputs, fresh each call: they leave the region
     for (size_t s = 0; s < inputs.size(); ++s) table[s] = const_cast<void*>(inputs[s].raw());
-    owned.reserve(slots_.size() - n_inputs_);
-    for (size_t s = n_inputs_; s < slots_.size(); ++s) {
+    for (size_t s = n_inputs_; s < n_inputs_ + n_outputs_; ++s) {
       if (alias_[s] != -1) {
-        owned.emplace_back();
         if (alias_[s] <= -2) table[s] = const_cast<void*>(constants_[size_t(-2 - alias_[s])].raw());
         continue;
       }
-      owned.push_back(Tensor::empty(slots_[s].dtype, slots_[s].shape));
-      table[s] = owned.back().raw();
+      owned[s - n_inputs_] = Tensor::empty(slots_[s].dtype, slots_[s].shape);
+      table[s] = owned[s - n_inputs_].raw();
+    }
+    for (size_t s : escaping_) {  // an intermediate an output views: a buffer of this call's own
+      Tensor& t = ws->escaping[s];
+      t = Tensor::empty(slots_[s].dtype, slots_[s].shape);
+      table[s] = t.raw();
     }
     // Views: the buffer of the slot they view (a region output view may come before its source).
     for (size_t s = n_inputs_; s < slots_.size(); ++s) {
-      size_t root = s;
-      while (alias_[root] >= 0) root = size_t(alias_[root]);
-      if (root != s) table[s] = table[root];
-      if (root != s && s < n_inputs_ + n_outputs_)  // a region output: a view of its source tensor
-        owned[s - n_inputs_] = (root < n_inputs_ ? inputs[root] : owned[root - n_inputs_]).reshaped(slots_[s].shape);
+      const size_t root = root_[s];
+      if (root == s) continue;
+      table[s] = table[root];
+      if (s < n_inputs_ + n_outputs_)  // a region output: a view of its source tensor
+        owned[s - n_inputs_] = (root < n_inputs_                  ? inputs[root]
+                                : root < n_inputs_ + n_outputs_ ? owned[root - n_inputs_]
+                                                                 : ws->escaping.at(root))
+                                   .reshaped(slots_[s].shape);
     }
-    std::vector<void*> buffers;
-    std::vector<const float*> args;
-    std::vector<float*> outs;
+    ws->escaping.clear();
+    std::vector<void*>& buffers = ws->buffers;
+    std::vector<const float*>& args = ws->args;
+    std::vector<float*>& outs = ws->outs;
     for (const Part& p : parts_) {
       if (p.check_first) std::memset(table[size_t(p.error_slot)], 0, 2 * sizeof(int64_t));
       if (p.kernel) {
@@ -105,12 +124,116 @@ class CpuRegion : public CompiledRegion {
         if (word[0] != 0) fail(ErrorCode::InvalidArgument, p.node, ": ", p.error_message, " (got ", word[1], ")");
       }
     }
-    owned.resize(n_outputs_);
     if (perturb_ || (perturb_late_ && runs_.fetch_add(1) >= kHonestRuns)) perturb(owned);
     return owned;
   }
 
+  // Bytes of one workspace's intermediates (their buffers share memory by liveness), for tests.
+  size_t workspace_bytes() const { return arena_bytes_; }
+
  private:
+  // What one call needs beyond its inputs and outputs, kept across calls: the intermediates in one
+  // 64-byte-aligned block (allocating and page-faulting them each call was part of every call's
+  // cost) and the slot table pointing into it. One workspace per concurrent call: run() takes one
+  // from the pool (making one when none is free) and gives it back.
+  struct Workspace {
+    std::unique_ptr<unsigned char, decltype(&std::free)> arena{nullptr, &std::free};
+    std::vector<void*> table, buffers;
+    std::vector<const float*> args;
+    std::vector<float*> outs;
+    std::map<size_t, Tensor> escaping;  // this call's intermediates that an output views
+  };
+
+  // The root slot of every slot (the buffer it views), which intermediates escape as the source of
+  // an output view, and each other intermediate's offset in the arena: two intermediates share
+  // memory when no step uses both while both hold values (first to last step that names them, its
+  // views' uses included). Placement: largest first, at the lowest offset free over its life.
+  void plan_memory() {
+    const size_t n = slots_.size();
+    root_.resize(n);
+    for (size_t s = 0; s < n; ++s) {
+      size_t r = s;
+      while (r >= n_inputs_ && alias_[r] >= 0) r = size_t(alias_[r]);
+      root_[s] = r;
+    }
+    const size_t first_intermediate = n_inputs_ + n_outputs_;
+    for (size_t s = n_inputs_; s < first_intermediate; ++s)
+      if (root_[s] != s && root_[s] >= first_intermediate) escaping_.push_back(root_[s]);
+    std::sort(escaping_.begin(), escaping_.end());
+    escaping_.erase(std::unique(escaping_.begin(), escaping_.end()), escaping_.end());
+    std::vector<int> first(n, -1), last(n, -1);
+    auto use = [&](int slot, int step) {
+      const size_t r = root_[size_t(slot)];
+      if (first[r] < 0) first[r] = step;
+      last[r] = std::max(last[r], step);
+    };
+    for (size_t k = 0; k < parts_.size(); ++k) {
+      for (int s : parts_[k].slots) use(s, int(k));
+      if (parts_[k].error_slot >= 0) use(parts_[k].error_slot, int(k));
+    }
+    std::vector<size_t> planned;
+    for (size_t s = first_intermediate; s < n; ++s)
+      if (alias_[s] == -1 && !std::binary_search(escaping_.begin(), escaping_.end(), s)) planned.push_back(s);
+    auto bytes_of = [&](size_t s) {
+      const size_t b = size_t(shape_numel(slots_[s].shape)) * dtype_size(slots_[s].dtype);
+      return (std::max<size_t>(b, 1) + 63) / 64 * 64;
+    };
+    std::stable_sort(planned.begin(), planned.end(), [&](size_t a, size_t b) { return bytes_of(a) > bytes_of(b); });
+    offset_.assign(n, 0);
+    std::vector<size_t> placed;
+    for (size_t s : planned) {
+      // Slots never named by a step (none expected) live through the whole call.
+      if (first[s] < 0) first[s] = 0, last[s] = int(parts_.size());
+      std::vector<std::pair<size_t, size_t>> busy;  // [begin, end) of those live at the same time
+      for (size_t o : placed)
+        if (first[o] <= last[s] && first[s] <= last[o]) busy.emplace_back(offset_[o], offset_[o] + bytes_of(o));
+      std::sort(busy.begin(), busy.end());
+      size_t at = 0;
+      for (const auto& [b, e] : busy) {
+        if (at + bytes_of(s) <= b) break;
+        at = std::max(at, e);
+      }
+      offset_[s] = at;
+      arena_bytes_ = std::max(arena_bytes_, at + bytes_of(s));
+      placed.push_back(s);
+    }
+    planned_ = std::move(planned);
+  }
+
+  std::unique_ptr<Workspace> take_workspace() {
+    {
+      std::lock_guard<std::mutex> lock(pool_mu_);
+      if (!pool_.empty()) {
+        std::unique_ptr<Workspace> ws = std::move(pool_.back());
+        pool_.pop_back();
+        return ws;
+      }
+    }
+    auto ws = std::make_unique<Workspace>();
+    if (arena_bytes_ > 0) {
+      ws->arena.reset(static_cast<unsigned char*>(std::aligned_alloc(64, arena_bytes_)));
+      TERRACE_CHECK(ws->arena, OutOfMemory, "tier 1: no memory for a region's ", arena_bytes_, "-byte workspace");
+      if (std::any_of(planned_.begin(), planned_.end(), [&](size_t s) { return slots_[s].dtype == DType::Bool; }))
+        std::memset(ws->arena.get(), 0, arena_bytes_);  // as Tensor::empty gives booleans
+    }
+    ws->table.assign(slots_.size(), nullptr);
+    for (size_t s : planned_) ws->table[s] = ws->arena.get() + offset_[s];
+    for (size_t s = n_inputs_; s < slots_.size(); ++s)
+      if (alias_[s] <= -2) ws->table[s] = const_cast<void*>(constants_[size_t(-2 - alias_[s])].raw());
+    size_t widest = 0;
+    for (const Part& p : parts_) widest = std::max(widest, p.slots.size());
+    ws->buffers.reserve(widest);
+    ws->args.reserve(widest);
+    ws->outs.reserve(widest);
+    return ws;
+  }
+
+  void give_back(std::unique_ptr<Workspace> ws) {
+    if (!ws) return;
+    std::lock_guard<std::mutex> lock(pool_mu_);
+    pool_.push_back(std::move(ws));
+  }
+
   // TERRACE_FAULT=miscompile:cpu: a deliberately wrong result, for testing validation.
   static void perturb(std::vector<Tensor>& out) {
     for (Tensor& t : out) {
@@ -134,6 +257,11 @@ class CpuRegion : public CompiledRegion {
   static constexpr int64_t kHonestRuns = 3;
   bool perturb_late_ = fault_enabled("miscompile-late:cpu");
   std::atomic<int64_t> runs_{0};
+  // The memory plan (plan_memory) and the pool of workspaces.
+  std::vector<size_t> root_, offset_, planned_, escaping_;
+  size_t arena_bytes_ = 0;
+  std::mutex pool_mu_;
+  std::vector<std::unique_ptr<Workspace>> pool_;
 };
 
 class CpuBackend : public Backend {

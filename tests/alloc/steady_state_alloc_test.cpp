@@ -1,0 +1,187 @@
+// A steady-state call of a compiled tier-1 region allocates no intermediates (issue 10, point 5):
+// its workspace (the intermediates' memory, planned by liveness, and the slot table) is made on
+// the first call and reused. This binary replaces the global operator new and aligned_alloc with
+// counting versions (a binary of its own, so no other test runs under them); a counter counts only
+// while the calling thread has switched it on.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <new>
+#include <thread>
+
+#include "interp/compare.h"
+#include "tests/support/graph_builder.h"
+#include "tiers/backend.h"
+#include "tiers/session.h"
+
+namespace {
+
+thread_local bool counting = false;
+thread_local int64_t news = 0, aligned_allocs = 0, bytes = 0;
+
+void* counted(size_t n, size_t align) {
+  if (counting) {
+    ++news;
+    bytes += int64_t(n);
+  }
+  void* p = nullptr;
+  if (align <= alignof(std::max_align_t)) p = std::malloc(n ? n : 1);
+  else if (posix_memalign(&p, align, n ? n : 1) != 0) p = nullptr;
+  if (!p) throw std::bad_alloc();
+  return p;
+}
+
+}  // namespace
+
+void* operator new(size_t n) { return counted(n, 0); }
+void* operator new[](size_t n) { return counted(n, 0); }
+void* operator new(size_t n, std::align_val_t a) { return counted(n, size_t(a)); }
+void* operator new[](size_t n, std::align_val_t a) { return counted(n, size_t(a)); }
+void* operator new(size_t n, const std::nothrow_t&) noexcept {
+  try { return counted(n, 0); } catch (...) { return nullptr; }
+}
+void* operator new[](size_t n, const std::nothrow_t&) noexcept {
+  try { return counted(n, 0); } catch (...) { return nullptr; }
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
+void operator delete(void* p, size_t) noexcept { std::free(p); }
+void operator delete[](void* p, size_t) noexcept { std::free(p); }
+void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete(void* p, size_t, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, size_t, std::align_val_t) noexcept { std::free(p); }
+
+// Tensor storage comes from aligned_alloc: counted too (through posix_memalign, not itself).
+extern "C" void* aligned_alloc(size_t align, size_t n) {
+  if (counting) {
+    ++aligned_allocs;
+    bytes += int64_t(n);
+  }
+  void* p = nullptr;
+  return posix_memalign(&p, align < sizeof(void*) ? sizeof(void*) : align, n ? n : 1) == 0 ? p : nullptr;
+}
+
+namespace terrace {
+namespace {
+
+using testing::GraphBuilder;
+using testing::random_tensor;
+
+struct Counts {
+  int64_t news = 0, aligned_allocs = 0, bytes = 0;
+};
+
+template <typename F>
+Counts count_allocations(F&& f) {
+  news = aligned_allocs = bytes = 0;
+  counting = true;
+  f();
+  counting = false;
+  return {news, aligned_allocs, bytes};
+}
+
+// x [32, 48] -> Transpose -> Exp -> ReduceSum over the last axis -> Div -> Transpose -> Add x:
+// data movement, elementwise, a reduction and a broadcast, with intermediates between the steps.
+std::shared_ptr<Graph> softmax_like() {
+  GraphBuilder b;
+  int x = b.input("x", DType::Float32, {32, 48});
+  int t = b.node(Op::Transpose, {x}, {{"perm", GraphBuilder::attr_ints({1, 0})}});
+  int e = b.node(Op::Exp, {t});
+  int sum = b.node(Op::ReduceSum, {e, b.constant("axes", Tensor::from_vector<int64_t>({1}, {-1}))},
+                   {{"keepdims", GraphBuilder::attr_int(1)}});
+  int back = b.node(Op::Transpose, {b.node(Op::Div, {e, sum})}, {{"perm", GraphBuilder::attr_ints({1, 0})}});
+  b.output(b.node(Op::Add, {back, x}));
+  return b.build();
+}
+
+struct Compiled {
+  std::shared_ptr<Graph> graph;
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<CompiledRegion> region;
+};
+
+Compiled compile_one_region(std::shared_ptr<Graph> g, const std::vector<Tensor>& inputs) {
+  Compiled c;
+  c.graph = std::move(g);
+  c.backend = make_cpu_backend();
+  if (!c.backend) return c;
+  const Backend& be = *c.backend;
+  Plan plan = partition(
+      *c.graph, [&](const Graph& gr, const Node& n) { return be.can_compile(gr, n); },
+      [&](const Node& n) { return be.alone(n); },
+      [&](const Graph& gr, const Node& a, const Node& b) { return be.absorbs(gr, a, b); });
+  EXPECT_EQ(plan.regions.size(), 1u);
+  for (const Step& s : plan.steps) EXPECT_GE(s.region, 0) << "graph break: " << s.reason;
+  if (plan.regions.size() != 1) return c;
+  c.region = c.backend->compile(*c.graph, plan.regions[0], inputs);
+  return c;
+}
+
+Tensor interpreted(const std::shared_ptr<Graph>& g, const Tensor& x) {
+  Options o;
+  o.max_tier = Tier::Interp;
+  return Session::from_graph(g, o)->run({{"x", x}}).at(0).second;
+}
+
+TEST(SteadyStateAllocations, a_compiled_regions_call_allocates_its_outputs_only) {
+  const Tensor x = random_tensor({32, 48}, 3, -2, 2);
+  Compiled c = compile_one_region(softmax_like(), {x});
+  if (!c.backend) GTEST_SKIP() << "built without tier 1";
+  ASSERT_TRUE(c.region);
+  const Tensor want = interpreted(c.graph, x);
+  std::vector<Tensor> in{x};
+  for (int call = 0; call < 3; ++call) {  // the first call makes the workspace
+    std::vector<Tensor> out = c.region->run(in);
+    ASSERT_EQ(out.size(), 1u);
+    Comparison cmp = compare_tensors(want, out[0], Tolerance::for_dtype(DType::Float32));
+    EXPECT_TRUE(cmp.equal) << "call " << call << ": " << cmp.message;
+  }
+  std::vector<Tensor> out;
+  const Counts n = count_allocations([&] { out = c.region->run(in); });
+  // The returned vector, the output's tensor state, its shape and its storage: nothing per step
+  // or per intermediate (each [48, 32] float intermediate would be 6 KiB).
+  EXPECT_LE(n.news, 3) << "operator new calls in a steady-state call";
+  EXPECT_LE(n.aligned_allocs, 1) << "aligned_alloc calls in a steady-state call";
+  EXPECT_LE(n.bytes, int64_t(32 * 48 * sizeof(float)) + 512) << "bytes allocated in a steady-state call";
+  Comparison cmp = compare_tensors(want, out.at(0), Tolerance::for_dtype(DType::Float32));
+  EXPECT_TRUE(cmp.equal) << cmp.message;
+}
+
+// The counters see what they should: the same call's first run, which makes the workspace and
+// its intermediates, allocates more than the steady state.
+TEST(SteadyStateAllocations, the_first_call_allocates_the_workspace) {
+  const Tensor x = random_tensor({32, 48}, 4, -2, 2);
+  Compiled c = compile_one_region(softmax_like(), {x});
+  if (!c.backend) GTEST_SKIP() << "built without tier 1";
+  ASSERT_TRUE(c.region);
+  std::vector<Tensor> in{x};
+  const Counts first = count_allocations([&] { c.region->run(in); });
+  const Counts steady = count_allocations([&] { c.region->run(in); });
+  EXPECT_GT(first.bytes, steady.bytes + int64_t(32 * 48 * sizeof(float)));
+  EXPECT_GT(first.news + first.aligned_allocs, steady.news + steady.aligned_allocs);
+}
+
+// Concurrent calls each get a workspace of their own: the answers stay the interpreter's.
+TEST(SteadyStateAllocations, concurrent_calls_use_separate_workspaces) {
+  const Tensor x = random_tensor({32, 48}, 5, -2, 2);
+  const Tensor y = random_tensor({32, 48}, 6, -2, 2);
+  Compiled c = compile_one_region(softmax_like(), {x});
+  if (!c.backend) GTEST_SKIP() << "built without tier 1";
+  ASSERT_TRUE(c.region);
+  const Tensor want_x = interpreted(c.graph, x), want_y = interpreted(c.graph, y);
+  std::atomic<int> wrong{0};
+  auto worker = [&](const Tensor& in, const Tensor& want) {
+    std::vector<Tensor> args{in};
+    for (int i = 0; i < 200; ++i)
+      if (!compare_tensors(want, c.region->run(args).at(0), Tolerance::for_dtype(DType::Float32)).equal) ++wrong;
+  };
+  std::thread a(worker, std::cref(x), std::cref(want_x)), b(worker, std::cref(y), std::cref(want_y));
+  a.join();
+  b.join();
+  EXPECT_EQ(wrong.load(), 0);
+}
+
+}  // namespace
+}  // namespace terrace
