@@ -13,7 +13,9 @@
 //    and NaN otherwise. Inf in saturates the same way. NaN in gives NaN (E4M3FN, E5M2: sign kept;
 //    the FNUZ types' one NaN is 0x80). The FNUZ types have no -0: -0 and negative values rounding
 //    to zero give +0. FLOAT4E2M1 has neither Inf nor NaN: it always saturates, NaN gives +6 (0x7),
-//    as ONNX's reference does.
+//    as ONNX's reference does. (ONNX 1.18's Python reference, onnx.helper.float32_to_float8e4m3,
+//    gives 448 rather than NaN for E4M3FN inputs in [480, 496) with saturate=0, an artefact of its
+//    bit manipulation; Terrace follows the spec there: beyond 448 after rounding is NaN.)
 //  - to int4/uint4: rounded to nearest even, then clamped to [-8, 7] / [0, 15] (NaN gives 0), as
 //    QuantizeLinear and ONNX's reference Cast do.
 //  - from any of them: exact (every value is a float32 value).

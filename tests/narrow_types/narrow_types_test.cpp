@@ -120,6 +120,8 @@ TEST(Float8, saturate_or_overflow) {
   EXPECT_EQ(enc<Float8E4M3FN>(464, false), 0x7E);
   EXPECT_EQ(enc<Float8E4M3FN>(465, true), 0x7E);
   EXPECT_EQ(enc<Float8E4M3FN>(465, false), 0x7F);  // NaN: no Inf
+  EXPECT_EQ(enc<Float8E4M3FN>(480, false), 0x7F);  // ONNX's Python reference gives 448 here (float8.h)
+  EXPECT_EQ(enc<Float8E4M3FN>(490, true), 0x7E);
   EXPECT_EQ(enc<Float8E4M3FN>(-1e9, true), 0xFE);
   EXPECT_EQ(enc<Float8E4M3FN>(-1e9, false), 0xFF);
   EXPECT_EQ(enc<Float8E4M3FN>(kInf, true), 0x7E);
