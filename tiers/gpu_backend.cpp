@@ -10,6 +10,7 @@
 
 #ifdef TERRACE_HAVE_CUDA
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -66,6 +67,25 @@ std::string gpu_can_compile(const Graph& g, const Node& node) {
   return "";
 }
 
+// A kernel's name from its content: a hash of its CUDA C rendered under a placeholder name, so that
+// identical kernels of different regions are named alike; a repeat within one program (`earlier`)
+// gets a suffix.
+std::string content_name(kernels::LoweredFunc& f, const std::vector<kernels::LoweredFunc>& earlier) {
+  const std::string given = f.name;
+  f.name = "tr_kernel";
+  const std::string text = kernels::render_c(f, kernels::Dialect::Cuda);
+  f.name = given;
+  uint64_t h = 1469598103934665603ull;  // FNV-1a
+  for (unsigned char c : text) h = (h ^ c) * 1099511628211ull;
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  std::string name = std::string("tk_") + hex;
+  int repeat = 0;
+  for (const kernels::LoweredFunc& e : earlier)
+    if (e.name.rfind(name, 0) == 0) ++repeat;
+  return repeat ? name + "_" + std::to_string(repeat) : name;
+}
+
 // The region as tier 1 lowers it (tiers/region_lowering.h: the same fusion, reductions and data
 // movement), every kernel rendered in the Cuda dialect into one program.
 GpuProgram render_gpu_program(const Graph& g, const Region& region, const std::vector<Tensor>& inputs,
@@ -94,6 +114,7 @@ GpuProgram render_gpu_program(const Graph& g, const Region& region, const std::v
       continue;
     }
     kernels::LoweredFunc& f = step.func;
+    f.name = content_name(f, funcs);
     k.name = f.name;
     for (const kernels::Buffer& b : f.buffers) k.args.push_back(step.slots.at(size_t(b.slot)));
     k.extent = f.parallel_extent;
@@ -107,7 +128,9 @@ GpuProgram render_gpu_program(const Graph& g, const Region& region, const std::v
     p.ir += kernels::to_string(f);
     funcs.push_back(std::move(f));
   }
-  p.source = kernels::render_cuda_program(funcs, "region " + std::to_string(region.id) + " (" + region.ops() + ")");
+  // No region id in the program: regions that lower alike (a transformer's layers) render the same
+  // source, which compile_gpu_cubin finds in the cache instead of running NVRTC again.
+  p.source = kernels::render_cuda_program(funcs, "a region of " + region.ops());
   return p;
 }
 

@@ -147,6 +147,31 @@ TEST(GpuRegion, reductions_and_data_movement_render_as_tier1_lowers_them) {
   EXPECT_EQ(std::memcmp(cubin.data(), "\x7f" "ELF", 4), 0);
 }
 
+// Kernels are named by their content and the program names no region: two regions that lower
+// alike (a transformer's layers) render one source, so NVRTC runs once for both (the cubin cache
+// is keyed by the source); a different region gets different names.
+TEST(GpuRegion, regions_that_lower_alike_render_the_same_program) {
+  auto chain = [](Op op) {
+    GraphBuilder g;
+    int a = g.input("a", DType::Float32, {64, 32});
+    g.output(g.node(Op::Add, {g.node(Op::Mul, {g.node(op, {a}), a}), g.constant("one", Tensor::scalar<float>(1))}));
+    return whole_graph(g.build());
+  };
+  OneRegion first = chain(Op::Tanh), second = chain(Op::Tanh), other = chain(Op::Sigmoid);
+  first.region.id = 3;
+  second.region.id = 7;
+  other.region.id = 7;
+  GpuRegionCode a = render_gpu_region(*first.graph, first.region, first.inputs);
+  GpuRegionCode b = render_gpu_region(*second.graph, second.region, second.inputs);
+  GpuRegionCode c = render_gpu_region(*other.graph, other.region, other.inputs);
+  EXPECT_EQ(a.source, b.source);
+  ASSERT_EQ(a.kernels.size(), 1u);
+  EXPECT_EQ(a.kernels, b.kernels);
+  EXPECT_EQ(a.kernels[0].rfind("tk_", 0), 0u) << a.kernels[0];
+  EXPECT_NE(a.kernels, c.kernels);
+  EXPECT_NE(a.source.find(a.kernels[0]), std::string::npos);
+}
+
 TEST(GpuRegion, a_node_no_tier_lowers_is_refused_by_name) {
   GraphBuilder g;
   int a = g.input("a", DType::Float32, {4, 8});
