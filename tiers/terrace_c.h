@@ -57,7 +57,17 @@ typedef enum TerraceDType {
   TERRACE_FLOAT64 = 11,
   TERRACE_UINT32 = 12,
   TERRACE_UINT64 = 13,
-  TERRACE_BFLOAT16 = 16
+  TERRACE_BFLOAT16 = 16,
+  /* The narrow types (version 2): one byte per element in a tensor's memory, the 4-bit ones
+   * unpacked (one value per byte: int4 sign-extended, so the byte reads as an int8; uint4 and
+   * float4's code in the low nibble). */
+  TERRACE_FLOAT8E4M3FN = 17,
+  TERRACE_FLOAT8E4M3FNUZ = 18,
+  TERRACE_FLOAT8E5M2 = 19,
+  TERRACE_FLOAT8E5M2FNUZ = 20,
+  TERRACE_UINT4 = 21,
+  TERRACE_INT4 = 22,
+  TERRACE_FLOAT4E2M1 = 23
 } TerraceDType;
 
 typedef enum TerraceTier { TERRACE_TIER_INTERP = 0, TERRACE_TIER_CPU = 1, TERRACE_TIER_GPU = 2 } TerraceTier;

@@ -226,6 +226,23 @@ TEST(CApi, version_2_sets_mode_strict_and_a_profile_file) {
   std::filesystem::remove(trace);
 }
 
+TEST(CApi, narrow_type_tensors_are_one_byte_per_element) {
+  for (TerraceDType d : {TERRACE_FLOAT8E4M3FN, TERRACE_FLOAT8E5M2FNUZ, TERRACE_INT4, TERRACE_UINT4, TERRACE_FLOAT4E2M1}) {
+    const int64_t shape[1] = {5};
+    TerraceValue* v = nullptr;
+    ASSERT_OK(api()->CreateTensor(d, shape, 1, &v));
+    TerraceDType got;
+    size_t rank = 0;
+    const int64_t* dims = nullptr;
+    ASSERT_OK(api()->GetTensorType(v, &got, &rank, &dims));
+    EXPECT_EQ(got, d);
+    size_t bytes = 0;
+    ASSERT_OK(api()->GetTensorSize(v, &bytes));
+    EXPECT_EQ(bytes, 5u) << int(d);
+    api()->ReleaseValue(v);
+  }
+}
+
 TEST(CApi, bad_model_bytes_are_invalid_model) {
   const char junk[] = "definitely not a protobuf \x01\x02\xff";
   TerraceSession* s = nullptr;
