@@ -1,11 +1,12 @@
-// compile_cpu_kernel and run_cpu_kernel: render -> CpuJit, and tbb::parallel_for over the range.
+// compile_cpu_kernel and run_cpu_kernel: render -> CpuJit, and an OpenMP loop over the range.
 #include "jit/cpu_kernel.h"
 
 #include <map>
 #include <mutex>
 
-#include <tbb/blocked_range.h>
-#include <tbb/parallel_for.h>
+#include <omp.h>
+
+#include <algorithm>
 
 #include "kernels/render_c.h"
 
@@ -65,8 +66,19 @@ void run_cpu_kernel(const CpuKernel& kernel, std::span<void* const> buffers) {
     if (n > 0) kernel.fn(args, 0, n);
     return;
   }
-  tbb::parallel_for(tbb::blocked_range<int64_t>(0, n, grain),
-                    [&](const tbb::blocked_range<int64_t>& r) { kernel.fn(args, r.begin(), r.end()); });
+  // OpenMP, the pool oneDNN's primitives run on: one pool of workers for the whole region. With
+  // TBB here and OpenMP in oneDNN, libgomp's workers spun after each product while TBB's wanted
+  // the same cores (65% of BERT's CPU time in libgomp's wait loop on 2 cores). Pieces of at least
+  // `grain` iterations, a few per thread, taken in turn (a preempted thread's share goes to the
+  // others); at most one thread per piece.
+  const int64_t threads = std::min<int64_t>(omp_get_max_threads(), (n + grain - 1) / grain);
+  const int64_t pieces = std::min<int64_t>((n + grain - 1) / grain, 4 * threads);
+  const int64_t step = (n + pieces - 1) / pieces;
+#pragma omp parallel for num_threads(int(threads)) schedule(dynamic, 1)
+  for (int64_t p = 0; p < pieces; ++p) {
+    const int64_t begin = p * step, end = std::min(n, begin + step);
+    if (begin < end) kernel.fn(args, begin, end);
+  }
 }
 
 }  // namespace terrace::jit

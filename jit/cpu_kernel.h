@@ -1,4 +1,4 @@
-// CpuKernel: a lowered kernel compiled by the CPU JIT, and its TBB-parallel runner.
+// CpuKernel: a lowered kernel compiled by the CPU JIT, and its parallel runner (OpenMP).
 #pragma once
 #include <memory>
 #include <span>
@@ -26,10 +26,17 @@ CpuKernel compile_cpu_kernel(const kernels::LoweredFunc& f, CpuJit& jit = CpuJit
                              const CodeCache* cache = nullptr);
 
 // Runs the kernel on its buffers (in slot order: the group's inputs, then its outputs). The
-// range is split across the current TBB arena in tasks of at least kMinElementsPerTask elements,
-// so small tensors run on the calling thread. Every output element is written by exactly one
-// task, so the result does not depend on the thread count.
-inline constexpr int64_t kMinElementsPerTask = 1 << 15;
+// range is split across the calling thread's OpenMP threads (the pool oneDNN runs on) in pieces
+// of at least kMinElementsPerTask elements, at most one thread per piece, so small tensors run on
+// the calling thread. Every output element is written by exactly one piece, so the result does
+// not depend on the thread count.
+// 256 K elements (a few hundred microseconds of a fused kernel's work): a fork and join costs
+// microseconds on an idle machine but milliseconds where a worker is preempted, and splitting a
+// 100-microsecond kernel saves at most half of it. Measured on this 2-core machine under other
+// builds (terrace bench --profile, BERT, 2 threads): its Add+Add+LayerNormalization regions took
+// 32.7 ms a call with 32 K-element pieces against 3.3 ms with 256 K (1.1 ms on one thread); on
+// the 16-core host MobileNetV2 was slower than on 2 cores from over-splitting small ops.
+inline constexpr int64_t kMinElementsPerTask = 1 << 18;
 void run_cpu_kernel(const CpuKernel& kernel, std::span<void* const> buffers);
 
 }  // namespace terrace::jit
