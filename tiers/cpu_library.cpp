@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "interp/interpreter.h"
+#include "jit/dnnl_deconv.h"
 
 namespace terrace::cpu_library {
 namespace {
@@ -59,6 +60,11 @@ std::optional<jit::DnnlActivation> activation_of(const Graph& g, const Node& n) 
 int64_t reduction_length(const Node& node, const Shape& a, const Shape& b) {
   if (node.op == Op::MatMul) return a.back();
   if (node.op == Op::Gemm) return node.attr_int("transA", 0) ? a[0] : a[1];
+  if (node.op == Op::ConvTranspose) {  // weights [C, M/group, k...]: C/group channels, each tap at most once
+    int64_t k = b[0] / std::max<int64_t>(1, node.attr_int("group", 1));
+    for (size_t i = 2; i < b.size(); ++i) k *= b[i];
+    return k;
+  }
   int64_t k = 1;  // Conv: weights [M, C/group, k...]
   for (size_t i = 1; i < b.size(); ++i) k *= b[i];
   return k;
@@ -118,7 +124,8 @@ bool chains_add(const Graph& g, const Node& conv, const Node& next) {
 }  // namespace
 
 bool is_library_op(Op op) {
-  return op == Op::MatMul || op == Op::Gemm || op == Op::Conv || op == Op::MaxPool || op == Op::AveragePool;
+  return op == Op::MatMul || op == Op::Gemm || op == Op::Conv || op == Op::MaxPool || op == Op::AveragePool ||
+         op == Op::ConvTranspose;
 }
 
 std::string can_compile(const Graph& g, const Node& node) {
@@ -133,6 +140,7 @@ std::string can_compile(const Graph& g, const Node& node) {
     dtypes.push_back(*info.dtype);
     ranks.push_back(info.shape ? std::optional(info.shape->size()) : std::nullopt);
   }
+  if (node.op == Op::ConvTranspose) return jit::dnnl_deconv_can_compile(node, dtypes, ranks);
   return jit::dnnl_can_compile(node, dtypes, ranks);
 #else
   (void)g;
@@ -148,7 +156,7 @@ bool absorbs(const Graph& g, const Node& last, const Node& next) {
   if (last.outputs.size() != 1 || last.outputs[0] < 0) return false;
   const bool activation = activation_of(g, next).has_value() && only_reader(g, last.outputs[0]);
   if (last.op == Op::MaxPool || last.op == Op::AveragePool) return false;
-  if (last.op == Op::MatMul || last.op == Op::Gemm) return activation;
+  if (last.op == Op::MatMul || last.op == Op::Gemm || last.op == Op::ConvTranspose) return activation;
   if (last.op == Op::Conv)
     return activation || chains_conv(g, last, next) || (chains_add(g, last, next) && only_reader(g, last.outputs[0]));
   // `last` is an activation or an Add already in a Conv's region: the next Conv, or an
@@ -283,7 +291,9 @@ LibraryPart compile_library(const Graph& g, const Region& region, std::vector<ke
       constants.push_back(constant_of(g, v));
       part.slots.push_back(int(slot));
     }
-    part.primitive = jit::make_dnnl_primitive(node, shapes, constants, act.value_or(jit::DnnlActivation{}));
+    part.primitive = node.op == Op::ConvTranspose
+                         ? jit::make_dnnl_deconvolution(node, shapes, constants, act.value_or(jit::DnnlActivation{}))
+                         : jit::make_dnnl_primitive(node, shapes, constants, act.value_or(jit::DnnlActivation{}));
   } else {
     std::vector<Shape> shapes;
     std::vector<const Tensor*> constants;

@@ -1,5 +1,5 @@
-// Tier 1's library regions: a MatMul or Gemm (and the activation it absorbed), a MaxPool or an
-// AveragePool run by a oneDNN primitive, or a chain of convolutions (with the Relu/Clip activations and residual Adds after
+// Tier 1's library regions: a MatMul, Gemm or ConvTranspose (and the activation it absorbed), a
+// MaxPool or an AveragePool run by a oneDNN primitive, or a chain of convolutions (with the Relu/Clip activations and residual Adds after
 // them) run in oneDNN's blocked layouts, validated against a bound on their own fp32 rounding
 // computed op by op. tiers/cpu_backend.cpp asks these functions about library ops and hands such
 // regions to compile_library.
@@ -22,7 +22,7 @@ bool is_library_op(Op op);
 std::string can_compile(const Graph& g, const Node& node);
 
 // True when `next`, the only reader of `last`'s result, joins the library region `last` ends:
-// after a MatMul or Gemm its Relu or Clip; after a Conv its Relu or Clip, the next Conv (constant
+// after a MatMul, Gemm or ConvTranspose its Relu or Clip; after a Conv its Relu or Clip, the next Conv (constant
 // weights) or a residual Add of a value of the same static shape; after those, as after a Conv.
 bool absorbs(const Graph& g, const Node& last, const Node& next);
 

@@ -29,6 +29,12 @@ struct ConvGeometry {
 // [N, C, D...] and weights w [M, C/group, k...]; InvalidArgument/InvalidModel naming the node.
 ConvGeometry conv_geometry(const Node& node, const Shape& x, const Shape& w);
 
+// The geometry of a ConvTranspose node for input x [N, C, D...] and weights w [C, M/group, k...]:
+// `in` is x's spatial size, `out` the result's, `pads_begin`/`pads_end` the pads the output is
+// cut by from the full transposed convolution (strides * (in - 1) + output_padding + (k - 1) *
+// dilations + 1), negative where output_shape asks for more than that; as the interpreter runs it.
+ConvGeometry conv_transpose_geometry(const Node& node, const Shape& x, const Shape& w);
+
 // The strides/dilations/pads attributes of a conv-like node with `rank` spatial dims, checked.
 struct ConvAttrs {
   std::vector<int64_t> strides, dilations, pads_begin, pads_end;

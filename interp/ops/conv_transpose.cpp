@@ -10,6 +10,8 @@ namespace {
 // negative when output_shape asks for more than the natural size.
 int64_t floor_div(int64_t a, int64_t b) { return a / b - ((a % b != 0) && ((a < 0) != (b < 0))); }
 
+}  // namespace
+
 // Geometry of ConvTranspose for x [N, C, D...] and w [C, M/group, k...]; `in` is x's spatial size.
 ConvGeometry conv_transpose_geometry(const Node& node, const Shape& x, const Shape& w) {
   TERRACE_CHECK(x.size() >= 3 && x.size() - 2 <= kMaxSpatial && w.size() == x.size(), InvalidArgument,
@@ -55,6 +57,8 @@ ConvGeometry conv_transpose_geometry(const Node& node, const Shape& x, const Sha
   }
   return g;
 }
+
+namespace {
 
 // Adds channel co's columns (kernel_size rows of in_size sums) into its output plane, kernel
 // position by kernel position, input point by input point: a fixed order for every element.
