@@ -185,7 +185,12 @@ class GpuRegion : public CompiledRegion {
     std::vector<Tensor> at(slots_.size());
     size_t in_bytes = 0;
     for (size_t i = 0; i < n_inputs_; ++i) {
-      if (inputs[i].on_device()) at[i] = inputs[i];
+      if (inputs[i].on_device() && !on_this_stream(inputs[i])) {
+        // Another session's device tensor (another stream, whose frees are not ordered after this
+        // one's reads): through the host, which orders both sides.
+        at[i] = jit::cuda::upload(inputs[i].to_host(), stream_);
+        copies += 2;
+      } else if (inputs[i].on_device()) at[i] = inputs[i];
       else if (constant_[i]) at[i] = resident_[i];
       else in_bytes += inputs[i].nbytes();
     }
@@ -268,6 +273,12 @@ class GpuRegion : public CompiledRegion {
   }
 
  private:
+  // True for a device tensor whose storage is ordered on this region's stream.
+  bool on_this_stream(const Tensor& t) const {
+    const auto* st = dynamic_cast<const jit::cuda::DeviceTensorStorage*>(t.device_storage());
+    return st && st->stream() == stream_;
+  }
+
   // TERRACE_FAULT=miscompile:gpu: a deliberately wrong result, for testing validation.
   void perturb(std::vector<Tensor>& out) {
     for (Tensor& d : out) {

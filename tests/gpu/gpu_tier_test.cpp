@@ -242,6 +242,29 @@ TEST(GpuTier, bound_device_inputs_and_outputs_make_calls_without_transfers) {
   expect_matches(host, want);
 }
 
+// A device tensor of one session fed to another (a second stream): correct, through the host.
+TEST(GpuTier, another_sessions_device_tensor_is_taken_through_the_host) {
+  SKIP_WITHOUT_GPU();
+  GraphBuilder g;
+  int x = g.input("x", DType::Float32, {8, 96});
+  g.output(g.node(Op::Tanh, {g.node(Op::MatMul, {x, g.constant("w", random_tensor({96, 96}, 31))})}));
+  auto graph = g.build();
+  const NamedTensors in = {{"x", random_tensor({8, 96}, 32)}};
+  auto first = Session::from_graph(graph, gpu_options());
+  auto second = Session::from_graph(graph, gpu_options());
+  run_calls(*first, in, reference(graph, in), 12);
+  const NamedTensors in2 = {{"x", reference(graph, in)[0].second}};
+  const NamedTensors want2 = reference(graph, in2);
+  run_calls(*second, in2, want2, 12);
+  RunOptions keep;
+  keep.outputs_on_device = true;
+  NamedTensors mid = first->run(in, keep);
+  ASSERT_TRUE(mid[0].second.on_device()) << first->report();
+  NamedTensors out = second->run({{"x", mid[0].second}});
+  expect_matches(out, want2);
+  EXPECT_EQ(second->last_call().transfers, 3) << second->report();  // down, up, and the output out
+}
+
 TEST(GpuTier, to_device_without_tier2_is_a_clear_error) {
   GraphBuilder g;
   int x = g.input("x", DType::Float32, {4});
