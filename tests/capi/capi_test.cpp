@@ -57,6 +57,21 @@ Outcome outcome(TerraceStatus* s) {
     ASSERT_EQ(o_.code, TERRACE_OK) << o_.message;           \
   } while (0)
 
+// One call of mlp_model() on x = [[1, 2, 3]], its output released.
+TerraceStatus* run_once(TerraceSession* session) {
+  std::vector<float> x = {1, 2, 3};
+  const int64_t shape[2] = {1, 3};
+  TerraceValue* in = nullptr;
+  if (TerraceStatus* s = api()->CreateTensorOverData(TERRACE_FLOAT32, shape, 2, x.data(), 12, &in)) return s;
+  const char* name = "x";
+  const TerraceValue* inputs[1] = {in};
+  TerraceValue* out = nullptr;
+  TerraceStatus* s = api()->Run(session, nullptr, &name, inputs, 1, &out, 1);
+  api()->ReleaseValue(out);
+  api()->ReleaseValue(in);
+  return s;
+}
+
 // A session on the interpreter, without the disk cache.
 struct Fixture : ::testing::Test {
   void SetUp() override {
@@ -208,16 +223,7 @@ TEST(CApi, version_2_sets_mode_strict_and_a_profile_file) {
   ASSERT_OK(api()->SetProfileFile(options, trace.c_str()));
   ASSERT_OK(api()->CreateSessionFromBytes(model.data(), model.size(), options, &s));
   api()->ReleaseOptions(options);
-  std::vector<float> x = {1, 2, 3};
-  const int64_t shape[2] = {1, 3};
-  TerraceValue* in = nullptr;
-  ASSERT_OK(api()->CreateTensorOverData(TERRACE_FLOAT32, shape, 2, x.data(), 12, &in));
-  const char* name = "x";
-  const TerraceValue* inputs[1] = {in};
-  TerraceValue* out[1] = {nullptr};
-  ASSERT_OK(api()->Run(s, nullptr, &name, inputs, 1, out, 1));
-  api()->ReleaseValue(out[0]);
-  api()->ReleaseValue(in);
+  ASSERT_OK(run_once(s));
   api()->ReleaseSession(s);  // writes the trace
   std::ifstream f(trace);
   std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
@@ -367,16 +373,7 @@ TEST(CApi, report_as_text_and_json_lists_regions_and_calls) {
   TerraceSession* session = nullptr;
   ASSERT_OK(api()->CreateSessionFromBytes(bytes.data(), bytes.size(), o, &session));
   api()->ReleaseOptions(o);
-  std::vector<float> x = {1, 2, 3};
-  const int64_t shape[2] = {1, 3};
-  TerraceValue* in = nullptr;
-  ASSERT_OK(api()->CreateTensorOverData(TERRACE_FLOAT32, shape, 2, x.data(), 12, &in));
-  const char* name = "x";
-  const TerraceValue* inputs[1] = {in};
-  TerraceValue* out = nullptr;
-  ASSERT_OK(api()->Run(session, nullptr, &name, inputs, 1, &out, 1));
-  api()->ReleaseValue(out);
-  api()->ReleaseValue(in);
+  ASSERT_OK(run_once(session));
   char* text = nullptr;
   ASSERT_OK(api()->SessionGetReport(session, 0, &text));
   ASSERT_NE(text, nullptr);
