@@ -23,6 +23,7 @@
 #include "interp/interpreter.h"
 #include "interp/omp_threads.h"
 #include "interp/ops/conv.h"
+#include "jit/dnnl_activation.h"
 
 namespace terrace::jit {
 namespace {
@@ -98,17 +99,8 @@ bool all_finite(const float* p, size_t n) {
   return top != 0x7f800000u;
 }
 
-// The interpreter's Relu and Clip (NaN stays); oneDNN's fused ones agree on finite values only.
-float activate(const DnnlActivation& a, float x) {
-  switch (a.kind) {
-    case DnnlActivation::Kind::Relu: return x < 0.0f ? 0.0f : x;
-    case DnnlActivation::Kind::Clip: {
-      const float r = x < a.lo ? a.lo : x;
-      return r > a.hi ? a.hi : r;
-    }
-    default: return x;
-  }
-}
+// The interpreter's activation (NaN stays); oneDNN's fused ones agree on finite values only.
+float activate(const DnnlActivation& a, float x) { return dnnl_activation_apply(a, x); }
 
 class Deconvolution : public DnnlPrimitive {
  public:
@@ -127,9 +119,8 @@ class Deconvolution : public DnnlPrimitive {
     plane_ = g.out_size();
     description_ = "oneDNN deconvolution (" + node.describe() + "): src " + shape_str(shapes[0]) + ", weights " +
                    shape_str(shapes[1]) + (shapes.size() == 3 ? ", bias" : "") + " -> dst " + shape_str(out_);
-    const std::string post = activation.kind == DnnlActivation::Kind::None ? ""
-                             : activation.kind == DnnlActivation::Kind::Relu ? "; post-op relu"
-                                                                             : "; post-op clip";
+    const std::string post =
+        activation.kind == DnnlActivation::Kind::None ? "" : "; post-op " + dnnl_activation_name(activation);
     if (has_zero_dim(shapes[0]) || has_zero_dim(shapes[1]) || has_zero_dim(out_)) {
       reference_only_ = true;
       description_ += "; a zero-sized tensor, run by the interpreter's kernel, no library call";
@@ -192,10 +183,7 @@ class Deconvolution : public DnnlPrimitive {
                                                   dnnl::algorithm::deconvolution_direct, src_, weights, dst_, strides,
                                                   dil, pad_l, pad_r);
       dnnl::post_ops ops;
-      if (activation.kind == DnnlActivation::Kind::Relu)
-        ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
-      if (activation.kind == DnnlActivation::Kind::Clip)
-        ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_clip, activation.lo, activation.hi);
+      dnnl_append_activation(ops, activation);
       dnnl::primitive_attr attr = user_scratchpad();
       attr.set_post_ops(ops);
       return dnnl::deconvolution_forward::primitive_desc(d, attr, engine());

@@ -15,7 +15,7 @@
 namespace terrace::jit {
 
 // ONNX ConvTranspose (1-3 spatial dimensions, groups, strides, dilations, pads, auto_pad,
-// output_padding, output_shape, optional bias) with an optional Relu or Clip fused as a post-op.
+// output_padding, output_shape, optional bias) with an optional activation fused as a post-op.
 // Output rows the transposed kernel never reaches (output_padding, an output_shape larger than
 // the full result, negative pads) hold the bias, as in the interpreter: oneDNN computes the part
 // its taps reach and the rest is filled. A zero-sized tensor never reaches oneDNN, and inputs

@@ -17,6 +17,7 @@
 #include "interp/interpreter.h"
 #include "interp/omp_threads.h"
 #include "interp/ops/conv.h"
+#include "jit/dnnl_activation.h"
 
 namespace terrace::jit {
 namespace {
@@ -78,10 +79,7 @@ void execute(const dnnl::primitive& p, const memory::desc& scratch, std::unorder
   }
 }
 
-void append_activation(dnnl::post_ops& ops, const DnnlActivation& a) {
-  if (a.kind == DnnlActivation::Kind::Relu) ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
-  if (a.kind == DnnlActivation::Kind::Clip) ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_clip, a.lo, a.hi);
-}
+void append_activation(dnnl::post_ops& ops, const DnnlActivation& a) { dnnl_append_activation(ops, a); }
 
 // oneDNN's Relu (and Clip) post-op is the interpreter's Relu on finite values only, and what it
 // does with infinities and NaN depends on the implementation oneDNN picks for the shape and the
@@ -108,7 +106,7 @@ float activate(const DnnlActivation& a, float x) {
       const float r = x < a.lo ? a.lo : x;
       return r > a.hi ? a.hi : r;
     }
-    default: return x;
+    default: return dnnl_activation_apply(a, x);  // Sigmoid, Tanh, ... (jit/dnnl_activation.h)
   }
 }
 
@@ -123,7 +121,7 @@ std::string activation_name(const DnnlActivation& a) {
   switch (a.kind) {
     case DnnlActivation::Kind::Relu: return "relu";
     case DnnlActivation::Kind::Clip: return "clip(" + std::to_string(a.lo) + ", " + std::to_string(a.hi) + ")";
-    default: return "none";
+    default: return dnnl_activation_name(a);
   }
 }
 std::string activation_text(const DnnlActivation& a) {

@@ -36,11 +36,14 @@ class DnnlPrimitive {
 // An activation applied to a primitive's result before it is stored (a oneDNN post-op): the Relu
 // or Clip (Relu6 in MobileNets) that follows a convolution or a product in many models, fused
 // instead of a pass of its own. Both are monotone and 1-Lipschitz, so a bound on the error before
-// them holds after them too. On inputs that are not all finite, the activation is applied with the
+// them holds after them too; the other kinds (Sigmoid, Tanh, LeakyRelu, Elu, HardSwish, Gelu in
+// its erf and tanh forms) carry the bound through their slope plus their own rounding
+// (jit/dnnl_activation.h). On inputs that are not all finite, the activation is applied with the
 // interpreter's semantics instead (see all_finite in dnnl_ops.cpp).
 struct DnnlActivation {
-  enum class Kind { None, Relu, Clip } kind = Kind::None;
+  enum class Kind { None, Relu, Clip, Sigmoid, Tanh, LeakyRelu, Elu, HardSwish, Gelu, GeluTanh } kind = Kind::None;
   float lo = 0.0f, hi = 0.0f;  // Clip's bounds, lo <= hi
+  float alpha = 0.0f;          // LeakyRelu's slope below 0, Elu's alpha
 };
 
 // ONNX MatMul (numpy broadcasting of batch dimensions, 1-D operands promoted), Gemm (transA,

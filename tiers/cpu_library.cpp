@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "interp/interpreter.h"
+#include "jit/dnnl_activation.h"
 #include "jit/dnnl_deconv.h"
 
 namespace terrace::cpu_library {
@@ -36,8 +37,9 @@ bool is_float32(const Graph& g, int v) {
 }
 
 // The oneDNN activation a node can be: a Relu, or a Clip with constant bounds lo <= hi (opset 11+
-// inputs, or opset 6 attributes); both are monotone and 1-Lipschitz, so an error bound before
-// them holds after them.
+// inputs, or opset 6 attributes), both monotone and 1-Lipschitz, so an error bound before them
+// holds after them; or a Sigmoid, Tanh, LeakyRelu, Elu, HardSwish or Gelu, whose bound follows
+// their slope (jit/dnnl_activation.h).
 std::optional<jit::DnnlActivation> activation_of(const Graph& g, const Node& n) {
 #ifdef TERRACE_HAVE_DNNL
   if (n.outputs.size() != 1 || n.inputs.empty() || n.inputs[0] < 0 || !is_float32(g, n.inputs[0])) return std::nullopt;
@@ -49,6 +51,7 @@ std::optional<jit::DnnlActivation> activation_of(const Graph& g, const Node& n) 
     if (lo && hi && std::isfinite(*lo) && std::isfinite(*hi) && *lo <= *hi)
       return jit::DnnlActivation{jit::DnnlActivation::Kind::Clip, *lo, *hi};
   }
+  return jit::dnnl_activation_of(n);
 #else
   (void)g;
   (void)n;
@@ -246,8 +249,11 @@ std::vector<Tensor> error_allowance(const Graph& g, const Region& region, const 
       bound[result] = std::move(e);
       continue;
     } else {
-      TERRACE_ASSERT(activation_of(g, node).has_value(), "tier 1: a library region holds a node that is no activation");
-      bound[result] = bound.at(node.inputs[0]);
+      const std::optional<jit::DnnlActivation> act = activation_of(g, node);
+      TERRACE_ASSERT(act.has_value(), "tier 1: a library region holds a node that is no activation");
+      // Relu and Clip pass the bound on; the others scale it by their slope and add their own
+      // rounding (jit/dnnl_activation.h).
+      bound[result] = jit::dnnl_activation_bound(*act, value_of(node.inputs[0]), bound.at(node.inputs[0]));
     }
     if (last) break;
     // The interpreter's value of the result, for the ops after it.

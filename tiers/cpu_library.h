@@ -22,7 +22,8 @@ bool is_library_op(Op op);
 std::string can_compile(const Graph& g, const Node& node);
 
 // True when `next`, the only reader of `last`'s result, joins the library region `last` ends:
-// after a MatMul, Gemm or ConvTranspose its Relu or Clip; after a Conv its Relu or Clip, the next Conv (constant
+// after a MatMul, Gemm or ConvTranspose its activation (Relu, Clip, Sigmoid, Tanh, LeakyRelu, Elu,
+// HardSwish, Gelu: jit/dnnl_activation.h); after a Conv its activation, the next Conv (constant
 // weights) or a residual Add of a value of the same static shape; after those, as after a Conv.
 bool absorbs(const Graph& g, const Node& last, const Node& next);
 

@@ -67,6 +67,13 @@ std::shared_ptr<Graph> upsampling_model(int64_t batch = 1) {
   return g.build();
 }
 
+// TERRACE_FAULT set for a scope, unset when it ends (also when an assertion leaves the test early).
+struct FaultInjected {
+  explicit FaultInjected(const char* fault) { setenv("TERRACE_FAULT", fault, 1); }
+  ~FaultInjected() { unsetenv("TERRACE_FAULT"); }
+  void end() { unsetenv("TERRACE_FAULT"); }
+};
+
 void warm_up(Session& s, const NamedTensors& in) {
   for (int i = 0; i < 3; ++i) {
     s.run(in);
@@ -96,13 +103,13 @@ TEST(LibraryRegions, conv_transpose_runs_on_tier1_validated_with_its_activation)
 // The allowance bounds rounding, not a wrong kernel: a ConvTranspose region off by 1 in one
 // element fails validation and the caller gets the interpreter's answer.
 TEST(LibraryRegions, miscompiled_conv_transpose_is_caught_and_demoted) {
-  setenv("TERRACE_FAULT", "miscompile:cpu", 1);
+  FaultInjected fault("miscompile:cpu");
   auto g = upsampling_model();
   auto s = Session::from_graph(g, on_tier(Tier::Cpu));
   NamedTensors in = {{"x", random_tensor({1, 8, 6, 7}, 4)}};
   warm_up(*s, in);
   NamedTensors got = s->run(in);
-  unsetenv("TERRACE_FAULT");
+  fault.end();
   const NamedTensors want = Session::from_graph(g, on_tier(Tier::Interp))->run(in);
   EXPECT_TRUE(compare_tensors(want[0].second, got[0].second, Tolerance::for_dtype(DType::Float32)).equal)
       << "the caller got a perturbed result";

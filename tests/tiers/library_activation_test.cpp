@@ -1,0 +1,139 @@
+// Sigmoid, Tanh, LeakyRelu, Elu, HardSwish and Gelu after a MatMul, Gemm, Conv (chain) or
+// ConvTranspose join its tier-1 library region as oneDNN post-ops (jit/dnnl_activation.h), are
+// validated against the interpreter with the region's allowance carried through their slope, and
+// a wrong result is still caught. In the LibraryRegions suite, so that the ctests
+// library_regions_on_AVX2 / _SSE41 run it on those instruction sets too.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+#include "interp/compare.h"
+#include "tests/support/graph_builder.h"
+#include "tiers/session.h"
+
+namespace terrace {
+namespace {
+
+using testing::GraphBuilder;
+using testing::random_tensor;
+
+#ifdef TERRACE_HAVE_DNNL
+
+Options on_tier(Tier t) {
+  Options o;
+  o.max_tier = t;
+  o.cache_dir = "";
+  return o;
+}
+
+size_t occurrences(const std::string& text, const std::string& needle) {
+  size_t n = 0;
+  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
+  return n;
+}
+
+std::vector<std::string> region_ops(const Session& s) {
+  std::vector<std::string> ops;
+  for (const Region& r : s.plan().regions) ops.push_back(r.ops());
+  return ops;
+}
+
+// TERRACE_FAULT set for a scope, unset when it ends (also when an assertion leaves the test early).
+struct FaultInjected {
+  explicit FaultInjected(const char* fault) { setenv("TERRACE_FAULT", fault, 1); }
+  ~FaultInjected() { unsetenv("TERRACE_FAULT"); }
+  void end() { unsetenv("TERRACE_FAULT"); }
+};
+
+void warm_up(Session& s, const NamedTensors& in) {
+  for (int i = 0; i < 3; ++i) {
+    s.run(in);
+    s.wait_for_compiles();
+  }
+}
+
+// x [1,4,8,8] -> Conv -> Sigmoid -> Conv -> LeakyRelu -> Conv -> Tanh (one chain) -> ConvTranspose
+// -> Elu -> Flatten -> Gemm -> Gelu -> MatMul -> HardSwish -> Gemm -> Gelu(tanh).
+std::shared_ptr<Graph> activations_model() {
+  GraphBuilder g;
+  int x = g.input("x", DType::Float32, {1, 4, 8, 8});
+  auto conv = [&](int in, Shape w, uint64_t seed) {
+    int wv = g.constant("w" + std::to_string(seed), random_tensor(w, seed, -0.4f, 0.4f));
+    int bv = g.constant("b" + std::to_string(seed), random_tensor({w[0]}, seed + 100));
+    return g.node(Op::Conv, {in, wv, bv}, {{"pads", GraphBuilder::attr_ints({1, 1, 1, 1})}});
+  };
+  int a = g.node(Op::Sigmoid, {conv(x, {8, 4, 3, 3}, 1)});
+  int b = g.node(Op::LeakyRelu, {conv(a, {8, 8, 3, 3}, 2)}, {{"alpha", GraphBuilder::attr_float(0.1f)}});
+  int c = g.node(Op::Tanh, {conv(b, {4, 8, 3, 3}, 3)});
+  int wt = g.constant("wt", random_tensor({4, 2, 2, 2}, 4, -0.5f, 0.5f));
+  int d = g.node(Op::Elu, {g.node(Op::ConvTranspose, {c, wt}, {{"strides", GraphBuilder::attr_ints({2, 2})}})},
+                 {{"alpha", GraphBuilder::attr_float(0.5f)}});
+  int flat = g.node(Op::Flatten, {d});  // [1, 2 * 16 * 16]
+  int w1 = g.constant("g1", random_tensor({24, 512}, 5, -0.1f, 0.1f));
+  int e = g.node(Op::Gelu, {g.node(Op::Gemm, {flat, w1}, {{"transB", GraphBuilder::attr_int(1)}})});
+  int w2 = g.constant("g2", random_tensor({24, 16}, 6));
+  int f = g.node(Op::HardSwish, {g.node(Op::MatMul, {e, w2})});
+  int w3 = g.constant("g3", random_tensor({16, 5}, 7));
+  Attribute tanh_form;
+  tanh_form.kind = Attribute::Kind::String;
+  tanh_form.s = "tanh";
+  g.output(g.node(Op::Gelu, {g.node(Op::Gemm, {f, w3})}, {{"approximate", tanh_form}}));
+  return g.build();
+}
+
+TEST(LibraryRegions, activations_after_library_ops_are_post_ops_validated_on_tier1) {
+  auto g = activations_model();
+  auto s = Session::from_graph(g, on_tier(Tier::Cpu));
+  EXPECT_EQ(region_ops(*s), (std::vector<std::string>{"Conv,Sigmoid,Conv,LeakyRelu,Conv,Tanh", "ConvTranspose,Elu",
+                                                      "Flatten", "Gemm,Gelu", "MatMul,HardSwish", "Gemm,Gelu"}));
+  NamedTensors in = {{"x", random_tensor({1, 4, 8, 8}, 8, -2.0f, 2.0f)}};
+  const NamedTensors want = Session::from_graph(g, on_tier(Tier::Interp))->run(in);
+  warm_up(*s, in);
+  for (int call = 0; call < 4; ++call) {  // 3 validated calls, then one more
+    NamedTensors got = s->run(in);
+    Comparison c = compare_tensors(want[0].second, got[0].second, Tolerance::for_dtype(DType::Float32));
+    EXPECT_TRUE(c.equal) << c.message;
+  }
+  const std::string json = s->report_json();
+  EXPECT_EQ(occurrences(json, "\"tier\":\"cpu\""), 6u) << json;
+  EXPECT_EQ(occurrences(json, "\"validation\":\"passed\""), 6u) << json;
+}
+
+TEST(LibraryRegions, miscompiled_region_with_a_fused_activation_is_caught) {
+  FaultInjected fault("miscompile:cpu");
+  auto g = activations_model();
+  auto s = Session::from_graph(g, on_tier(Tier::Cpu));
+  NamedTensors in = {{"x", random_tensor({1, 4, 8, 8}, 9)}};
+  warm_up(*s, in);
+  NamedTensors got = s->run(in);
+  fault.end();
+  const NamedTensors want = Session::from_graph(g, on_tier(Tier::Interp))->run(in);
+  EXPECT_TRUE(compare_tensors(want[0].second, got[0].second, Tolerance::for_dtype(DType::Float32)).equal);
+  const std::string json = s->report_json();
+  EXPECT_EQ(occurrences(json, "\"validation\":\"failed: output"), 6u) << json;
+  EXPECT_EQ(occurrences(json, "\"tier\":\"cpu\""), 0u) << json;
+}
+
+// (1e8 + 1) - 1e8 is 0 in float32 and 1 in double; after a Sigmoid 0.5 against 0.73. The
+// product's allowance (gamma_K times the sum of |products|), carried through the Sigmoid's slope
+// 1/4, covers it: the region validates (without the slope it would be demoted).
+TEST(LibraryRegions, cancelling_product_before_a_sigmoid_passes_within_its_carried_bound) {
+  GraphBuilder gb;
+  int a = gb.input("a", DType::Float32, {2, 3});
+  int b = gb.constant("b", Tensor::from_vector<float>({3, 1}, {1, 1, 1}));
+  gb.output(gb.node(Op::Sigmoid, {gb.node(Op::MatMul, {a, b})}));
+  auto g = gb.build();
+  auto s = Session::from_graph(g, on_tier(Tier::Cpu));
+  EXPECT_EQ(region_ops(*s), (std::vector<std::string>{"MatMul,Sigmoid"}));
+  NamedTensors in = {{"a", Tensor::from_vector<float>({2, 3}, {1e8f, 1.0f, -1e8f, 0.5f, 0.25f, 2.0f})}};
+  warm_up(*s, in);
+  for (int call = 0; call < 3; ++call) s->run(in);
+  const std::string json = s->report_json();
+  EXPECT_EQ(occurrences(json, "\"tier\":\"cpu\""), 1u) << json;
+  EXPECT_EQ(occurrences(json, "\"validation\":\"passed\""), 1u) << json;
+}
+
+#endif  // TERRACE_HAVE_DNNL
+
+}  // namespace
+}  // namespace terrace
