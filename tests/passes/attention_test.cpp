@@ -163,7 +163,8 @@ void expect_fused(const AttentionForm& f) {
 TEST(AttentionFusion, a_causal_block_becomes_one_attention_with_the_interpreters_answer) {
   expect_fused({});
   Built b = build_attention({});
-  for (const Node& n : fused(b.g)->nodes) {
+  auto opt = fused(b.g);  // held: a range-for over fused(...)->nodes would read a freed graph
+  for (const Node& n : opt->nodes) {
     if (n.op == Op::Attention) EXPECT_FLOAT_EQ(n.attr_float("scale", 0), 0.25f);
   }
 }
