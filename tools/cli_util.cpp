@@ -316,6 +316,12 @@ NamedTensors random_inputs(const Graph& g, uint64_t seed,
     } catch (const Error& e) {  // say which input it was: the shape came from the model and --dim
       fail(e.code(), "random input '", v.name, "': ", e.message());
     }
+    if (is_narrow(t.dtype())) {  // float8, int4, float4: random values in [-1, 1] cast to the type
+      Tensor wide = Tensor::empty(DType::Float32, shape);
+      for (int64_t i = 0; i < wide.numel(); ++i) wide.data<float>()[i] = float(real(rng)) * 4;
+      out.emplace_back(v.name, wide.cast(t.dtype()));
+      continue;
+    }
     dispatch_dtype(t.dtype(), [&](auto tag) {
       using T = decltype(tag);
       T* p = t.data<T>();

@@ -219,6 +219,18 @@ TEST(CliConformance, a_run_of_no_test_fails_with_a_message) {
   }
 }
 
+// --random-inputs fills float8, int4 and float4 inputs (values in [-4, 4] cast to the type), on
+// ONNX 1.18's suite where tools/fetch_onnx_tests.sh has fetched it.
+TEST(CliRandomInputs, narrow_type_inputs_get_random_values) {
+  const char* home = std::getenv("HOME");
+  fs::path dir = fs::path(home ? home : "") / ".cache/terrace/onnx-tests/onnx-1.18.0/node";
+  if (!fs::exists(dir / ".complete")) GTEST_SKIP() << dir << " is absent (bash tools/fetch_onnx_tests.sh)";
+  for (const char* t : {"test_cast_FLOAT8E4M3FN_to_FLOAT", "test_cast_INT4_to_INT8", "test_cast_FLOAT4E2M1_to_FLOAT"}) {
+    Result r = terrace("run " + (dir / t).string() + " --random-inputs --repeat 2");
+    EXPECT_EQ(r.code, 0) << t << "\n" << show(r);
+  }
+}
+
 // ---- point 2: the tier label says what ran ----
 
 TEST(CliTiers, run_and_bench_without_tier_report_the_tier_that_ran_not_gpu) {
