@@ -33,7 +33,7 @@ bool known(const Graph& g, int v, int depth) {
   if (const auto& shape = value.info.shape; shape) {
     int64_t n = 1;
     for (int64_t d : *shape)
-      if (d >= 0) n = n > kMaxKnownElements ? n : n * d;
+      if (d >= 0) n = d > 0 && n > kMaxKnownElements / d ? kMaxKnownElements + 1 : n * d;  // no overflow
     if (n > kMaxKnownElements) return false;
   }
   if (g.initializers.count(v)) return std::find(g.inputs.begin(), g.inputs.end(), v) == g.inputs.end();
