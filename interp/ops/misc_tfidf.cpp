@@ -55,7 +55,11 @@ void tfidf_vectorizer(KernelContext& ctx) {
     else if (x.dtype() == DType::Int32 || x.dtype() == DType::Int64) items[size_t(i)] = std::to_string(int64_t(x.get_as_double(i)));
     else fail(ErrorCode::InvalidArgument, node.describe(), ": X must be string, int32 or int64, got ", dtype_name(x.dtype()));
   }
-  std::vector<int64_t> freq(size_t(rows * out_size), 0);
+  // The output and the counts are tensors, not vectors: a size that cannot be had (ngram_indexes
+  // reach 2^30) is then OutOfMemory, as for any tensor, rather than a failing operator new.
+  Tensor out = Tensor::empty(DType::Float32, x.rank() == 2 ? Shape{rows, out_size} : Shape{out_size});
+  Tensor counted = Tensor::zeros(DType::Int64, {rows * out_size});
+  int64_t* freq = counted.data<int64_t>();
   for (int64_t r = 0; r < rows; ++r) {
     const std::string* row = items.data() + r * width;
     int64_t first_n = min_n;  // unigrams count at skip distance 1 only
@@ -74,12 +78,12 @@ void tfidf_vectorizer(KernelContext& ctx) {
   }
   TERRACE_CHECK(weights.empty() || int64_t(weights.size()) >= out_size, InvalidModel, node.describe(),
                 ": weights has ", weights.size(), " values for ", out_size, " outputs");
-  std::vector<float> y(freq.size());
-  for (size_t p = 0; p < freq.size(); ++p) {
-    const float w = weights.empty() ? 1.0f : weights.at(p % size_t(out_size));
+  float* y = out.data<float>();
+  for (int64_t p = 0; p < out.numel(); ++p) {
+    const float w = weights.empty() ? 1.0f : weights.at(size_t(p % out_size));
     y[p] = mode == "TF" ? float(freq[p]) : mode == "IDF" ? (freq[p] > 0 ? w : 0.0f) : w * float(freq[p]);
   }
-  ctx.set_output(0, Tensor::from_vector<float>(x.rank() == 2 ? Shape{rows, out_size} : Shape{out_size}, y));
+  ctx.set_output(0, std::move(out));
 }
 
 }  // namespace
