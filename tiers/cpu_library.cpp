@@ -11,6 +11,7 @@
 #include "interp/interpreter.h"
 #include "jit/dnnl_activation.h"
 #include "jit/dnnl_deconv.h"
+#include "jit/dnnl_rnn.h"
 
 namespace terrace::cpu_library {
 namespace {
@@ -128,7 +129,7 @@ bool chains_add(const Graph& g, const Node& conv, const Node& next) {
 
 bool is_library_op(Op op) {
   return op == Op::MatMul || op == Op::Gemm || op == Op::Conv || op == Op::MaxPool || op == Op::AveragePool ||
-         op == Op::ConvTranspose;
+         op == Op::ConvTranspose || op == Op::LSTM || op == Op::GRU || op == Op::RNN;
 }
 
 std::string can_compile(const Graph& g, const Node& node) {
@@ -144,6 +145,7 @@ std::string can_compile(const Graph& g, const Node& node) {
     ranks.push_back(info.shape ? std::optional(info.shape->size()) : std::nullopt);
   }
   if (node.op == Op::ConvTranspose) return jit::dnnl_deconv_can_compile(node, dtypes, ranks);
+  if (node.op == Op::LSTM || node.op == Op::GRU || node.op == Op::RNN) return jit::dnnl_rnn_can_compile(node, dtypes, ranks);
   return jit::dnnl_can_compile(node, dtypes, ranks);
 #else
   (void)g;
@@ -187,6 +189,15 @@ std::vector<Tensor> error_allowance(const Graph& g, const Region& region, const 
   const double u = std::ldexp(1.0, -24);
   const Node& first = g.nodes[size_t(region.nodes[0])];
   if (first.op == Op::MaxPool) return out;  // oneDNN's max is one of the inputs, as the interpreter's
+  if (first.op == Op::LSTM || first.op == Op::GRU || first.op == Op::RNN) {  // the recurrence's bound (jit/dnnl_rnn.h)
+    std::vector<Tensor> node_inputs;
+    for (int v : first.inputs) node_inputs.push_back(v >= 0 ? inputs[region_input_index(region, v)] : Tensor());
+    const std::vector<Tensor> bounds = jit::dnnl_rnn_error_bound(first, node_inputs);
+    for (size_t j = 0; j < region.outputs.size(); ++j)
+      for (size_t k = 0; k < first.outputs.size() && k < bounds.size(); ++k)
+        if (first.outputs[k] == region.outputs[j]) out[j] = bounds[k];
+    return out;
+  }
   if (first.op == Op::AveragePool) {
     // A sum of at most K taps and a division: gamma_{K+2} times the average of |x| bounds it.
     Tensor x = inputs[0].cast(DType::Float64);
@@ -277,6 +288,33 @@ std::vector<Tensor> error_allowance(const Graph& g, const Region& region, const 
 // weights are laid out once.
 LibraryPart compile_library(const Graph& g, const Region& region, std::vector<kernels::TensorSig>& slots) {
   const Node& node = g.nodes[size_t(region.nodes[0])];
+  if (node.op == Op::LSTM || node.op == Op::GRU || node.op == Op::RNN) {  // several outputs (jit/dnnl_rnn.h)
+    LibraryPart part;
+    part.node = node.describe();
+    std::vector<bool> present;
+    std::vector<Shape> shapes;
+    std::vector<const Tensor*> constants;
+    for (int v : node.inputs) {
+      present.push_back(v >= 0);
+      if (v < 0) continue;
+      const size_t slot = region_input_index(region, v);
+      shapes.push_back(slots[slot].shape);
+      constants.push_back(constant_of(g, v));
+      part.slots.push_back(int(slot));
+    }
+    std::vector<int> outputs;  // per region output: which of the node's
+    for (int v : region.outputs) {
+      auto it = std::find(node.outputs.begin(), node.outputs.end(), v);
+      TERRACE_ASSERT(it != node.outputs.end(), "tier 1: a recurrent op's region outputs a value it does not produce");
+      outputs.push_back(int(it - node.outputs.begin()));
+    }
+    part.primitive = jit::make_dnnl_rnn(node, present, shapes, constants, outputs);
+    for (const Shape& s : part.primitive->output_shapes()) {
+      slots.push_back({DType::Float32, s});
+      part.slots.push_back(int(slots.size()) - 1);
+    }
+    return part;
+  }
   TERRACE_CHECK(node.outputs.size() == 1 && node.outputs[0] >= 0, NotImplemented, node.describe(),
                 ": tier 1 runs single-output library ops");
   LibraryPart part;

@@ -1,5 +1,5 @@
 // Tier 1's library regions: a MatMul, Gemm or ConvTranspose (and the activation it absorbed), a
-// MaxPool or an AveragePool run by a oneDNN primitive, or a chain of convolutions (with the Relu/Clip activations and residual Adds after
+// MaxPool, an AveragePool, an LSTM, GRU or RNN (its outputs read outside) run by a oneDNN primitive, or a chain of convolutions (with the Relu/Clip activations and residual Adds after
 // them) run in oneDNN's blocked layouts, validated against a bound on their own fp32 rounding
 // computed op by op. tiers/cpu_backend.cpp asks these functions about library ops and hands such
 // regions to compile_library.

@@ -1,5 +1,5 @@
-// `terrace explain` on a model holding tier 1's newer library ops (ConvTranspose through oneDNN,
-// with the Relu and Clip after it): each a region of tier 1, no graph break. Runs the built
+// `terrace explain` on models holding tier 1's newer library ops (ConvTranspose through oneDNN,
+// with the Relu and Clip after it; LSTM): each a region of tier 1, no graph break. Runs the built
 // binary, as cli_test.cpp does.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -68,6 +68,29 @@ TEST(CliExplain, conv_transpose_model_has_no_graph_break_on_tier1) {
   EXPECT_NE(r.out.find("[ConvTranspose,Clip]"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("break "), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("0 graph breaks"), std::string::npos) << r.out;
+}
+
+// x [5, 2, 3] -> LSTM (bidirectional, hidden 4) -> Y, Y_h: one tier-1 region, no graph break.
+TEST(CliExplain, lstm_model_has_no_graph_break_on_tier1) {
+  terrace::GraphBuilder b("tagger");
+  auto x = b.input("x", terrace::DType::Float32, {5, 2, 3});
+  auto w = b.constant("w", terrace::Tensor::zeros(terrace::DType::Float32, {2, 16, 3}));
+  auto r = b.constant("r", terrace::Tensor::zeros(terrace::DType::Float32, {2, 16, 4}));
+  std::vector<std::string> y = b.op("LSTM", {x, w, r}, {{"hidden_size", 4}, {"direction", "bidirectional"}}, 2);
+  b.output(y[0]);
+  b.output(y[1]);
+  const fs::path dir = fs::temp_directory_path() / ("terrace_library_ops_explain_lstm_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  {
+    std::ofstream f(dir / "model.onnx", std::ios::binary);
+    f << b.to_onnx();
+  }
+  const Output out = terrace(dir, "explain " + (dir / "model.onnx").string() + " --tier cpu");
+  fs::remove_all(dir);
+  ASSERT_EQ(out.code, 0) << out.out;
+  EXPECT_NE(out.out.find("[LSTM]"), std::string::npos) << out.out;
+  EXPECT_EQ(out.out.find("break "), std::string::npos) << out.out;
+  EXPECT_NE(out.out.find("0 graph breaks"), std::string::npos) << out.out;
 }
 
 }  // namespace

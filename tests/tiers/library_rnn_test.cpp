@@ -1,0 +1,136 @@
+// LSTM, GRU and RNN on tier 1 (jit/dnnl_rnn.h) through a Session: each a library region of its
+// own with the outputs read after it, promoted and validated against the interpreter within the
+// recurrence's error bound, a wrong result still caught, and forms oneDNN does not express left
+// as graph breaks with the reason. In the LibraryRegions suite, so that the ctests
+// library_regions_on_AVX2 / _SSE41 run it on those instruction sets too.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+#include "interp/compare.h"
+#include "interp/graph_builder.h"
+#include "tests/support/graph_builder.h"
+#include "tiers/session.h"
+
+namespace terrace {
+namespace {
+
+using testing::random_tensor;
+
+#ifdef TERRACE_HAVE_DNNL
+
+Options on_tier(Tier t) {
+  Options o;
+  o.max_tier = t;
+  o.cache_dir = "";
+  return o;
+}
+
+size_t occurrences(const std::string& text, const std::string& needle) {
+  size_t n = 0;
+  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
+  return n;
+}
+
+struct FaultInjected {
+  explicit FaultInjected(const char* fault) { setenv("TERRACE_FAULT", fault, 1); }
+  ~FaultInjected() { unsetenv("TERRACE_FAULT"); }
+  void end() { unsetenv("TERRACE_FAULT"); }
+};
+
+// A tagger's core: x [T=7, N=2, 8] -> LSTM (bidirectional, hidden 6, B, initial states; Y and
+// Y_h read, Y_c not), and beside it a GRU (linear_before_reset; Y_h read) and a reverse RNN (Y
+// read), each a region of its own. `lstm_attrs` replaces the LSTM's attributes.
+std::shared_ptr<Graph> recurrent_model(Attrs lstm_attrs = {{"hidden_size", 6}, {"direction", "bidirectional"}}) {
+  terrace::GraphBuilder b("recurrent");
+  auto x = b.input("x", DType::Float32, {7, 2, 8});
+  auto w = b.constant("w", random_tensor({2, 24, 8}, 1, -0.5f, 0.5f));
+  auto r = b.constant("r", random_tensor({2, 24, 6}, 2, -0.5f, 0.5f));
+  auto bias = b.constant("b", random_tensor({2, 48}, 3, -0.5f, 0.5f));
+  auto h0 = b.input("h0", DType::Float32, {2, 2, 6});
+  auto c0 = b.input("c0", DType::Float32, {2, 2, 6});
+  std::vector<std::string> lstm = b.op("LSTM", {x, w, r, bias, "", h0, c0}, lstm_attrs, 3);
+  b.output(lstm[0]);
+  b.output(lstm[1]);  // Y_c unused
+  auto gw = b.constant("gw", random_tensor({1, 15, 8}, 4, -0.5f, 0.5f));
+  auto gr = b.constant("gr", random_tensor({1, 15, 5}, 5, -0.5f, 0.5f));
+  auto gb = b.constant("gb", random_tensor({1, 30}, 6, -0.5f, 0.5f));
+  std::vector<std::string> gru = b.op("GRU", {x, gw, gr, gb}, {{"hidden_size", 5}, {"linear_before_reset", 1}}, 2);
+  b.output(gru[1]);  // Y_h only
+  auto rw = b.constant("rw", random_tensor({1, 4, 8}, 7, -0.5f, 0.5f));
+  auto rr = b.constant("rr", random_tensor({1, 4, 4}, 8, -0.5f, 0.5f));
+  std::vector<std::string> rnn = b.op("RNN", {x, rw, rr}, {{"hidden_size", 4}, {"direction", "reverse"}}, 2);
+  b.output(rnn[0]);
+  return b.build();
+}
+
+NamedTensors recurrent_inputs(uint64_t seed) {
+  return {{"x", random_tensor({7, 2, 8}, seed)}, {"h0", random_tensor({2, 2, 6}, seed + 1)}, {"c0", random_tensor({2, 2, 6}, seed + 2)}};
+}
+
+void warm_up(Session& s, const NamedTensors& in) {
+  for (int i = 0; i < 3; ++i) {
+    s.run(in);
+    s.wait_for_compiles();
+  }
+}
+
+TEST(LibraryRegions, lstm_gru_and_rnn_run_on_tier1_validated) {
+  auto g = recurrent_model();
+  auto s = Session::from_graph(g, on_tier(Tier::Cpu));
+  std::vector<std::string> regions;
+  for (const Region& r : s->plan().regions) regions.push_back(r.ops());
+  EXPECT_EQ(regions, (std::vector<std::string>{"LSTM", "GRU", "RNN"}));
+  for (const Step& step : s->plan().steps) EXPECT_GE(step.region, 0) << "a graph break: " << step.reason;
+  const NamedTensors in = recurrent_inputs(10);
+  const NamedTensors want = Session::from_graph(g, on_tier(Tier::Interp))->run(in);
+  warm_up(*s, in);
+  for (int call = 0; call < 4; ++call) {  // 3 validated calls, then one more
+    NamedTensors got = s->run(in);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t k = 0; k < want.size(); ++k) {
+      Comparison c = compare_tensors(want[k].second, got[k].second, Tolerance::for_dtype(DType::Float32));
+      EXPECT_TRUE(c.equal) << want[k].first << ": " << c.message;
+    }
+  }
+  const std::string json = s->report_json();
+  EXPECT_EQ(occurrences(json, "\"tier\":\"cpu\""), 3u) << json;
+  EXPECT_EQ(occurrences(json, "\"validation\":\"passed\""), 3u) << json;
+}
+
+TEST(LibraryRegions, miscompiled_lstm_is_caught_and_demoted) {
+  FaultInjected fault("miscompile:cpu");
+  auto g = recurrent_model();
+  auto s = Session::from_graph(g, on_tier(Tier::Cpu));
+  const NamedTensors in = recurrent_inputs(20);
+  warm_up(*s, in);
+  NamedTensors got = s->run(in);
+  fault.end();
+  const NamedTensors want = Session::from_graph(g, on_tier(Tier::Interp))->run(in);
+  for (size_t k = 0; k < want.size(); ++k)
+    EXPECT_TRUE(compare_tensors(want[k].second, got[k].second, Tolerance::for_dtype(DType::Float32)).equal);
+  const std::string json = s->report_json();
+  EXPECT_EQ(occurrences(json, "\"validation\":\"failed: output"), 3u) << json;
+  EXPECT_EQ(occurrences(json, "\"tier\":\"cpu\""), 0u) << json;
+}
+
+// A form oneDNN does not express stays in the interpreter, and the plan says why.
+TEST(LibraryRegions, refused_lstm_is_a_graph_break_naming_the_reason) {
+  auto g = recurrent_model({{"hidden_size", 6}, {"direction", "bidirectional"}, {"clip", 2.0f}});
+  auto s = Session::from_graph(g, on_tier(Tier::Cpu));
+  std::vector<std::string> breaks;
+  for (const Step& step : s->plan().steps)
+    if (step.region < 0) breaks.push_back(std::string(op_name(g->nodes[size_t(step.node)].op)) + ": " + step.reason);
+  ASSERT_EQ(breaks.size(), 1u) << ::testing::PrintToString(breaks);
+  EXPECT_EQ(breaks[0], "LSTM: tier 1 runs LSTM without clip (oneDNN's cells do not clip)");
+  const NamedTensors in = recurrent_inputs(30);
+  warm_up(*s, in);
+  const NamedTensors got = s->run(in), want = Session::from_graph(g, on_tier(Tier::Interp))->run(in);
+  for (size_t k = 0; k < want.size(); ++k)
+    EXPECT_TRUE(compare_tensors(want[k].second, got[k].second, Tolerance::for_dtype(DType::Float32)).equal);
+}
+
+#endif  // TERRACE_HAVE_DNNL
+
+}  // namespace
+}  // namespace terrace
