@@ -275,9 +275,12 @@ class CpuBackend : public Backend {
     if (cpu_library::is_library_op(node.op)) return cpu_library::can_compile(g, node);
     if (std::string why = can_lower_node(g, node); !why.empty()) {
 #ifdef TERRACE_HAVE_DNNL
-      const char* what = "elementwise ops, reductions, data movement, and MatMul, Gemm and Conv through oneDNN";
+      const char* what =
+          "elementwise ops, reductions, data movement, and MatMul, Gemm, Conv, ConvTranspose, pools, LSTM, GRU and "
+          "RNN through oneDNN";
 #else
-      const char* what = "elementwise ops, reductions and data movement (built without oneDNN: no MatMul, Gemm or Conv)";
+      const char* what = "elementwise ops, reductions and data movement (built without oneDNN: no MatMul, Gemm, Conv, "
+                         "ConvTranspose, pools or recurrent ops)";
 #endif
       return std::string("tier 1 compiles ") + what + "; " + why;
     }
