@@ -21,7 +21,18 @@
 # run too: the terrace binary is built with the sanitizer and they run the same code through the
 # CLI. Left out: the fuzz ctest (its own ASan + UBSan build, tools/fuzz.sh), the oneDNN suites
 # re-run under DNNL_MAX_CPU_ISA (oneDNN's code is what changes there, and it is not instrumented)
-# and ONNX 1.18's conformance (1,450 models twice: hours under ThreadSanitizer on 2 cores).
+# ONNX 1.18's conformance (1,450 models twice: hours under ThreadSanitizer on 2 cores) and the install
+# test (it links the installed, sanitized libterrace.so into examples built without the sanitizer).
+#
+# Run 2026-11-23 (2-core VM shared with other builds; bench/RESULTS.md has the details):
+# ctest on build-tsan with OMP_NUM_THREADS=4 (622 tests, 344 s) and again with OMP_NUM_THREADS=2
+# (648 tests, 197 s), the CLI suites included (zoo, bench, validate, compile, repro, readme, the
+# ONNX node conformance on the interpreter and tier 1). Reports: one real bug, a heap-use-after-free
+# in a test (AttentionFusion, fixed); at OMP_NUM_THREADS=2 a SEGV at process exit after
+# Tiering.destroying_a_session_abandons_its_queued_compiles (an abandoned compile still in LLVM's
+# codegen while exit destroys LLVM's statics; 3 of 12 reruns; not fixed, see RESULTS.md), and
+# Tiering.continuous_validation_rechecks_healthy_calls_within_its_budget failing on time (its
+# nice-19 re-check thread starved). No report in an OpenMP loop, oneDNN or TBB.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 kind=${1:?usage: tools/sanitize.sh thread|address [ctest arguments]}
@@ -41,8 +52,12 @@ cmake --build "$dir" -j"${SANITIZE_JOBS:-2}"
 [ "${SANITIZE_BUILD_ONLY:-0}" = 1 ] && exit 0
 # allocator_may_return_null: Terrace answers an allocation it cannot make with OutOfMemory (tests
 # ask for terabytes on purpose); the sanitizers would otherwise abort on it.
-export TSAN_OPTIONS="suppressions=$PWD/tools/tsan.supp halt_on_error=1 second_deadlock_stack=1 history_size=4 allocator_may_return_null=1"
-skip='^(fuzz|dnnl_ops_on|library_regions_on|conformance_onnx118)'
+# Reports also go to files under $dir/sanitizer-reports/: a test that checks its output rather than its
+# exit status (PASS_REGULAR_EXPRESSION) would otherwise pass over one.
+reports="$PWD/$dir/sanitizer-reports"
+rm -rf "$reports" && mkdir -p "$reports"
+export TSAN_OPTIONS="suppressions=$PWD/tools/tsan.supp halt_on_error=1 second_deadlock_stack=1 history_size=4 allocator_may_return_null=1 log_path=$reports/tsan"
+skip='^(fuzz|dnnl_ops_on|library_regions_on|conformance_onnx118|install_builds_and_runs_the_examples)'
 if [ "$kind" = thread ]; then
   export OMP_NUM_THREADS=${OMP_NUM_THREADS:-4}
   export OMP_TOOL_LIBRARIES=/usr/lib/llvm-19/lib/libarcher.so
@@ -56,4 +71,11 @@ export ASAN_OPTIONS="detect_leaks=1 abort_on_error=1 allocator_may_return_null=1
 export UBSAN_OPTIONS="print_stacktrace=1 halt_on_error=1"
 export LSAN_OPTIONS="suppressions=$PWD/tools/lsan.supp"
 export TERRACE_CACHE_DIR="$PWD/$dir/cache"
-ctest --test-dir "$dir" --output-on-failure -j2 --timeout 1800 -E "$skip" "$@"
+status=0
+ctest --test-dir "$dir" --output-on-failure -j2 --timeout 1800 -E "$skip" "$@" || status=$?
+if [ -n "$(ls -A "$reports")" ]; then
+  head -n 60 "$reports"/*
+  echo "tools/sanitize.sh: $(ls "$reports" | wc -l) sanitizer report(s) in $reports"
+  exit 1
+fi
+exit $status
