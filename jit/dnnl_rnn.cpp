@@ -56,8 +56,6 @@ std::string refusal(const Node& node, std::string* rnn_activation = nullptr) {
   if (node.attr_int("layout", 0) != 0) return what + " with layout 0 only (oneDNN's sequences are time-major)";
   if (node.has_attr("clip")) return what + " without clip (oneDNN's cells do not clip)";
   if (cell == Cell::Lstm && node.attr_int("input_forget", 0) != 0) return what + " without input_forget";
-  if (given(node, 4)) return what + " without sequence_lens (oneDNN runs every sequence to the full length)";
-  if (cell == Cell::Lstm && given(node, 7)) return what + " without peepholes (P)";
   const std::string direction = node.attr_string("direction", "forward");
   if (direction != "forward" && direction != "reverse" && direction != "bidirectional")
     return what + " with directions forward, reverse and bidirectional, not '" + direction + "'";
@@ -147,6 +145,12 @@ class Recurrent : public DnnlPrimitive {
     if (present_[3])
       TERRACE_CHECK(shapes_[3] == (Shape{D_, 2 * G_ * H_}), InvalidArgument, node.describe(), ": B ", shape_str(shapes_[3]),
                     ", expected ", shape_str(Shape{D_, 2 * G_ * H_}));
+    if (present_[4])
+      TERRACE_CHECK(shapes_[4] == Shape{N_}, InvalidArgument, node.describe(), ": sequence_lens ", shape_str(shapes_[4]),
+                    ", expected [", N_, "]");
+    if (present_[7])
+      TERRACE_CHECK(cell_ == Cell::Lstm && shapes_[7] == (Shape{D_, 3 * H_}), InvalidArgument, node.describe(), ": P ",
+                    shape_str(shapes_[7]), ", expected ", shape_str(Shape{D_, 3 * H_}));
     for (size_t i : {size_t(5), size_t(6)})
       if (present_[i])
         TERRACE_CHECK(shapes_[i] == state, InvalidArgument, node.describe(), ": input ", i, " ", shape_str(shapes_[i]),
@@ -175,6 +179,7 @@ class Recurrent : public DnnlPrimitive {
     dst_layer_ = desc({T_, N_, D_ * H_}, Tag::tnc);
     dst_iter_ = desc({1, D_, N_, H_}, Tag::ldnc);
     if (cell_ == Cell::Lstm) dst_iter_c_ = desc({1, D_, N_, H_}, Tag::ldnc);
+    if (present_[7]) peephole_ = desc({1, D_, 3, H_}, Tag::ldgo);
     threads_ = threads_for(double(T_ * N_ * D_) * double(G_ * H_) * double(I_ + H_));
     const dnnl::rnn_direction dir = D_ == 2 ? dnnl::rnn_direction::bidirectional_concat
                                     : reverse_ ? dnnl::rnn_direction::unidirectional_right2left
@@ -186,8 +191,10 @@ class Recurrent : public DnnlPrimitive {
       attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
       if (cell_ == Cell::Lstm) {
         dnnl::lstm_forward::primitive_desc pd(
-            dnnl::lstm_forward::desc(prop, dir, src_layer_, src_iter_, src_iter_c_, w_layer_, w_iter_, bias_, dst_layer_,
-                                     dst_iter_, dst_iter_c_),
+            present_[7] ? dnnl::lstm_forward::desc(prop, dir, src_layer_, src_iter_, src_iter_c_, w_layer_, w_iter_, peephole_,
+                                                   bias_, dst_layer_, dst_iter_, dst_iter_c_)
+                        : dnnl::lstm_forward::desc(prop, dir, src_layer_, src_iter_, src_iter_c_, w_layer_, w_iter_, bias_,
+                                                   dst_layer_, dst_iter_, dst_iter_c_),
             attr, engine());
         prim_ = dnnl::lstm_forward(pd);
         scratch_ = pd.scratchpad_desc();
@@ -223,13 +230,15 @@ class Recurrent : public DnnlPrimitive {
     }
     // Constant weights and biases in oneDNN's layout once; a non-finite constant sends every call
     // to the interpreter's kernel.
-    for (size_t i : {size_t(1), size_t(2), size_t(3)})
+    for (size_t i : {size_t(1), size_t(2), size_t(3), size_t(7)})
       if (constant_[i] && !all_finite(constant_[i]->data<float>(), size_t(constant_[i]->numel()))) reference_only_ = true;
     if (constant_[1]) pack_weights(constant_[1]->data<float>(), I_, packed_w_ = std::vector<float>(size_t(D_ * I_ * G_ * H_)));
     if (constant_[2]) pack_weights(constant_[2]->data<float>(), H_, packed_r_ = std::vector<float>(size_t(D_ * H_ * G_ * H_)));
     if (!present_[3] || constant_[3])
       pack_bias(present_[3] ? constant_[3]->data<float>() : nullptr, packed_b_ = std::vector<float>(size_t(D_ * Gb * H_)));
-    description_ += std::string(constant_[1] && constant_[2] ? "; constant weights laid out once" : "") + "; " +
+    if (constant_[7]) pack_peephole(constant_[7]->data<float>(), packed_p_ = std::vector<float>(size_t(D_ * 3 * H_)));
+    description_ += std::string(present_[7] ? "; peepholes" : "") +
+                    (constant_[1] && constant_[2] ? "; constant weights laid out once" : "") + "; " +
                     std::to_string(threads_) + " OpenMP threads";
   }
 
@@ -247,8 +256,12 @@ class Recurrent : public DnnlPrimitive {
                   ": a recurrent primitive got ", given_in.size(), " inputs and ", out.size(), " outputs");
     bool finite = true;
     for (size_t i = 0; i < 8 && finite; ++i)
-      if (present_[i] && !constant_[i]) finite = all_finite(in[i], size_t(shape_numel(shapes_[i])));
-    if (reference_only_ || !finite) return run_reference(in, out);
+      if (present_[i] && !constant_[i] && i != 4) finite = all_finite(in[i], size_t(shape_numel(shapes_[i])));
+    // sequence_lens (int32): oneDNN runs every sequence to T; other lengths run the interpreter's kernel.
+    bool full = true;
+    if (present_[4])
+      for (int64_t n = 0; n < N_ && full; ++n) full = reinterpret_cast<const int32_t*>(in[4])[n] == T_;
+    if (reference_only_ || !finite || !full) return run_reference(in, out);
     float* wanted[3] = {nullptr, nullptr, nullptr};
     for (size_t j = 0; j < outputs_.size(); ++j) wanted[outputs_[j]] = out[j];
     const float* w = packed_w_.empty() ? nullptr : packed_w_.data();
@@ -270,6 +283,12 @@ class Recurrent : public DnnlPrimitive {
       pack_bias(in[3], buf);
       b = buf;
     }
+    const float* peep = packed_p_.empty() ? nullptr : packed_p_.data();
+    if (present_[7] && !peep) {
+      float* buf = thread_buffer(8, size_t(D_ * 3 * H_));
+      pack_peephole(in[7], buf);
+      peep = buf;
+    }
     float* y = D_ == 1 && wanted[0] ? wanted[0] : thread_buffer(4, size_t(T_ * N_ * D_ * H_));
     float* yh = wanted[1] ? wanted[1] : thread_buffer(5, state);
     float* yc = cell_ == Cell::Lstm ? (wanted[2] ? wanted[2] : thread_buffer(6, state)) : nullptr;
@@ -290,6 +309,7 @@ class Recurrent : public DnnlPrimitive {
       if (initial_) args.emplace(DNNL_ARG_SRC_ITER_C, wrap(src_iter_c_, present_[6] ? in[6] : zeros()));
       args.emplace(DNNL_ARG_DST_ITER_C, wrap(dst_iter_c_, yc));
     }
+    if (peep) args.emplace(DNNL_ARG_WEIGHTS_PEEPHOLE, wrap(peephole_, peep));
     if (scratch_.get_size() > 0) args.emplace(DNNL_ARG_SCRATCHPAD, memory(scratch_, engine(), scratch));
     {
       thread_local dnnl::stream stream(engine());
@@ -334,6 +354,13 @@ class Recurrent : public DnnlPrimitive {
         }
   }
   void pack_bias(const float* src, std::vector<float>& dst) const { pack_bias(src, dst.data()); }
+  // ONNX P [D, 3*H] (i, o, f) -> oneDNN's peephole weights ldgo [1, D, 3, H] (i, f, o).
+  void pack_peephole(const float* src, float* dst) const {
+    static const int64_t onnx[] = {0, 2, 1};
+    for (int64_t d = 0; d < D_; ++d)
+      for (int64_t g = 0; g < 3; ++g) std::memcpy(dst + (d * 3 + g) * H_, src + (d * 3 + onnx[g]) * H_, size_t(H_) * sizeof(float));
+  }
+  void pack_peephole(const float* src, std::vector<float>& dst) const { pack_peephole(src, dst.data()); }
 
   void run_reference(const std::array<const float*, 8>& in, const std::vector<float*>& out) const {
     std::vector<RValue> args;
@@ -344,8 +371,8 @@ class Recurrent : public DnnlPrimitive {
         ptrs.push_back(nullptr);
         continue;
       }
-      Tensor t = Tensor::empty(DType::Float32, shapes_[i]);
-      if (t.numel() > 0) std::memcpy(t.data<float>(), in[i], t.nbytes());
+      Tensor t = Tensor::empty(i == 4 ? DType::Int32 : DType::Float32, shapes_[i]);
+      if (t.numel() > 0) std::memcpy(t.raw(), in[i], t.nbytes());
       args.emplace_back(std::move(t));
       ptrs.push_back(&args.back());
     }
@@ -366,9 +393,10 @@ class Recurrent : public DnnlPrimitive {
   int64_t T_ = 0, N_ = 0, I_ = 0, H_ = 0, D_ = 1, G_ = 1;
   bool reverse_ = false, lbr_ = false, reference_only_ = false, initial_ = false;
   int threads_ = 1;
-  memory::desc src_layer_, src_iter_, src_iter_c_, w_layer_, w_iter_, bias_, dst_layer_, dst_iter_, dst_iter_c_, scratch_;
+  memory::desc src_layer_, src_iter_, src_iter_c_, w_layer_, w_iter_, bias_, dst_layer_, dst_iter_, dst_iter_c_, scratch_,
+      peephole_;
   dnnl::primitive prim_;
-  std::vector<float> packed_w_, packed_r_, packed_b_;
+  std::vector<float> packed_w_, packed_r_, packed_b_, packed_p_;
 };
 
 // ---- The error bound ----
@@ -408,8 +436,14 @@ std::string dnnl_rnn_can_compile(const Node& node, const std::vector<DType>& dty
   if (node.op != Op::LSTM && node.op != Op::GRU && node.op != Op::RNN)
     return std::string("tier 1 has no recurrent kernel for ") + op_name(node.op);
   if (std::string why = refusal(node); !why.empty()) return why;
-  for (DType t : dtypes)
-    if (t != DType::Float32) return std::string("tier 1 runs ") + op_name(node.op) + " in float32 only, not " + dtype_name(t);
+  size_t k = 0;  // dtypes holds the given inputs' in order; sequence_lens (input 4) is int32
+  for (size_t i = 0; i < node.inputs.size() && k < dtypes.size(); ++i) {
+    if (!given(node, i)) continue;
+    const DType t = dtypes[k++], want = i == 4 ? DType::Int32 : DType::Float32;
+    if (t != want)
+      return std::string("tier 1 runs ") + op_name(node.op) + (i == 4 ? " with int32 sequence_lens, not " : " in float32 only, not ") +
+             dtype_name(t);
+  }
   if (!ranks.empty() && ranks[0] && *ranks[0] != 3) return std::string("tier 1 runs ") + op_name(node.op) + " on an X of rank 3";
   return "";
 }
@@ -441,11 +475,12 @@ std::vector<Tensor> dnnl_rnn_error_bound(const Node& node, const std::vector<Ten
   const int64_t D = direction == "bidirectional" ? 2 : 1, GH = G * H;
   const bool lbr = cell == Cell::Gru && node.attr_int("linear_before_reset", 0) != 0;
   const std::vector<double> X = doubles(0), W = doubles(1), R = doubles(2);
-  std::vector<double> B = doubles(3), h0 = doubles(5), c0 = doubles(6);
+  std::vector<double> B = doubles(3), h0 = doubles(5), c0 = doubles(6), P = doubles(7);
   if (B.empty()) B.assign(size_t(D * 2 * GH), 0.0);
   if (h0.empty()) h0.assign(size_t(D * N * H), 0.0);
   if (c0.empty()) c0.assign(size_t(D * N * H), 0.0);
-  const double K = double(I + H + 3), gamma = K * kU / (1 - K * kU);
+  if (P.empty()) P.assign(size_t(D * 3 * H), 0.0);
+  const double K = double(I + H + 4), gamma = K * kU / (1 - K * kU);
   Tensor ey = Tensor::zeros(DType::Float64, {T, D, N, H}), eh = Tensor::zeros(DType::Float64, {D, N, H}),
          ec = Tensor::zeros(DType::Float64, {D, N, H});
   for (int64_t d = 0; d < D; ++d) {
@@ -488,12 +523,21 @@ std::vector<Tensor> dnnl_rnn_error_bound(const Node& node, const std::vector<Ten
             next_h[size_t(j)] = activate(rnn_act, a.v, a.e);
           }
         } else if (cell == Cell::Lstm) {  // ONNX rows: i, o, f, c
+          const double* peep = P.data() + d * 3 * H;  // ONNX i, o, f
+          // A peephole term p * c added to a gate's sum: one more product in it.
+          auto with_peephole = [&](Bounded a, double p, Bounded cj) {
+            return Bounded{a.v + p * cj.v, a.e + gamma * std::abs(p) * (std::abs(cj.v) + cj.e) + std::abs(p) * cj.e};
+          };
           for (int64_t j = 0; j < H; ++j) {
-            const Bounded pi = pre(j, h), po = pre(H + j, h), pf = pre(2 * H + j, h), pc = pre(3 * H + j, h);
-            const Bounded i = activate("sigmoid", pi.v, pi.e), o = activate("sigmoid", po.v, po.e),
-                          f = activate("sigmoid", pf.v, pf.e), g = activate("tanh", pc.v, pc.e);
-            const Bounded fc = mul(f, c[size_t(j)]), ig = mul(i, g);
+            const Bounded cj = c[size_t(j)];
+            const Bounded pi = with_peephole(pre(j, h), peep[j], cj), pf = with_peephole(pre(2 * H + j, h), peep[2 * H + j], cj),
+                          pc = pre(3 * H + j, h);
+            const Bounded i = activate("sigmoid", pi.v, pi.e), f = activate("sigmoid", pf.v, pf.e),
+                          g = activate("tanh", pc.v, pc.e);
+            const Bounded fc = mul(f, cj), ig = mul(i, g);
             const Bounded cn{fc.v + ig.v, fc.e + ig.e + kU * std::abs(fc.v + ig.v)};
+            const Bounded po = with_peephole(pre(H + j, h), peep[H + j], cn);
+            const Bounded o = activate("sigmoid", po.v, po.e);
             const Bounded tc = activate("tanh", cn.v, cn.e);
             next_c[size_t(j)] = cn;
             next_h[size_t(j)] = mul(o, tc);

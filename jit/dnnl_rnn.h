@@ -13,9 +13,10 @@ namespace terrace::jit {
 
 // "" when make_dnnl_rnn runs this LSTM, GRU or RNN node, else the reason. oneDNN expresses the
 // ONNX ops with their default activations (LSTM: Sigmoid, Tanh, Tanh; GRU: Sigmoid, Tanh; RNN:
-// Tanh, Relu or Sigmoid, one for both directions), layout 0, without clip, input_forget,
-// peepholes (P) and sequence_lens (oneDNN runs every sequence to the full length); directions
-// forward, reverse and bidirectional; optional B, initial_h, initial_c; outputs Y, Y_h, Y_c.
+// Tanh, Relu or Sigmoid, one for both directions), layout 0, without clip and input_forget;
+// directions forward, reverse and bidirectional; optional B, sequence_lens (oneDNN runs every
+// sequence to the full length: a call whose lengths are not all T runs the interpreter's kernel),
+// initial_h, initial_c, LSTM's peepholes P; outputs Y, Y_h, Y_c.
 std::string dnnl_rnn_can_compile(const Node& node, const std::vector<DType>& dtypes,
                                  const std::vector<std::optional<size_t>>& ranks);
 
@@ -34,8 +35,8 @@ std::unique_ptr<DnnlPrimitive> make_dnnl_rnn(const Node& node, const std::vector
 // Per node output (Y, Y_h, Y_c; undefined where the node has none), a bound on |compiled -
 // interpreter| for the node's inputs `inputs` (ONNX order, undefined tensors for absent ones),
 // float64. It follows the interpreter's recurrence in double, carrying per hidden unit a bound on
-// the compiled state's error: each gate's sum of K = input + hidden + 3 fp32 terms (the products,
-// Wb + Rb, the bias add) errs by gamma_K times the sum of |terms| plus |R| times the error of the
+// the compiled state's error: each gate's sum of K = input + hidden + 4 fp32 terms (the products,
+// Wb + Rb, the bias add, a peephole) errs by gamma_K times the sum of |terms| plus |R| times the error of the
 // state it reads; a sigmoid or tanh scales that by its slope (1/4, 1) and adds its own rounding
 // (jit/dnnl_activation.h); products and sums of gates and states carry first and second order
 // terms plus one rounding each. A wrong kernel is off by the size of the gates, far outside.

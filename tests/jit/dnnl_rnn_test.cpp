@@ -1,6 +1,6 @@
 // Tier 1's LSTM, GRU and RNN through oneDNN (jit/dnnl_rnn.h) against the interpreter: every
 // direction, optional B, initial_h and initial_c, GRU's linear_before_reset, RNN's activations,
-// any subset of the outputs, weights known at compile time or not, zero-sized and non-finite
+// LSTM's peepholes, any subset of the outputs, weights known at compile time or not, zero-sized and non-finite
 // inputs, each within the error bound dnnl_rnn_error_bound gives; and the forms refused with
 // their reason. In the DnnlOps suite, so that the ctests dnnl_ops_on_AVX2 / _SSE41 run it on
 // those instruction sets too.
@@ -71,8 +71,8 @@ std::vector<Tensor> run_rnn(const Node& node, const std::vector<Tensor>& in, con
     present.push_back(in[i].defined());
     if (!in[i].defined()) continue;
     shapes.push_back(in[i].shape());
-    constants.push_back(constant_weights && i >= 1 && i <= 3 ? &in[i] : nullptr);
-    ptrs.push_back(in[i].data<float>());
+    constants.push_back(constant_weights && ((i >= 1 && i <= 3) || i == 7) ? &in[i] : nullptr);
+    ptrs.push_back(static_cast<const float*>(in[i].raw()));  // sequence_lens: its int32 buffer
   }
   auto prim = jit::make_dnnl_rnn(node, present, shapes, constants, which);
   if (description) *description = prim->describe();
@@ -137,6 +137,45 @@ TEST(DnnlOps, recurrent_ops_match_the_interpreter_within_their_bound) {
   }
 }
 
+// LSTM's peepholes P [D, 3H] (ONNX i, o, f; oneDNN i, f, o), with and without initial states.
+TEST(DnnlOps, lstm_with_peepholes_matches_the_interpreter_within_its_bound) {
+  for (const std::string direction : {"forward", "bidirectional", "reverse"}) {
+    RnnCase c{Op::LSTM, 5, 2, 3, 4, direction, true, direction != "reverse", direction == "forward", {}};
+    std::vector<Tensor> in = inputs_of(c, 21);
+    in.resize(8);
+    const int64_t D = direction == "bidirectional" ? 2 : 1;
+    in[7] = random_tensor(DType::Float32, {D, 3 * c.H}, -1, 1, 22, false);
+    const Node node = node_of(c, in);
+    const std::vector<Tensor> want = run_node(node, in), bound = jit::dnnl_rnn_error_bound(node, in);
+    for (bool constant : {false, true}) {
+      std::string description;
+      const std::vector<Tensor> got = run_rnn(node, in, {0, 1, 2}, constant, &description);
+      EXPECT_NE(description.find("peepholes"), std::string::npos) << description;
+      for (size_t k = 0; k < 3; ++k) expect_within(got[k], want[k], bound[k], "LSTM peepholes " + direction + " " + std::to_string(k));
+    }
+  }
+}
+
+// sequence_lens all T: oneDNN's answer; shorter ones (zeros past each end in Y, Y_h the last step
+// within it): the interpreter's, exactly.
+TEST(DnnlOps, recurrent_ops_with_sequence_lens_match_the_interpreter) {
+  for (Op op : {Op::LSTM, Op::GRU, Op::RNN}) {
+    RnnCase c{op, 5, 3, 4, 3, "bidirectional", true, true, false, {}};
+    std::vector<Tensor> in = inputs_of(c, 31);
+    in.resize(std::max<size_t>(in.size(), 5));
+    for (const std::vector<int32_t>& lens : {std::vector<int32_t>{5, 5, 5}, std::vector<int32_t>{5, 2, 0}}) {
+      in[4] = Tensor::from_vector<int32_t>({3}, lens);
+      const Node node = node_of(c, in);
+      const std::vector<Tensor> want = run_node(node, in), bound = jit::dnnl_rnn_error_bound(node, in);
+      const std::vector<Tensor> got = run_rnn(node, in, {0, 1}, true);
+      const std::string what = std::string(op_name(op)) + (lens[1] == 5 ? " full lengths" : " shorter lengths");
+      expect_within(got[0], want[0], bound[0], what);
+      expect_within(got[1], want[1], bound[1], what + " Y_h");
+      if (lens[1] != 5) EXPECT_EQ(values_of<float>(got[0]), values_of<float>(want[0])) << what << ": not the interpreter's kernel";
+    }
+  }
+}
+
 // RNN's activations: Tanh (the default), Relu and Sigmoid through oneDNN's vanilla RNN.
 TEST(DnnlOps, rnn_activations_match_the_interpreter) {
   for (const char* act : {"Relu", "Sigmoid", "Tanh"}) {
@@ -185,8 +224,15 @@ TEST(DnnlOps, recurrent_forms_onednn_does_not_express_are_refused_with_the_reaso
   EXPECT_NE(reason(Op::LSTM, {{"clip", 3.0f}}).find("without clip"), std::string::npos);
   EXPECT_NE(reason(Op::LSTM, {{"layout", int64_t(1)}}).find("layout 0"), std::string::npos);
   EXPECT_NE(reason(Op::LSTM, {{"input_forget", int64_t(1)}}).find("input_forget"), std::string::npos);
-  EXPECT_NE(reason(Op::LSTM, {}, 5, {3}).find("sequence_lens"), std::string::npos);
-  EXPECT_NE(reason(Op::LSTM, {}, 8, {3, 4, 5, 6}).find("peepholes"), std::string::npos);
+  {  // sequence_lens runs (int32 only): calls whose lengths are not all T take the interpreter's kernel
+    Node node = make_node(Op::LSTM, 5);
+    node.inputs[3] = -1;
+    EXPECT_EQ(jit::dnnl_rnn_can_compile(node, {DType::Float32, DType::Float32, DType::Float32, DType::Int32}, {}), "");
+    EXPECT_NE(jit::dnnl_rnn_can_compile(node, {DType::Float32, DType::Float32, DType::Float32, DType::Int64}, {})
+                  .find("int32 sequence_lens"),
+              std::string::npos);
+  }
+  EXPECT_EQ(reason(Op::LSTM, {}, 8, {3, 4, 5, 6}), "") << "peepholes run";
   EXPECT_NE(reason(Op::LSTM, {{"activations", names({"Sigmoid", "Relu", "Tanh"})}}).find("default activations"),
             std::string::npos);
   EXPECT_NE(reason(Op::GRU, {{"activation_alpha", std::vector<float>{0.5f}}}).find("activation_alpha"), std::string::npos);

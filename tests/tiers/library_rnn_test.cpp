@@ -114,6 +114,38 @@ TEST(LibraryRegions, miscompiled_lstm_is_caught_and_demoted) {
   EXPECT_EQ(occurrences(json, "\"tier\":\"cpu\""), 0u) << json;
 }
 
+// sequence_lens as a graph input: the LSTM runs on tier 1, through oneDNN when every length is T,
+// through the interpreter's kernel (inside the same compiled version) when not; validated either way.
+TEST(LibraryRegions, lstm_with_sequence_lens_and_peepholes_runs_on_tier1) {
+  terrace::GraphBuilder b("lens");
+  auto x = b.input("x", DType::Float32, {4, 3, 5});
+  auto lens = b.input("lens", DType::Int32, {3});
+  auto w = b.constant("w", random_tensor({1, 12, 5}, 1, -0.5f, 0.5f));
+  auto r = b.constant("r", random_tensor({1, 12, 3}, 2, -0.5f, 0.5f));
+  auto p = b.constant("p", random_tensor({1, 9}, 3, -0.5f, 0.5f));
+  std::vector<std::string> y = b.op("LSTM", {x, w, r, "", lens, "", "", p}, {{"hidden_size", 3}}, 2);
+  b.output(y[0]);
+  b.output(y[1]);
+  auto g = b.build();
+  auto s = Session::from_graph(g, on_tier(Tier::Cpu));
+  ASSERT_EQ(s->plan().regions.size(), 1u);
+  for (const std::vector<int32_t>& l : {std::vector<int32_t>{4, 4, 4}, std::vector<int32_t>{4, 1, 3}}) {
+    const NamedTensors in = {{"x", random_tensor({4, 3, 5}, 40)}, {"lens", Tensor::from_vector<int32_t>({3}, l)}};
+    warm_up(*s, in);
+    const NamedTensors want = Session::from_graph(g, on_tier(Tier::Interp))->run(in);
+    for (int call = 0; call < 3; ++call) {
+      const NamedTensors got = s->run(in);
+      for (size_t k = 0; k < want.size(); ++k) {
+        Comparison c = compare_tensors(want[k].second, got[k].second, Tolerance::for_dtype(DType::Float32));
+        EXPECT_TRUE(c.equal) << want[k].first << ": " << c.message;
+      }
+    }
+  }
+  const std::string json = s->report_json();
+  EXPECT_EQ(occurrences(json, "\"tier\":\"cpu\""), 1u) << json;
+  EXPECT_EQ(occurrences(json, "\"validation\":\"passed\""), 1u) << json;
+}
+
 // A form oneDNN does not express stays in the interpreter, and the plan says why.
 TEST(LibraryRegions, refused_lstm_is_a_graph_break_naming_the_reason) {
   auto g = recurrent_model({{"hidden_size", 6}, {"direction", "bidirectional"}, {"clip", 2.0f}});
