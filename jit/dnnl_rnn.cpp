@@ -53,7 +53,8 @@ bool given(const Node& node, size_t i) { return node.inputs.size() > i && node.i
 std::string refusal(const Node& node, std::string* rnn_activation = nullptr) {
   const Cell cell = cell_of(node.op);
   const std::string what = std::string("tier 1 runs ") + cell_name(cell);
-  if (node.attr_int("layout", 0) != 0) return what + " with layout 0 only (oneDNN's sequences are time-major)";
+  const int64_t layout = node.attr_int("layout", 0);
+  if (layout != 0 && layout != 1) return what + " with layout 0 or 1, not " + std::to_string(layout);
   if (node.has_attr("clip")) return what + " without clip (oneDNN's cells do not clip)";
   if (cell == Cell::Lstm && node.attr_int("input_forget", 0) != 0) return what + " without input_forget";
   const std::string direction = node.attr_string("direction", "forward");
@@ -132,8 +133,9 @@ class Recurrent : public DnnlPrimitive {
     const std::string direction = node.attr_string("direction", "forward");
     D_ = direction == "bidirectional" ? 2 : 1;
     reverse_ = direction == "reverse";
-    T_ = x[0];
-    N_ = x[1];
+    batch_first_ = node.attr_int("layout", 0) == 1;  // X [N, T, I], Y [N, T, D, H], states [N, D, H]
+    T_ = x[batch_first_ ? 1 : 0];
+    N_ = x[batch_first_ ? 0 : 1];
     I_ = x[2];
     H_ = node.attr_int("hidden_size", r[2]);
     G_ = gate_count(cell_);
@@ -141,7 +143,7 @@ class Recurrent : public DnnlPrimitive {
     TERRACE_CHECK(H_ > 0 && w == (Shape{D_, G_ * H_, I_}) && r == (Shape{D_, G_ * H_, H_}), InvalidArgument,
                   node.describe(), ": W ", shape_str(w), " and R ", shape_str(r), " do not fit X ", shape_str(x),
                   ", hidden_size ", H_, " and ", D_, " direction(s)");
-    const Shape state{D_, N_, H_};
+    const Shape state = batch_first_ ? Shape{N_, D_, H_} : Shape{D_, N_, H_};
     if (present_[3])
       TERRACE_CHECK(shapes_[3] == (Shape{D_, 2 * G_ * H_}), InvalidArgument, node.describe(), ": B ", shape_str(shapes_[3]),
                     ", expected ", shape_str(Shape{D_, 2 * G_ * H_}));
@@ -157,7 +159,7 @@ class Recurrent : public DnnlPrimitive {
                       ", expected ", shape_str(state));
     for (int o : outputs_) {
       TERRACE_CHECK(o >= 0 && o <= (cell_ == Cell::Lstm ? 2 : 1), Internal, node.describe(), ": no output ", o);
-      out_shapes_.push_back(o == 0 ? Shape{T_, D_, N_, H_} : state);
+      out_shapes_.push_back(o == 0 ? (batch_first_ ? Shape{N_, T_, D_, H_} : Shape{T_, D_, N_, H_}) : state);
     }
     description_ = std::string("oneDNN ") + (cell_ == Cell::Lstm ? "lstm_forward" : cell_ == Cell::Gru ? (lbr_ ? "lbr_gru_forward" : "gru_forward") : "vanilla_rnn_forward (" + rnn_act + ")") +
                    " (" + node.describe() + "): X " + shape_str(x) + ", hidden " + std::to_string(H_) + ", " + direction;
@@ -289,11 +291,24 @@ class Recurrent : public DnnlPrimitive {
       pack_peephole(in[7], buf);
       peep = buf;
     }
-    float* y = D_ == 1 && wanted[0] ? wanted[0] : thread_buffer(4, size_t(T_ * N_ * D_ * H_));
-    float* yh = wanted[1] ? wanted[1] : thread_buffer(5, state);
-    float* yc = cell_ == Cell::Lstm ? (wanted[2] ? wanted[2] : thread_buffer(6, state)) : nullptr;
+    // Layout 1 (batch first): X and the initial states transposed into oneDNN's time-major order
+    // here, the results back after.
+    const float* x = in[0];
+    const float* init_h = present_[5] ? in[5] : nullptr;
+    const float* init_c = present_[6] ? in[6] : nullptr;
+    if (batch_first_) {
+      float* xt = thread_buffer(9, size_t(T_ * N_ * I_));
+      for (int64_t n = 0; n < N_; ++n)
+        for (int64_t t = 0; t < T_; ++t) std::memcpy(xt + (t * N_ + n) * I_, x + (n * T_ + t) * I_, size_t(I_) * sizeof(float));
+      x = xt;
+      if (init_h) init_h = swap_state(init_h, thread_buffer(10, state), true);
+      if (init_c) init_c = swap_state(init_c, thread_buffer(11, state), true);
+    }
+    float* y = D_ == 1 && wanted[0] && !batch_first_ ? wanted[0] : thread_buffer(4, size_t(T_ * N_ * D_ * H_));
+    float* yh = wanted[1] && !batch_first_ ? wanted[1] : thread_buffer(5, state);
+    float* yc = cell_ == Cell::Lstm ? (wanted[2] && !batch_first_ ? wanted[2] : thread_buffer(6, state)) : nullptr;
     float* scratch = thread_buffer(0, scratch_.get_size() / sizeof(float) + 1);
-    std::unordered_map<int, memory> args{{DNNL_ARG_SRC_LAYER, wrap(src_layer_, in[0])},
+    std::unordered_map<int, memory> args{{DNNL_ARG_SRC_LAYER, wrap(src_layer_, x)},
                                          {DNNL_ARG_WEIGHTS_LAYER, wrap(w_layer_, w)},
                                          {DNNL_ARG_WEIGHTS_ITER, wrap(w_iter_, r)},
                                          {DNNL_ARG_BIAS, wrap(bias_, b)},
@@ -304,9 +319,9 @@ class Recurrent : public DnnlPrimitive {
       std::fill(z, z + state, 0.0f);
       return z;
     };
-    if (initial_) args.emplace(DNNL_ARG_SRC_ITER, wrap(src_iter_, present_[5] ? in[5] : zeros()));
+    if (initial_) args.emplace(DNNL_ARG_SRC_ITER, wrap(src_iter_, init_h ? init_h : zeros()));
     if (cell_ == Cell::Lstm) {
-      if (initial_) args.emplace(DNNL_ARG_SRC_ITER_C, wrap(src_iter_c_, present_[6] ? in[6] : zeros()));
+      if (initial_) args.emplace(DNNL_ARG_SRC_ITER_C, wrap(src_iter_c_, init_c ? init_c : zeros()));
       args.emplace(DNNL_ARG_DST_ITER_C, wrap(dst_iter_c_, yc));
     }
     if (peep) args.emplace(DNNL_ARG_WEIGHTS_PEEPHOLE, wrap(peephole_, peep));
@@ -321,15 +336,27 @@ class Recurrent : public DnnlPrimitive {
         fail(ErrorCode::RuntimeError, node_.describe(), ": oneDNN could not run a recurrent primitive: ", e.what());
       }
     }
-    if (wanted[0] && y != wanted[0])  // [T, N, D*H] -> Y [T, D, N, H]
+    if (wanted[0] && y != wanted[0])  // [T, N, D*H] -> Y [T, D, N, H], or [N, T, D, H] for layout 1
       for (int64_t t = 0; t < T_; ++t)
         for (int64_t n = 0; n < N_; ++n)
           for (int64_t d = 0; d < D_; ++d)
-            std::memcpy(wanted[0] + ((t * D_ + d) * N_ + n) * H_, y + (t * N_ + n) * D_ * H_ + d * H_,
-                        size_t(H_) * sizeof(float));
+            std::memcpy(wanted[0] + (batch_first_ ? ((n * T_ + t) * D_ + d) * H_ : ((t * D_ + d) * N_ + n) * H_),
+                        y + (t * N_ + n) * D_ * H_ + d * H_, size_t(H_) * sizeof(float));
+    if (batch_first_ && wanted[1]) swap_state(yh, wanted[1], false);
+    if (batch_first_ && cell_ == Cell::Lstm && wanted[2]) swap_state(yc, wanted[2], false);
   }
 
  private:
+  // A state between layout 1's [N, D, H] and oneDNN's [D, N, H] (`to_onednn`: that way); returns dst.
+  float* swap_state(const float* src, float* dst, bool to_onednn) const {
+    for (int64_t n = 0; n < N_; ++n)
+      for (int64_t d = 0; d < D_; ++d) {
+        const int64_t nd = (n * D_ + d) * H_, dn = (d * N_ + n) * H_;
+        std::memcpy(dst + (to_onednn ? dn : nd), src + (to_onednn ? nd : dn), size_t(H_) * sizeof(float));
+      }
+    return dst;
+  }
+
   // ONNX W or R [D, G*H, K] (gate rows in ONNX's order) -> oneDNN ldigo [1, D, K, G, H].
   void pack_weights(const float* src, int64_t K, float* dst) const {
     for (int64_t d = 0; d < D_; ++d)
@@ -391,7 +418,7 @@ class Recurrent : public DnnlPrimitive {
   std::vector<int> outputs_;
   std::vector<Shape> out_shapes_;
   int64_t T_ = 0, N_ = 0, I_ = 0, H_ = 0, D_ = 1, G_ = 1;
-  bool reverse_ = false, lbr_ = false, reference_only_ = false, initial_ = false;
+  bool reverse_ = false, lbr_ = false, reference_only_ = false, initial_ = false, batch_first_ = false;
   int threads_ = 1;
   memory::desc src_layer_, src_iter_, src_iter_c_, w_layer_, w_iter_, bias_, dst_layer_, dst_iter_, dst_iter_c_, scratch_,
       peephole_;
@@ -470,7 +497,8 @@ std::vector<Tensor> dnnl_rnn_error_bound(const Node& node, const std::vector<Ten
     return v;
   };
   const Shape& xs = inputs.at(0).shape();
-  const int64_t T = xs[0], N = xs[1], I = xs[2], H = inputs.at(2).shape()[2], G = gate_count(cell);
+  const bool batch_first = node.attr_int("layout", 0) == 1;  // X [N, T, I], Y [N, T, D, H], states [N, D, H]
+  const int64_t T = xs[batch_first ? 1 : 0], N = xs[batch_first ? 0 : 1], I = xs[2], H = inputs.at(2).shape()[2], G = gate_count(cell);
   const std::string direction = node.attr_string("direction", "forward");
   const int64_t D = direction == "bidirectional" ? 2 : 1, GH = G * H;
   const bool lbr = cell == Cell::Gru && node.attr_int("linear_before_reset", 0) != 0;
@@ -481,8 +509,10 @@ std::vector<Tensor> dnnl_rnn_error_bound(const Node& node, const std::vector<Ten
   if (c0.empty()) c0.assign(size_t(D * N * H), 0.0);
   if (P.empty()) P.assign(size_t(D * 3 * H), 0.0);
   const double K = double(I + H + 4), gamma = K * kU / (1 - K * kU);
-  Tensor ey = Tensor::zeros(DType::Float64, {T, D, N, H}), eh = Tensor::zeros(DType::Float64, {D, N, H}),
-         ec = Tensor::zeros(DType::Float64, {D, N, H});
+  const Shape state = batch_first ? Shape{N, D, H} : Shape{D, N, H};
+  Tensor ey = Tensor::zeros(DType::Float64, batch_first ? Shape{N, T, D, H} : Shape{T, D, N, H}),
+         eh = Tensor::zeros(DType::Float64, state), ec = Tensor::zeros(DType::Float64, state);
+  auto state_at = [&](int64_t d, int64_t n) { return (batch_first ? n * D + d : d * N + n) * H; };
   for (int64_t d = 0; d < D; ++d) {
     const double* w = W.data() + d * GH * I;
     const double* r = R.data() + d * GH * H;
@@ -491,12 +521,12 @@ std::vector<Tensor> dnnl_rnn_error_bound(const Node& node, const std::vector<Ten
     for (int64_t n = 0; n < N; ++n) {
       std::vector<Bounded> h(static_cast<size_t>(H)), c(static_cast<size_t>(H));
       for (int64_t j = 0; j < H; ++j) {
-        h[size_t(j)].v = h0[size_t((d * N + n) * H + j)];
-        c[size_t(j)].v = c0[size_t((d * N + n) * H + j)];
+        h[size_t(j)].v = h0[size_t(state_at(d, n) + j)];
+        c[size_t(j)].v = c0[size_t(state_at(d, n) + j)];
       }
       for (int64_t s = 0; s < T; ++s) {
         const int64_t t = (d == 1 || direction == "reverse") ? T - 1 - s : s;
-        const double* x = X.data() + (t * N + n) * I;
+        const double* x = X.data() + (batch_first ? n * T + t : t * N + n) * I;
         // Row `row`'s input part, its recurrent part over state v (with Rb unless `no_rb`), as
         // one fp32 sum: the value and its error bound.
         auto pre = [&](int64_t row, const std::vector<Bounded>& v, bool with_x = true) {
@@ -572,11 +602,12 @@ std::vector<Tensor> dnnl_rnn_error_bound(const Node& node, const std::vector<Ten
         }
         h = next_h;
         if (cell == Cell::Lstm) c = next_c;
-        for (int64_t j = 0; j < H; ++j) ey.data<double>()[((t * D + d) * N + n) * H + j] = h[size_t(j)].e;
+        const int64_t y_at = batch_first ? ((n * T + t) * D + d) * H : ((t * D + d) * N + n) * H;
+        for (int64_t j = 0; j < H; ++j) ey.data<double>()[y_at + j] = h[size_t(j)].e;
       }
       for (int64_t j = 0; j < H; ++j) {
-        eh.data<double>()[(d * N + n) * H + j] = h[size_t(j)].e;
-        ec.data<double>()[(d * N + n) * H + j] = c[size_t(j)].e;
+        eh.data<double>()[state_at(d, n) + j] = h[size_t(j)].e;
+        ec.data<double>()[state_at(d, n) + j] = c[size_t(j)].e;
       }
     }
   }

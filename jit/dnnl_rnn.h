@@ -13,7 +13,8 @@ namespace terrace::jit {
 
 // "" when make_dnnl_rnn runs this LSTM, GRU or RNN node, else the reason. oneDNN expresses the
 // ONNX ops with their default activations (LSTM: Sigmoid, Tanh, Tanh; GRU: Sigmoid, Tanh; RNN:
-// Tanh, Relu or Sigmoid, one for both directions), layout 0, without clip and input_forget;
+// Tanh, Relu or Sigmoid, one for both directions), layout 0 or 1 (batch first: transposed to
+// oneDNN's time-major order and back), without clip and input_forget;
 // directions forward, reverse and bidirectional; optional B, sequence_lens (oneDNN runs every
 // sequence to the full length: a call whose lengths are not all T runs the interpreter's kernel),
 // initial_h, initial_c, LSTM's peepholes P; outputs Y, Y_h, Y_c.

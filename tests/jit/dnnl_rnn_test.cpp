@@ -176,6 +176,28 @@ TEST(DnnlOps, recurrent_ops_with_sequence_lens_match_the_interpreter) {
   }
 }
 
+// layout 1 (batch first): X [N, T, I], initial and final states [N, D, H], Y [N, T, D, H].
+TEST(DnnlOps, batch_first_recurrent_ops_match_the_interpreter) {
+  for (Op op : {Op::LSTM, Op::GRU, Op::RNN}) {
+    const int64_t T = 5, N = 3, I = 4, H = 3, D = 2, GH = gates(op) * H;
+    std::vector<Tensor> in{random_tensor(DType::Float32, {N, T, I}, -1, 1, 51, false),
+                           random_tensor(DType::Float32, {D, GH, I}, -0.6, 0.6, 52, false),
+                           random_tensor(DType::Float32, {D, GH, H}, -0.6, 0.6, 53, false),
+                           random_tensor(DType::Float32, {D, 2 * GH}, -0.5, 0.5, 54, false), Tensor(),
+                           random_tensor(DType::Float32, {N, D, H}, -1, 1, 55, false)};
+    if (op == Op::LSTM) in.push_back(random_tensor(DType::Float32, {N, D, H}, -1, 1, 56, false));
+    RnnCase c{op, T, N, I, H, "bidirectional", true, true, op == Op::LSTM, {{"layout", int64_t(1)}}};
+    const Node node = node_of(c, in);
+    const std::vector<Tensor> want = run_node(node, in), bound = jit::dnnl_rnn_error_bound(node, in);
+    const std::vector<int> all = op == Op::LSTM ? std::vector<int>{0, 1, 2} : std::vector<int>{0, 1};
+    std::string description;
+    const std::vector<Tensor> got = run_rnn(node, in, all, false, &description);
+    EXPECT_EQ(description.find("no library call"), std::string::npos) << description;
+    for (size_t k = 0; k < all.size(); ++k)
+      expect_within(got[k], want[k], bound[k], std::string(op_name(op)) + " layout 1 output " + std::to_string(k));
+  }
+}
+
 // RNN's activations: Tanh (the default), Relu and Sigmoid through oneDNN's vanilla RNN.
 TEST(DnnlOps, rnn_activations_match_the_interpreter) {
   for (const char* act : {"Relu", "Sigmoid", "Tanh"}) {
@@ -222,7 +244,8 @@ TEST(DnnlOps, recurrent_forms_onednn_does_not_express_are_refused_with_the_reaso
   };
   EXPECT_EQ(reason(Op::LSTM, {}), "");
   EXPECT_NE(reason(Op::LSTM, {{"clip", 3.0f}}).find("without clip"), std::string::npos);
-  EXPECT_NE(reason(Op::LSTM, {{"layout", int64_t(1)}}).find("layout 0"), std::string::npos);
+  EXPECT_EQ(reason(Op::LSTM, {{"layout", int64_t(1)}}), "") << "batch-first runs";
+  EXPECT_NE(reason(Op::LSTM, {{"layout", int64_t(2)}}).find("layout 0 or 1"), std::string::npos);
   EXPECT_NE(reason(Op::LSTM, {{"input_forget", int64_t(1)}}).find("input_forget"), std::string::npos);
   {  // sequence_lens runs (int32 only): calls whose lengths are not all T take the interpreter's kernel
     Node node = make_node(Op::LSTM, 5);
