@@ -146,6 +146,25 @@ TEST(LibraryRegions, lstm_with_sequence_lens_and_peepholes_runs_on_tier1) {
   EXPECT_EQ(occurrences(json, "\"validation\":\"passed\""), 1u) << json;
 }
 
+// (1e8 + 1) - 1e8 in an RNN's gate sum: 0 or 2 in float32, 1 in double. The recurrence's bound
+// (gamma_K times the sum of |terms|) covers it: the region validates (without it, demoted).
+TEST(LibraryRegions, cancelling_rnn_gate_passes_validation_within_its_bound) {
+  terrace::GraphBuilder b("cancel");
+  auto x = b.input("x", DType::Float32, {2, 1, 3});
+  auto w = b.constant("w", Tensor::from_vector<float>({1, 1, 3}, {1, 1, 1}));
+  auto r = b.constant("r", Tensor::from_vector<float>({1, 1, 1}, {0.5f}));
+  std::vector<std::string> y = b.op("RNN", {x, w, r}, {{"hidden_size", 1}, {"activations", std::vector<std::string>{"Relu"}}}, 2);
+  b.output(y[0]);
+  auto g = b.build();
+  auto s = Session::from_graph(g, on_tier(Tier::Cpu));
+  const NamedTensors in = {{"x", Tensor::from_vector<float>({2, 1, 3}, {1e8f, 1.0f, -1e8f, 0.5f, 0.25f, 2.0f})}};
+  warm_up(*s, in);
+  for (int call = 0; call < 3; ++call) s->run(in);
+  const std::string json = s->report_json();
+  EXPECT_EQ(occurrences(json, "\"tier\":\"cpu\""), 1u) << json;
+  EXPECT_EQ(occurrences(json, "\"validation\":\"passed\""), 1u) << json;
+}
+
 // A form oneDNN does not express stays in the interpreter, and the plan says why.
 TEST(LibraryRegions, refused_lstm_is_a_graph_break_naming_the_reason) {
   auto g = recurrent_model({{"hidden_size", 6}, {"direction", "bidirectional"}, {"clip", 2.0f}});
