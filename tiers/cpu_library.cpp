@@ -388,3 +388,20 @@ LibraryPart compile_library(const Graph& g, const Region& region, std::vector<ke
 
 }  // namespace terrace::cpu_library
 #endif  // TERRACE_HAVE_CPU_JIT
+
+#ifdef TERRACE_HAVE_DNNL
+#include "jit/dnnl_activation.h"
+#endif
+
+namespace terrace::cpu_library {
+
+bool tier2_fuses(const Node& next) {
+#ifdef TERRACE_HAVE_DNNL
+  return !jit::dnnl_activation_of(next).has_value();  // Relu and Clip are not among these
+#else
+  (void)next;
+  return true;
+#endif
+}
+
+}  // namespace terrace::cpu_library

@@ -13,6 +13,7 @@
 #include "interp/log.h"
 #include "interp/omp_threads.h"
 #include "interp/onnx_import.h"
+#include "tiers/cpu_library.h"
 #include "tiers/graph_breaks.h"
 #include "tiers/input_check.h"
 #include "tiers/passes/pipeline.h"
@@ -57,11 +58,23 @@ std::unique_ptr<Session> Session::from_graph(std::shared_ptr<const Graph> graph,
   std::unique_ptr<Backend> backend;
   if (options.max_tier >= Tier::Cpu) backend = make_cpu_backend(options.cache_dir);
   const Graph& g = *impl->graph;
+  // Tier 2 where Options::max_tier allows it and there is a GPU; without one the regions stay on
+  // the lower tiers, said once per process.
+  std::unique_ptr<Backend> gpu;
+  if (options.max_tier >= Tier::Gpu && backend) {
+    std::string why;
+    gpu = make_gpu_backend(options.cache_dir, &why);
+    static std::once_flag said;
+    if (!gpu) std::call_once(said, [&] { log(LogLevel::Info, "tier 2 unavailable: ", why, "; regions stay on tier 1"); });
+  }
   if (backend) {
     Backend* b = backend.get();
+    const bool with_gpu = gpu != nullptr;  // then only what tier 2 fuses too (cpu_library::tier2_fuses)
     impl->plan = partition(g, [b](const Graph& gr, const Node& n) { return b->can_compile(gr, n); },
                            [b](const Node& n) { return b->alone(n); },
-                           [b](const Graph& gr, const Node& n, const Node& next) { return b->absorbs(gr, n, next); },
+                           [b, with_gpu](const Graph& gr, const Node& n, const Node& next) {
+                             return b->absorbs(gr, n, next) && (!with_gpu || cpu_library::tier2_fuses(next));
+                           },
                            size_t(std::max(0, options.max_region_nodes)));
   } else {
     impl->plan = partition(g, [](const Graph&, const Node&) { return std::string("tier 1 is disabled"); });
@@ -75,15 +88,6 @@ std::unique_ptr<Session> Session::from_graph(std::shared_ptr<const Graph> graph,
   }
   impl->last_use = last_use_positions(g, impl->step_of_node);
   check_graph_breaks(g, impl->plan, options);  // the graph_breaks log topic; Options::strict
-  // Tier 2 where Options::max_tier allows it and there is a GPU; without one the regions stay on
-  // the lower tiers, said once per process.
-  std::unique_ptr<Backend> gpu;
-  if (options.max_tier >= Tier::Gpu && backend) {
-    std::string why;
-    gpu = make_gpu_backend(options.cache_dir, &why);
-    static std::once_flag said;
-    if (!gpu) std::call_once(said, [&] { log(LogLevel::Info, "tier 2 unavailable: ", why, "; regions stay on tier 1"); });
-  }
   impl->tiers = std::make_unique<TierManager>(impl->graph, impl->plan, options, std::move(backend), std::move(gpu));
   return std::unique_ptr<Session>(new Session(std::move(impl)));
 }

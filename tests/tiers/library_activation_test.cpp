@@ -9,6 +9,7 @@
 
 #include "interp/compare.h"
 #include "tests/support/graph_builder.h"
+#include "tiers/cpu_library.h"
 #include "tiers/session.h"
 
 namespace terrace {
@@ -131,6 +132,19 @@ TEST(LibraryRegions, cancelling_product_before_a_sigmoid_passes_within_its_carri
   const std::string json = s->report_json();
   EXPECT_EQ(occurrences(json, "\"tier\":\"cpu\""), 1u) << json;
   EXPECT_EQ(occurrences(json, "\"validation\":\"passed\""), 1u) << json;
+}
+
+// A session with tier 2 partitions without the activations tier 2's epilogues lack (Session's
+// absorbs asks cpu_library::tier2_fuses), so that a MatMul then Tanh stays two GPU regions.
+TEST(LibraryRegions, tier2_fuses_relu_and_clip_but_not_the_other_activations) {
+  auto node = [](Op op) {
+    Node n;
+    n.op = op;
+    return n;
+  };
+  for (Op op : {Op::Relu, Op::Clip, Op::Conv, Op::Add}) EXPECT_TRUE(cpu_library::tier2_fuses(node(op))) << op_name(op);
+  for (Op op : {Op::Sigmoid, Op::Tanh, Op::LeakyRelu, Op::Elu, Op::HardSwish, Op::Gelu})
+    EXPECT_FALSE(cpu_library::tier2_fuses(node(op))) << op_name(op);
 }
 
 #endif  // TERRACE_HAVE_DNNL
