@@ -24,6 +24,7 @@
 #include "interp/omp_threads.h"
 #include "interp/ops/conv.h"
 #include "jit/dnnl_activation.h"
+#include "jit/dnnl_common.h"
 
 namespace terrace::jit {
 namespace {
@@ -31,33 +32,9 @@ namespace {
 using dnnl::memory;
 using Dims = memory::dims;
 
-dnnl::engine& engine() {
-  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
-  return e;
-}
-
-memory::desc plain(const Dims& dims) {
-  Dims strides(dims.size(), 1);
-  for (size_t i = dims.size(); i-- > 1;) strides[i - 1] = strides[i] * dims[i];
-  return memory::desc(dims, memory::data_type::f32, strides);
-}
-
-memory wrap(const memory::desc& d, const float* data) { return memory(d, engine(), const_cast<float*>(data)); }
-
 std::string dims_str(const Dims& d) { return shape_str(Shape(d.begin(), d.end())); }
 
 bool has_zero_dim(const Shape& s) { return std::find(s.begin(), s.end(), 0) != s.end(); }
-
-// As dnnl_ops.cpp's threads_for: one OpenMP thread per 200 thousand multiply-adds.
-int threads_for(double flops) { return int(std::clamp(flops / 2e5, 1.0, double(omp_get_max_threads()))); }
-
-// As dnnl_ops.cpp: the primitive keeps no scratchpad (it is created on a compile thread and run on
-// callers'); each calling thread brings its stream, scratchpad and buffers, kept across calls.
-dnnl::primitive_attr user_scratchpad() {
-  dnnl::primitive_attr attr;
-  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-  return attr;
-}
 
 // The calling thread's buffer number `slot` of at least `bytes`, kept across calls.
 float* thread_buffer(size_t slot, size_t bytes) {
@@ -70,10 +47,10 @@ float* thread_buffer(size_t slot, size_t bytes) {
 
 void execute(const dnnl::primitive& p, const memory::desc& scratch, std::unordered_map<int, memory> args,
              int threads) {
-  thread_local dnnl::stream stream(engine());
+  thread_local dnnl::stream stream(cpu_engine());
   ScopedOmpThreads scope(threads);
   if (const size_t bytes = scratch.get_size(); bytes > 0)
-    args.emplace(DNNL_ARG_SCRATCHPAD, memory(scratch, engine(), thread_buffer(0, bytes)));
+    args.emplace(DNNL_ARG_SCRATCHPAD, memory(scratch, cpu_engine(), thread_buffer(0, bytes)));
   try {
     p.execute(stream, args);
     stream.wait();
@@ -186,7 +163,7 @@ class Deconvolution : public DnnlPrimitive {
       dnnl_append_activation(ops, activation);
       dnnl::primitive_attr attr = user_scratchpad();
       attr.set_post_ops(ops);
-      return dnnl::deconvolution_forward::primitive_desc(d, attr, engine());
+      return dnnl::deconvolution_forward::primitive_desc(d, attr, cpu_engine());
     });
     prim_ = dnnl::deconvolution_forward(pd);
     scratch_ = pd.scratchpad_desc();
@@ -194,13 +171,13 @@ class Deconvolution : public DnnlPrimitive {
     const Tensor* constant_w = constants.size() > 1 ? constants[1] : nullptr;
     if (w_desc_ != user_w_) {
       w_reorder_ = building(node, threads_, [&] {
-        dnnl::reorder::primitive_desc r(engine(), user_w_, engine(), w_desc_, user_scratchpad());
+        dnnl::reorder::primitive_desc r(cpu_engine(), user_w_, cpu_engine(), w_desc_, user_scratchpad());
         reorder_scratch_ = r.scratchpad_desc();
         return dnnl::primitive(dnnl::reorder(r));
       });
     }
     if (constant_w) {
-      weights_ = memory(w_desc_, engine());
+      weights_ = memory(w_desc_, cpu_engine());
       if (w_reorder_)
         execute(*w_reorder_, reorder_scratch_, {{DNNL_ARG_FROM, wrap(user_w_, constant_w->data<float>())}, {DNNL_ARG_TO, weights_}},
                 threads_);
@@ -232,7 +209,7 @@ class Deconvolution : public DnnlPrimitive {
     if (!w) {
       w = wrap(user_w_, in[1]);
       if (w_reorder_) {
-        memory packed(w_desc_, engine(), thread_buffer(1, w_desc_.get_size()));
+        memory packed(w_desc_, cpu_engine(), thread_buffer(1, w_desc_.get_size()));
         execute(*w_reorder_, reorder_scratch_, {{DNNL_ARG_FROM, w}, {DNNL_ARG_TO, packed}}, threads_);
         w = packed;
       }

@@ -20,43 +20,39 @@
 #include "jit/dnnl_activation.h"
 
 namespace terrace::jit {
-namespace {
-
-using dnnl::memory;
-using Dims = memory::dims;
 
 dnnl::engine& cpu_engine() {
   static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
   return engine;
 }
 
-memory::desc plain(const Dims& dims) {
-  Dims strides(dims.size(), 1);
+dnnl::memory::desc plain(const dnnl::memory::dims& dims) {
+  dnnl::memory::dims strides(dims.size(), 1);
   for (size_t i = dims.size(); i-- > 1;) strides[i - 1] = strides[i] * dims[i];
-  return memory::desc(dims, memory::data_type::f32, strides);
+  return dnnl::memory::desc(dims, dnnl::memory::data_type::f32, strides);
 }
 
-memory wrap(const memory::desc& d, const float* data) {
-  return memory(d, cpu_engine(), const_cast<float*>(data));
+dnnl::memory wrap(const dnnl::memory::desc& d, const float* data) {
+  return dnnl::memory(d, cpu_engine(), const_cast<float*>(data));
 }
 
-// The OpenMP threads a primitive of `flops` multiply-adds runs on: one per 200 thousand (about
-// 10 us of work), up to the machine's. A fork and join of 16 threads costs more than a batch-1
-// Linear layer ([1,784] x [784,512]: 0.4 M): on 16 cores the MLP took 0.118 ms with every thread
-// against 0.083 ms on the interpreter; one per million starved MobileNetV2's small convolutions
-// on 2 cores (29 -> 41 ms).
-int threads_for(double flops) {
-  return int(std::clamp(flops / 2e5, 1.0, double(omp_get_max_threads())));
-}
+// One thread per 200 thousand: a fork and join of 16 threads costs more than a batch-1 Linear
+// layer ([1,784] x [784,512]: 0.4 M): on 16 cores the MLP took 0.118 ms with every thread against
+// 0.083 ms on the interpreter; one per million starved MobileNetV2's small convolutions on 2 cores
+// (29 -> 41 ms).
+int threads_for(double flops) { return int(std::clamp(flops / 2e5, 1.0, double(omp_get_max_threads()))); }
 
-// Primitives keep no scratchpad of their own (oneDNN's library-managed one belongs to the thread
-// that created the primitive, and tier 1 creates on a compile thread and runs on callers'): each
-// call brings one, sized by the primitive descriptor.
 dnnl::primitive_attr user_scratchpad() {
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   return attr;
 }
+
+namespace {
+
+using dnnl::memory;
+using Dims = memory::dims;
+
 
 // A stream and a scratchpad buffer per calling thread (calls may come from several threads at
 // once), kept across calls: a batch-1 Linear layer takes tens of microseconds, and creating both

@@ -22,6 +22,7 @@
 #include "interp/error.h"
 #include "interp/interpreter.h"
 #include "interp/omp_threads.h"
+#include "jit/dnnl_common.h"
 
 namespace terrace::jit {
 namespace {
@@ -85,15 +86,6 @@ std::string refusal(const Node& node, std::string* rnn_activation = nullptr) {
     return what + " with its default activations only (" + (cell == Cell::Lstm ? "Sigmoid, Tanh, Tanh" : "Sigmoid, Tanh") + ")";
   return "";
 }
-
-dnnl::engine& engine() {
-  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
-  return e;
-}
-
-memory wrap(const memory::desc& d, const float* data) { return memory(d, engine(), const_cast<float*>(data)); }
-
-int threads_for(double flops) { return int(std::clamp(flops / 2e5, 1.0, double(omp_get_max_threads()))); }
 
 float* thread_buffer(size_t slot, size_t floats) {
   thread_local std::vector<std::vector<float>> pool;
@@ -189,29 +181,28 @@ class Recurrent : public DnnlPrimitive {
     const auto prop = dnnl::prop_kind::forward_inference;
     ScopedOmpThreads scope(threads_);
     try {
-      dnnl::primitive_attr attr;
-      attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+      dnnl::primitive_attr attr = user_scratchpad();
       if (cell_ == Cell::Lstm) {
         dnnl::lstm_forward::primitive_desc pd(
             present_[7] ? dnnl::lstm_forward::desc(prop, dir, src_layer_, src_iter_, src_iter_c_, w_layer_, w_iter_, peephole_,
                                                    bias_, dst_layer_, dst_iter_, dst_iter_c_)
                         : dnnl::lstm_forward::desc(prop, dir, src_layer_, src_iter_, src_iter_c_, w_layer_, w_iter_, bias_,
                                                    dst_layer_, dst_iter_, dst_iter_c_),
-            attr, engine());
+            attr, cpu_engine());
         prim_ = dnnl::lstm_forward(pd);
         scratch_ = pd.scratchpad_desc();
         description_ += std::string("; ") + pd.impl_info_str();
       } else if (cell_ == Cell::Gru && lbr_) {
         dnnl::lbr_gru_forward::primitive_desc pd(
             dnnl::lbr_gru_forward::desc(prop, dir, src_layer_, src_iter_, w_layer_, w_iter_, bias_, dst_layer_, dst_iter_),
-            attr, engine());
+            attr, cpu_engine());
         prim_ = dnnl::lbr_gru_forward(pd);
         scratch_ = pd.scratchpad_desc();
         description_ += std::string("; ") + pd.impl_info_str();
       } else if (cell_ == Cell::Gru) {
         dnnl::gru_forward::primitive_desc pd(
             dnnl::gru_forward::desc(prop, dir, src_layer_, src_iter_, w_layer_, w_iter_, bias_, dst_layer_, dst_iter_), attr,
-            engine());
+            cpu_engine());
         prim_ = dnnl::gru_forward(pd);
         scratch_ = pd.scratchpad_desc();
         description_ += std::string("; ") + pd.impl_info_str();
@@ -222,7 +213,7 @@ class Recurrent : public DnnlPrimitive {
         dnnl::vanilla_rnn_forward::primitive_desc pd(
             dnnl::vanilla_rnn_forward::desc(prop, alg, dir, src_layer_, src_iter_, w_layer_, w_iter_, bias_, dst_layer_,
                                             dst_iter_),
-            attr, engine());
+            attr, cpu_engine());
         prim_ = dnnl::vanilla_rnn_forward(pd);
         scratch_ = pd.scratchpad_desc();
         description_ += std::string("; ") + pd.impl_info_str();
@@ -325,9 +316,9 @@ class Recurrent : public DnnlPrimitive {
       args.emplace(DNNL_ARG_DST_ITER_C, wrap(dst_iter_c_, yc));
     }
     if (peep) args.emplace(DNNL_ARG_WEIGHTS_PEEPHOLE, wrap(peephole_, peep));
-    if (scratch_.get_size() > 0) args.emplace(DNNL_ARG_SCRATCHPAD, memory(scratch_, engine(), scratch));
+    if (scratch_.get_size() > 0) args.emplace(DNNL_ARG_SCRATCHPAD, memory(scratch_, cpu_engine(), scratch));
     {
-      thread_local dnnl::stream stream(engine());
+      thread_local dnnl::stream stream(cpu_engine());
       ScopedOmpThreads scope(threads_);
       try {
         prim_.execute(stream, args);
