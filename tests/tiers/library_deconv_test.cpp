@@ -9,6 +9,7 @@
 
 #include "interp/compare.h"
 #include "tests/support/graph_builder.h"
+#include "tests/support/session_helpers.h"
 #include "tiers/session.h"
 
 namespace terrace {
@@ -16,27 +17,12 @@ namespace {
 
 using testing::GraphBuilder;
 using testing::random_tensor;
+using testing::on_tier;
+using testing::occurrences;
+using testing::region_ops;
+using testing::FaultInjected;
 
 #ifdef TERRACE_HAVE_DNNL
-
-Options on_tier(Tier t) {
-  Options o;
-  o.max_tier = t;
-  o.cache_dir = "";
-  return o;
-}
-
-size_t occurrences(const std::string& text, const std::string& needle) {
-  size_t n = 0;
-  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
-  return n;
-}
-
-std::vector<std::string> region_ops(const Session& s) {
-  std::vector<std::string> ops;
-  for (const Region& r : s.plan().regions) ops.push_back(r.ops());
-  return ops;
-}
 
 // The graph breaks of a session's plan, as `terrace explain` lists them: "Op: reason".
 std::vector<std::string> graph_breaks(const Session& s, const Graph& g) {
@@ -68,12 +54,6 @@ std::shared_ptr<Graph> upsampling_model(int64_t batch = 1) {
 }
 
 // TERRACE_FAULT set for a scope, unset when it ends (also when an assertion leaves the test early).
-struct FaultInjected {
-  explicit FaultInjected(const char* fault) { setenv("TERRACE_FAULT", fault, 1); }
-  ~FaultInjected() { unsetenv("TERRACE_FAULT"); }
-  void end() { unsetenv("TERRACE_FAULT"); }
-};
-
 void warm_up(Session& s, const NamedTensors& in) {
   for (int i = 0; i < 3; ++i) {
     s.run(in);

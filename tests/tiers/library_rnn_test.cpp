@@ -10,33 +10,18 @@
 #include "interp/compare.h"
 #include "interp/graph_builder.h"
 #include "tests/support/graph_builder.h"
+#include "tests/support/session_helpers.h"
 #include "tiers/session.h"
 
 namespace terrace {
 namespace {
 
 using testing::random_tensor;
+using testing::on_tier;
+using testing::occurrences;
+using testing::FaultInjected;
 
 #ifdef TERRACE_HAVE_DNNL
-
-Options on_tier(Tier t) {
-  Options o;
-  o.max_tier = t;
-  o.cache_dir = "";
-  return o;
-}
-
-size_t occurrences(const std::string& text, const std::string& needle) {
-  size_t n = 0;
-  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
-  return n;
-}
-
-struct FaultInjected {
-  explicit FaultInjected(const char* fault) { setenv("TERRACE_FAULT", fault, 1); }
-  ~FaultInjected() { unsetenv("TERRACE_FAULT"); }
-  void end() { unsetenv("TERRACE_FAULT"); }
-};
 
 // A tagger's core: x [T=7, N=2, 8] -> LSTM (bidirectional, hidden 6, B, initial states; Y and
 // Y_h read, Y_c not), and beside it a GRU (linear_before_reset; Y_h read) and a reverse RNN (Y
