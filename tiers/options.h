@@ -54,6 +54,9 @@ struct Options {
   // The most nodes one region holds (0: no limit); larger fusible stretches become several
   // regions, so that no compile takes long (partition.h; measured in bench/RESULTS.md).
   int max_region_nodes = 64;
+  // Partition as a session with tier 2 does (an activation tier 2 does not fuse starts a region of
+  // its own) even where there is no GPU: for `terrace compile --tier gpu`, whose cache is for one.
+  bool plan_for_gpu = false;
   std::string cache_dir;        // empty: $TERRACE_CACHE_DIR or ~/.cache/terrace
   // The graph optimizer's level before partitioning; $TERRACE_OPTIMIZE (none|basic|extended).
   // Extended by default: as ONNX Runtime's default (all levels), since a BatchNormalization left

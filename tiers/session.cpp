@@ -69,7 +69,8 @@ std::unique_ptr<Session> Session::from_graph(std::shared_ptr<const Graph> graph,
   }
   if (backend) {
     Backend* b = backend.get();
-    const bool with_gpu = gpu != nullptr;  // then only what tier 2 fuses too (cpu_library::tier2_fuses)
+    // Then only what tier 2 fuses too (cpu_library::tier2_fuses).
+    const bool with_gpu = gpu != nullptr || options.plan_for_gpu;
     impl->plan = partition(g, [b](const Graph& gr, const Node& n) { return b->can_compile(gr, n); },
                            [b](const Node& n) { return b->alone(n); },
                            [b, with_gpu](const Graph& gr, const Node& n, const Node& next) {

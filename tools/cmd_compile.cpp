@@ -161,9 +161,11 @@ int cmd_compile(const ParsedArgs& args) {
 
   Model m = load_onnx_file(model);
   check_dim_names(*m.graph, dims);
-  // Tier 1's partition: tier 2 compiles the same regions (library ones skipped until it has them).
+  // The partition a session makes on a machine with the tier asked for: tier 1's, and with --tier
+  // gpu one where tier 2's regions stand alone where it fuses less (Options::plan_for_gpu).
   Options options = Options::from_env();
   options.max_tier = Tier::Cpu;
+  options.plan_for_gpu = tier == "gpu";
   auto session = Session::from_graph(m.graph, options);
   const Graph& g = session->graph();
   const Plan& plan = session->plan();

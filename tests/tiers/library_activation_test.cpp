@@ -127,6 +127,19 @@ TEST(LibraryRegions, tier2_fuses_relu_and_clip_but_not_the_other_activations) {
     EXPECT_FALSE(cpu_library::tier2_fuses(node(op))) << op_name(op);
 }
 
+// Options::plan_for_gpu partitions as a session with tier 2 does, without a GPU (terrace compile
+// --tier gpu): the Tanh after a MatMul is a region of its own there, fused on tier 1 alone.
+TEST(LibraryRegions, planning_for_the_gpu_leaves_the_activations_tier2_lacks_out_of_the_product) {
+  GraphBuilder g;
+  int x = g.input("x", DType::Float32, {4, 8});
+  g.output(g.node(Op::Tanh, {g.node(Op::MatMul, {x, g.constant("w", random_tensor({8, 8}, 3))})}));
+  auto graph = g.build();
+  Options cpu = on_tier(Tier::Cpu);
+  EXPECT_EQ(region_ops(*Session::from_graph(graph, cpu)), (std::vector<std::string>{"MatMul,Tanh"}));
+  cpu.plan_for_gpu = true;
+  EXPECT_EQ(region_ops(*Session::from_graph(graph, cpu)), (std::vector<std::string>{"MatMul", "Tanh"}));
+}
+
 #endif  // TERRACE_HAVE_DNNL
 
 }  // namespace
