@@ -3,6 +3,9 @@
 #include "tiers/tier_manager.h"
 
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
 #include <condition_variable>
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -91,6 +94,21 @@ struct TierManager::Jobs {
     for (std::thread& t : threads) t.detach();
   }
 };
+
+// Job pools abandoned by destroyed sessions, whose running job may still be inside a compiler
+// when the process exits: an exit handler (registered at the first abandonment, so after LLVM's
+// static objects exist, and so run before they are destroyed) waits for those jobs, at most
+// kExitWaitMs in all, instead of letting a compile run on against destroyed statics (a crash at
+// exit, seen under ThreadSanitizer). Never destroyed.
+constexpr int kExitWaitMs = 10000;
+struct AbandonedJobs {
+  std::mutex mu;
+  std::vector<TierManager::Jobs*> pools;
+};
+static AbandonedJobs& abandoned_jobs() {
+  static auto* a = new AbandonedJobs;
+  return *a;
+}
 
 struct TierManager::RegionState {
   const Region* region = nullptr;
@@ -199,6 +217,29 @@ TierManager::~TierManager() {
     log(LogLevel::Warn, "a background job still runs after ", core_->options_.compile_wait_ms,
         " ms; abandoned: it ends on its own thread and its result is dropped");
     jobs->abandon();  // and the Jobs object is left alive for the detached thread
+    AbandonedJobs& a = abandoned_jobs();
+    std::lock_guard<std::mutex> lock(a.mu);
+    a.pools.push_back(jobs);
+    static std::once_flag registered;
+    std::call_once(registered, [] { std::atexit(wait_for_abandoned_jobs); });
+  }
+}
+
+void TierManager::wait_for_abandoned_jobs() {
+  AbandonedJobs& a = abandoned_jobs();
+  std::vector<Jobs*> pools;
+  {
+    std::lock_guard<std::mutex> lock(a.mu);
+    pools = a.pools;
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kExitWaitMs);
+  for (Jobs* jobs : pools) {
+    std::unique_lock<std::mutex> lock(jobs->mu);
+    if (!jobs->idle.wait_until(lock, deadline, [&] { return jobs->in_flight == 0; })) {
+      std::fprintf(stderr, "[terrace warn] exiting while an abandoned background job still runs after %d ms\n",
+                   kExitWaitMs);
+      return;
+    }
   }
 }
 

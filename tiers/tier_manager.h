@@ -72,10 +72,13 @@ class TierManager {
   // calls it).
   void wait_idle();
 
+  struct Jobs;  // the background threads and their queue
+
  private:
   struct RegionState;
   struct Core;  // regions, policy and jobs' work; shared with the jobs, so a job may outlive this
-  struct Jobs;  // the background threads and their queue
+  // At exit: waits (bounded) for the jobs of destroyed sessions that were still running.
+  static void wait_for_abandoned_jobs();
   std::shared_ptr<Core> core_;
   Jobs* jobs_;    // compiles; owned, left alive (leaked) when a running job is abandoned
   Jobs* checks_;  // continuous validation's re-checks, on a lowest-priority thread; the same

@@ -363,6 +363,34 @@ TEST(Tiering, destroying_a_session_abandons_its_queued_compiles) {
   EXPECT_LT(seconds, 6.0) << "the destructor waited for queued compiles";
 }
 
+// A compile abandoned by a destroyed session may still be inside LLVM when the process exits; exit
+// waits for it (bounded) instead of destroying LLVM's statics under it. Here the abandoned compile
+// sleeps 2 s (slow-compile) and then compiles: the child's exit takes that long. Without the wait
+// it exits at once (and, when the compile is already in LLVM, crashed in 3 of 12 TSan runs).
+TEST(Tiering, the_process_exit_waits_for_a_compile_its_session_abandoned) {
+  ::testing::FLAGS_gtest_death_test_style = "threadsafe";
+  auto child = [] {
+    GraphBuilder gb;
+    int x = gb.input("x", DType::Float32, {4, 5});
+    gb.output(gb.node(Op::Neg, {gb.node(Op::Tanh, {x})}));
+    Options o = tiered();
+    o.compile_wait_ms = 10;
+    setenv("TERRACE_FAULT", "slow-compile:cpu", 1);
+    auto s = Session::from_graph(gb.build(), o);
+    NamedTensors in = {{"x", random_tensor({4, 5}, 3)}};
+    s->run(in);
+    s->run(in);  // the compile is queued
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // and has started (it sleeps 2 s)
+    s.reset();   // abandoned after 10 ms
+    unsetenv("TERRACE_FAULT");
+    std::exit(0);
+  };
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EXIT(child(), ::testing::ExitedWithCode(0), "");
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_GT(seconds, 1.5) << "the process exited without waiting for the abandoned compile";
+}
+
 // A compile that never comes back (TERRACE_FAULT=hang-compile:cpu) blocks no call; the session's
 // destructor abandons it after Options::compile_wait_ms; and other sessions keep compiling (each
 // has its own compile threads). (A bound on waiting, with a wide margin, not a performance figure.)
