@@ -168,5 +168,55 @@ TEST(MovementRegions, gather_with_a_bad_run_time_index_is_invalid_argument_on_ev
   }
 }
 
+// The other index paths of tier 1's lowering with a bad run-time index, past the validated calls
+// (the kernel's own check is all that stands between the index and the data): a Gather of single
+// elements (a 1-D table) and GatherElements. Each is InvalidArgument naming the op and the index.
+TEST(MovementRegions, single_element_gather_and_gather_elements_check_run_time_indices_on_tier1) {
+  struct Case {
+    const char* op;
+    std::shared_ptr<Graph> graph;
+    NamedTensors good, bad;
+  };
+  std::vector<Case> cases;
+  {
+    GraphBuilder g;
+    int table = g.input("table", DType::Float32, {10});
+    int idx = g.input("idx", DType::Int64, {3});
+    g.output(g.node(Op::Add, {g.node(Op::Gather, {table, idx}), g.constant("one", Tensor::scalar<float>(1.0f))}));
+    Tensor t = random_tensor({10}, 7);
+    cases.push_back({"Gather", g.build(), {{"table", t}, {"idx", ints({0, -10, 9})}}, {{"table", t}, {"idx", ints({0, -11, 9})}}});
+  }
+  {
+    GraphBuilder g;
+    int data = g.input("data", DType::Float32, {4, 5});
+    int idx = g.input("idx", DType::Int64, {4, 2});
+    g.output(g.node(Op::Add, {g.node(Op::GatherElements, {data, idx}, {{"axis", GraphBuilder::attr_int(1)}}),
+                              g.constant("one", Tensor::scalar<float>(1.0f))}));
+    Tensor d = random_tensor({4, 5}, 8);
+    Tensor ok = Tensor::from_vector<int64_t>({4, 2}, {0, 4, -5, 1, 2, 3, 4, -1});
+    Tensor bad = Tensor::from_vector<int64_t>({4, 2}, {0, 4, -5, 1, 2, 5, 4, -1});
+    cases.push_back({"GatherElements", g.build(), {{"data", d}, {"idx", ok}}, {{"data", d}, {"idx", bad}}});
+  }
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.op);
+    auto s = Session::from_graph(c.graph, on_tier(Tier::Cpu));
+    for (int i = 0; i < 3; ++i) {
+      s->run(c.good);
+      s->wait_for_compiles();
+    }
+    for (int i = 0; i < 5; ++i) s->run(c.good);
+    ASSERT_TRUE(ran_cpu(*s)) << s->report_json();
+    try {
+      s->run(c.bad);
+      ADD_FAILURE() << "no error";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::InvalidArgument) << e.what();
+      EXPECT_NE(e.message().find(c.op), std::string::npos) << e.message();
+    }
+    NamedTensors got = s->run(c.good), want = reference(c.graph, c.good);
+    EXPECT_TRUE(compare_tensors(want[0].second, got[0].second, Tolerance::for_dtype(DType::Float32)).equal);
+  }
+}
+
 }  // namespace
 }  // namespace terrace
