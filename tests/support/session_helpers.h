@@ -3,9 +3,12 @@
 #pragma once
 #include <stdlib.h>
 
+#include <gtest/gtest.h>
+
 #include <string>
 #include <vector>
 
+#include "interp/compare.h"
 #include "tiers/session.h"
 
 namespace terrace::testing {
@@ -30,6 +33,23 @@ inline std::vector<std::string> region_ops(const Session& s) {
   std::vector<std::string> ops;
   for (const Region& r : s.plan().regions) ops.push_back(r.ops());
   return ops;
+}
+
+// Four calls of `s` on `in` (a new version's three shadow-validated calls, then one more), each
+// output within the tolerance of `want`'s; then `regions` regions on tier 1 with validation passed.
+inline void expect_calls_match_and_regions_validated_on_tier1(Session& s, const NamedTensors& in,
+                                                              const NamedTensors& want, size_t regions) {
+  for (int call = 0; call < 4; ++call) {
+    NamedTensors got = s.run(in);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t k = 0; k < want.size(); ++k) {
+      Comparison c = compare_tensors(want[k].second, got[k].second, Tolerance::for_dtype(want[k].second.dtype()));
+      EXPECT_TRUE(c.equal) << "call " << call << ", " << want[k].first << ": " << c.message;
+    }
+  }
+  const std::string json = s.report_json();
+  EXPECT_EQ(occurrences(json, "\"tier\":\"cpu\""), regions) << json;
+  EXPECT_EQ(occurrences(json, "\"validation\":\"passed\""), regions) << json;
 }
 
 // TERRACE_FAULT=`fault` until end() or the end of the scope.

@@ -20,6 +20,7 @@ using testing::GraphBuilder;
 using testing::random_tensor;
 using testing::on_tier;
 using testing::occurrences;
+using testing::expect_calls_match_and_regions_validated_on_tier1;
 using testing::region_ops;
 using testing::FaultInjected;
 
@@ -70,14 +71,7 @@ TEST(LibraryRegions, activations_after_library_ops_are_post_ops_validated_on_tie
   NamedTensors in = {{"x", random_tensor({1, 4, 8, 8}, 8, -2.0f, 2.0f)}};
   const NamedTensors want = Session::from_graph(g, on_tier(Tier::Interp))->run(in);
   warm_up(*s, in);
-  for (int call = 0; call < 4; ++call) {  // 3 validated calls, then one more
-    NamedTensors got = s->run(in);
-    Comparison c = compare_tensors(want[0].second, got[0].second, Tolerance::for_dtype(DType::Float32));
-    EXPECT_TRUE(c.equal) << c.message;
-  }
-  const std::string json = s->report_json();
-  EXPECT_EQ(occurrences(json, "\"tier\":\"cpu\""), 6u) << json;
-  EXPECT_EQ(occurrences(json, "\"validation\":\"passed\""), 6u) << json;
+  expect_calls_match_and_regions_validated_on_tier1(*s, in, want, 6);
 }
 
 TEST(LibraryRegions, miscompiled_region_with_a_fused_activation_is_caught) {

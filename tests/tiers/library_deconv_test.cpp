@@ -19,6 +19,7 @@ using testing::GraphBuilder;
 using testing::random_tensor;
 using testing::on_tier;
 using testing::occurrences;
+using testing::expect_calls_match_and_regions_validated_on_tier1;
 using testing::region_ops;
 using testing::FaultInjected;
 
@@ -70,14 +71,7 @@ TEST(LibraryRegions, conv_transpose_runs_on_tier1_validated_with_its_activation)
   const NamedTensors want = Session::from_graph(g, on_tier(Tier::Interp))->run(in);
   ASSERT_EQ(want[0].second.shape(), (Shape{1, 6, 27, 30}));
   warm_up(*s, in);
-  for (int call = 0; call < 4; ++call) {  // 3 validated calls, then one more
-    NamedTensors got = s->run(in);
-    Comparison c = compare_tensors(want[0].second, got[0].second, Tolerance::for_dtype(DType::Float32));
-    EXPECT_TRUE(c.equal) << c.message;
-  }
-  const std::string json = s->report_json();
-  EXPECT_EQ(occurrences(json, "\"tier\":\"cpu\""), 3u) << json;
-  EXPECT_EQ(occurrences(json, "\"validation\":\"passed\""), 3u) << json;
+  expect_calls_match_and_regions_validated_on_tier1(*s, in, want, 3);
 }
 
 // The allowance bounds rounding, not a wrong kernel: a ConvTranspose region off by 1 in one

@@ -19,6 +19,7 @@ namespace {
 using testing::random_tensor;
 using testing::on_tier;
 using testing::occurrences;
+using testing::expect_calls_match_and_regions_validated_on_tier1;
 using testing::FaultInjected;
 
 #ifdef TERRACE_HAVE_DNNL
@@ -70,17 +71,7 @@ TEST(LibraryRegions, lstm_gru_and_rnn_run_on_tier1_validated) {
   const NamedTensors in = recurrent_inputs(10);
   const NamedTensors want = Session::from_graph(g, on_tier(Tier::Interp))->run(in);
   warm_up(*s, in);
-  for (int call = 0; call < 4; ++call) {  // 3 validated calls, then one more
-    NamedTensors got = s->run(in);
-    ASSERT_EQ(got.size(), want.size());
-    for (size_t k = 0; k < want.size(); ++k) {
-      Comparison c = compare_tensors(want[k].second, got[k].second, Tolerance::for_dtype(DType::Float32));
-      EXPECT_TRUE(c.equal) << want[k].first << ": " << c.message;
-    }
-  }
-  const std::string json = s->report_json();
-  EXPECT_EQ(occurrences(json, "\"tier\":\"cpu\""), 3u) << json;
-  EXPECT_EQ(occurrences(json, "\"validation\":\"passed\""), 3u) << json;
+  expect_calls_match_and_regions_validated_on_tier1(*s, in, want, 3);
 }
 
 TEST(LibraryRegions, miscompiled_lstm_is_caught_and_demoted) {
