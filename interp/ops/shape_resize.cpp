@@ -309,6 +309,7 @@ void resize_kernel(KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
   const Node& node = ctx.node;
   const int64_t rank = x.rank();
+  TERRACE_CHECK(rank > 0, InvalidArgument, node.describe(), ": input 'X' is a scalar; Resize needs at least one dim");
   // Opset 10 takes (X, scales); opset 11+ takes (X, roi, scales, sizes).
   bool opset10 = ctx.num_inputs() == 2;
   ResizeAttrs a = opset10 ? ResizeAttrs{mode_of(node)} : resize_attrs(node);

@@ -18,6 +18,16 @@ TEST(Resize18, scales_for_listed_axes_leave_the_others_alone) {
   EXPECT_EQ(values_of<float>(y), (std::vector<float>{1, 1, 2, 2}));
 }
 
+// Found by the fuzzer (tests/fuzz/regressions/ubsan-resize-scalar-input-divides-by-rank.onnx):
+// a rank-0 input divided by its rank.
+TEST(Resize18, a_scalar_input_is_invalid_argument_naming_the_node) {
+  Tensor x = Tensor::scalar<float>(1.0f);
+  Error e = error_of([&] { run1(Op::Resize, {x, none(), Tensor::from_vector<float>({0}, {})}, {}); });
+  EXPECT_EQ(e.code(), ErrorCode::InvalidArgument);
+  EXPECT_NE(e.message().find("scalar"), std::string::npos) << e.message();
+  EXPECT_NE(e.message().find("Resize"), std::string::npos) << e.message();
+}
+
 TEST(Resize18, keep_aspect_ratio_takes_the_smallest_or_largest_scale) {
   Tensor x = Tensor::zeros(DType::Float32, {2, 4});
   Tensor sizes = Tensor::from_vector<int64_t>({2}, {4, 4});
