@@ -6,6 +6,7 @@
 #include <chrono>
 #include <mutex>
 #include <sstream>
+#include <unordered_map>
 
 #include "interp/cancel.h"
 #include "interp/interpreter.h"
@@ -122,19 +123,23 @@ NamedTensors Session::run(const NamedTensors& inputs) { return run(inputs, RunOp
 Tensor Session::to_device(const Tensor& t) { return impl_->tiers->to_device(t); }
 
 // Before the interpreter runs `node` (a graph break): its inputs on the host. A node with
-// subgraphs may read any value of the frame by name, so then every device value comes back.
-static void node_inputs_to_host(Frame& frame, const Node& node) {
-  auto fetch = [&](RValue& rv) {
+// subgraphs may read any value of the frame by name, so then every device value comes back. Each
+// is copied once: the host copy takes the value's place for later host readers, and the device
+// tensor is kept in `on_device` for later GPU regions, which read it without a second copy.
+static void node_inputs_to_host(Frame& frame, const Node& node, std::unordered_map<int, RValue>& on_device) {
+  auto fetch = [&](int v) {
+    RValue& rv = frame.env[size_t(v)];
     if (rv.kind != ValueKind::Tensor || !rv.tensor.on_device()) return;
+    on_device[v] = rv;
     rv = RValue(rv.tensor.to_host());
     ++thread_transfers();
   };
   if (!node.subgraphs().empty()) {
-    for (RValue& rv : frame.env) fetch(rv);
+    for (size_t v = 0; v < frame.env.size(); ++v) fetch(int(v));
     return;
   }
   for (int v : node.inputs)
-    if (v >= 0) fetch(frame.env[size_t(v)]);
+    if (v >= 0) fetch(v);
 }
 
 NamedTensors Session::run(const NamedTensors& inputs, const RunOptions& run_options) {
@@ -154,23 +159,35 @@ NamedTensors Session::run(const NamedTensors& inputs, const RunOptions& run_opti
   const int64_t transfers0 = thread_transfers();
   bool tiers_used[3] = {false, false, false};
   Trace* const trace = im.options.trace.get();  // Options::profile_file
+  std::unordered_map<int, RValue> device_copies;  // see node_inputs_to_host
   for (size_t s = 0; s < im.plan.steps.size(); ++s) {
     const Step& step = im.plan.steps[s];
     check_cancelled();
     if (step.region < 0) {
       TraceSpan span(trace, "node", "interp node", step.node);
-      node_inputs_to_host(frame, g.nodes[size_t(step.node)]);
+      node_inputs_to_host(frame, g.nodes[size_t(step.node)], device_copies);
       run_node(frame, step.node);
       tiers_used[0] = true;
       release_dead_inputs(frame, step.node, int(s), im.last_use);
     } else {
       TraceSpan span(trace, "region", "region", step.region);
+      // Inputs a graph break fetched to the host: the region reads their device tensors.
+      std::vector<int> swapped;
+      for (int v : im.plan.regions[size_t(step.region)].inputs) {
+        auto it = device_copies.find(v);
+        if (it == device_copies.end() || frame.env[size_t(v)].kind != ValueKind::Tensor) continue;
+        std::swap(frame.env[size_t(v)], it->second);
+        swapped.push_back(v);
+      }
       const Tier tier = im.tiers->execute(step.region, frame, call);
+      for (int v : swapped) std::swap(frame.env[size_t(v)], device_copies[v]);
       tiers_used[int(tier)] = true;
       span.arg("tier", tier_name(tier));
       for (int n : im.plan.regions[size_t(step.region)].nodes)
         release_dead_inputs(frame, n, int(s), im.last_use);
     }
+    if (!device_copies.empty())  // a released value's device tensor goes with it
+      std::erase_if(device_copies, [&](const auto& e) { return frame.env[size_t(e.first)].kind != ValueKind::Tensor; });
   }
   std::vector<RValue> out = frame_outputs(frame);
   double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
