@@ -26,7 +26,7 @@ const CommandDef kValidateCommand{
     "model computed in float64.",
     {
         {"--tier", "interp|cpu|gpu|all", "the tiers to check (default all: every tier this build has)"},
-        {"--calls", "N", "calls per tier (default: the promotion threshold plus the validated calls, plus one)"},
+        {"--calls", "N", "calls per tier (default: the promotion threshold plus the validated calls, plus one; as many again for tier 2 to climb to when it is checked)"},
         {"--input", "NAME=FILE.pb", "the input NAME from a TensorProto file (the same for every call)", true},
         {"--random-inputs", nullptr, "random values for every input not given with --input (a new draw per call)"},
         {"--dim", "SYM=N", "the symbolic dim SYM of the random inputs (default 1)", true},
@@ -286,8 +286,13 @@ int cmd_validate(const ParsedArgs& args) {
     throw UsageError{"--dim sets the random inputs' dims: it needs --random-inputs"};
   std::vector<TierResult> tiers = tiers_to_check(args);
   const Options base = Options::from_env();
+  // Enough calls for a region to be promoted and validated on tier 1 and, where tier 2 is checked
+  // and available, to climb on to it (Options::gpu_threshold calls on tier 1) and be validated there.
+  const bool climbs_to_gpu = std::any_of(tiers.begin(), tiers.end(),
+                                         [](const TierResult& t) { return t.tier == Tier::Gpu && t.available; });
   const int64_t calls = args.get("--calls") ? parse_positive("--calls", *args.get("--calls"))
-                                            : base.hot_threshold + base.validate_calls + 1;
+                        : base.hot_threshold + base.validate_calls + 1 +
+                              (climbs_to_gpu ? base.gpu_threshold + base.validate_calls + 1 : 0);
 
   std::shared_ptr<const Graph> graph = load_onnx_file(model).graph;
   for (auto& [name, file] : input_files) check_input_name(*graph, name);
