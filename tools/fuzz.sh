@@ -7,7 +7,8 @@
 #
 # Environment: FUZZ_BUILD (build directory, default build-fuzz), FUZZ_FORK=N (N fuzzing
 # processes that go on after a crash: for long background runs; default 0, one process that stops
-# at the first finding). New interesting inputs accumulate in $FUZZ_BUILD/corpus; findings are
+# at the first finding), FUZZ_SEED=S (libFuzzer's -seed: the ctest fixes it so that a CI finding
+# can be replayed by running the same seed here; default random). New interesting inputs accumulate in $FUZZ_BUILD/corpus; findings are
 # written to $FUZZ_BUILD/artifacts/STAMP/ (minimize one with: session_fuzzer -minimize_crash=1
 # -runs=10000 FILE, then add it to tests/fuzz/regressions/ and fix the bug).
 # Exit status: 0 when nothing was found, 1 otherwise.
@@ -65,11 +66,14 @@ stamp=$(date +%Y%m%d-%H%M%S)
 log=$build/fuzz-$stamp.log
 artifacts=$build/artifacts/$stamp
 mkdir -p "$artifacts"
+rm -f "$build/last-finding.txt"
 fork=()
 [ "${FUZZ_FORK:-0}" -gt 0 ] && fork=(-fork="$FUZZ_FORK" -ignore_crashes=1 -ignore_timeouts=1 -ignore_ooms=1)
-echo "fuzz: fuzzing for $secs s (log: $log)"
+seed=()
+[ -n "${FUZZ_SEED:-}" ] && seed=(-seed="$FUZZ_SEED")
+echo "fuzz: fuzzing for $secs s${FUZZ_SEED:+ from seed $FUZZ_SEED} (log: $log)"
 status=0
-"$fuzzer" "${flags[@]}" "${fork[@]}" -max_total_time="$secs" -artifact_prefix="$artifacts/" \
+"$fuzzer" "${flags[@]}" "${fork[@]}" "${seed[@]}" -max_total_time="$secs" -artifact_prefix="$artifacts/" \
   "$@" "$build/corpus" "$seeds" >"$log" 2>&1 || status=$?
 grep -E '^(stat::|#[0-9]+ *(DONE|INITED))|==ERROR|^SUMMARY|runtime error|escaped|Slowest unit' "$log" | tail -n 20 || true
 crashes=$(find "$artifacts" -name 'crash-*' -o -name 'leak-*' -o -name 'death-*' | wc -l)
@@ -77,8 +81,22 @@ others=$(find "$artifacts" -name 'timeout-*' -o -name 'oom-*' | wc -l)
 slow=$(find "$artifacts" -name 'slow-unit-*' | wc -l)
 echo "fuzz: $crashes crashes, $others timeouts or out-of-memory, $slow slow inputs (artifacts: $artifacts/)"
 if [ "$crashes" -gt 0 ] || { [ $status -ne 0 ] && [ "$others" -eq 0 ]; }; then
+  # What a CI log must hold to reproduce the finding on another machine: the report and the
+  # input itself (a few KiB at most, -max_len), also kept in $build/last-finding.txt, which
+  # tools/test.sh prints again at the very end of a failed run.
+  {
+    echo "fuzz: FOUND A CRASH (exit $status) on $(uname -m), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"
+    grep -E -A30 '==ERROR|runtime error|escaped|deadly signal' "$log" | head -n 60
+    for f in $(find "$artifacts" -name 'crash-*' -o -name 'leak-*' -o -name 'death-*' | head -n 3); do
+      echo "fuzz: input $(basename "$f") ($(stat -c %s "$f") bytes), as base64; replay with"
+      echo "fuzz:   base64 -d > X.onnx <<'END'   (the lines below)   then  $fuzzer X.onnx"
+      base64 -w 100 "$f"
+      echo "END"
+    done
+  } > "$build/last-finding.txt"
   tail -n 60 "$log"
-  echo "fuzz: FOUND A CRASH (exit $status)"
+  cat "$build/last-finding.txt"
   exit 1
 fi
+rm -f "$build/last-finding.txt"
 echo "fuzz: no crash in $secs s"
