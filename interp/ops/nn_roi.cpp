@@ -17,7 +17,7 @@ struct Sample {
 // Bilinear sample at (y, x) on an height x width plane, clamped as ONNX Runtime and Detectron do.
 Sample bilinear_sample(double y, double x, int64_t height, int64_t width) {
   Sample s;
-  if (y < -1.0 || y > double(height) || x < -1.0 || x > double(width)) return s;
+  if (!(y >= -1.0 && y <= double(height) && x >= -1.0 && x <= double(width))) return s;  // NaN too
   y = std::max(y, 0.0);
   x = std::max(x, 0.0);
   int64_t y_low = int64_t(y), x_low = int64_t(x), y_high, x_high;
@@ -49,21 +49,58 @@ struct RoiAlignParams {
   bool half_pixel = true, max_mode = false;
 };
 
-// The sample points of every output bin of one RoI, bin by bin (same for all channels).
-std::vector<std::vector<Sample>> roi_samples(const RoiAlignParams& a, const double* roi,
-                                             int64_t height, int64_t width) {
+// RoI coordinates (columns first.. of each row) scaled to the feature map: finite and within
+// +-2^31 (no pixel lies beyond, and the integer conversions after would overflow), or
+// InvalidArgument naming the RoI.
+void check_roi_coordinates(const Node& node, const std::vector<double>& rois, int64_t cols, int64_t first,
+                           double scale) {
+  constexpr double kLimit = 2147483648.0;
+  for (size_t i = 0; i < rois.size(); ++i) {
+    if (int64_t(i) % cols < first) continue;
+    const double v = rois[i] * scale;
+    TERRACE_CHECK(v >= -kLimit && v <= kLimit, InvalidArgument, node.describe(), ": RoI ", int64_t(i) / cols,
+                  " has coordinate ", rois[i], " (times spatial_scale ", scale,
+                  "): RoI coordinates must be finite and within +-2^31 of the feature map");
+  }
+}
+
+// Where one RoI's samples lie: its corner, bin size and the sampling grid per bin.
+struct RoiGrid {
+  double x0 = 0, y0 = 0, bin_h = 0, bin_w = 0;
+  int64_t grid_h = 0, grid_w = 0;
+};
+
+// The grid of RoI `n` (coordinates checked by check_roi_coordinates); InvalidArgument when its
+// samples would exceed kMaxSamples (a RoI far larger than its bins without a sampling_ratio).
+RoiGrid roi_grid(const Node& node, const RoiAlignParams& a, const double* roi, int64_t n) {
+  constexpr double kMaxSamples = double(int64_t(1) << 22);
+  RoiGrid g;
   double offset = a.half_pixel ? 0.5 : 0.0;
-  double x0 = roi[0] * a.scale - offset, y0 = roi[1] * a.scale - offset;
-  double roi_w = roi[2] * a.scale - offset - x0, roi_h = roi[3] * a.scale - offset - y0;
+  g.x0 = roi[0] * a.scale - offset;
+  g.y0 = roi[1] * a.scale - offset;
+  double roi_w = roi[2] * a.scale - offset - g.x0, roi_h = roi[3] * a.scale - offset - g.y0;
   if (!a.half_pixel) {  // the legacy mode forces RoIs to be at least 1x1
     roi_w = std::max(roi_w, 1.0);
     roi_h = std::max(roi_h, 1.0);
   }
-  double bin_h = roi_h / double(a.out_h), bin_w = roi_w / double(a.out_w);
-  int64_t grid_h =
-      a.sampling_ratio > 0 ? a.sampling_ratio : int64_t(std::ceil(roi_h / double(a.out_h)));
-  int64_t grid_w =
-      a.sampling_ratio > 0 ? a.sampling_ratio : int64_t(std::ceil(roi_w / double(a.out_w)));
+  g.bin_h = roi_h / double(a.out_h);
+  g.bin_w = roi_w / double(a.out_w);
+  // A RoI of negative extent (x1 < x0) samples nothing, as in ONNX Runtime's loop.
+  const double gh = a.sampling_ratio > 0 ? double(a.sampling_ratio) : std::max(std::ceil(g.bin_h), 0.0);
+  const double gw = a.sampling_ratio > 0 ? double(a.sampling_ratio) : std::max(std::ceil(g.bin_w), 0.0);
+  TERRACE_CHECK(gh * gw * double(a.out_h) * double(a.out_w) <= kMaxSamples, InvalidArgument, node.describe(),
+                ": RoI ", n, " needs ", gh, " x ", gw, " sampling points in each of ", a.out_h, " x ", a.out_w,
+                " bins, over the limit of ", int64_t(kMaxSamples), " points per RoI (set sampling_ratio)");
+  g.grid_h = int64_t(gh);
+  g.grid_w = int64_t(gw);
+  return g;
+}
+
+// The sample points of every output bin of one RoI, bin by bin (same for all channels).
+std::vector<std::vector<Sample>> roi_samples(const RoiAlignParams& a, const RoiGrid& g, int64_t height,
+                                             int64_t width) {
+  const double x0 = g.x0, y0 = g.y0, bin_h = g.bin_h, bin_w = g.bin_w;
+  const int64_t grid_h = g.grid_h, grid_w = g.grid_w;
   std::vector<std::vector<Sample>> bins(size_t(a.out_h * a.out_w));
   for (int64_t ph = 0; ph < a.out_h; ++ph)
     for (int64_t pw = 0; pw < a.out_w; ++pw)
@@ -134,8 +171,11 @@ void roi_align_kernel(KernelContext& ctx) {
   checked_numel(node, {num, channels, a.out_h, a.out_w}, "output_height x output_width");
   std::vector<double> y(static_cast<size_t>(num * channels * a.out_h * a.out_w));
   int64_t bins = a.out_h * a.out_w;
+  check_roi_coordinates(node, rois, 4, 0, a.scale);
+  std::vector<RoiGrid> grids;
+  for (int64_t n = 0; n < num; ++n) grids.push_back(roi_grid(node, a, &rois[size_t(n * 4)], n));
   parallel_for(num, [&](int64_t n) {
-    std::vector<std::vector<Sample>> samples = roi_samples(a, &rois[size_t(n * 4)], height, width);
+    std::vector<std::vector<Sample>> samples = roi_samples(a, grids[size_t(n)], height, width);
     for (int64_t c = 0; c < channels; ++c) {
       const double* plane = &xv[size_t((batch_index[size_t(n)] * channels + c) * height * width)];
       for (int64_t b = 0; b < bins; ++b)
@@ -155,10 +195,18 @@ void max_roi_pool_kernel(KernelContext& ctx) {
                 node.describe(), ": attribute 'pooled_shape' must hold two positive values");
   double scale = node.attr_float("spatial_scale", 1.0f);
   const Tensor& rois_t = ctx.input(1);
-  int64_t num = rois_t.rank() == 2 ? rois_t.dim(0) : 0;
+  TERRACE_CHECK(rois_t.rank() == 2 && rois_t.dim(1) == 5, InvalidArgument, node.describe(),
+                ": input rois must have shape [num_rois, 5], got ", shape_str(rois_t.shape()));
+  const int64_t num = rois_t.dim(0);
   std::vector<int64_t> batch_index(static_cast<size_t>(num));
-  for (int64_t n = 0; n < num; ++n) batch_index[size_t(n)] = int64_t(rois_t.get_as_double(n * 5));
+  for (int64_t n = 0; n < num; ++n) {
+    const double b = rois_t.get_as_double(n * 5);  // a float: checked before it becomes an index
+    TERRACE_CHECK(b >= 0 && b < double(x.dim(0)), InvalidArgument, node.describe(), ": RoI ", n,
+                  " has batch index ", b, ", outside [0, ", x.dim(0), ")");
+    batch_index[size_t(n)] = int64_t(b);
+  }
   std::vector<double> rois = checked_rois(node, rois_t, 5, batch_index, x.dim(0));
+  check_roi_coordinates(node, rois, 5, 1, scale);
   int64_t channels = x.dim(1), height = x.dim(2), width = x.dim(3), ph = pooled[0], pw = pooled[1];
   std::vector<double> xv = tensor_to_doubles(x);
   checked_numel(node, {num, channels, ph, pw}, "attribute pooled_shape");

@@ -248,6 +248,41 @@ TEST(NnKernelsMore, roi_align_averages_bilinear_samples) {
   EXPECT_FLOAT_EQ(values(out[0])[0], 7.0f);
 }
 
+// Fuzzing found a NaN RoI coordinate converted to an integer (UBSan). Non-finite or huge RoIs, a
+// NaN batch index and a sampling grid beyond reach are InvalidArgument naming the RoI.
+TEST(NnKernelsMore, roi_ops_refuse_nan_huge_and_unsampleable_rois_naming_the_roi) {
+  auto expect_invalid = [](Op op, std::map<std::string, Attribute> attrs, std::vector<Tensor> in,
+                           const std::string& words) {
+    try {
+      run_node(make_node(op, 1, std::move(attrs)), in);
+      FAIL() << "expected an error mentioning '" << words << "'";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::InvalidArgument) << e.what();
+      EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+    }
+  };
+  const Tensor x = iota({1, 1, 4, 4});
+  const Tensor batch = Tensor::from_vector<int64_t>({2}, {0, 0});
+  const float nan = std::nanf("");
+  expect_invalid(Op::RoiAlign, {}, {x, Tensor::from_vector<float>({2, 4}, {0, 0, 1, 1, 0, nan, 1, 1}), batch},
+                 "RoI 1 has coordinate nan");
+  expect_invalid(Op::RoiAlign, {}, {x, Tensor::from_vector<float>({2, 4}, {0, 0, 1, 1, 0, 0, 1, 3e9f}), batch},
+                 "RoI 1 has coordinate");
+  // A 1e8-pixel RoI into one bin with the default adaptive sampling: 1e16 points.
+  expect_invalid(Op::RoiAlign, {}, {x, Tensor::from_vector<float>({2, 4}, {0, 0, 1e8f, 1e8f, 0, 0, 1, 1}), batch},
+                 "RoI 0 needs");
+  // The same RoI with a sampling ratio is fine: its samples lie outside the map, so 0.
+  auto out = run_node(make_node(Op::RoiAlign, 1, {{"sampling_ratio", int_attr(2)}}),
+                      {x, Tensor::from_vector<float>({2, 4}, {0, 0, 1e8f, 1e8f, 0, 0, 1, 1}), batch});
+  EXPECT_EQ(out[0].shape(), (Shape{2, 1, 1, 1}));
+  expect_invalid(Op::MaxRoiPool, {{"pooled_shape", ints_attr({2, 2})}},
+                 {x, Tensor::from_vector<float>({1, 5}, {nan, 0, 0, 3, 3})}, "RoI 0 has batch index nan");
+  expect_invalid(Op::MaxRoiPool, {{"pooled_shape", ints_attr({2, 2})}},
+                 {x, Tensor::from_vector<float>({1, 5}, {0, 0, -INFINITY, 3, 3})}, "RoI 0 has coordinate -inf");
+  expect_invalid(Op::MaxRoiPool, {{"pooled_shape", ints_attr({2, 2})}},
+                 {x, Tensor::from_vector<float>({3, 1}, {0, 0, 0})}, "input rois must have shape [num_rois, 5]");
+}
+
 TEST(NnKernelsMore, lstm_rejects_weights_of_the_wrong_shape) {
   Tensor x = Tensor::from_vector<float>({1, 1, 2}, {1, 2});
   Tensor w = Tensor::zeros(DType::Float32, {1, 4, 3});  // input size 3, X has 2
