@@ -12,6 +12,9 @@ installed torch has it, and ONNX Runtime (CPU) where it is installed; Terrace ru
 separately, then `--warmup` calls, then the median (and p90) of `--calls` calls, each a wall clock
 around a synchronised call (CUDA events when torch runs on a GPU). Outputs are checked against eager
 PyTorch (Terrace's through `terrace bench --expect`, with the tolerances of ARCHITECTURE.md's "Rules the code keeps").
+Terrace and ONNX Runtime run in processes of their own (bench/ort_child.py for ONNX Runtime), whose
+peak resident memory (getrusage's ru_maxrss) is the table's `peak RSS MB`: model, runtime and the
+Python interpreter around ONNX Runtime included; the PyTorch peers share this process and have none.
 """
 import argparse
 import datetime
@@ -128,27 +131,25 @@ def torch_peers(module, x_np, args):
         yield peer, 0.0, lambda c=compiled: c(x)
 
 
-def ort_session_options(ort, threads):
-    """ONNX Runtime's thread settings for a run at `threads` threads: without them ORT sizes its
-    intra-op pool by the machine's cores and ignores OMP_NUM_THREADS and taskset (it escaped both on
-    the 16-core GPU host), so the comparison would not be at the same thread count."""
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = threads
-    so.inter_op_num_threads = 1
-    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    return so
-
-
-def ort_peer(onnx_path, input_name, x_np, threads):
+def run_ort(onnx_path, input_name, x_np, want, args, out_dir, model):
+    """ONNX Runtime's row, from bench/ort_child.py in a process of its own (its thread settings there)."""
+    in_npy, out_npy = (os.path.join(out_dir, f"{model}_ort_{k}.npy") for k in ("input", "output"))
+    np.save(in_npy, x_np)
+    cmd = [sys.executable, os.path.join(ROOT, "bench", "ort_child.py"), onnx_path, input_name, in_npy, out_npy,
+           str(args.threads), str(args.calls), str(args.warmup)]
+    print("compare:", " ".join(cmd), flush=True)
+    proc = subprocess.run(cmd, capture_output=True, text=True)
     try:
-        import onnxruntime as ort
-    except ImportError as e:
-        return "onnxruntime", 0.0, f"unavailable ({e})"
-    t0 = time.perf_counter()
-    so = ort_session_options(ort, threads)
-    sess = ort.InferenceSession(onnx_path, sess_options=so, providers=["CPUExecutionProvider"])
-    setup = (time.perf_counter() - t0) * 1e3
-    return f"onnxruntime-{ort.__version__}-cpu", setup, lambda: sess.run(None, {input_name: x_np})[0]
+        r = json.loads(proc.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return {"peer": "onnxruntime", "status": f"failed (exit {proc.returncode}): {proc.stderr.strip()[-300:]}"}
+    if "status" in r:
+        return r
+    ok, err = agreement(np.load(out_npy), want)
+    if not ok:
+        print(f"compare: MISMATCH {r['peer']} {model}: max abs err {err:.3g} vs eager PyTorch")
+    return dict(peer=r["peer"], status="ok", agrees=ok, max_abs_err=err, peak_rss_mb=r["peak_rss_mb"],
+                **summary(r["first_call_ms"], r["setup_ms"], r["times_ms"]))
 
 
 def run_terrace(tier, onnx_path, input_name, in_pb, want_pb, args, out_dir, model):
@@ -159,12 +160,15 @@ def run_terrace(tier, onnx_path, input_name, in_pb, want_pb, args, out_dir, mode
            "--baseline-calls", str(min(5, args.calls)), "--input", f"{input_name}={in_pb}",
            "--expect", f"output={want_pb}", "--json", json_path, "--quiet"]
     print("compare:", " ".join(cmd), flush=True)
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True)
+    try:  # waited for with wait4, for the child's own peak RSS
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        stderr = proc.stderr.read()
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
     except OSError as e:
         return {"status": f"failed: {e}"}
     if not os.path.exists(json_path) or proc.returncode not in (0, 1):
-        return {"status": f"failed (exit {proc.returncode}): {proc.stderr.strip()[-300:]}"}
+        return {"status": f"failed (exit {proc.returncode}): {stderr.strip()[-300:]}"}
     with open(json_path) as f:
         r = json.load(f)
     expect = [c for c in r["checks"] if c["against"] != "interp"]
@@ -172,7 +176,7 @@ def run_terrace(tier, onnx_path, input_name, in_pb, want_pb, args, out_dir, mode
            "first_result_ms": r["time_to_first_result_ms"], "median_ms": r["steady"]["median_ms"],
            "p90_ms": r["steady"]["p90_ms"], "calls": r["steady"]["count"], "status": "ok",
            "agrees": all(c["equal"] for c in expect), "max_abs_err": max(c["max_abs_err"] for c in expect),
-           "break_even_call": r["break_even_call"]}
+           "break_even_call": r["break_even_call"], "peak_rss_mb": usage.ru_maxrss / 1024}
     for c in r["checks"]:
         if not c["equal"]:
             print(f"compare: MISMATCH terrace-{tier} {model} vs {c['against']}: {c['message']}")
@@ -219,7 +223,8 @@ def compare_model(name, args):
     with torch.no_grad():
         for peer in torch_peers(module, x, args):
             measure(*peer)
-    measure(*ort_peer(onnx_path, input_name, x, args.threads))
+    if not args.peers or any("onnxruntime".startswith(p) or p.startswith("onnxruntime") for p in args.peers):
+        rows.append(dict(base, **run_ort(onnx_path, input_name, x, want, args, out_dir, name)))
     rows += terrace_rows
     add_ratios(rows, args.tiers)
     return rows
@@ -243,9 +248,9 @@ def fmt(v, digits=3):
 
 
 def markdown(table, tiers):
-    cols = ["model", "peer", "setup_ms", "first_call_ms", "median_ms", "p90_ms", "calls", "agrees"] + \
+    cols = ["model", "peer", "setup_ms", "first_call_ms", "median_ms", "p90_ms", "calls", "agrees", "peak_rss_mb"] + \
            [f"ratio_{t}" for t in tiers]
-    head = ["model", "peer", "setup ms", "first call ms", "median ms", "p90 ms", "n", "agrees"] + \
+    head = ["model", "peer", "setup ms", "first call ms", "median ms", "p90 ms", "n", "agrees", "peak RSS MB"] + \
            [f"Terrace {t} / peer" for t in tiers]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in table["rows"]:
