@@ -1,8 +1,13 @@
 // What jit/'s oneDNN files (dnnl_ops, dnnl_deconv, dnnl_rnn) share: one CPU engine, plain
 // row-major float32 memory over Terrace's buffers, the thread count for a primitive's size, and
-// primitive attributes without a library-managed scratchpad. Defined in dnnl_ops.cpp.
+// primitive attributes without a library-managed scratchpad, and building under a thread count.
+// Defined in dnnl_ops.cpp but for the template.
 #pragma once
 #include <oneapi/dnnl/dnnl.hpp>
+
+#include "interp/error.h"
+#include "interp/graph.h"
+#include "interp/omp_threads.h"
 
 namespace terrace::jit {
 
@@ -18,5 +23,19 @@ int threads_for(double flops);
 // that created the primitive, and tier 1 creates on a compile thread and runs on callers'): each
 // call brings one, sized by the primitive descriptor.
 dnnl::primitive_attr user_scratchpad();
+
+// Runs f, which builds oneDNN objects, with `threads` OpenMP threads: oneDNN sizes a primitive's
+// scratchpad by the count at creation, and each run uses the same count (a call with more, e.g.
+// under a caller's own OpenMP setting, would write past it). oneDNN's errors become CompileFailed
+// naming the node and `what` ("primitive", "deconvolution").
+template <typename F>
+auto building(const Node& node, int threads, const char* what, F&& f) {
+  ScopedOmpThreads scope(threads);
+  try {
+    return f();
+  } catch (const dnnl::error& e) {
+    fail(ErrorCode::CompileFailed, node.describe(), ": oneDNN builds no ", what, ": ", e.what());
+  }
+}
 
 }  // namespace terrace::jit

@@ -59,16 +59,6 @@ void execute(const dnnl::primitive& p, const memory::desc& scratch, std::unorder
   }
 }
 
-template <typename F>
-auto building(const Node& node, int threads, F&& f) {
-  ScopedOmpThreads scope(threads);
-  try {
-    return f();
-  } catch (const dnnl::error& e) {
-    fail(ErrorCode::CompileFailed, node.describe(), ": oneDNN builds no deconvolution: ", e.what());
-  }
-}
-
 bool all_finite(const float* p, size_t n) {
   const uint32_t* bits = reinterpret_cast<const uint32_t*>(p);
   uint32_t top = 0;
@@ -149,7 +139,7 @@ class Deconvolution : public DnnlPrimitive {
       if (constants[i] && activation.kind != DnnlActivation::Kind::None &&
           !all_finite(constants[i]->data<float>(), size_t(constants[i]->numel())))
         reference_only_ = true;  // non-finite constants: the fused activation would differ
-    auto pd = building(node, threads_, [&] {
+    auto pd = building(node, threads_, "deconvolution", [&] {
       const memory::desc weights(wdims, memory::data_type::f32, memory::format_tag::any);
       dnnl::deconvolution_forward::desc d =
           shapes.size() == 3
@@ -170,7 +160,7 @@ class Deconvolution : public DnnlPrimitive {
     w_desc_ = pd.weights_desc();
     const Tensor* constant_w = constants.size() > 1 ? constants[1] : nullptr;
     if (w_desc_ != user_w_) {
-      w_reorder_ = building(node, threads_, [&] {
+      w_reorder_ = building(node, threads_, "deconvolution", [&] {
         dnnl::reorder::primitive_desc r(cpu_engine(), user_w_, cpu_engine(), w_desc_, user_scratchpad());
         reorder_scratch_ = r.scratchpad_desc();
         return dnnl::primitive(dnnl::reorder(r));

@@ -18,6 +18,7 @@
 #include "interp/omp_threads.h"
 #include "interp/ops/conv.h"
 #include "jit/dnnl_activation.h"
+#include "jit/dnnl_common.h"
 
 namespace terrace::jit {
 
@@ -147,19 +148,6 @@ struct Activated {
   }
 };
 
-// Runs f, which builds oneDNN objects, with `threads` OpenMP threads: oneDNN sizes a primitive's
-// scratchpad by the count at creation, and each run uses the same count (a call with more, e.g.
-// under a caller's own OpenMP setting, would write past it). oneDNN's errors become CompileFailed.
-template <typename F>
-auto building(const Node& node, int threads, F&& f) {
-  ScopedOmpThreads scope(threads);
-  try {
-    return f();
-  } catch (const dnnl::error& e) {
-    fail(ErrorCode::CompileFailed, node.describe(), ": oneDNN builds no primitive: ", e.what());
-  }
-}
-
 // ---- Degenerate products: a zero-sized operand or result ----
 //
 // oneDNN 2.6 must never see a zero-sized dimension: on AVX-512 machines creating a matmul or
@@ -258,7 +246,7 @@ class MatMul : public DnnlPrimitive {
                       size_t(constants[1]->numel()) == floats_of(b_);
     memory::desc weights = pack ? memory::desc(b_.dims(), memory::data_type::f32, memory::format_tag::any) : b_;
     auto build = [&](const DnnlActivation& act, memory::desc& scratch) {
-      return building(node, prims_.threads, [&] {
+      return building(node, prims_.threads, "primitive", [&] {
         dnnl::primitive_attr attr = user_scratchpad();
         if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
         dnnl::post_ops ops;
@@ -275,7 +263,7 @@ class MatMul : public DnnlPrimitive {
     if (prims_.has_activation()) prims_.plain = build({}, prims_.plain_scratch);
     if (pack && weights != b_) {
       packed_ = memory(weights, cpu_engine());
-      building(node, prims_.threads, [&] {
+      building(node, prims_.threads, "primitive", [&] {
         dnnl::reorder::primitive_desc pd(cpu_engine(), b_, cpu_engine(), weights, user_scratchpad());
         execute(dnnl::reorder(pd), pd.scratchpad_desc(),
                 {{DNNL_ARG_FROM, wrap(b_, constants[1]->data<float>())}, {DNNL_ARG_TO, packed_}}, prims_.threads);
@@ -418,7 +406,7 @@ struct Reorder {
   }
 };
 Reorder make_reorder(const Node& node, const memory::desc& from, const memory::desc& to, int threads) {
-  return building(node, threads, [&] {
+  return building(node, threads, "primitive", [&] {
     dnnl::reorder::primitive_desc pd(cpu_engine(), from, cpu_engine(), to, user_scratchpad());
     return Reorder{dnnl::reorder(pd), pd.scratchpad_desc()};
   });
@@ -631,7 +619,7 @@ class ConvChain : public DnnlPrimitive {
     const memory::desc src = s.x < 0 ? steps_[size_t(s.x_step)].dst : plain_edges ? plain(dims_of(s.x_shape)) : any(dims_of(s.x_shape));
     const memory::desc dst = plain_edges ? plain(dims_of(s.out_shape)) : any(dims_of(s.out_shape));
     const Tensor* constant_w = size_t(s.w) < constants.size() ? constants[size_t(s.w)] : nullptr;
-    auto pd = building(s.node, s.threads, [&] {
+    auto pd = building(s.node, s.threads, "primitive", [&] {
       const memory::desc weights = any(w);
       dnnl::convolution_forward::desc d =
           s.b >= 0 ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
@@ -905,7 +893,7 @@ class Pool : public DnnlPrimitive {
     const dnnl::algorithm alg = max ? dnnl::algorithm::pooling_max
                                     : include_pad ? dnnl::algorithm::pooling_avg_include_padding
                                                   : dnnl::algorithm::pooling_avg_exclude_padding;
-    auto pd = building(node, threads_, [&] {
+    auto pd = building(node, threads_, "primitive", [&] {
       dnnl::pooling_v2_forward::desc d(dnnl::prop_kind::forward_inference, alg, src_, dst_, strides, kernel, dilation,
                                        pad_l, pad_r);
       return dnnl::pooling_v2_forward::primitive_desc(d, user_scratchpad(), cpu_engine());
