@@ -11,20 +11,13 @@
 #include "interp/error.h"
 #include "jit/cuda_memory.h"
 #include "jit/nvrtc.h"
+#include "tests/support/gpu_skip.h"
+#include "tests/support/session_helpers.h"
 
 namespace terrace::jit::cuda {
 namespace {
 
-#define SKIP_WITHOUT_GPU()                                        \
-  do {                                                            \
-    std::string why_;                                             \
-    if (!gpu_available(&why_)) GTEST_SKIP() << "no GPU: " << why_; \
-  } while (0)
-
-struct ScopedFault {
-  explicit ScopedFault(const char* f) { ::setenv("TERRACE_FAULT", f, 1); }
-  ~ScopedFault() { ::unsetenv("TERRACE_FAULT"); }
-};
+using ScopedFault = testing::FaultInjected;
 
 TEST(CudaDriver, says_why_there_is_no_gpu_or_names_the_device) {
   std::string why;

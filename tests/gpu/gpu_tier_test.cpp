@@ -11,6 +11,8 @@
 #include "tests/support/graph_builder.h"
 #include "tiers/session.h"
 #include "tiers/tier_manager.h"
+#include "tests/support/gpu_skip.h"
+#include "tests/support/session_helpers.h"
 
 #ifdef TERRACE_HAVE_CUDA
 
@@ -20,16 +22,7 @@ namespace {
 using testing::GraphBuilder;
 using testing::random_tensor;
 
-#define SKIP_WITHOUT_GPU()                                                   \
-  do {                                                                       \
-    std::string why_;                                                        \
-    if (!jit::cuda::gpu_available(&why_)) GTEST_SKIP() << "no GPU: " << why_; \
-  } while (0)
-
-struct ScopedFault {
-  explicit ScopedFault(const char* f) { ::setenv("TERRACE_FAULT", f, 1); }
-  ~ScopedFault() { ::unsetenv("TERRACE_FAULT"); }
-};
+using ScopedFault = testing::FaultInjected;
 
 // One elementwise region (an activation chain with a broadcast), a CumSum (a graph break: no tier
 // compiles it), a second elementwise region.

@@ -23,17 +23,12 @@
 #include "kernels/schedule_cuda.h"
 #include "tests/support/attrs.h"
 #include "tests/support/math_sweep.h"
+#include "tests/support/gpu_skip.h"
 
 namespace terrace::kernels {
 namespace {
 
 namespace cuda = jit::cuda;
-
-#define SKIP_WITHOUT_GPU()                                         \
-  do {                                                             \
-    std::string why_;                                              \
-    if (!cuda::gpu_available(&why_)) GTEST_SKIP() << "no GPU: " << why_; \
-  } while (0)
 
 // Host data in a device buffer, `offset` bytes past the allocation's (256-byte aligned) start.
 struct DeviceArray {
