@@ -74,7 +74,12 @@ Result terrace(const std::string& args, const std::string& env = "") {
   std::string cache = env.find("TERRACE_CACHE_DIR=") == std::string::npos
                           ? "TERRACE_CACHE_DIR=" + (scratch() / "cache").string() + " "
                           : "";
-  std::string cmd = cache + env + " " + kTerrace + " " + args + " >" + out.string() + " 2>" + err.string();
+  // The settings a developer's shell may hold (TERRACE_LOG=error hid a warning a test looks for)
+  // are cleared; a test's own `env` sets what it checks.
+  const std::string clean =
+      "env -u TERRACE_LOG -u TERRACE_MAX_TIER -u TERRACE_FAULT -u TERRACE_OPTIMIZE -u TERRACE_MODE -u TERRACE_STRICT "
+      "-u TERRACE_PROFILE -u TERRACE_DUMP_DIR -u TERRACE_RECHECK ";
+  std::string cmd = clean + cache + env + " " + kTerrace + " " + args + " >" + out.string() + " 2>" + err.string();
   int status = std::system(cmd.c_str());
   Result r;
   r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
