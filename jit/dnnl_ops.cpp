@@ -222,10 +222,13 @@ class MatMul : public DnnlPrimitive {
   // `constants`: per input (a, b, c), its value when known at compile time: an input with an
   // activation to fuse is then checked for finite values once, here, instead of on every call
   // (reading a batch-1 layer's weights each call took 70% of the MLP's time).
+  // `bias`: a MatMul's fused bias Add, one value per output column ([1, ..., 1, N]), read as input
+  // 2 (MatMul has no C).
   MatMul(const Node& node, memory::desc a, memory::desc b, const Dims& dst, Shape out, float alpha,
          float beta, std::optional<Shape> c, const DnnlActivation& activation,
-         const std::vector<const Tensor*>& constants)
-      : out_(std::move(out)), a_(std::move(a)), b_(std::move(b)), dst_(plain(dst)), c_(std::move(c)) {
+         const std::vector<const Tensor*>& constants, std::optional<memory::desc> bias = std::nullopt)
+      : out_(std::move(out)), a_(std::move(a)), b_(std::move(b)), dst_(plain(dst)), c_(std::move(c)),
+        bias_(std::move(bias)) {
     for (size_t i = 0; i < constants.size() && i < check_.size(); ++i) {
       if (!constants[i] || activation.kind == DnnlActivation::Kind::None) continue;
       check_[i] = false;
@@ -253,7 +256,9 @@ class MatMul : public DnnlPrimitive {
         if (c_) ops.append_sum(beta);  // dst = alpha * a . b + beta * dst, dst holding C
         append_activation(ops, act);
         attr.set_post_ops(ops);
-        dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_, weights, dst_), attr, cpu_engine());
+        dnnl::matmul::primitive_desc pd(bias_ ? dnnl::matmul::desc(a_, weights, *bias_, dst_)
+                                              : dnnl::matmul::desc(a_, weights, dst_),
+                                        attr, cpu_engine());
         scratch = pd.scratchpad_desc();
         weights = pd.weights_desc();  // the plain-activation twin takes the same layout
         return dnnl::primitive(dnnl::matmul(pd));
@@ -272,6 +277,7 @@ class MatMul : public DnnlPrimitive {
     description_ = "oneDNN matmul (" + node.describe() + "): src " + dims_str(a_) + " x weights " + dims_str(b_) +
                    " -> dst " + dims_str(dst_) + "; alpha " + std::to_string(alpha) +
                    (c_ ? "; sum post-op (C " + shape_str(*c_) + ", beta " + std::to_string(beta) + ")" : "") +
+                   (bias_ ? "; bias " + dims_str(*bias_) : "") +
                    activation_text(activation) + (packed_ ? "; constant weights packed once" : "") + "; " +
                    std::to_string(prims_.threads) + " OpenMP threads";
   }
@@ -281,11 +287,15 @@ class MatMul : public DnnlPrimitive {
     auto finite = [&] {
       return !never_fused_ && (!check_[0] || all_finite(in[0], floats_of(a_), t)) &&
              (!check_[1] || all_finite(in[1], floats_of(b_), t)) &&
-             (!c_ || !check_[2] || all_finite(in.at(2), size_t(shape_numel(*c_)), t));
+             (!c_ || !check_[2] || all_finite(in.at(2), size_t(shape_numel(*c_)), t)) &&
+             (!bias_ || !check_[2] || all_finite(in.at(2), floats_of(*bias_), t));
     };
     if (c_) broadcast_c(in.at(2), out);
-    prims_.run({{DNNL_ARG_SRC, wrap(a_, in[0])}, {DNNL_ARG_WEIGHTS, packed_ ? packed_ : wrap(b_, in[1])}, {DNNL_ARG_DST, wrap(dst_, out)}},
-               finite, out, size_t(shape_numel(out_)));
+    std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, wrap(a_, in[0])},
+                                            {DNNL_ARG_WEIGHTS, packed_ ? packed_ : wrap(b_, in[1])},
+                                            {DNNL_ARG_DST, wrap(dst_, out)}};
+    if (bias_) args.emplace(DNNL_ARG_BIAS, wrap(*bias_, in.at(2)));
+    prims_.run(std::move(args), finite, out, size_t(shape_numel(out_)));
   }
 
  private:
@@ -302,6 +312,7 @@ class MatMul : public DnnlPrimitive {
   Shape out_;
   memory::desc a_, b_, dst_;
   std::optional<Shape> c_;
+  std::optional<memory::desc> bias_;
   Activated prims_;
   memory packed_;  // constant weights in the primitive's own layout (empty: read from the input)
   std::array<bool, 3> check_{true, true, true};  // per input: read for non-finite values on each call
@@ -311,7 +322,9 @@ class MatMul : public DnnlPrimitive {
 std::unique_ptr<DnnlPrimitive> make_matmul(const Node& node, const std::vector<Shape>& shapes,
                                            const std::vector<const Tensor*>& constants,
                                            const DnnlActivation& activation) {
-  TERRACE_CHECK(shapes.size() == 2, InvalidArgument, node.describe(), ": MatMul takes 2 inputs");
+  // A third shape: the bias of an Add tier 1 fused after the MatMul (cpu_library's matmul_bias).
+  TERRACE_CHECK(shapes.size() == 2 || shapes.size() == 3, InvalidArgument, node.describe(),
+                ": MatMul takes 2 inputs (and a fused bias)");
   Shape a = shapes[0], b = shapes[1];
   TERRACE_CHECK(!a.empty() && !b.empty(), InvalidArgument, node.describe(), ": MatMul of a scalar");
   const bool a_vec = a.size() == 1, b_vec = b.size() == 1;
@@ -335,10 +348,24 @@ std::unique_ptr<DnnlPrimitive> make_matmul(const Node& node, const std::vector<S
   Shape out(dst.begin(), dst.end());
   if (b_vec) out.pop_back();
   if (a_vec) out.erase(out.end() - (b_vec ? 1 : 2));
+  std::optional<memory::desc> bias;
+  EmptySum::Addend addend;
+  if (shapes.size() == 3) {
+    const Shape& c = shapes[2];
+    const int64_t n = dst[rank - 1];
+    bool row = !a_vec && !b_vec && !c.empty() && c.size() <= rank && c.back() == n;
+    for (size_t d = 0; row && d + 1 < c.size(); ++d) row = c[d] == 1;
+    TERRACE_CHECK(row, InvalidArgument, node.describe(), ": a fused bias of shape ", shape_str(c),
+                  " is not one value per column of the ", shape_str(out), " product");
+    Dims bd(rank, 1);
+    bd[rank - 1] = n;
+    bias = plain(bd);
+    addend = {2, broadcast_read_strides(c, out), 1.0};
+  }
   if (has_zero_dim(a) || has_zero_dim(b) || has_zero_dim(out))
-    return std::make_unique<EmptySum>(std::move(out), 1.0, EmptySum::Addend{}, activation);
+    return std::make_unique<EmptySum>(std::move(out), 1.0, addend, activation);
   return std::make_unique<MatMul>(node, plain(Dims(a.begin(), a.end())), plain(Dims(b.begin(), b.end())),
-                                  dst, std::move(out), 1.0f, 0.0f, std::nullopt, activation, constants);
+                                  dst, std::move(out), 1.0f, 0.0f, std::nullopt, activation, constants, bias);
 }
 
 // Gemm: A [M, K] or [K, M] (transA) and B [K, N] or [N, K] (transB), read through strides.

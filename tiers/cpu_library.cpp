@@ -125,6 +125,40 @@ bool chains_add(const Graph& g, const Node& conv, const Node& next) {
   return true;
 }
 
+// True when `next` adds a bias to `matmul`'s result: an Add whose other operand is a constant
+// float32 holding one value per output column (shape [N], or [1, ..., N] no longer than the
+// result), N the result's last dim, known; both operands of the MatMul at least matrices. It
+// becomes the bias of oneDNN's matmul, added in the kernel instead of in a pass of its own.
+bool matmul_bias(const Graph& g, const Node& matmul, const Node& next) {
+  if (matmul.op != Op::MatMul || matmul.outputs.size() != 1 || next.op != Op::Add || next.inputs.size() != 2 ||
+      next.outputs.size() != 1)
+    return false;
+  const int mine = matmul.outputs[0];
+  if ((next.inputs[0] == mine) == (next.inputs[1] == mine)) return false;  // exactly one operand
+  const Tensor* bias = constant_of(g, next.inputs[0] == mine ? next.inputs[1] : next.inputs[0]);
+  auto rank = [&](int v) {
+    const ValueInfo& i = g.values[size_t(v)].info;
+    return v >= 0 && i.shape ? i.shape->size() : size_t(0);
+  };
+  const ValueInfo& out = g.values[size_t(mine)].info;
+  if (!bias || bias->dtype() != DType::Float32 || !is_float32(g, mine) || !out.shape || rank(matmul.inputs[0]) < 2 ||
+      rank(matmul.inputs[1]) < 2 || bias->rank() == 0 || bias->rank() > out.shape->size())
+    return false;
+  const int64_t n = out.shape->back();
+  if (n <= 0 || bias->shape().back() != n) return false;
+  for (size_t d = 0; d + 1 < bias->shape().size(); ++d)
+    if (bias->shape()[d] != 1) return false;
+  return true;
+}
+
+// The MatMul whose bias `add` is (matmul_bias), or nullptr.
+const Node* biased_matmul(const Graph& g, const Node& add) {
+  if (add.op != Op::Add) return nullptr;
+  for (int v : add.inputs)
+    if (const Node* p = producer_of(g, v); p && matmul_bias(g, *p, add)) return p;
+  return nullptr;
+}
+
 }  // namespace
 
 bool is_library_op(Op op) {
@@ -153,21 +187,23 @@ std::string can_compile(const Graph& g, const Node& node) {
 #endif
 }
 
-// A library region grows from its op: a MatMul or Gemm takes the activation after it; a Conv
-// takes activations, the next Conv, and a residual Add after a Conv. An activation or an Add
+// A library region grows from its op: a MatMul takes a bias Add and then the activation after
+// them, a Gemm the activation after it; a Conv takes activations, the next Conv, and a residual
+// Add after a Conv. An activation or an Add
 // becomes a post-op of the op before it, so it must be that op's result's only reader (the
 // partition also asks about readers that are not).
 bool absorbs(const Graph& g, const Node& last, const Node& next) {
   if (last.outputs.size() != 1 || last.outputs[0] < 0) return false;
   const bool activation = activation_of(g, next).has_value() && only_reader(g, last.outputs[0]);
   if (last.op == Op::MaxPool || last.op == Op::AveragePool) return false;
-  if (last.op == Op::MatMul || last.op == Op::Gemm || last.op == Op::ConvTranspose) return activation;
+  if (last.op == Op::MatMul) return activation || (matmul_bias(g, last, next) && only_reader(g, last.outputs[0]));
+  if (last.op == Op::Gemm || last.op == Op::ConvTranspose) return activation;
   if (last.op == Op::Conv)
     return activation || chains_conv(g, last, next) || (chains_add(g, last, next) && only_reader(g, last.outputs[0]));
   // `last` is an activation or an Add already in a Conv's region: the next Conv, or an
   // activation after an Add.
   const Node* before = producer_of(g, last.inputs.empty() ? -1 : last.inputs[0]);
-  if (last.op == Op::Add) return activation || chains_conv(g, last, next);
+  if (last.op == Op::Add) return activation || (!biased_matmul(g, last) && chains_conv(g, last, next));
   if (activation_of(g, last) && before && (before->op == Op::Conv || before->op == Op::Add))
     return chains_conv(g, last, next);
   return false;
@@ -320,15 +356,28 @@ LibraryPart compile_library(const Graph& g, const Region& region, std::vector<ke
   LibraryPart part;
   part.node = node.describe();
   if (node.op != Op::Conv) {
-    TERRACE_ASSERT(region.nodes.size() <= 2 && region.outputs.size() == 1 &&
+    TERRACE_ASSERT(region.nodes.size() <= 3 && region.outputs.size() == 1 &&
                        region.outputs[0] == g.nodes[size_t(region.nodes.back())].outputs[0],
-                   "tier 1: a product's or pool's region holds it and at most its activation, its one output");
+                   "tier 1: a product's or pool's region holds it, a MatMul's bias and an activation, one output");
+    // A MatMul's bias Add: its constant operand becomes the primitive's third input.
+    int bias = -1;
+    size_t next = 1;
+    if (region.nodes.size() > 1) {
+      const Node& add = g.nodes[size_t(region.nodes[1])];
+      if (node.op == Op::MatMul && matmul_bias(g, node, add)) {
+        bias = add.inputs[0] == node.outputs[0] ? add.inputs[1] : add.inputs[0];
+        next = 2;
+      }
+    }
     std::optional<jit::DnnlActivation> act;
-    if (region.nodes.size() == 2) act = activation_of(g, g.nodes[size_t(region.nodes[1])]);
-    TERRACE_ASSERT(region.nodes.size() == 1 || act, "tier 1: a library region's second node is no activation");
+    if (region.nodes.size() > next) act = activation_of(g, g.nodes[size_t(region.nodes[next])]);
+    TERRACE_ASSERT(region.nodes.size() == next || (region.nodes.size() == next + 1 && act),
+                   "tier 1: a library region's node after its op (and bias) is no activation");
     std::vector<Shape> shapes;
     std::vector<const Tensor*> constants;
-    for (int v : node.inputs) {
+    std::vector<int> reads(node.inputs.begin(), node.inputs.end());
+    if (bias >= 0) reads.push_back(bias);
+    for (int v : reads) {
       if (v < 0) continue;
       const size_t slot = region_input_index(region, v);
       shapes.push_back(slots[slot].shape);
@@ -395,7 +444,8 @@ LibraryPart compile_library(const Graph& g, const Region& region, std::vector<ke
 
 namespace terrace::cpu_library {
 
-bool tier2_fuses(const Node& next) {
+bool tier2_fuses(const Node& last, const Node& next) {
+  if (last.op == Op::MatMul && next.op == Op::Add) return false;  // tier 2 runs a MatMul alone or with a Relu
 #ifdef TERRACE_HAVE_DNNL
   return !jit::dnnl_activation_of(next).has_value();  // Relu and Clip are not among these
 #else

@@ -27,12 +27,12 @@ std::string can_compile(const Graph& g, const Node& node);
 // weights) or a residual Add of a value of the same static shape; after those, as after a Conv.
 bool absorbs(const Graph& g, const Node& last, const Node& next);
 
-// False for the activations tier 1 fuses after a library op and tier 2 does not (Sigmoid, Tanh,
-// LeakyRelu, Elu, HardSwish, Gelu: tier 2's cuBLASLt and cuDNN epilogues take Relu and Clip). A
-// session with tier 2 partitions without them, so that such an activation does not keep its
-// product or convolution off the GPU (it becomes a region of its own, as before tier 1 fused it).
-// Defined in every build.
-bool tier2_fuses(const Node& next);
+// False for what tier 1 fuses after a library op `last` and tier 2 does not: the activations
+// Sigmoid, Tanh, LeakyRelu, Elu, HardSwish and Gelu (tier 2's cuBLASLt and cuDNN epilogues take
+// Relu and Clip), and a MatMul's bias Add. A session with tier 2 partitions without them, so that
+// such a node does not keep its product or convolution off the GPU (it becomes a region of its
+// own, as before tier 1 fused it). Defined in every build.
+bool tier2_fuses(const Node& last, const Node& next);
 
 // Per region output, the error allowance of a library region (see Backend::error_allowance);
 // undefined tensors for any other region.

@@ -75,7 +75,7 @@ std::unique_ptr<Session> Session::from_graph(std::shared_ptr<const Graph> graph,
     impl->plan = partition(g, [b](const Graph& gr, const Node& n) { return b->can_compile(gr, n); },
                            [b](const Node& n) { return b->alone(n); },
                            [b, with_gpu](const Graph& gr, const Node& n, const Node& next) {
-                             return b->absorbs(gr, n, next) && (!with_gpu || cpu_library::tier2_fuses(next));
+                             return b->absorbs(gr, n, next) && (!with_gpu || cpu_library::tier2_fuses(n, next));
                            },
                            size_t(std::max(0, options.max_region_nodes)));
   } else {

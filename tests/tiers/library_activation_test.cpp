@@ -108,17 +108,23 @@ TEST(LibraryRegions, cancelling_product_before_a_sigmoid_passes_within_its_carri
   EXPECT_EQ(occurrences(json, "\"validation\":\"passed\""), 1u) << json;
 }
 
-// A session with tier 2 partitions without the activations tier 2's epilogues lack (Session's
-// absorbs asks cpu_library::tier2_fuses), so that a MatMul then Tanh stays two GPU regions.
+// A session with tier 2 partitions without the activations tier 2's epilogues lack and without a
+// MatMul's bias Add (Session's absorbs asks cpu_library::tier2_fuses), so that a MatMul then Tanh
+// stays two GPU regions.
 TEST(LibraryRegions, tier2_fuses_relu_and_clip_but_not_the_other_activations) {
   auto node = [](Op op) {
     Node n;
     n.op = op;
     return n;
   };
-  for (Op op : {Op::Relu, Op::Clip, Op::Conv, Op::Add}) EXPECT_TRUE(cpu_library::tier2_fuses(node(op))) << op_name(op);
-  for (Op op : {Op::Sigmoid, Op::Tanh, Op::LeakyRelu, Op::Elu, Op::HardSwish, Op::Gelu})
-    EXPECT_FALSE(cpu_library::tier2_fuses(node(op))) << op_name(op);
+  for (Op last : {Op::MatMul, Op::Conv}) {
+    for (Op op : {Op::Relu, Op::Clip, Op::Conv})
+      EXPECT_TRUE(cpu_library::tier2_fuses(node(last), node(op))) << op_name(last) << ", " << op_name(op);
+    for (Op op : {Op::Sigmoid, Op::Tanh, Op::LeakyRelu, Op::Elu, Op::HardSwish, Op::Gelu})
+      EXPECT_FALSE(cpu_library::tier2_fuses(node(last), node(op))) << op_name(last) << ", " << op_name(op);
+  }
+  EXPECT_TRUE(cpu_library::tier2_fuses(node(Op::Conv), node(Op::Add)));  // a residual: tier 2's conv epilogue
+  EXPECT_FALSE(cpu_library::tier2_fuses(node(Op::MatMul), node(Op::Add)));  // a bias: cuBLASLt's path takes none
 }
 
 // Options::plan_for_gpu partitions as a session with tier 2 does, without a GPU (terrace compile
@@ -132,6 +138,59 @@ TEST(LibraryRegions, planning_for_the_gpu_leaves_the_activations_tier2_lacks_out
   EXPECT_EQ(region_ops(*Session::from_graph(graph, cpu)), (std::vector<std::string>{"MatMul,Tanh"}));
   cpu.plan_for_gpu = true;
   EXPECT_EQ(region_ops(*Session::from_graph(graph, cpu)), (std::vector<std::string>{"MatMul", "Tanh"}));
+}
+
+// A Linear layer as exporters write it, MatMul then Add of a constant bias (then an activation):
+// one tier-1 region, the bias added inside oneDNN's matmul, validated; batched ([2,3,8] x [8,6])
+// and with a [1,6] bias too. A bias that is not one value per column (a [3,6] addend, a graph
+// input) stays out of the product's region.
+TEST(LibraryRegions, a_matmuls_constant_bias_add_and_activation_join_its_region) {
+  GraphBuilder g;
+  int x = g.input("x", DType::Float32, {2, 3, 8});
+  int h = g.node(Op::Add, {g.node(Op::MatMul, {x, g.constant("w1", random_tensor({8, 6}, 11))}),
+                           g.constant("b1", random_tensor({6}, 12))});
+  int y = g.node(Op::Gelu, {g.node(Op::Add, {g.constant("b2", random_tensor({1, 6}, 14)),
+                                             g.node(Op::MatMul, {h, g.constant("w2", random_tensor({6, 6}, 13))})})});
+  int full = g.node(Op::Add, {g.node(Op::MatMul, {y, g.constant("w3", random_tensor({6, 6}, 15))}),
+                              g.constant("b3", random_tensor({3, 6}, 16))});
+  int z = g.input("z", DType::Float32, {6});
+  g.output(g.node(Op::Add, {g.node(Op::MatMul, {full, g.constant("w4", random_tensor({6, 6}, 17))}), z}));
+  auto graph = g.build();
+  auto s = Session::from_graph(graph, on_tier(Tier::Cpu));
+  EXPECT_EQ(region_ops(*s), (std::vector<std::string>{"MatMul,Add", "MatMul,Add,Gelu", "MatMul", "Add", "MatMul", "Add"}));
+  NamedTensors in = {{"x", random_tensor({2, 3, 8}, 18, -2.0f, 2.0f)}, {"z", random_tensor({6}, 19)}};
+  const NamedTensors want = Session::from_graph(graph, on_tier(Tier::Interp))->run(in);
+  warm_up(*s, in);
+  expect_calls_match_and_regions_validated_on_tier1(*s, in, want, 6);
+  // With tier 2 in the plan the bias stays out (tier 2 runs a MatMul alone or with a Relu).
+  Options gpu = on_tier(Tier::Cpu);
+  gpu.plan_for_gpu = true;
+  EXPECT_EQ(region_ops(*Session::from_graph(graph, gpu))[0], "MatMul");
+}
+
+// The fused bias on an empty batch: no library call, the output empty; and the bias of a
+// miscompiled region is caught like any other result.
+TEST(LibraryRegions, a_fused_bias_on_an_empty_batch_and_a_miscompiled_biased_product) {
+  GraphBuilder g;
+  int x = g.input("x", DType::Float32, {-1, 8});
+  g.output(g.node(Op::Relu, {g.node(Op::Add, {g.node(Op::MatMul, {x, g.constant("w", random_tensor({8, 4}, 21))}),
+                                               g.constant("b", random_tensor({4}, 22))})}));
+  auto graph = g.build();
+  auto s = Session::from_graph(graph, on_tier(Tier::Cpu));
+  ASSERT_EQ(region_ops(*s), (std::vector<std::string>{"MatMul,Add,Relu"}));
+  NamedTensors empty = {{"x", Tensor::empty(DType::Float32, {0, 8})}};
+  warm_up(*s, empty);
+  NamedTensors out = s->run(empty);
+  EXPECT_EQ(out[0].second.shape(), (Shape{0, 4}));
+  FaultInjected fault("miscompile:cpu");
+  auto bad = Session::from_graph(graph, on_tier(Tier::Cpu));
+  NamedTensors in = {{"x", random_tensor({3, 8}, 23)}};
+  warm_up(*bad, in);
+  NamedTensors got = bad->run(in);
+  fault.end();
+  const NamedTensors want = Session::from_graph(graph, on_tier(Tier::Interp))->run(in);
+  EXPECT_TRUE(compare_tensors(want[0].second, got[0].second, Tolerance::for_dtype(DType::Float32)).equal);
+  EXPECT_EQ(occurrences(bad->report_json(), "\"validation\":\"failed: output"), 1u) << bad->report_json();
 }
 
 #endif  // TERRACE_HAVE_DNNL
