@@ -10,6 +10,8 @@
 #include <array>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
+#include <numeric>
 #include <unordered_map>
 #include <vector>
 
@@ -364,6 +366,16 @@ std::unique_ptr<DnnlPrimitive> make_matmul(const Node& node, const std::vector<S
   }
   if (has_zero_dim(a) || has_zero_dim(b) || has_zero_dim(out))
     return std::make_unique<EmptySum>(std::move(out), 1.0, addend, activation);
+  // One matrix B shared by every batch of A (a Linear layer over [batch, tokens, features]): the
+  // batches fold into A's rows, a plain [M, K] x [K, N] product (the same bytes), which oneDNN's
+  // brgemm runs faster than the batched form, and whose bias is a plain row.
+  if (rank > 2 && std::all_of(b.begin(), b.end() - 2, [](int64_t d) { return d == 1; })) {
+    const int64_t rows = std::accumulate(dst.begin(), dst.end() - 1, int64_t(1), std::multiplies<int64_t>());
+    const int64_t k = a[rank - 1], n = dst[rank - 1];
+    return std::make_unique<MatMul>(node, plain({rows, k}), plain({k, n}), Dims{rows, n}, std::move(out), 1.0f,
+                                    0.0f, std::nullopt, activation, constants,
+                                    bias ? std::optional(plain({1, n})) : std::nullopt);
+  }
   return std::make_unique<MatMul>(node, plain(Dims(a.begin(), a.end())), plain(Dims(b.begin(), b.end())),
                                   dst, std::move(out), 1.0f, 0.0f, std::nullopt, activation, constants, bias);
 }
