@@ -86,7 +86,7 @@ if [ "$crashes" -gt 0 ] || { [ $status -ne 0 ] && [ "$others" -eq 0 ]; }; then
   # tools/test.sh prints again at the very end of a failed run.
   {
     echo "fuzz: FOUND A CRASH (exit $status) on $(uname -m), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"
-    grep -E -A30 '==ERROR|runtime error|escaped|deadly signal' "$log" | head -n 60
+    grep -E -A30 '==ERROR|runtime error|escaped|deadly signal' "$log" | head -n 60 || true
     for f in $(find "$artifacts" -name 'crash-*' -o -name 'leak-*' -o -name 'death-*' | head -n 3); do
       echo "fuzz: input $(basename "$f") ($(stat -c %s "$f") bytes), as base64; replay with"
       echo "fuzz:   base64 -d > X.onnx <<'END'   (the lines below)   then  $fuzzer X.onnx"
