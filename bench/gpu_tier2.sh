@@ -34,8 +34,11 @@ print("regions by tier", dict(collections.Counter(x["tier"] for x in regs)),
 print("last call", r["calls"][-1])
 print("not on gpu:", [(x["id"], x["ops"][:40], x["gpu"][:150]) for x in regs if x["tier"] != "gpu"][:6])
 PY
+    # validate waits for the compiles (150 calls of the MLP end before its tier-2 compile does)
+    timeout 200 /tmp/terrace validate $d --tier gpu --input $in=$d/test_data_set_0/input_0.pb > "$out/val_$m.txt" 2>&1
+    echo "   validate rc=$? $(grep -E '^tier gpu' "$out/val_$m.txt")"
   done
-  (cd "$out" && tar czf runs.tgz run_*.txt run_*.json && rm -f run_*.txt run_*.json) ;;
+  (cd "$out" && tar czf runs.tgz run_*.txt run_*.json val_*.txt && rm -f run_*.txt run_*.json val_*.txt) ;;
 kernels)
   timeout 240 .gpu/run ops_bench --benchmark_filter=/gpu --benchmark_min_time=0.5s > "$out/ops_gpu.txt" 2>&1
   grep -E "/gpu|error" "$out/ops_gpu.txt" | cut -c1-220
