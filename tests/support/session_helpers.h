@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -58,5 +59,32 @@ struct FaultInjected {
   ~FaultInjected() { ::unsetenv("TERRACE_FAULT"); }
   void end() { ::unsetenv("TERRACE_FAULT"); }
 };
+
+// Three calls of `s` on `in`, each followed by a wait for the background compiles: its hot
+// regions are compiled and their versions installed.
+inline void warm_up(Session& s, const NamedTensors& in) {
+  for (int i = 0; i < 3; ++i) {
+    s.run(in);
+    s.wait_for_compiles();
+  }
+}
+
+// `g` on tier 1 under TERRACE_FAULT=miscompile:cpu (compiled results perturbed): warmed up, then
+// one more call, whose outputs must be the interpreter's (validation caught the perturbation and
+// the caller got the interpreter's answer). Returns the session's report JSON for the caller's
+// counts.
+inline std::string report_after_a_miscompiled_call(std::shared_ptr<const Graph> g, const NamedTensors& in) {
+  FaultInjected fault("miscompile:cpu");
+  auto s = Session::from_graph(g, on_tier(Tier::Cpu));
+  warm_up(*s, in);
+  NamedTensors got = s->run(in);
+  fault.end();
+  const NamedTensors want = Session::from_graph(g, on_tier(Tier::Interp))->run(in);
+  EXPECT_EQ(got.size(), want.size());
+  for (size_t k = 0; k < want.size() && k < got.size(); ++k)
+    EXPECT_TRUE(compare_tensors(want[k].second, got[k].second, Tolerance::for_dtype(DType::Float32)).equal)
+        << want[k].first << ": the caller got a perturbed result";
+  return s->report_json();
+}
 
 }  // namespace terrace::testing

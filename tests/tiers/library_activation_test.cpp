@@ -22,17 +22,10 @@ using testing::on_tier;
 using testing::occurrences;
 using testing::expect_calls_match_and_regions_validated_on_tier1;
 using testing::region_ops;
-using testing::FaultInjected;
+using testing::warm_up;
+using testing::report_after_a_miscompiled_call;
 
 #ifdef TERRACE_HAVE_DNNL
-
-// TERRACE_FAULT set for a scope, unset when it ends (also when an assertion leaves the test early).
-void warm_up(Session& s, const NamedTensors& in) {
-  for (int i = 0; i < 3; ++i) {
-    s.run(in);
-    s.wait_for_compiles();
-  }
-}
 
 // x [1,4,8,8] -> Conv -> Sigmoid -> Conv -> LeakyRelu -> Conv -> Tanh (one chain) -> ConvTranspose
 // -> Elu -> Flatten -> Gemm -> Gelu -> MatMul -> HardSwish -> Gemm -> Gelu(tanh).
@@ -75,16 +68,8 @@ TEST(LibraryRegions, activations_after_library_ops_are_post_ops_validated_on_tie
 }
 
 TEST(LibraryRegions, miscompiled_region_with_a_fused_activation_is_caught) {
-  FaultInjected fault("miscompile:cpu");
-  auto g = activations_model();
-  auto s = Session::from_graph(g, on_tier(Tier::Cpu));
-  NamedTensors in = {{"x", random_tensor({1, 4, 8, 8}, 9)}};
-  warm_up(*s, in);
-  NamedTensors got = s->run(in);
-  fault.end();
-  const NamedTensors want = Session::from_graph(g, on_tier(Tier::Interp))->run(in);
-  EXPECT_TRUE(compare_tensors(want[0].second, got[0].second, Tolerance::for_dtype(DType::Float32)).equal);
-  const std::string json = s->report_json();
+  const std::string json =
+      report_after_a_miscompiled_call(activations_model(), {{"x", random_tensor({1, 4, 8, 8}, 9)}});
   EXPECT_EQ(occurrences(json, "\"validation\":\"failed: output"), 6u) << json;
   EXPECT_EQ(occurrences(json, "\"tier\":\"cpu\""), 0u) << json;
 }
@@ -182,15 +167,8 @@ TEST(LibraryRegions, a_fused_bias_on_an_empty_batch_and_a_miscompiled_biased_pro
   warm_up(*s, empty);
   NamedTensors out = s->run(empty);
   EXPECT_EQ(out[0].second.shape(), (Shape{0, 4}));
-  FaultInjected fault("miscompile:cpu");
-  auto bad = Session::from_graph(graph, on_tier(Tier::Cpu));
-  NamedTensors in = {{"x", random_tensor({3, 8}, 23)}};
-  warm_up(*bad, in);
-  NamedTensors got = bad->run(in);
-  fault.end();
-  const NamedTensors want = Session::from_graph(graph, on_tier(Tier::Interp))->run(in);
-  EXPECT_TRUE(compare_tensors(want[0].second, got[0].second, Tolerance::for_dtype(DType::Float32)).equal);
-  EXPECT_EQ(occurrences(bad->report_json(), "\"validation\":\"failed: output"), 1u) << bad->report_json();
+  const std::string json = report_after_a_miscompiled_call(graph, {{"x", random_tensor({3, 8}, 23)}});
+  EXPECT_EQ(occurrences(json, "\"validation\":\"failed: output"), 1u) << json;
 }
 
 #endif  // TERRACE_HAVE_DNNL

@@ -21,7 +21,8 @@ using testing::on_tier;
 using testing::occurrences;
 using testing::expect_calls_match_and_regions_validated_on_tier1;
 using testing::region_ops;
-using testing::FaultInjected;
+using testing::warm_up;
+using testing::report_after_a_miscompiled_call;
 
 #ifdef TERRACE_HAVE_DNNL
 
@@ -55,13 +56,6 @@ std::shared_ptr<Graph> upsampling_model(int64_t batch = 1) {
 }
 
 // TERRACE_FAULT set for a scope, unset when it ends (also when an assertion leaves the test early).
-void warm_up(Session& s, const NamedTensors& in) {
-  for (int i = 0; i < 3; ++i) {
-    s.run(in);
-    s.wait_for_compiles();
-  }
-}
-
 TEST(LibraryRegions, conv_transpose_runs_on_tier1_validated_with_its_activation) {
   auto g = upsampling_model();
   auto s = Session::from_graph(g, on_tier(Tier::Cpu));
@@ -77,17 +71,7 @@ TEST(LibraryRegions, conv_transpose_runs_on_tier1_validated_with_its_activation)
 // The allowance bounds rounding, not a wrong kernel: a ConvTranspose region off by 1 in one
 // element fails validation and the caller gets the interpreter's answer.
 TEST(LibraryRegions, miscompiled_conv_transpose_is_caught_and_demoted) {
-  FaultInjected fault("miscompile:cpu");
-  auto g = upsampling_model();
-  auto s = Session::from_graph(g, on_tier(Tier::Cpu));
-  NamedTensors in = {{"x", random_tensor({1, 8, 6, 7}, 4)}};
-  warm_up(*s, in);
-  NamedTensors got = s->run(in);
-  fault.end();
-  const NamedTensors want = Session::from_graph(g, on_tier(Tier::Interp))->run(in);
-  EXPECT_TRUE(compare_tensors(want[0].second, got[0].second, Tolerance::for_dtype(DType::Float32)).equal)
-      << "the caller got a perturbed result";
-  const std::string json = s->report_json();
+  const std::string json = report_after_a_miscompiled_call(upsampling_model(), {{"x", random_tensor({1, 8, 6, 7}, 4)}});
   EXPECT_EQ(occurrences(json, "\"validation\":\"failed: output"), 3u) << json;
   EXPECT_EQ(occurrences(json, "\"tier\":\"cpu\""), 0u) << json;
 }

@@ -10,6 +10,7 @@
 
 #include "interp/compare.h"
 #include "tests/support/graph_builder.h"
+#include "tests/support/session_helpers.h"
 #include "tiers/session.h"
 
 namespace terrace {
@@ -17,6 +18,7 @@ namespace {
 
 using testing::GraphBuilder;
 using testing::random_tensor;
+using testing::warm_up;
 
 // x [1,3,12,12] -> Conv(8 filters 3x3, bias, pad 1) -> Relu -> Flatten (a region of tier 1's
 // generated code) -> Gemm(transB, bias) -> Softplus. The Relu runs inside the Conv's primitive; the
@@ -52,13 +54,6 @@ size_t count(const std::string& text, const std::string& needle) {
   size_t n = 0;
   for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
   return n;
-}
-
-void warm_up(Session& s, const NamedTensors& in) {
-  for (int i = 0; i < 3; ++i) {
-    s.run(in);
-    s.wait_for_compiles();
-  }
 }
 
 TEST(LibraryRegions, compare_tensors_adds_the_allowance_per_element) {

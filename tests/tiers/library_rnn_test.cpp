@@ -20,7 +20,8 @@ using testing::random_tensor;
 using testing::on_tier;
 using testing::occurrences;
 using testing::expect_calls_match_and_regions_validated_on_tier1;
-using testing::FaultInjected;
+using testing::warm_up;
+using testing::report_after_a_miscompiled_call;
 
 #ifdef TERRACE_HAVE_DNNL
 
@@ -54,13 +55,6 @@ NamedTensors recurrent_inputs(uint64_t seed) {
   return {{"x", random_tensor({7, 2, 8}, seed)}, {"h0", random_tensor({2, 2, 6}, seed + 1)}, {"c0", random_tensor({2, 2, 6}, seed + 2)}};
 }
 
-void warm_up(Session& s, const NamedTensors& in) {
-  for (int i = 0; i < 3; ++i) {
-    s.run(in);
-    s.wait_for_compiles();
-  }
-}
-
 TEST(LibraryRegions, lstm_gru_and_rnn_run_on_tier1_validated) {
   auto g = recurrent_model();
   auto s = Session::from_graph(g, on_tier(Tier::Cpu));
@@ -75,17 +69,7 @@ TEST(LibraryRegions, lstm_gru_and_rnn_run_on_tier1_validated) {
 }
 
 TEST(LibraryRegions, miscompiled_lstm_is_caught_and_demoted) {
-  FaultInjected fault("miscompile:cpu");
-  auto g = recurrent_model();
-  auto s = Session::from_graph(g, on_tier(Tier::Cpu));
-  const NamedTensors in = recurrent_inputs(20);
-  warm_up(*s, in);
-  NamedTensors got = s->run(in);
-  fault.end();
-  const NamedTensors want = Session::from_graph(g, on_tier(Tier::Interp))->run(in);
-  for (size_t k = 0; k < want.size(); ++k)
-    EXPECT_TRUE(compare_tensors(want[k].second, got[k].second, Tolerance::for_dtype(DType::Float32)).equal);
-  const std::string json = s->report_json();
+  const std::string json = report_after_a_miscompiled_call(recurrent_model(), recurrent_inputs(20));
   EXPECT_EQ(occurrences(json, "\"validation\":\"failed: output"), 3u) << json;
   EXPECT_EQ(occurrences(json, "\"tier\":\"cpu\""), 0u) << json;
 }
