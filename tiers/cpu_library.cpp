@@ -137,8 +137,9 @@ bool matmul_bias(const Graph& g, const Node& matmul, const Node& next) {
   if ((next.inputs[0] == mine) == (next.inputs[1] == mine)) return false;  // exactly one operand
   const Tensor* bias = constant_of(g, next.inputs[0] == mine ? next.inputs[1] : next.inputs[0]);
   auto rank = [&](int v) {
+    if (v < 0) return size_t(0);
     const ValueInfo& i = g.values[size_t(v)].info;
-    return v >= 0 && i.shape ? i.shape->size() : size_t(0);
+    return i.shape ? i.shape->size() : size_t(0);
   };
   const ValueInfo& out = g.values[size_t(mine)].info;
   if (!bias || bias->dtype() != DType::Float32 || !is_float32(g, mine) || !out.shape || rank(matmul.inputs[0]) < 2 ||
@@ -189,9 +190,8 @@ std::string can_compile(const Graph& g, const Node& node) {
 
 // A library region grows from its op: a MatMul takes a bias Add and then the activation after
 // them, a Gemm the activation after it; a Conv takes activations, the next Conv, and a residual
-// Add after a Conv. An activation or an Add
-// becomes a post-op of the op before it, so it must be that op's result's only reader (the
-// partition also asks about readers that are not).
+// Add after a Conv. An activation or an Add becomes a post-op of the op before it, so it must be
+// that op's result's only reader (the partition also asks about readers that are not).
 bool absorbs(const Graph& g, const Node& last, const Node& next) {
   if (last.outputs.size() != 1 || last.outputs[0] < 0) return false;
   const bool activation = activation_of(g, next).has_value() && only_reader(g, last.outputs[0]);

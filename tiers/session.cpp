@@ -171,14 +171,16 @@ NamedTensors Session::run(const NamedTensors& inputs, const RunOptions& run_opti
       release_dead_inputs(frame, step.node, int(s), im.last_use);
     } else {
       TraceSpan span(trace, "region", "region", step.region);
-      // Inputs a graph break fetched to the host: the region reads their device tensors.
+      // Inputs a graph break fetched to the host: the region reads their device tensors (none
+      // without tier 2: then nothing is looked up).
       std::vector<int> swapped;
-      for (int v : im.plan.regions[size_t(step.region)].inputs) {
-        auto it = device_copies.find(v);
-        if (it == device_copies.end() || frame.env[size_t(v)].kind != ValueKind::Tensor) continue;
-        std::swap(frame.env[size_t(v)], it->second);
-        swapped.push_back(v);
-      }
+      if (!device_copies.empty())
+        for (int v : im.plan.regions[size_t(step.region)].inputs) {
+          auto it = device_copies.find(v);
+          if (it == device_copies.end() || frame.env[size_t(v)].kind != ValueKind::Tensor) continue;
+          std::swap(frame.env[size_t(v)], it->second);
+          swapped.push_back(v);
+        }
       const Tier tier = im.tiers->execute(step.region, frame, call);
       for (int v : swapped) std::swap(frame.env[size_t(v)], device_copies[v]);
       tiers_used[int(tier)] = true;
