@@ -6,14 +6,18 @@
 #                             bash bench/gpu_tier2.sh kernels   # ops_bench /gpu vs bench/gpu_ops.py; cuDNN algorithms
 #                             bash bench/gpu_tier2.sh compare   # compare.py: tier 2 vs eager and torch.compile, batch 1
 #                             bash bench/gpu_tier2.sh batch     # the same at ResNet-50 x32 and BERT 8x128
+#                             bash bench/gpu_tier2.sh conformance  # ONNX 1.18's and Debian's node tests, interp vs gpu
+# The conformance part needs the suites in the bundle (they are not on the GPU host):
+#   mkdir -p .gpu/data && tar cJf .gpu/data/node-tests.tar.xz -C ~/.cache/terrace/onnx-tests onnx-1.18.0/node \
+#       -C /usr/share/libonnx-testdata/data node
 set -uo pipefail
-part=${1:?usage: bench/gpu_tier2.sh runs|kernels|compare|batch}
+part=${1:?usage: bench/gpu_tier2.sh runs|kernels|compare|batch|conformance}
 out=${OUT:-/tmp/gpu-tier2}; mkdir -p "$out"
 root=$(pwd)
 printf '#!/usr/bin/env bash\nexec %q/.gpu/run terrace "$@"\n' "$root" > /tmp/terrace && chmod +x /tmp/terrace
 export PYTHONUNBUFFERED=1
 models="mlp resnet50 mobilenetv2 bert gpt2"
-[ -f /tmp/m/gpt2/model.onnx ] || python3 tools/make_models.py --out /tmp/m $models > "$out/export.txt" 2>&1
+[ "$part" = conformance ] || [ -f /tmp/m/gpt2/model.onnx ] || python3 tools/make_models.py --out /tmp/m $models > "$out/export.txt" 2>&1
 case "$part" in
 runs)
   .gpu/run test_gpu > "$out/test_gpu.txt" 2>&1
@@ -61,5 +65,25 @@ batch)  # a call of its own: at batch 32 ResNet-50 ran out of the compare part's
       --out "$out/${spec/:/_b}" 2>&1 | grep -v '^compare: ' | grep '^|'
   done
   (cd "$out" && tar czf batch.tgz resnet50_b32 bert_b8 2>/dev/null && rm -rf resnet50_b32 bert_b8) ;;
+conformance)  # every test that passes on the interpreter must pass on tier 2 (each test in its own process)
+  mkdir -p /tmp/suites && tar xJf .gpu/data/node-tests.tar.xz -C /tmp/suites
+  for suite in /tmp/suites/onnx-1.18.0/node /tmp/suites/node; do
+    tag=$(basename "$(dirname "$suite")"); [ "$tag" = suites ] && tag=debian
+    for tier in interp gpu; do
+      timeout 270 /tmp/terrace conformance "$suite" --tier $tier --jobs 16 --timeout 120 \
+        --json "$out/conf_${tag}_$tier.json" > "$out/conf_${tag}_$tier.txt" 2>&1
+      echo "== $tag $tier rc=$? $(tail -1 "$out/conf_${tag}_$tier.txt")"
+    done
+    python3 - "$out/conf_${tag}_interp.json" "$out/conf_${tag}_gpu.json" <<'PY'
+import json, sys
+def load(f):
+    return json.load(open(f))
+i, g = load(sys.argv[1]), load(sys.argv[2])
+lost = sorted(n for n, st in i["tests"].items() if st == "passed" and g["tests"].get(n) != "passed")
+print("interp passes", i["passed"], "of", i["total"], "; gpu passes", g["passed"], "; ran on gpu:", g["ran_on_tier"],
+      "; passing on interp but not on gpu:", len(lost))
+for n in lost[:40]: print("  ", n, g["details"].get(n, {}).get("status"), str(g["details"].get(n, {}).get("message", ""))[:200])
+PY
+  done ;;
 *) echo "bench/gpu_tier2.sh: unknown part '$part'" >&2; exit 2 ;;
 esac

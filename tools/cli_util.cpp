@@ -1,6 +1,7 @@
 // Helpers shared by the terrace subcommands.
 #include "tools/cli_util.h"
 
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <random>
 #include <set>
 
@@ -257,19 +259,71 @@ struct Availability {
   Tier highest = Tier::Interp;
   std::string gpu_why;  // why there is no tier 2
 };
-const Availability& availability() {
-  static const Availability a = [] {
-    Availability r;
-    if (!make_cpu_backend()) {
-      r.gpu_why = "this build has no tier-1 JIT";
-      return r;
-    }
-    r.highest = make_gpu_backend("", &r.gpu_why) ? Tier::Gpu : Tier::Cpu;
+Availability probe_here() {
+  Availability r;
+  if (!make_cpu_backend()) {
+    r.gpu_why = "this build has no tier-1 JIT";
     return r;
-  }();
+  }
+  r.highest = make_gpu_backend("", &r.gpu_why) ? Tier::Gpu : Tier::Cpu;
+  return r;
+}
+std::optional<Availability>& probed_in_a_child() {
+  static std::optional<Availability> a;
+  return a;
+}
+const Availability& availability() {
+  static const Availability a = probed_in_a_child() ? *probed_in_a_child() : probe_here();
   return a;
 }
 }  // namespace
+
+void probe_tiers_in_a_child() {
+  if (probed_in_a_child()) return;
+  Availability r{Tier::Cpu, "the process that probed for a GPU failed"};
+  int fds[2];
+  if (::pipe(fds) != 0) {
+    r.gpu_why = std::string("pipe: ") + std::strerror(errno);
+    probed_in_a_child() = r;
+    return;
+  }
+  std::fflush(nullptr);
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ::close(fds[0]);
+    Availability a = probe_here();
+    std::string msg = std::to_string(int(a.highest)) + "\n" + a.gpu_why;
+    for (size_t at = 0; at < msg.size();) {
+      ssize_t n = ::write(fds[1], msg.data() + at, msg.size() - at);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      at += size_t(n);
+    }
+    _exit(0);  // no static destructors: they belong to the parent
+  }
+  ::close(fds[1]);
+  if (pid < 0) {
+    r.gpu_why = std::string("fork: ") + std::strerror(errno);
+  } else {
+    std::string msg;
+    char buf[1024];
+    for (;;) {
+      ssize_t n = ::read(fds[0], buf, sizeof buf);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      msg.append(buf, size_t(n));
+    }
+    int status = 0;
+    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    if (size_t nl = msg.find('\n'); nl != std::string::npos && nl > 0 && msg[0] >= '0' && msg[0] <= '2') {
+      r.highest = Tier(msg[0] - '0');
+      r.gpu_why = msg.substr(nl + 1);
+    }
+  }
+  ::close(fds[0]);
+  probed_in_a_child() = r;
+}
 
 Tier highest_available_tier() { return availability().highest; }
 

@@ -94,6 +94,11 @@ std::string tier_unavailable_reason(Tier t);
 // naming what runs instead. Without a request the default (the highest tier) is silently the
 // highest available.
 Tier effective_tier(const char* command, Tier requested, bool explicitly_requested);
+// CUDA does not survive fork(): a process that initialised the driver and then forks hands its
+// children a driver that answers CUDA_ERROR_NOT_INITIALIZED. A command that forks workers calls this
+// before anything asks for the tiers: the GPU is probed in a child process, and the answers above
+// come from it, so this process never initialises CUDA.
+void probe_tiers_in_a_child();
 // Whether TERRACE_MAX_TIER is set (an explicit request).
 bool tier_from_env();
 

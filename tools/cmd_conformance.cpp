@@ -86,10 +86,11 @@ Config parse_config(const ParsedArgs& args) {
     else if (a == "--verbose") c.verbose = true;
   }
   c.dirs = args.operands;
+  if (c.jobs > 1) c.isolate = true;  // parallel runs happen in forked children only
+  if (c.isolate) probe_tiers_in_a_child();  // the children use CUDA: this process must not
   c.tier = effective_tier("conformance", c.tier, args.has("--tier"));
   if (c.dirs.empty()) c.dirs.push_back("node");
   c.expected_path = expected_path ? *expected_path : default_expected_file(c.tier, c.dirs);
-  if (c.jobs > 1) c.isolate = true;  // parallel runs happen in forked children only
   return c;
 }
 

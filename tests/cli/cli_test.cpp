@@ -267,6 +267,25 @@ TEST(CliTiers, an_unavailable_tier_asked_for_is_said_once_with_what_runs_instead
   EXPECT_EQ(count(env.err, "tier gpu is not available"), 1u) << show(env);
 }
 
+// Conformance's workers are forked children. CUDA does not survive fork(): had the parent asked
+// the driver whether there is a GPU, every child's tier-2 compile would fail with
+// CUDA_ERROR_NOT_INITIALIZED and the tests would pass on tier 1 under a "gpu" label (seen on the
+// H100). Each test must run on the highest tier there is, gpu where there is a GPU.
+TEST(CliTiers, conformance_workers_run_tests_on_the_highest_tier_there_is) {
+  fs::path json = scratch() / "conformance_tiers.json";
+  Result r = terrace("conformance node --filter '^test_(add|relu)$' --tier gpu --jobs 2 --json " + json.string());
+  ASSERT_EQ(r.code, 0) << show(r);
+  const std::string top = r.err.find("running on tier cpu instead") != std::string::npos ? "cpu" : "gpu";
+  std::string j = slurp(json);
+  for (const char* t : {"test_add", "test_relu"}) {
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(j, m, std::regex(std::string("\"") + t + "\":\\{[^}]*\"tiers\":\\[([^\\]]*)\\]")))
+        << t << " has no tiers in " << j.substr(0, 400);
+    EXPECT_NE(m[1].str().find("\"" + top + "\""), std::string::npos) << t << " ran on " << m[1] << ", not " << top;
+  }
+  EXPECT_EQ(r.err.find("NOT_INITIALIZED"), std::string::npos) << show(r);
+}
+
 // ---- point 3: graph-break reasons come from the backend ----
 
 TEST(CliExplain, matmul_is_a_region_and_breaks_give_the_backends_reason) {
