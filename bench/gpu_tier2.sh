@@ -67,10 +67,12 @@ batch)  # a call of its own: at batch 32 ResNet-50 ran out of the compare part's
   (cd "$out" && tar czf batch.tgz resnet50_b32 bert_b8 2>/dev/null && rm -rf resnet50_b32 bert_b8) ;;
 conformance)  # every test that passes on the interpreter must pass on tier 2 (each test in its own process)
   mkdir -p /tmp/suites && tar xJf .gpu/data/node-tests.tar.xz -C /tmp/suites
-  for suite in /tmp/suites/onnx-1.18.0/node /tmp/suites/node; do
+  # about 2.6 s a test on tier 2 (a CUDA context, NVRTC and tier 1's compile each): ONNX 1.18's 1,450
+  # tests take about 7 minutes at 16 jobs, Debian's 932 about 3; SUITES picks (default both).
+  for suite in ${SUITES:-/tmp/suites/onnx-1.18.0/node /tmp/suites/node}; do
     tag=$(basename "$(dirname "$suite")"); [ "$tag" = suites ] && tag=debian
     for tier in interp gpu; do
-      timeout 270 /tmp/terrace conformance "$suite" --tier $tier --jobs 16 --timeout 120 \
+      timeout ${CONF_TIMEOUT:-540} /tmp/terrace conformance "$suite" --tier $tier --jobs 16 --timeout 120 \
         --json "$out/conf_${tag}_$tier.json" > "$out/conf_${tag}_$tier.txt" 2>&1
       echo "== $tag $tier rc=$? $(tail -1 "$out/conf_${tag}_$tier.txt")"
     done
