@@ -21,4 +21,18 @@ class ScopedOmpThreads {
   int saved_;
 };
 
+// Background threads (compiles, re-checks) run their OpenMP code on one thread. A team started
+// from a second thread adds its workers to libgomp's count of the threads it manages; once that
+// count exceeds the cores, libgomp cuts every team's spin-wait to 100 iterations (its "throttled"
+// spin count), so the callers' workers fall asleep between back-to-back oneDNN primitives and each
+// primitive pays a futex wake-up: MobileNetV2 on 2 cores took 5.1 ms a call that way against 2.4 ms
+// (bench/RESULTS.md, eighth session). A background job thread calls mark_background_thread once at
+// its start. Only what runs there is narrowed: the thread's OpenMP setting stays, since primitives
+// built there are sized for the callers' thread count.
+inline thread_local bool on_background_thread = false;
+inline void mark_background_thread() { on_background_thread = true; }
+// The OpenMP threads to build and run work done on this thread with: `wanted`, or 1 on a background
+// thread. (A oneDNN primitive runs with the thread count it was built with.)
+inline int threads_to_run(int wanted) { return on_background_thread ? 1 : wanted; }
+
 }  // namespace terrace

@@ -48,7 +48,7 @@ float* thread_buffer(size_t slot, size_t bytes) {
 void execute(const dnnl::primitive& p, const memory::desc& scratch, std::unordered_map<int, memory> args,
              int threads) {
   thread_local dnnl::stream stream(cpu_engine());
-  ScopedOmpThreads scope(threads);
+  ScopedOmpThreads scope(threads_to_run(threads));
   if (const size_t bytes = scratch.get_size(); bytes > 0)
     args.emplace(DNNL_ARG_SCRATCHPAD, memory(scratch, cpu_engine(), thread_buffer(0, bytes)));
   try {

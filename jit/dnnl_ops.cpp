@@ -65,7 +65,7 @@ void execute(const dnnl::primitive& p, const memory::desc& scratch, std::unorder
              int threads) {
   thread_local dnnl::stream stream(cpu_engine());
   thread_local std::vector<unsigned char> scratch_buffer;
-  ScopedOmpThreads scope(threads);
+  ScopedOmpThreads scope(threads_to_run(threads));
   if (const size_t bytes = scratch.get_size(); bytes > 0) {
     if (scratch_buffer.size() < bytes) scratch_buffer.resize(bytes);
     args.emplace(DNNL_ARG_SCRATCHPAD, memory(scratch, cpu_engine(), scratch_buffer.data()));
@@ -270,10 +270,13 @@ class MatMul : public DnnlPrimitive {
     if (prims_.has_activation()) prims_.plain = build({}, prims_.plain_scratch);
     if (pack && weights != b_) {
       packed_ = memory(weights, cpu_engine());
-      building(node, prims_.threads, "primitive", [&] {
+      // Packed where it is compiled, on a background thread: built for the threads it runs with
+      // there (a oneDNN primitive runs with the thread count it was built with).
+      const int pack_threads = threads_to_run(prims_.threads);
+      building(node, pack_threads, "primitive", [&] {
         dnnl::reorder::primitive_desc pd(cpu_engine(), b_, cpu_engine(), weights, user_scratchpad());
         execute(dnnl::reorder(pd), pd.scratchpad_desc(),
-                {{DNNL_ARG_FROM, wrap(b_, constants[1]->data<float>())}, {DNNL_ARG_TO, packed_}}, prims_.threads);
+                {{DNNL_ARG_FROM, wrap(b_, constants[1]->data<float>())}, {DNNL_ARG_TO, packed_}}, pack_threads);
       });
     }
     description_ = "oneDNN matmul (" + node.describe() + "): src " + dims_str(a_) + " x weights " + dims_str(b_) +
@@ -694,7 +697,9 @@ class ConvChain : public DnnlPrimitive {
     if (s.sum_step >= 0) s.sum_reorder = make_reorder(s.node, steps_[size_t(s.sum_step)].dst, s.dst, s.threads);
     if (constant_w) {
       s.weights = memory(s.w_desc, cpu_engine());
-      make_reorder(s.node, s.user_w, s.w_desc, s.threads)(wrap(s.user_w, constant_w->data<float>()), s.weights, s.threads);
+      // Reordered once, where the chain is built (a background thread: threads_to_run).
+      make_reorder(s.node, s.user_w, s.w_desc, threads_to_run(s.threads))(wrap(s.user_w, constant_w->data<float>()),
+                                                                          s.weights, threads_to_run(s.threads));
     } else if (s.w_desc != s.user_w) {
       s.w_reorder = make_reorder(s.node, s.user_w, s.w_desc, s.threads);
     }

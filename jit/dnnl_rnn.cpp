@@ -319,7 +319,7 @@ class Recurrent : public DnnlPrimitive {
     if (scratch_.get_size() > 0) args.emplace(DNNL_ARG_SCRATCHPAD, memory(scratch_, cpu_engine(), scratch));
     {
       thread_local dnnl::stream stream(cpu_engine());
-      ScopedOmpThreads scope(threads_);
+      ScopedOmpThreads scope(threads_to_run(threads_));
       try {
         prim_.execute(stream, args);
         stream.wait();

@@ -48,6 +48,7 @@ struct TierManager::Jobs {
     for (int i = 0; i < std::max(1, n); ++i)
       threads.emplace_back([this, nice] {
         if (nice > 0) ::setpriority(PRIO_PROCESS, pid_t(::syscall(SYS_gettid)), nice);  // Linux: per thread
+        mark_background_thread();  // its OpenMP code on one thread (interp/omp_threads.h says why)
         loop();
       });
   }

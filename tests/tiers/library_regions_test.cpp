@@ -4,11 +4,14 @@
 // tolerance of ARCHITECTURE.md's "Rules the code keeps" plus the fp32 rounding bound of its own
 // arithmetic, op by op; a wrong result is still caught.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
+#include <filesystem>
 #include <cstdlib>
 
 #include "interp/compare.h"
+#include "interp/omp_threads.h"
 #include "tests/support/graph_builder.h"
 #include "tests/support/session_helpers.h"
 #include "tiers/session.h"
@@ -181,6 +184,39 @@ TEST(LibraryRegions, residual_blocks_run_as_one_region_validated) {
   const std::string json = s->report_json();
   EXPECT_EQ(count(json, "\"tier\":\"cpu\""), 1u) << json;
   EXPECT_EQ(count(json, "\"validation\":\"passed\""), 1u) << json;
+}
+
+// A compile packs constant weights on its background thread: with one OpenMP thread there, so that
+// it starts no OpenMP team of its own. A second team's workers push libgomp's count of managed
+// threads past the cores, and libgomp then cuts every team's spin-wait short: the callers' workers
+// slept between primitives (MobileNetV2 on 2 cores, 5.1 -> 2.4 ms a call without it). The session
+// adds its two job threads and nothing else.
+TEST(LibraryRegions, compiles_start_no_openmp_threads_of_their_own) {
+  ScopedOmpThreads two(2);
+#pragma omp parallel
+  { (void)omp_get_thread_num(); }  // the calling thread's own team exists before the count
+  auto threads = [] {
+    size_t n = 0;
+    for ([[maybe_unused]] auto& e : std::filesystem::directory_iterator("/proc/self/task")) ++n;
+    return n;
+  };
+  const size_t before = threads();
+  {
+    GraphBuilder b;  // two 64-channel 3x3 convolutions over 16x16: large enough for 2 threads
+    int x = b.input("x", DType::Float32, {1, 64, 16, 16});
+    for (uint64_t i = 0; i < 2; ++i)
+      x = b.node(Op::Relu, {b.node(Op::Conv, {x, b.constant("w" + std::to_string(i), random_tensor({64, 64, 3, 3}, i, -0.1f, 0.1f)),
+                                              b.constant("b" + std::to_string(i), random_tensor({64}, i + 9))},
+                                   {{"pads", GraphBuilder::attr_ints({1, 1, 1, 1})}})});
+    b.output(x);
+    auto g = b.build();
+    auto s = Session::from_graph(g, tiered());
+    NamedTensors in = {{"x", random_tensor({1, 64, 16, 16}, 5)}};
+    warm_up(*s, in);
+    for (int i = 0; i < 4; ++i) s->run(in);
+    ASSERT_NE(s->report_json().find("\"tier\":\"cpu\""), std::string::npos) << s->report();
+    EXPECT_EQ(threads(), before + 2) << "threads before the session: " << before;
+  }
 }
 
 // The chain's allowance grows op by op, but stays far below a wrong result: a chain that is off
