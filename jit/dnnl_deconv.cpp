@@ -160,7 +160,9 @@ class Deconvolution : public DnnlPrimitive {
     w_desc_ = pd.weights_desc();
     const Tensor* constant_w = constants.size() > 1 ? constants[1] : nullptr;
     if (w_desc_ != user_w_) {
-      w_reorder_ = building(node, threads_, "deconvolution", [&] {
+      // Constant weights are reordered once, here on a compile thread: built for the thread count
+      // that runs there (interp/omp_threads.h); weights given at run time on the callers' count.
+      w_reorder_ = building(node, constant_w ? threads_to_run(threads_) : threads_, "deconvolution", [&] {
         dnnl::reorder::primitive_desc r(cpu_engine(), user_w_, cpu_engine(), w_desc_, user_scratchpad());
         reorder_scratch_ = r.scratchpad_desc();
         return dnnl::primitive(dnnl::reorder(r));
@@ -170,7 +172,7 @@ class Deconvolution : public DnnlPrimitive {
       weights_ = memory(w_desc_, cpu_engine());
       if (w_reorder_)
         execute(*w_reorder_, reorder_scratch_, {{DNNL_ARG_FROM, wrap(user_w_, constant_w->data<float>())}, {DNNL_ARG_TO, weights_}},
-                threads_);
+                threads_to_run(threads_));
       else
         std::memcpy(weights_.get_data_handle(), constant_w->data<float>(), w_desc_.get_size());
     }
