@@ -417,6 +417,104 @@ std::unique_ptr<DnnlPrimitive> make_gemm(const Node& node, const std::vector<Sha
                                   constants);
 }
 
+// ---- MaxPool and AveragePool ----
+
+// The window of one spatial dim, as the interpreter resolves it (auto_pad, pads, ceil_mode).
+struct PoolDim {
+  int64_t in = 0, kernel = 1, stride = 1, dilation = 1, pad_begin = 0, pad_end = 0, out = 0;
+};
+
+// The ONNX pooling geometry of `node` on input x (the interpreter's rules, interp/ops/nn_pool.cpp).
+std::vector<PoolDim> pool_dims(const Node& node, const Shape& x) {
+  TERRACE_CHECK(x.size() >= 3 && x.size() <= 5, NotImplemented, node.describe(), ": tier 1 pools 1 to 3 spatial dims");
+  const size_t n = x.size() - 2;
+  TERRACE_CHECK(node.has_attr("kernel_shape"), InvalidModel, node.describe(), ": attribute 'kernel_shape' is required");
+  auto ints = [&](const char* name, size_t count, int64_t def, int64_t min) {
+    std::vector<int64_t> v = node.attr_ints(name, std::vector<int64_t>(count, def));
+    TERRACE_CHECK(v.size() == count, InvalidModel, node.describe(), ": attribute '", name, "' has ", v.size(),
+                  " values, expected ", count);
+    for (int64_t e : v)
+      TERRACE_CHECK(e >= min, InvalidModel, node.describe(), ": attribute '", name, "' values must be >= ", min);
+    return v;
+  };
+  const std::vector<int64_t> kernel = ints("kernel_shape", n, 1, 1), strides = ints("strides", n, 1, 1),
+                             dilations = ints("dilations", n, 1, 1), pads = ints("pads", 2 * n, 0, 0);
+  const std::string auto_pad = node.attr_string("auto_pad", "NOTSET");
+  const bool ceil_mode = node.attr_int("ceil_mode", 0) != 0;
+  std::vector<PoolDim> dims(n);
+  for (size_t i = 0; i < n; ++i) {
+    PoolDim& d = dims[i];
+    d.in = x[i + 2];
+    d.kernel = kernel[i];
+    d.stride = strides[i];
+    d.dilation = dilations[i];
+    const int64_t extent = (d.kernel - 1) * d.dilation + 1;
+    if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+      d.out = (d.in + d.stride - 1) / d.stride;
+      const int64_t total = std::max<int64_t>(0, (d.out - 1) * d.stride + extent - d.in);
+      d.pad_begin = auto_pad == "SAME_LOWER" ? (total + 1) / 2 : total / 2;
+      d.pad_end = total - d.pad_begin;
+      continue;
+    }
+    TERRACE_CHECK(auto_pad == "NOTSET" || auto_pad == "VALID", InvalidModel, node.describe(), ": unknown auto_pad '",
+                  auto_pad, "'");
+    if (auto_pad == "NOTSET") {
+      d.pad_begin = pads[i];
+      d.pad_end = pads[i + n];
+    }
+    const int64_t span = d.in + d.pad_begin + d.pad_end - extent;
+    TERRACE_CHECK(span >= 0, InvalidArgument, node.describe(), ": the pooling window (extent ", extent,
+                  ") is larger than the padded input (", d.in + d.pad_begin + d.pad_end, ")");
+    d.out = (ceil_mode ? (span + d.stride - 1) / d.stride : span / d.stride) + 1;
+    if (ceil_mode && (d.out - 1) * d.stride >= d.in + d.pad_begin) --d.out;
+  }
+  return dims;
+}
+
+// What oneDNN's pooling primitive takes for `node` on x: the window per spatial dim, with the end
+// padding that gives the interpreter's output size by floor division (see Pool below), refusing
+// the forms oneDNN cannot match.
+struct PoolSpec {
+  Shape out;
+  Dims strides, kernel, dilation, pad_l, pad_r;
+  double taps = 1;
+  dnnl::algorithm alg = dnnl::algorithm::pooling_max;
+  bool include_pad = false;
+};
+PoolSpec pool_spec(const Node& node, const Shape& x) {
+  const std::vector<PoolDim> dims = pool_dims(node, x);
+  PoolSpec p;
+  p.out = {x[0], x[1]};
+  for (const PoolDim& d : dims) p.out.push_back(d.out);
+  const bool max = node.op == Op::MaxPool;
+  p.include_pad = !max && node.attr_int("count_include_pad", 0) != 0;
+  p.alg = max ? dnnl::algorithm::pooling_max
+              : p.include_pad ? dnnl::algorithm::pooling_avg_include_padding : dnnl::algorithm::pooling_avg_exclude_padding;
+  for (const PoolDim& d : dims) {
+    const int64_t extent = (d.kernel - 1) * d.dilation + 1;
+    // The end padding oneDNN needs for d.out windows by floor division.
+    const int64_t end = (d.out - 1) * d.stride + extent - d.in - d.pad_begin;
+    TERRACE_CHECK(!p.include_pad || end == d.pad_end, NotImplemented, node.describe(),
+                  ": tier 1 does not run an AveragePool counting padding whose last window (ceil_mode) passes the pads");
+    for (int64_t o = 0; o < d.out; ++o) {  // each window has a tap inside the input
+      bool inside = false;
+      for (int64_t k = 0; k < d.kernel && !inside; ++k) {
+        const int64_t at = o * d.stride - d.pad_begin + k * d.dilation;
+        inside = at >= 0 && at < d.in;
+      }
+      TERRACE_CHECK(inside, NotImplemented, node.describe(), ": tier 1 does not run a pool with a window in the padding only");
+    }
+    TERRACE_CHECK(end >= 0, NotImplemented, node.describe(), ": tier 1 does not run a pool whose pads pass its windows");
+    p.strides.push_back(d.stride);
+    p.kernel.push_back(d.kernel);
+    p.dilation.push_back(d.dilation - 1);  // oneDNN counts the gaps
+    p.pad_l.push_back(d.pad_begin);
+    p.pad_r.push_back(end);
+    p.taps *= double(d.kernel);
+  }
+  return p;
+}
+
 // ---- Conv ----
 
 // A buffer of the calling thread for a chain's blocked values, at least `bytes` long and 64-byte
@@ -459,8 +557,8 @@ class ConvChain : public DnnlPrimitive {
   ConvChain(const std::vector<DnnlChainOp>& ops, const std::vector<Shape>& shapes,
             const std::vector<const Tensor*>& constants, std::vector<int> outputs)
       : input_shapes_(shapes), constant_(shapes.size(), false) {
-    TERRACE_CHECK(!ops.empty() && ops[0].kind == DnnlChainOp::Kind::Conv, Internal,
-                  "tier 1: a convolution chain starts with a Conv");
+    TERRACE_CHECK(!ops.empty() && (ops[0].kind == DnnlChainOp::Kind::Conv || ops[0].kind == DnnlChainOp::Kind::Pool),
+                  Internal, "tier 1: a convolution chain starts with a Conv or a pool");
     for (size_t i = 0; i < constants.size() && i < shapes.size(); ++i) constant_[i] = constants[i] != nullptr;
     parse(ops, shapes);
     if (outputs.empty()) outputs.push_back(int(ops.size()) - 1);
@@ -479,19 +577,22 @@ class ConvChain : public DnnlPrimitive {
       return;
     }
     for (size_t i = 0; i < constants.size() && i < shapes.size(); ++i)
-      if (constants[i] && has_activation_ && !all_finite(constants[i]->data<float>(), size_t(constants[i]->numel()), 1))
-        reference_only_ = true;  // non-finite weights: the fused activations would differ
+      if (constants[i] && checks_finite() && !all_finite(constants[i]->data<float>(), size_t(constants[i]->numel()), 1))
+        reference_only_ = true;  // non-finite weights: the fused activations or a max would differ
     // A lone 1x1 convolution of stride 1 keeps plain layouts: measured with one thread on
     // AVX-512, reorders at its edges cost as much as the blocked kernel saves (e.g. 144->24
     // channels at 56x56: 0.134 ms plain, 0.275 ms reordered; others the other way round), while a
     // depthwise 3x3 is 4-7x faster reordered (0.29 ms against 1.38 at 32 channels, 112x112) and a
     // dense 3x3 1.4x. With stride 2 (ResNet's downsampling) plain layouts get oneDNN's
     // im2col+GEMM: 4.2 ms for 256->512 channels at 56x56 on 2 threads, so those reorder too.
-    const ops::ConvGeometry g0 = ops::conv_geometry(steps_[0].node, steps_[0].x_shape, steps_[0].w_shape);
-    bool unit = g0.kernel_size() == 1;
-    for (size_t d = 0; d < g0.strides.size(); ++d)
-      unit = unit && g0.strides[d] == 1 && g0.pads_begin[d] == 0 && g0.pads_end[d] == 0;
-    const bool plain_edges = steps_.size() == 1 && unit;
+    bool plain_edges = false;
+    if (steps_.size() == 1 && !steps_[0].pool) {
+      const ops::ConvGeometry g0 = ops::conv_geometry(steps_[0].node, steps_[0].x_shape, steps_[0].w_shape);
+      bool unit = g0.kernel_size() == 1;
+      for (size_t d = 0; d < g0.strides.size(); ++d)
+        unit = unit && g0.strides[d] == 1 && g0.pads_begin[d] == 0 && g0.pads_end[d] == 0;
+      plain_edges = unit;
+    }
     for (size_t k = 0; k < steps_.size(); ++k) build_step(k, plain_edges, constants);
     for (size_t j = 0; j < outputs_.size(); ++j) {
       const Step& s = steps_[size_t(outputs_[j])];
@@ -516,7 +617,7 @@ class ConvChain : public DnnlPrimitive {
     TERRACE_CHECK(in.size() == input_shapes_.size() && out.size() == outputs_.size(), Internal,
                   "tier 1: a convolution chain got ", in.size(), " inputs and ", out.size(), " outputs, not ",
                   input_shapes_.size(), " and ", outputs_.size());
-    if (reference_only_ || (has_activation_ && !inputs_finite(in))) return run_reference(in, out);
+    if (reference_only_ || (checks_finite() && !inputs_finite(in))) return run_reference(in, out);
     std::vector<memory> result(steps_.size());  // each step's result, in its buffer
     for (size_t k = 0; k < steps_.size(); ++k) {
       const Step& s = steps_[k];
@@ -529,21 +630,25 @@ class ConvChain : public DnnlPrimitive {
       }
       memory dst = s.direct_output >= 0 ? wrap(s.dst, out[size_t(s.direct_output)])
                                         : memory(s.dst, cpu_engine(), thread_buffer(size_t(s.slot), s.dst.get_size()));
-      if (s.sum_input >= 0) s.sum_reorder(wrap(s.sum_user, in[size_t(s.sum_input)]), dst, s.threads);
-      if (s.sum_step >= 0 && !s.sum_in_place) s.sum_reorder(result[size_t(s.sum_step)], dst, s.threads);
-      memory w = s.weights;
-      if (!w) {
-        memory user = wrap(s.user_w, in[size_t(s.w)]);
-        if (s.w_reorder) {
-          w = memory(s.w_desc, cpu_engine(), thread_buffer(n_slots_, s.w_desc.get_size()));
-          (*s.w_reorder)(user, w, s.threads);
-        } else {
-          w = user;
+      if (s.pool) {
+        execute(s.conv, s.scratch, {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}}, s.threads);
+      } else {
+        if (s.sum_input >= 0) s.sum_reorder(wrap(s.sum_user, in[size_t(s.sum_input)]), dst, s.threads);
+        if (s.sum_step >= 0 && !s.sum_in_place) s.sum_reorder(result[size_t(s.sum_step)], dst, s.threads);
+        memory w = s.weights;
+        if (!w) {
+          memory user = wrap(s.user_w, in[size_t(s.w)]);
+          if (s.w_reorder) {
+            w = memory(s.w_desc, cpu_engine(), thread_buffer(n_slots_, s.w_desc.get_size()));
+            (*s.w_reorder)(user, w, s.threads);
+          } else {
+            w = user;
+          }
         }
+        std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_DST, dst}};
+        if (s.b >= 0) args.emplace(DNNL_ARG_BIAS, wrap(s.bias, in[size_t(s.b)]));
+        execute(s.conv, s.scratch, std::move(args), s.threads);
       }
-      std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_DST, dst}};
-      if (s.b >= 0) args.emplace(DNNL_ARG_BIAS, wrap(s.bias, in[size_t(s.b)]));
-      execute(s.conv, s.scratch, std::move(args), s.threads);
       result[k] = dst;
       for (size_t j = 0; j < outputs_.size(); ++j)  // results read outside, to plain NCHW now
         if (outputs_[j] == int(k) && s.direct_output != int(j)) {
@@ -555,7 +660,8 @@ class ConvChain : public DnnlPrimitive {
 
  private:
   struct Step {
-    Node node;                   // the Conv
+    Node node;                   // the Conv, or the pool
+    bool pool = false;           // a MaxPool or AveragePool: `conv` holds its primitive, no weights
     int x = -1, w = -1, b = -1;  // chain inputs (x: -1 when it is an earlier step's result)
     int x_step = -1;             // the step whose result is x
     memory::desc in_user;        // x, a chain input, in plain NCHW
@@ -582,7 +688,8 @@ class ConvChain : public DnnlPrimitive {
   // The step whose result op k's is: op k must be its step's last op.
   int step_of_result(const std::vector<DnnlChainOp>& ops, int k) const {
     TERRACE_CHECK(k >= 0 && size_t(k) < op_step_.size() &&
-                      (size_t(k) + 1 == ops.size() || ops[size_t(k) + 1].kind == DnnlChainOp::Kind::Conv),
+                      (size_t(k) + 1 == ops.size() || ops[size_t(k) + 1].kind == DnnlChainOp::Kind::Conv ||
+                       ops[size_t(k) + 1].kind == DnnlChainOp::Kind::Pool),
                   Internal, "tier 1: a convolution chain reads op ", k, "'s result, which is no step's last");
     return op_step_[size_t(k)];
   }
@@ -618,8 +725,27 @@ class ConvChain : public DnnlPrimitive {
         op_step_.push_back(int(steps_.size()) - 1);
         continue;
       }
+      if (op.kind == DnnlChainOp::Kind::Pool) {
+        TERRACE_CHECK(op.inputs.size() == 1 && (k > 0 || op.inputs[0] >= 0), Internal, op.node.describe(),
+                      ": a chained pool reads one value");
+        Step s;
+        s.node = op.node;
+        s.pool = true;
+        s.x = op.inputs[0];
+        if (s.x < 0) s.x_step = step_of_result(ops, -1 - s.x);
+        s.x_shape = s.x >= 0 ? input_shape(op, s.x) : steps_[size_t(s.x_step)].out_shape;
+        for (const PoolDim& d : pool_dims(op.node, s.x_shape)) s.w_shape.push_back(d.out);  // spatial out dims
+        s.out_shape = {s.x_shape[0], s.x_shape[1]};
+        s.out_shape.insert(s.out_shape.end(), s.w_shape.begin(), s.w_shape.end());
+        s.w_shape.clear();
+        has_pool_ = true;
+        steps_.push_back(std::move(s));
+        op_step_.push_back(int(steps_.size()) - 1);
+        continue;
+      }
       TERRACE_CHECK(k > 0, Internal, op.node.describe(), ": a chain starts with a Conv");
       Step& s = steps_.back();
+      TERRACE_CHECK(!s.pool, Internal, op.node.describe(), ": a chained activation or Add follows a Conv, not a pool");
       op_step_.push_back(int(steps_.size()) - 1);
       if (op.kind == DnnlChainOp::Kind::Activation) {
         TERRACE_CHECK(op.activation.kind != DnnlActivation::Kind::None, Internal, op.node.describe(), ": no activation");
@@ -642,7 +768,33 @@ class ConvChain : public DnnlPrimitive {
     }
   }
 
+  // A pool step: reads its source in the layout its producer wrote (a chain input: plain NCHW) and
+  // writes what oneDNN picks for it (the same layout).
+  void build_pool_step(size_t k) {
+    Step& s = steps_[k];
+    const PoolSpec spec = pool_spec(s.node, s.x_shape);
+    s.threads = threads_for(double(shape_numel(s.out_shape)) * spec.taps / 4);  // as the lone Pool's
+    const memory::desc src = s.x < 0 ? steps_[size_t(s.x_step)].dst : plain(dims_of(s.x_shape));
+    auto pd = building(s.node, s.threads, "primitive", [&] {
+      dnnl::pooling_v2_forward::desc d(dnnl::prop_kind::forward_inference, spec.alg, src,
+                                       memory::desc(dims_of(s.out_shape), memory::data_type::f32, memory::format_tag::any),
+                                       spec.strides, spec.kernel, spec.dilation, spec.pad_l, spec.pad_r);
+      return dnnl::pooling_v2_forward::primitive_desc(d, user_scratchpad(), cpu_engine());
+    });
+    s.conv = dnnl::pooling_v2_forward(pd);
+    s.scratch = pd.scratchpad_desc();
+    s.src = pd.src_desc();
+    s.dst = pd.dst_desc();
+    if (s.x >= 0) s.in_user = plain(dims_of(s.x_shape));
+    s.text = "pooling (" + s.node.describe() + ", " + pd.impl_info_str() + "): src " +
+             (s.x >= 0 ? "input " + std::to_string(s.x) : "step " + std::to_string(s.x_step)) + " " +
+             dims_str(dims_of(s.x_shape)) + " -> dst " + dims_str(dims_of(s.out_shape)) + "; kernel " +
+             dims_str(spec.kernel) + ", strides " + dims_str(spec.strides) + ", pads " + dims_str(spec.pad_l) + " " +
+             dims_str(spec.pad_r) + "; " + std::to_string(s.threads) + " OpenMP threads";
+  }
+
   void build_step(size_t k, bool plain_edges, const std::vector<const Tensor*>& constants) {
+    if (steps_[k].pool) return build_pool_step(k);
     Step& s = steps_[k];
     const ops::ConvGeometry g = ops::conv_geometry(s.node, s.x_shape, s.w_shape);
     Dims w = dims_of(s.w_shape);
@@ -757,6 +909,11 @@ class ConvChain : public DnnlPrimitive {
     n_slots_ = holder.size();
   }
 
+  // Whether a call's inputs must be finite for the library's answer to be the interpreter's: fused
+  // activations treat infinities and NaN otherwise (see all_finite), and oneDNN's max need not
+  // propagate a NaN as the interpreter's does.
+  bool checks_finite() const { return has_activation_ || has_pool_; }
+
   // Every input that is not a constant (constants were checked once) holds finite values only.
   bool inputs_finite(const std::vector<const float*>& in) const {
     for (size_t i = 0; i < in.size(); ++i)
@@ -778,6 +935,11 @@ class ConvChain : public DnnlPrimitive {
     std::vector<Tensor> result(steps_.size());
     for (size_t k = 0; k < steps_.size(); ++k) {
       const Step& s = steps_[k];
+      if (s.pool) {
+        RValue x = s.x >= 0 ? tensor_of(s.x) : RValue(result[size_t(s.x_step)]);
+        result[k] = interpret_node(s.node, {&x}).at(0).tensor;
+        continue;
+      }
       RValue x = s.x >= 0 ? tensor_of(s.x) : RValue(result[size_t(s.x_step)]), w = tensor_of(s.w), b;
       std::vector<const RValue*> args{&x, &w};
       if (s.b >= 0) {
@@ -809,7 +971,7 @@ class ConvChain : public DnnlPrimitive {
   std::vector<int> op_step_;     // per op: its step
   std::vector<int> outputs_;     // per output: the step whose result it is
   std::vector<Shape> out_shapes_;
-  bool reference_only_ = false, has_activation_ = false;
+  bool reference_only_ = false, has_activation_ = false, has_pool_ = false;
   size_t n_slots_ = 0;
   std::vector<memory::desc> out_user_;
   std::vector<std::optional<Reorder>> out_reorder_;
@@ -832,60 +994,6 @@ std::unique_ptr<DnnlPrimitive> make_empty_conv(const Node& node, const std::vect
   return std::make_unique<EmptySum>(std::move(out), 1.0, std::move(addend), activation);
 }
 
-// ---- MaxPool and AveragePool ----
-
-// The window of one spatial dim, as the interpreter resolves it (auto_pad, pads, ceil_mode).
-struct PoolDim {
-  int64_t in = 0, kernel = 1, stride = 1, dilation = 1, pad_begin = 0, pad_end = 0, out = 0;
-};
-
-// The ONNX pooling geometry of `node` on input x (the interpreter's rules, interp/ops/nn_pool.cpp).
-std::vector<PoolDim> pool_dims(const Node& node, const Shape& x) {
-  TERRACE_CHECK(x.size() >= 3 && x.size() <= 5, NotImplemented, node.describe(), ": tier 1 pools 1 to 3 spatial dims");
-  const size_t n = x.size() - 2;
-  TERRACE_CHECK(node.has_attr("kernel_shape"), InvalidModel, node.describe(), ": attribute 'kernel_shape' is required");
-  auto ints = [&](const char* name, size_t count, int64_t def, int64_t min) {
-    std::vector<int64_t> v = node.attr_ints(name, std::vector<int64_t>(count, def));
-    TERRACE_CHECK(v.size() == count, InvalidModel, node.describe(), ": attribute '", name, "' has ", v.size(),
-                  " values, expected ", count);
-    for (int64_t e : v)
-      TERRACE_CHECK(e >= min, InvalidModel, node.describe(), ": attribute '", name, "' values must be >= ", min);
-    return v;
-  };
-  const std::vector<int64_t> kernel = ints("kernel_shape", n, 1, 1), strides = ints("strides", n, 1, 1),
-                             dilations = ints("dilations", n, 1, 1), pads = ints("pads", 2 * n, 0, 0);
-  const std::string auto_pad = node.attr_string("auto_pad", "NOTSET");
-  const bool ceil_mode = node.attr_int("ceil_mode", 0) != 0;
-  std::vector<PoolDim> dims(n);
-  for (size_t i = 0; i < n; ++i) {
-    PoolDim& d = dims[i];
-    d.in = x[i + 2];
-    d.kernel = kernel[i];
-    d.stride = strides[i];
-    d.dilation = dilations[i];
-    const int64_t extent = (d.kernel - 1) * d.dilation + 1;
-    if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
-      d.out = (d.in + d.stride - 1) / d.stride;
-      const int64_t total = std::max<int64_t>(0, (d.out - 1) * d.stride + extent - d.in);
-      d.pad_begin = auto_pad == "SAME_LOWER" ? (total + 1) / 2 : total / 2;
-      d.pad_end = total - d.pad_begin;
-      continue;
-    }
-    TERRACE_CHECK(auto_pad == "NOTSET" || auto_pad == "VALID", InvalidModel, node.describe(), ": unknown auto_pad '",
-                  auto_pad, "'");
-    if (auto_pad == "NOTSET") {
-      d.pad_begin = pads[i];
-      d.pad_end = pads[i + n];
-    }
-    const int64_t span = d.in + d.pad_begin + d.pad_end - extent;
-    TERRACE_CHECK(span >= 0, InvalidArgument, node.describe(), ": the pooling window (extent ", extent,
-                  ") is larger than the padded input (", d.in + d.pad_begin + d.pad_end, ")");
-    d.out = (ceil_mode ? (span + d.stride - 1) / d.stride : span / d.stride) + 1;
-    if (ceil_mode && (d.out - 1) * d.stride >= d.in + d.pad_begin) --d.out;
-  }
-  return dims;
-}
-
 // A pool on plain NCHW buffers. oneDNN's windows must all touch the input (a window in the padding
 // only has no value in oneDNN and -inf or 0 in the interpreter), and its output size comes from
 // its pads by floor division, so ceil_mode's last window gets extra end padding: for a max or an
@@ -895,9 +1003,8 @@ std::vector<PoolDim> pool_dims(const Node& node, const Shape& x) {
 class Pool : public DnnlPrimitive {
  public:
   Pool(const Node& node, const Shape& x) : node_(node), x_(x) {
-    const std::vector<PoolDim> dims = pool_dims(node, x);
     out_ = {x[0], x[1]};
-    for (const PoolDim& d : dims) out_.push_back(d.out);
+    for (const PoolDim& d : pool_dims(node, x)) out_.push_back(d.out);
     const bool max = node.op == Op::MaxPool;
     const bool include_pad = !max && node.attr_int("count_include_pad", 0) != 0;
     description_ = std::string("oneDNN pooling (") + node.describe() + "): " + (max ? "max" : include_pad ? "average, padding counted" : "average") +
@@ -907,36 +1014,14 @@ class Pool : public DnnlPrimitive {
       description_ += "; a zero-sized tensor, run by the interpreter's kernel, no library call";
       return;
     }
-    Dims strides, kernel, dilation, pad_l, pad_r;
-    double taps = 1;
-    for (const PoolDim& d : dims) {
-      const int64_t extent = (d.kernel - 1) * d.dilation + 1;
-      // The end padding oneDNN needs for d.out windows by floor division.
-      const int64_t end = (d.out - 1) * d.stride + extent - d.in - d.pad_begin;
-      TERRACE_CHECK(!include_pad || end == d.pad_end, NotImplemented, node.describe(),
-                    ": tier 1 does not run an AveragePool counting padding whose last window (ceil_mode) passes the pads");
-      for (int64_t o = 0; o < d.out; ++o) {  // each window has a tap inside the input
-        bool inside = false;
-        for (int64_t k = 0; k < d.kernel && !inside; ++k) {
-          const int64_t at = o * d.stride - d.pad_begin + k * d.dilation;
-          inside = at >= 0 && at < d.in;
-        }
-        TERRACE_CHECK(inside, NotImplemented, node.describe(), ": tier 1 does not run a pool with a window in the padding only");
-      }
-      TERRACE_CHECK(end >= 0, NotImplemented, node.describe(), ": tier 1 does not run a pool whose pads pass its windows");
-      strides.push_back(d.stride);
-      kernel.push_back(d.kernel);
-      dilation.push_back(d.dilation - 1);  // oneDNN counts the gaps
-      pad_l.push_back(d.pad_begin);
-      pad_r.push_back(end);
-      taps *= double(d.kernel);
-    }
+    const PoolSpec spec = pool_spec(node, x);
+    const Dims &strides = spec.strides, &kernel = spec.kernel, &dilation = spec.dilation, &pad_l = spec.pad_l,
+               &pad_r = spec.pad_r;
+    const double taps = spec.taps;
     src_ = plain(Dims(x.begin(), x.end()));
     dst_ = plain(Dims(out_.begin(), out_.end()));
     threads_ = threads_for(double(shape_numel(out_)) * taps / 4);  // compares and adds are cheaper than multiply-adds
-    const dnnl::algorithm alg = max ? dnnl::algorithm::pooling_max
-                                    : include_pad ? dnnl::algorithm::pooling_avg_include_padding
-                                                  : dnnl::algorithm::pooling_avg_exclude_padding;
+    const dnnl::algorithm alg = spec.alg;
     auto pd = building(node, threads_, "primitive", [&] {
       dnnl::pooling_v2_forward::desc d(dnnl::prop_kind::forward_inference, alg, src_, dst_, strides, kernel, dilation,
                                        pad_l, pad_r);

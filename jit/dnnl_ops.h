@@ -62,7 +62,7 @@ std::unique_ptr<DnnlPrimitive> make_dnnl_primitive(const Node& node, const std::
 // One op of a convolution chain (make_dnnl_conv_chain). `inputs` name chain inputs by index
 // (>= 0) or op k's result (-1 - k): a Conv's x, w and optional b; an Add's other operand.
 struct DnnlChainOp {
-  enum class Kind { Conv, Activation, Add } kind = Kind::Conv;
+  enum class Kind { Conv, Activation, Add, Pool } kind = Kind::Conv;
   Node node;                    // the ONNX node (a Conv's attributes; names in errors)
   std::vector<int> inputs;
   DnnlActivation activation;    // Kind::Activation
@@ -73,11 +73,13 @@ struct DnnlChainOp {
 // stages of them), run in the layouts oneDNN chooses (blocked, e.g. nChw16c on AVX-512): the
 // chain's input is reordered from plain NCHW once, the intermediates never leave the blocked
 // layout, the outputs are reordered back once; constant weights are reordered once, here. The
-// first op is a Conv reading a chain input; each later Conv reads an earlier result (the last op
-// of a Conv and its post-ops), an activation follows a Conv or an Add, an Add follows a Conv and
-// reads a chain input or an earlier result of its shape. `outputs`: the ops whose results run()
-// writes, in order (empty: the last op's). A single Conv
-// whose kernel is 1x1 keeps plain layouts (as fast as reordering at its edges, measured). A chain
+// first op is a Conv (or a MaxPool/AveragePool) reading a chain input; each later Conv or pool
+// reads an earlier result (the last op of a step: a Conv and its post-ops, or a pool), an
+// activation follows a Conv or an Add, an Add follows a Conv and reads a chain input or an earlier
+// result of its shape. A pool runs in the layout its producer wrote (ResNet's stem: Conv, Relu,
+// MaxPool, then the first block's two Convs reading the pool, all in one chain). `outputs`: the
+// ops whose results run() writes, in order (empty: the last op's). A single Conv whose kernel is
+// 1x1 keeps plain layouts (as fast as reordering at its edges, measured). A chain
 // with a zero-sized tensor never reaches oneDNN, and one whose inputs are not all finite runs
 // with the interpreter's semantics (its Conv kernel and its activations). run() takes the chain
 // inputs in order.

@@ -107,6 +107,16 @@ bool chains_conv(const Graph& g, const Node& last, const Node& next) {
   return can_compile(g, next).empty();
 }
 
+bool is_pool(Op op) { return op == Op::MaxPool || op == Op::AveragePool; }
+
+// True when `next` pools `last`'s result (its data input) and tier 1 runs it: it becomes a step of
+// the chain, in the chain's blocked layout (ResNet's stem MaxPool between its first Conv and the
+// first block, which otherwise cost two reorders and a pool in plain layout).
+bool chains_pool(const Graph& g, const Node& last, const Node& next) {
+  return is_pool(next.op) && !next.inputs.empty() && next.inputs[0] == last.outputs[0] && next.outputs.size() == 1 &&
+         is_float32(g, next.inputs[0]) && can_compile(g, next).empty();
+}
+
 // True when `next` is an Add of `conv`'s result and another value of the same shape, each dim
 // known or the same symbolic dim ("batch"): a residual connection, oneDNN's sum post-op. (The
 // chain checks the shapes again at compile time.)
@@ -189,23 +199,26 @@ std::string can_compile(const Graph& g, const Node& node) {
 }
 
 // A library region grows from its op: a MatMul takes a bias Add and then the activation after
-// them, a Gemm the activation after it; a Conv takes activations, the next Conv, and a residual
-// Add after a Conv. An activation or an Add becomes a post-op of the op before it, so it must be
-// that op's result's only reader (the partition also asks about readers that are not).
+// them, a Gemm the activation after it; a Conv takes activations, the next Conv or pool, and a
+// residual Add after a Conv; a pool takes the next Conv. An activation or an Add becomes a post-op
+// of the op before it, so it must be that op's result's only reader (the partition also asks about
+// readers that are not).
 bool absorbs(const Graph& g, const Node& last, const Node& next) {
   if (last.outputs.size() != 1 || last.outputs[0] < 0) return false;
   const bool activation = activation_of(g, next).has_value() && only_reader(g, last.outputs[0]);
-  if (last.op == Op::MaxPool || last.op == Op::AveragePool) return false;
+  if (is_pool(last.op)) return chains_conv(g, last, next);
   if (last.op == Op::MatMul) return activation || (matmul_bias(g, last, next) && only_reader(g, last.outputs[0]));
   if (last.op == Op::Gemm || last.op == Op::ConvTranspose) return activation;
   if (last.op == Op::Conv)
-    return activation || chains_conv(g, last, next) || (chains_add(g, last, next) && only_reader(g, last.outputs[0]));
+    return activation || chains_conv(g, last, next) || chains_pool(g, last, next) ||
+           (chains_add(g, last, next) && only_reader(g, last.outputs[0]));
   // `last` is an activation or an Add already in a Conv's region: the next Conv, or an
   // activation after an Add.
   const Node* before = producer_of(g, last.inputs.empty() ? -1 : last.inputs[0]);
-  if (last.op == Op::Add) return activation || (!biased_matmul(g, last) && chains_conv(g, last, next));
+  if (last.op == Op::Add)
+    return activation || (!biased_matmul(g, last) && (chains_conv(g, last, next) || chains_pool(g, last, next)));
   if (activation_of(g, last) && before && (before->op == Op::Conv || before->op == Op::Add))
-    return chains_conv(g, last, next);
+    return chains_conv(g, last, next) || chains_pool(g, last, next);
   return false;
 }
 
@@ -224,7 +237,8 @@ std::vector<Tensor> error_allowance(const Graph& g, const Region& region, const 
   if (!is_library_op(g.nodes[size_t(region.nodes[0])].op)) return out;
   const double u = std::ldexp(1.0, -24);
   const Node& first = g.nodes[size_t(region.nodes[0])];
-  if (first.op == Op::MaxPool) return out;  // oneDNN's max is one of the inputs, as the interpreter's
+  const bool alone = region.nodes.size() == 1;
+  if (first.op == Op::MaxPool && alone) return out;  // oneDNN's max is one of the inputs, as the interpreter's
   if (first.op == Op::LSTM || first.op == Op::GRU || first.op == Op::RNN) {  // the recurrence's bound (jit/dnnl_rnn.h)
     std::vector<Tensor> node_inputs;
     for (int v : first.inputs) node_inputs.push_back(v >= 0 ? inputs[region_input_index(region, v)] : Tensor());
@@ -234,7 +248,7 @@ std::vector<Tensor> error_allowance(const Graph& g, const Region& region, const 
         if (first.outputs[k] == region.outputs[j]) out[j] = bounds[k];
     return out;
   }
-  if (first.op == Op::AveragePool) {
+  if (first.op == Op::AveragePool && alone) {
     // A sum of at most K taps and a division: gamma_{K+2} times the average of |x| bounds it.
     Tensor x = inputs[0].cast(DType::Float64);
     for (int64_t i = 0; i < x.numel(); ++i) x.data<double>()[i] = std::abs(x.data<double>()[i]);
@@ -280,7 +294,25 @@ std::vector<Tensor> error_allowance(const Graph& g, const Region& region, const 
     const Node& node = g.nodes[size_t(region.nodes[k])];
     const bool last = k + 1 == region.nodes.size();
     const int result = node.outputs[0];
-    if (is_library_op(node.op)) {
+    if (is_pool(node.op)) {
+      // A max moves by at most its window's largest input error: the max of the bounds. An average
+      // of K taps: the average of the bounds, plus its own rounding, gamma_{K+2} times the average
+      // of |a| (as a lone AveragePool's allowance above).
+      const Tensor& a = value_of(node.inputs[0]);
+      auto e = bound.find(node.inputs[0]);
+      RValue eb(e != bound.end() ? e->second : Tensor::zeros(DType::Float64, a.shape()));
+      Tensor b = interpret_node(node, {&eb}).at(0).tensor;
+      if (node.op == Op::AveragePool) {
+        int64_t taps = 1;
+        for (int64_t k : node.attr_ints("kernel_shape", {})) taps *= k;
+        const double K = 2 + double(taps);
+        const double gamma = K * u / (1 - K * u);
+        RValue mag(abs64(a, 1.0));
+        const Tensor m = interpret_node(node, {&mag}).at(0).tensor;
+        for (int64_t i = 0; i < b.numel(); ++i) b.data<double>()[i] += gamma * m.data<double>()[i];
+      }
+      bound[result] = std::move(b);
+    } else if (is_library_op(node.op)) {
       const Tensor& a = value_of(node.inputs[0]);
       const double K = double(reduction_length(node, a.shape(), value_of(node.inputs[1]).shape())) + 2;
       const double gamma = K * u / (1 - K * u);
@@ -371,7 +403,7 @@ LibraryPart compile_library(const Graph& g, const Region& region, std::vector<ke
                 ": tier 1 runs single-output library ops");
   LibraryPart part;
   part.node = node.describe();
-  if (node.op != Op::Conv) {
+  if (node.op != Op::Conv && !(is_pool(node.op) && region.nodes.size() > 1)) {  // a pool chains with Convs
     TERRACE_ASSERT(region.nodes.size() <= 3 && region.outputs.size() == 1 &&
                        region.outputs[0] == g.nodes[size_t(region.nodes.back())].outputs[0],
                    "tier 1: a product's or pool's region holds it, a MatMul's bias and an activation, one output");
@@ -423,8 +455,8 @@ LibraryPart compile_library(const Graph& g, const Region& region, std::vector<ke
       const Node& op = g.nodes[size_t(n)];
       jit::DnnlChainOp c;
       c.node = op;
-      if (op.op == Op::Conv) {
-        c.kind = jit::DnnlChainOp::Kind::Conv;
+      if (op.op == Op::Conv || is_pool(op.op)) {
+        c.kind = op.op == Op::Conv ? jit::DnnlChainOp::Kind::Conv : jit::DnnlChainOp::Kind::Pool;
         for (int v : op.inputs)
           if (v >= 0) c.inputs.push_back(index(v));
       } else if (op.op == Op::Add) {
@@ -462,6 +494,9 @@ namespace terrace::cpu_library {
 
 bool tier2_fuses(const Node& last, const Node& next) {
   if (last.op == Op::MatMul && next.op == Op::Add) return false;  // tier 2 runs a MatMul alone or with a Relu
+  // Tier 2's convolution regions (cuDNN) hold no pool.
+  if (last.op == Op::MaxPool || last.op == Op::AveragePool || next.op == Op::MaxPool || next.op == Op::AveragePool)
+    return false;
 #ifdef TERRACE_HAVE_DNNL
   return !jit::dnnl_activation_of(next).has_value();  // Relu and Clip are not among these
 #else

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #if defined(__GLIBC__)
 #include <malloc.h>
 #endif
@@ -13,6 +14,7 @@
 #include "interp/onnx_import.h"
 #include "tiers/tier_manager.h"
 #include "tools/cli_util.h"
+#include "tools/fp64_reference.h"
 #include "tools/json_out.h"
 
 #ifndef TERRACE_SOURCE_DIR
@@ -229,20 +231,50 @@ struct Check {
   Comparison result;
 };
 
-// Compares output `name` with `want` (Tolerance::for_dtype, ARCHITECTURE.md's "Rules"); prints a mismatch.
-Check check_output(const NamedTensors& got, const std::string& name, const Tensor& want, std::string against) {
+// Compares output `name` with `want` (Tolerance::for_dtype, ARCHITECTURE.md's "Rules"); prints a
+// mismatch. Against the interpreter, a float output beyond that tolerance gets terrace validate's
+// second opinion (tools/fp64_reference.h): it passes when it is as close to the model computed in
+// float64 as the interpreter is (fp32 roundings in another order, compounded over a deep network:
+// ResNet-50 in one convolution chain differs from the interpreter by 3.5e-5 on a logit of -0.007).
+Check check_output(const NamedTensors& got, const std::string& name, const Tensor& want, std::string against,
+                   const std::function<const Tensor*()>& exact = {}) {
   auto it = std::find_if(got.begin(), got.end(), [&](auto& p) { return p.first == name; });
   if (it == got.end()) throw UsageError{"--expect names '" + name + "', which is not an output"};
   Check c{name, std::move(against), compare_tensors(want, it->second, Tolerance::for_dtype(want.dtype()))};
+  if (!c.result.equal && exact && is_float(want.dtype())) {
+    std::string detail;
+    if (const Tensor* e = exact(); e && close_to_float64(want, it->second, *e, &detail)) {
+      c.result.equal = true;
+      std::printf("check %s: beyond %s's tolerance (%s), within the float64 model's: %s\n", name.c_str(),
+                  c.against.c_str(), c.result.message.c_str(), detail.c_str());
+      return c;
+    } else if (!detail.empty()) {
+      c.result.message += "; " + detail;
+    }
+  }
   if (!c.result.equal)
     std::printf("check %s: DIFFERS from %s: %s\n", name.c_str(), c.against.c_str(), c.result.message.c_str());
   return c;
 }
 
 // The last call's outputs against the interpreter baseline's and the --expect files.
-std::vector<Check> check_outputs(const BenchArgs& b, const NamedTensors& got, const NamedTensors& interp) {
+std::vector<Check> check_outputs(const BenchArgs& b, const NamedTensors& inputs, const NamedTensors& got,
+                                 const NamedTensors& interp) {
   std::vector<Check> checks;
-  for (auto& [name, t] : interp) checks.push_back(check_output(got, name, t, "interp"));
+  std::optional<NamedTensors> exact;  // the float64 model's outputs, computed when first needed
+  std::string why;
+  auto exact_of = [&](const std::string& name) -> const Tensor* {
+    if (!exact) {
+      exact.emplace();
+      if (auto widened = widen_to_float64(*load_onnx_file(b.model).graph, &why))
+        *exact = float64_outputs(*widened, inputs, &why);
+    }
+    for (auto& [n, t] : *exact)
+      if (n == name) return &t;
+    return nullptr;
+  };
+  for (auto& [name, t] : interp)
+    checks.push_back(check_output(got, name, t, "interp", [&, name = name] { return exact_of(name); }));
   for (auto& [name, file] : b.expect_files) checks.push_back(check_output(got, name, load_tensor_pb(file), file));
   return checks;
 }
@@ -401,7 +433,7 @@ int cmd_bench(const ParsedArgs& args) {
   Stats steady = stats_from(latencies(run.calls), steady_start(run));
   Stats base_steady = stats_from(latencies(base.calls), base.calls.size() > 1 ? 1 : 0);
   auto even = break_even(run, latencies(base.calls), base_steady.median);
-  std::vector<Check> checks = check_outputs(b, run.outputs, base.outputs);
+  std::vector<Check> checks = check_outputs(b, inputs, run.outputs, base.outputs);
 
   if (!b.quiet) print_timeline(run);
   print_summary(run, steady, base_steady, even);

@@ -288,13 +288,22 @@ struct Chain {
     ops.push_back(std::move(op));
   }
 
+  void pool(int x, Op op, std::map<std::string, Attr> attrs) {
+    jit::DnnlChainOp p;
+    p.kind = jit::DnnlChainOp::Kind::Pool;
+    p.node = make_node(op, 1, attrs);
+    p.node.name = "pool" + std::to_string(ops.size());
+    p.inputs = {x == kPrevious ? -int(ops.size()) : x};
+    ops.push_back(std::move(p));
+  }
+
   // The chain op by op on the interpreter: the last op's result, or op k's.
   Tensor reference(int k = -1) const {
     std::vector<Tensor> results;
     Tensor cur;
     for (const jit::DnnlChainOp& op : ops) {
       auto in = [&](int i) { return i < 0 ? results.at(size_t(-1 - i)) : inputs[size_t(i)]; };
-      if (op.kind == jit::DnnlChainOp::Kind::Conv) {
+      if (op.kind == jit::DnnlChainOp::Kind::Conv || op.kind == jit::DnnlChainOp::Kind::Pool) {
         std::vector<Tensor> args;
         for (int i : op.inputs) args.push_back(in(i));
         cur = run_node(op.node, args).at(0);
@@ -435,6 +444,54 @@ TEST(DnnlOps, ConvChainsWithBranchesAndSeveralOutputsMatchTheInterpreter) {
   }
   const std::string text = prim->describe();
   EXPECT_NE(text.find("sum(step 3)"), std::string::npos) << text;  // the identity block adds block 1's output
+}
+
+// ResNet's stem and first block as one chain: Conv, Relu, MaxPool (3x3, stride 2, padded) in the
+// chain's blocked layout, then the block's main path and its shortcut Conv both reading the pool;
+// an AveragePool (padding not counted, ceil_mode) read by a Conv; a chain that starts with a pool
+// of its input. Each matches the interpreter, also as an output of its own and on non-finite inputs
+// (the interpreter's max keeps NaN).
+TEST(DnnlOps, ConvChainsWithPoolsMatchTheInterpreter) {
+  Chain c;
+  const int x = c.input(random_tensor(DType::Float32, {1, 3, 32, 32}, -1, 1, 4, false), false);
+  const Ints pads{1, 1, 1, 1};
+  c.conv(x, {16, 3, 7, 7}, true, {{"pads", Ints{3, 3, 3, 3}}, {"strides", Ints{2, 2}}});         // 0
+  c.activation(kRelu);                                                                           // 1
+  c.pool(-1 - 1, Op::MaxPool, {{"kernel_shape", Ints{3, 3}}, {"strides", Ints{2, 2}}, {"pads", pads}});  // 2
+  c.conv(-1 - 2, {8, 16, 1, 1}, true, {});                                                       // 3
+  c.activation(kRelu);                                                                           // 4
+  c.conv(-1 - 4, {32, 8, 3, 3}, true, {{"pads", pads}});                                         // 5
+  c.conv(-1 - 2, {32, 16, 1, 1}, true, {});                                                      // 6: the shortcut
+  c.add(-1 - 5);                                                                                 // 7
+  c.activation(kRelu);                                                                           // 8
+  c.pool(-1 - 8, Op::AveragePool, {{"kernel_shape", Ints{2, 2}}, {"strides", Ints{2, 2}}, {"ceil_mode", Attr(int64_t(1))}});  // 9
+  c.conv(-1 - 9, {16, 32, 3, 3}, true, {{"pads", pads}});                                        // 10
+  const std::vector<int> outputs{10, 2};
+  auto prim = c.compile(outputs);
+  ASSERT_EQ(prim->num_outputs(), 2u);
+  for (int call = 0; call < 2; ++call) {
+    std::vector<Tensor> got = c.run_all(*prim);
+    for (size_t j = 0; j < outputs.size(); ++j)
+      expect_close(got[j], c.reference(outputs[j]), "output " + std::to_string(j) + ", call " + std::to_string(call));
+  }
+  for (int poison = 0; poison < 2; ++poison) {
+    Chain d = c;
+    d.inputs[0] = c.inputs[0].clone();
+    d.inputs[0].data<float>()[37] = poison ? NAN : INFINITY;
+    std::vector<Tensor> got = d.run_all(*prim);
+    for (size_t j = 0; j < outputs.size(); ++j) expect_close(got[j], d.reference(outputs[j]), "non-finite input");
+  }
+  const std::string text = prim->describe();
+  EXPECT_NE(text.find("pooling (MaxPool 'pool2', "), std::string::npos) << text;
+  EXPECT_NE(text.find("src step 1 [1,16,8,8]"), std::string::npos) << "the Convs read the pool's result\n" << text;
+
+  Chain p;  // a pool of the chain's input first
+  const int y = p.input(random_tensor(DType::Float32, {2, 8, 10, 10}, -1, 1, 5, false), false);
+  p.pool(y, Op::MaxPool, {{"kernel_shape", Ints{2, 2}}, {"strides", Ints{2, 2}}});
+  p.conv(-1, {8, 8, 3, 3}, true, {{"pads", pads}});
+  p.activation(kRelu);
+  auto first = p.compile();
+  expect_close(p.run(*first), p.reference(), "a chain starting with a pool");
 }
 
 // y + Conv(y), the Add reading the Conv's own source at its last use: the sum cannot write into

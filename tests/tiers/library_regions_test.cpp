@@ -186,6 +186,54 @@ TEST(LibraryRegions, residual_blocks_run_as_one_region_validated) {
   EXPECT_EQ(count(json, "\"validation\":\"passed\""), 1u) << json;
 }
 
+// ResNet's stem and first block: Conv, Relu, MaxPool and the block whose main path and shortcut
+// both read the pool, then an AveragePool, as one region (the pools in the chain's blocked layout,
+// no reorder around them), validated against the interpreter within the chain's allowance (a max
+// passes the bound on, an average adds its rounding);
+// a miscompiled chain with the pool inside is still caught.
+std::shared_ptr<Graph> stem_and_block_model() {
+  GraphBuilder g;
+  int x = g.input("x", DType::Float32, {1, 3, 32, 32});
+  auto conv = [&](int in, Shape w, std::map<std::string, Attribute> attrs, uint64_t seed) {
+    int wv = g.constant("w" + std::to_string(seed), random_tensor(w, seed, -0.3f, 0.3f));
+    int bv = g.constant("b" + std::to_string(seed), random_tensor({w[0]}, seed + 100, -0.3f, 0.3f));
+    return g.node(Op::Conv, {in, wv, bv}, std::move(attrs));
+  };
+  auto pads = GraphBuilder::attr_ints({1, 1, 1, 1});
+  int stem = g.node(Op::Relu, {conv(x, {16, 3, 7, 7}, {{"pads", GraphBuilder::attr_ints({3, 3, 3, 3})},
+                                                      {"strides", GraphBuilder::attr_ints({2, 2})}}, 1)});
+  int pool = g.node(Op::MaxPool, {stem}, {{"kernel_shape", GraphBuilder::attr_ints({3, 3})},
+                                          {"strides", GraphBuilder::attr_ints({2, 2})}, {"pads", pads}});
+  int a = g.node(Op::Relu, {conv(pool, {8, 16, 1, 1}, {}, 2)});
+  int b = conv(a, {32, 8, 3, 3}, {{"pads", pads}}, 3);
+  int shortcut = conv(pool, {32, 16, 1, 1}, {}, 4);
+  int block = g.node(Op::Relu, {g.node(Op::Add, {b, shortcut})});
+  g.output(g.node(Op::AveragePool, {block}, {{"kernel_shape", GraphBuilder::attr_ints({2, 2})},
+                                             {"strides", GraphBuilder::attr_ints({2, 2})}}));
+  return g.build();
+}
+
+TEST(LibraryRegions, a_pool_between_convolutions_runs_inside_their_chain_validated) {
+  auto g = stem_and_block_model();
+  auto s = Session::from_graph(g, tiered());
+  ASSERT_EQ(s->plan().regions.size(), 1u);
+  EXPECT_EQ(s->plan().regions[0].ops(), "Conv,Relu,MaxPool,Conv,Relu,Conv,Conv,Add,Relu,AveragePool");
+  NamedTensors in = {{"x", random_tensor({1, 3, 32, 32}, 5)}};
+  warm_up(*s, in);
+  for (int i = 0; i < 4; ++i) {
+    NamedTensors out = s->run(in);
+    Comparison c = compare_tensors(reference(g, in)[0].second, out[0].second, Tolerance::for_dtype(DType::Float32));
+    EXPECT_TRUE(c.equal) << c.message;
+  }
+  const std::string json = s->report_json();
+  EXPECT_EQ(count(json, "\"tier\":\"cpu\""), 1u) << json;
+  EXPECT_EQ(count(json, "\"validation\":\"passed\""), 1u) << json;
+
+  const std::string bad = testing::report_after_a_miscompiled_call(g, in);
+  EXPECT_NE(bad.find("\"validation\":\"failed: output"), std::string::npos) << bad;
+  EXPECT_EQ(count(bad, "\"tier\":\"cpu\""), 0u) << bad;
+}
+
 // A compile packs constant weights on its background thread: with one OpenMP thread there, so that
 // it starts no OpenMP team of its own. A second team's workers push libgomp's count of managed
 // threads past the cores, and libgomp then cuts every team's spin-wait short: the callers' workers
