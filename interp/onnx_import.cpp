@@ -350,18 +350,28 @@ Model convert_model(onnx::ModelProto& mp, const std::string& base_dir) {
 
 }  // namespace
 
+namespace {
+
+// Parses the model with `parse(message, recursion_limit)` (from bytes or from a file); InvalidModel
+// saying why it does not parse.
+template <typename Parse>
+void parse_model(Parse&& parse, onnx::ModelProto& mp) {
+  if (parse(&mp, kModelRecursionLimit)) return;
+  // Deeper nesting than the limit also fails to parse: tell the two apart with a looser limit
+  // (parsing recurses once per level; a few thousand levels fit any thread's stack).
+  onnx::ModelProto deep;
+  TERRACE_CHECK(!parse(&deep, 3000), InvalidModel, "If/Loop/Scan bodies are nested more than ",
+                kMaxSubgraphDepth, " levels deep (the limit Terrace takes)");
+  fail(ErrorCode::InvalidModel, "not an ONNX model: the protobuf does not parse (truncated, corrupt, or nested over 1000 levels deep?)");
+}
+
+}  // namespace
+
 Model load_onnx_bytes(std::string_view bytes, const std::string& base_dir) {
-  TERRACE_CHECK(!bytes.empty(), InvalidModel, "the model is empty (0 bytes)");
   try {
+    TERRACE_CHECK(!bytes.empty(), InvalidModel, "the model is empty (0 bytes)");
     onnx::ModelProto mp;
-    if (!parse_proto(bytes, &mp)) {
-      // Deeper nesting than the limit also fails to parse: tell the two apart with a looser limit
-      // (parsing recurses once per level; a few thousand levels fit any thread's stack).
-      onnx::ModelProto deep;
-      TERRACE_CHECK(!parse_proto(bytes, &deep, 3000), InvalidModel, "If/Loop/Scan bodies are nested more than ",
-                    kMaxSubgraphDepth, " levels deep (the limit Terrace takes)");
-      fail(ErrorCode::InvalidModel, "not an ONNX model: the protobuf does not parse (truncated, corrupt, or nested over 1000 levels deep?)");
-    }
+    parse_model([&](onnx::ModelProto* m, int limit) { return parse_proto(bytes, m, limit); }, mp);
     return load_onnx_model(mp, base_dir);
   } catch (const std::bad_alloc&) {
     fail(ErrorCode::OutOfMemory, "out of memory while loading the model");
@@ -387,10 +397,19 @@ Model load_onnx_model(onnx::ModelProto& mp, const std::string& base_dir) {
 }
 
 Model load_onnx_file(const std::string& path) {
-  MappedFile file(path);
   std::string dir = std::filesystem::path(path).parent_path().string();
   try {
-    return load_onnx_bytes(file.bytes(), dir.empty() ? "." : dir);
+    onnx::ModelProto mp;
+    size_t size = 0;
+    auto parse = [&](onnx::ModelProto* m, int limit) {
+      const bool ok = parse_proto_file(path, m, &size, limit);
+      TERRACE_CHECK(size > 0, InvalidModel, "the model is empty (0 bytes)");
+      return ok;
+    };
+    parse_model(parse, mp);
+    return load_onnx_model(mp, dir.empty() ? "." : dir);
+  } catch (const std::bad_alloc&) {
+    throw Error(ErrorCode::OutOfMemory, path + ": out of memory while loading the model");
   } catch (const Error& e) {
     throw Error(e.code(), path + ": " + e.message());
   }

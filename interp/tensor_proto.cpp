@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 #include <onnx/onnx-data_pb.h>
 #include <fcntl.h>
@@ -373,20 +374,25 @@ std::string read_file_bytes(const std::string& path, uint64_t max_bytes) {
   return bytes;
 }
 
-MappedFile::MappedFile(const std::string& path) {
-  auto [fd, size] = open_regular(path, std::numeric_limits<uint64_t>::max());
-  size_ = size;
-  if (size_ > 0) {
-    data_ = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (data_ == MAP_FAILED) data_ = nullptr;
+bool parse_proto_file(const std::string& path, google::protobuf::MessageLite* msg, size_t* size, int recursion_limit) {
+  auto [fd, bytes] = open_regular(path, std::numeric_limits<uint64_t>::max());
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  *size = bytes;
+  TERRACE_CHECK(bytes < size_t(INT_MAX), InvalidModel, "protobuf message of ", bytes,
+                " bytes exceeds the 2 GiB protobuf limit (use external data)");
+  google::protobuf::io::FileInputStream raw(fd, 1 << 20);
+  bool ok;
+  {
+    google::protobuf::io::CodedInputStream in(&raw);
+    in.SetTotalBytesLimit(INT_MAX);
+    in.SetRecursionLimit(recursion_limit);
+    ok = msg->ParseFromCodedStream(&in) && in.ConsumedEntireMessage();
   }
-  const int err = errno;
-  ::close(fd);
-  TERRACE_CHECK(size_ == 0 || data_, IoError, "cannot map '", path, "': ", std::strerror(err));
-}
-
-MappedFile::~MappedFile() {
-  if (data_) ::munmap(data_, size_);
+  TERRACE_CHECK(raw.GetErrno() == 0, IoError, "cannot read '", path, "': ", std::strerror(raw.GetErrno()));
+  return ok;
 }
 
 // ---- .pb files (declared in onnx_import.h) ----
