@@ -12,6 +12,7 @@
 #include <unistd.h>
 #include <deque>
 #include <functional>
+#include <unordered_map>
 #include <thread>
 
 #include "interp/compare.h"
@@ -291,8 +292,26 @@ static std::vector<Tensor> host_copies(const std::vector<Tensor>& out) {
   return host;
 }
 
+// A value made inside the region that is not one of its outputs is released after its last reader
+// in the region: ResNet-50 as one chain would otherwise hold every activation of the network until
+// the region ends (the interpreter's calls and validation's).
 void TierManager::Core::interpret_region(const Region& region, Frame& frame) const {
-  for (int n : region.nodes) run_node(frame, n);
+  std::unordered_map<int, size_t> last_read;  // internal value -> index of its last reader
+  for (size_t k = 0; k < region.nodes.size(); ++k)
+    for (int v : graph_.nodes[size_t(region.nodes[k])].outputs)
+      if (v >= 0 && std::find(region.outputs.begin(), region.outputs.end(), v) == region.outputs.end()) last_read[v] = k;
+  for (size_t k = 0; k < region.nodes.size(); ++k) {
+    const Node& node = graph_.nodes[size_t(region.nodes[k])];
+    for (int v : node.inputs)
+      if (auto it = last_read.find(v); it != last_read.end()) it->second = k;
+    for (int v : graph_.captured_by(node))
+      if (auto it = last_read.find(v); it != last_read.end()) it->second = k;
+  }
+  for (size_t k = 0; k < region.nodes.size(); ++k) {
+    run_node(frame, region.nodes[k]);
+    for (const auto& [v, last] : last_read)
+      if (last == k) frame.env[size_t(v)] = RValue();
+  }
 }
 
 Tier TierManager::Core::execute(int r, Frame& frame, int64_t call) {
