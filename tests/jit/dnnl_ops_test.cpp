@@ -408,6 +408,24 @@ TEST(DnnlOps, ConvChainsMatchTheInterpreterOpByOp) {
 // A ResNet stage as one chain: a block with a downsampling Conv on the shortcut (both branches
 // read the stage's input), then an identity block whose Add reads the first block's output, an
 // earlier result; three outputs, two of them intermediate. Each matches the interpreter.
+// Each of `outputs` matches the chain on the interpreter, on two calls and with input 0's element
+// `poisoned` set to NaN and to `infinity` (the reference path gives every output too).
+void expect_outputs_match(const Chain& c, const jit::DnnlPrimitive& prim, const std::vector<int>& outputs,
+                          size_t poisoned, float infinity) {
+  for (int call = 0; call < 2; ++call) {
+    std::vector<Tensor> got = c.run_all(prim);
+    for (size_t j = 0; j < outputs.size(); ++j)
+      expect_close(got[j], c.reference(outputs[j]), "output " + std::to_string(j) + ", call " + std::to_string(call));
+  }
+  for (float bad : {NAN, infinity}) {
+    Chain d = c;
+    d.inputs[0] = c.inputs[0].clone();
+    d.inputs[0].data<float>()[poisoned] = bad;
+    std::vector<Tensor> got = d.run_all(prim);
+    for (size_t j = 0; j < outputs.size(); ++j) expect_close(got[j], d.reference(outputs[j]), "non-finite input");
+  }
+}
+
 TEST(DnnlOps, ConvChainsWithBranchesAndSeveralOutputsMatchTheInterpreter) {
   Chain c;
   const int x = c.input(random_tensor(DType::Float32, {1, 16, 12, 12}, -1, 1, 8, false), false);
@@ -430,18 +448,7 @@ TEST(DnnlOps, ConvChainsWithBranchesAndSeveralOutputsMatchTheInterpreter) {
   const std::vector<int> outputs{14, 7, 11};
   auto prim = c.compile(outputs);
   ASSERT_EQ(prim->num_outputs(), 3u);
-  for (int call = 0; call < 2; ++call) {
-    std::vector<Tensor> got = c.run_all(*prim);
-    for (size_t j = 0; j < outputs.size(); ++j)
-      expect_close(got[j], c.reference(outputs[j]), "output " + std::to_string(j) + ", call " + std::to_string(call));
-  }
-  for (int poison = 0; poison < 2; ++poison) {  // the reference path gives every output too
-    Chain d = c;
-    d.inputs[0] = c.inputs[0].clone();
-    d.inputs[0].data<float>()[5] = poison ? NAN : -INFINITY;
-    std::vector<Tensor> got = d.run_all(*prim);
-    for (size_t j = 0; j < outputs.size(); ++j) expect_close(got[j], d.reference(outputs[j]), "non-finite input");
-  }
+  expect_outputs_match(c, *prim, outputs, 5, -INFINITY);
   const std::string text = prim->describe();
   EXPECT_NE(text.find("sum(step 3)"), std::string::npos) << text;  // the identity block adds block 1's output
 }
@@ -469,18 +476,7 @@ TEST(DnnlOps, ConvChainsWithPoolsMatchTheInterpreter) {
   const std::vector<int> outputs{10, 2};
   auto prim = c.compile(outputs);
   ASSERT_EQ(prim->num_outputs(), 2u);
-  for (int call = 0; call < 2; ++call) {
-    std::vector<Tensor> got = c.run_all(*prim);
-    for (size_t j = 0; j < outputs.size(); ++j)
-      expect_close(got[j], c.reference(outputs[j]), "output " + std::to_string(j) + ", call " + std::to_string(call));
-  }
-  for (int poison = 0; poison < 2; ++poison) {
-    Chain d = c;
-    d.inputs[0] = c.inputs[0].clone();
-    d.inputs[0].data<float>()[37] = poison ? NAN : INFINITY;
-    std::vector<Tensor> got = d.run_all(*prim);
-    for (size_t j = 0; j < outputs.size(); ++j) expect_close(got[j], d.reference(outputs[j]), "non-finite input");
-  }
+  expect_outputs_match(c, *prim, outputs, 37, INFINITY);
   const std::string text = prim->describe();
   EXPECT_NE(text.find("pooling (MaxPool 'pool2', "), std::string::npos) << text;
   EXPECT_NE(text.find("src step 1 [1,16,8,8]"), std::string::npos) << "the Convs read the pool's result\n" << text;

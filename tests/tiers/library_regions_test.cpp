@@ -167,6 +167,20 @@ std::shared_ptr<Graph> residual_blocks_model() {
   return graph;
 }
 
+// Warms `s` up, then 3 validated calls and one more, each the interpreter's answer; its one region
+// ends on tier 1 with its validation passed.
+void expect_one_region_on_tier1_validated(const std::shared_ptr<Graph>& g, Session& s, const NamedTensors& in) {
+  warm_up(s, in);
+  for (int i = 0; i < 4; ++i) {
+    NamedTensors out = s.run(in);
+    Comparison c = compare_tensors(reference(g, in)[0].second, out[0].second, Tolerance::for_dtype(DType::Float32));
+    EXPECT_TRUE(c.equal) << c.message;
+  }
+  const std::string json = s.report_json();
+  EXPECT_EQ(count(json, "\"tier\":\"cpu\""), 1u) << json;
+  EXPECT_EQ(count(json, "\"validation\":\"passed\""), 1u) << json;
+}
+
 TEST(LibraryRegions, residual_blocks_run_as_one_region_validated) {
   auto g = residual_blocks_model();
   auto s = Session::from_graph(g, tiered());
@@ -174,16 +188,7 @@ TEST(LibraryRegions, residual_blocks_run_as_one_region_validated) {
   for (const Region& r : s->plan().regions) regions.push_back(r.ops());
   EXPECT_EQ(regions, (std::vector<std::string>{"Conv,Relu,Conv,Relu,Conv,Add,Relu,Conv,Relu,Conv,Relu,Conv,Add,Relu,"
                                                "Conv,Clip,Conv,Clip,Conv,Add"}));
-  NamedTensors in = {{"x", random_tensor({1, 16, 10, 10}, 5)}};
-  warm_up(*s, in);
-  for (int i = 0; i < 4; ++i) {  // 3 validated calls, then one more
-    NamedTensors out = s->run(in);
-    Comparison c = compare_tensors(reference(g, in)[0].second, out[0].second, Tolerance::for_dtype(DType::Float32));
-    EXPECT_TRUE(c.equal) << c.message;
-  }
-  const std::string json = s->report_json();
-  EXPECT_EQ(count(json, "\"tier\":\"cpu\""), 1u) << json;
-  EXPECT_EQ(count(json, "\"validation\":\"passed\""), 1u) << json;
+  expect_one_region_on_tier1_validated(g, *s, {{"x", random_tensor({1, 16, 10, 10}, 5)}});
 }
 
 // ResNet's stem and first block: Conv, Relu, MaxPool and the block whose main path and shortcut
@@ -219,15 +224,7 @@ TEST(LibraryRegions, a_pool_between_convolutions_runs_inside_their_chain_validat
   ASSERT_EQ(s->plan().regions.size(), 1u);
   EXPECT_EQ(s->plan().regions[0].ops(), "Conv,Relu,MaxPool,Conv,Relu,Conv,Conv,Add,Relu,AveragePool");
   NamedTensors in = {{"x", random_tensor({1, 3, 32, 32}, 5)}};
-  warm_up(*s, in);
-  for (int i = 0; i < 4; ++i) {
-    NamedTensors out = s->run(in);
-    Comparison c = compare_tensors(reference(g, in)[0].second, out[0].second, Tolerance::for_dtype(DType::Float32));
-    EXPECT_TRUE(c.equal) << c.message;
-  }
-  const std::string json = s->report_json();
-  EXPECT_EQ(count(json, "\"tier\":\"cpu\""), 1u) << json;
-  EXPECT_EQ(count(json, "\"validation\":\"passed\""), 1u) << json;
+  expect_one_region_on_tier1_validated(g, *s, in);
 
   const std::string bad = testing::report_after_a_miscompiled_call(g, in);
   EXPECT_NE(bad.find("\"validation\":\"failed: output"), std::string::npos) << bad;
