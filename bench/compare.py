@@ -13,8 +13,10 @@ separately, then `--warmup` calls, then the median (and p90) of `--calls` calls,
 around a synchronised call (CUDA events when torch runs on a GPU). Outputs are checked against eager
 PyTorch (Terrace's through `terrace bench --expect`, with the tolerances of ARCHITECTURE.md's "Rules the code keeps").
 Terrace and ONNX Runtime run in processes of their own (bench/ort_child.py for ONNX Runtime), whose
-peak resident memory (getrusage's ru_maxrss) is the table's `peak RSS MB`: model, runtime and the
-Python interpreter around ONNX Runtime included; the PyTorch peers share this process and have none.
+peak resident memory (each process's own VmHWM, which it reports itself: getrusage's ru_maxrss
+keeps the parent's peak across fork and exec, and so showed this process's PyTorch model) is the
+table's `peak RSS MB`: model, runtime and the Python interpreter around ONNX Runtime included; the
+PyTorch peers share this process and have none.
 """
 import argparse
 import datetime
@@ -176,7 +178,9 @@ def run_terrace(tier, onnx_path, input_name, in_pb, want_pb, args, out_dir, mode
            "first_result_ms": r["time_to_first_result_ms"], "median_ms": r["steady"]["median_ms"],
            "p90_ms": r["steady"]["p90_ms"], "calls": r["steady"]["count"], "status": "ok",
            "agrees": all(c["equal"] for c in expect), "max_abs_err": max(c["max_abs_err"] for c in expect),
-           "break_even_call": r["break_even_call"], "peak_rss_mb": usage.ru_maxrss / 1024}
+           "break_even_call": r["break_even_call"],
+           # terrace bench's own VmHWM; wait4's ru_maxrss keeps this process's peak across fork and exec
+           "peak_rss_mb": r["peak_rss_mb"] if r.get("peak_rss_mb", -1) > 0 else usage.ru_maxrss / 1024}
     for c in r["checks"]:
         if not c["equal"]:
             print(f"compare: MISMATCH terrace-{tier} {model} vs {c['against']}: {c['message']}")

@@ -3,6 +3,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #if defined(__GLIBC__)
@@ -297,6 +299,21 @@ std::string joined(const std::vector<std::string>& parts) {
   return s;
 }
 
+// This process's peak resident memory in MB since it started (/proc/self/status VmHWM), or -1
+// where that is not available. Not getrusage's ru_maxrss: across fork and exec it keeps the
+// parent's peak, so a process started by a large one (compare.py holding a PyTorch model) reports
+// at least the parent's size.
+double peak_rss_mb() {
+  std::FILE* f = std::fopen("/proc/self/status", "r");
+  if (!f) return -1;
+  char line[256];
+  double mb = -1;
+  while (std::fgets(line, sizeof line, f))
+    if (std::strncmp(line, "VmHWM:", 6) == 0) mb = std::strtod(line + 6, nullptr) / 1024;  // kB
+  std::fclose(f);
+  return mb;
+}
+
 Json stats_json(const Stats& s) {
   return {{"first_call", s.first_call}, {"count", s.count}, {"median_ms", s.median},
           {"p90_ms", s.p90},           {"p99_ms", s.p99},  {"mean_ms", s.mean}};
@@ -314,6 +331,7 @@ std::string result_json(const BenchArgs& b, const NamedTensors& inputs, const Ti
   for (auto& [name, t] : inputs)
     j["inputs"].push_back({{"name", name}, {"dtype", dtype_name(t.dtype())}, {"shape", t.shape()}});
   j["load_ms"] = run.load_ms;
+  j["peak_rss_mb"] = peak_rss_mb();  // the whole process: the tiered run and the baseline
   j["first_call_ms"] = run.calls[0].ms;
   j["time_to_first_result_ms"] = run.load_ms + run.calls[0].ms;
   j["calls"] = Json::array();
