@@ -306,6 +306,10 @@ void run_gpu_case(benchmark::State& state, const std::string& name) {
   Tensor last = out.at(0).second.to_host();  // waits for the queued calls
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   state.SetIterationTime(s / double(state.iterations()));
+  if (session->last_call().tiers != std::vector<std::string>{"gpu"}) {  // a timed call left tier 2
+    state.SkipWithError(("the timed calls did not stay on tier 2:\n" + session->report()).c_str());
+    return;
+  }
   cmp = compare_tensors(c.expected, last, Tolerance::for_dtype(DType::Float32));
   if (!cmp.equal) {
     state.SkipWithError(("timed calls' result differs: " + cmp.message).c_str());
