@@ -44,7 +44,10 @@ PY
   done
   (cd "$out" && tar czf runs.tgz run_*.txt run_*.json val_*.txt && rm -f run_*.txt run_*.json val_*.txt) ;;
 kernels)
-  timeout 240 .gpu/run ops_bench --benchmark_filter=/gpu --benchmark_min_time=0.5s > "$out/ops_gpu.txt" 2>&1
+  # Line-buffered: a case that runs out of time still leaves the cases before it (about 50 s a case,
+  # most of it the interpreter and validation on 32M elements before tier 2). min_time as a plain
+  # number: Debian's benchmark 1.7 refuses "0.5s".
+  timeout 300 stdbuf -oL .gpu/run ops_bench --benchmark_filter=/gpu --benchmark_min_time=0.5 > "$out/ops_gpu.txt" 2>&1
   grep -E "/gpu|error" "$out/ops_gpu.txt" | cut -c1-220
   timeout 150 python3 bench/gpu_ops.py 2>&1 | grep -v Warn | tail -8
   for algos in direct any; do
