@@ -411,6 +411,7 @@ Model load_onnx_file(const std::string& path) {
   } catch (const std::bad_alloc&) {
     throw Error(ErrorCode::OutOfMemory, path + ": out of memory while loading the model");
   } catch (const Error& e) {
+    if (e.code() == ErrorCode::IoError) throw;  // opening or reading the file: it names the path
     throw Error(e.code(), path + ": " + e.message());
   }
 }
