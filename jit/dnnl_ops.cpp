@@ -471,11 +471,17 @@ std::vector<PoolDim> pool_dims(const Node& node, const Shape& x) {
   return dims;
 }
 
+// The pool's output shape on x: its batch and channels, then each spatial dim's window count.
+Shape pool_out_shape(const Node& node, const Shape& x) {
+  Shape out{x[0], x[1]};
+  for (const PoolDim& d : pool_dims(node, x)) out.push_back(d.out);
+  return out;
+}
+
 // What oneDNN's pooling primitive takes for `node` on x: the window per spatial dim, with the end
 // padding that gives the interpreter's output size by floor division (see Pool below), refusing
 // the forms oneDNN cannot match.
 struct PoolSpec {
-  Shape out;
   Dims strides, kernel, dilation, pad_l, pad_r;
   double taps = 1;
   dnnl::algorithm alg = dnnl::algorithm::pooling_max;
@@ -484,8 +490,6 @@ struct PoolSpec {
 PoolSpec pool_spec(const Node& node, const Shape& x) {
   const std::vector<PoolDim> dims = pool_dims(node, x);
   PoolSpec p;
-  p.out = {x[0], x[1]};
-  for (const PoolDim& d : dims) p.out.push_back(d.out);
   const bool max = node.op == Op::MaxPool;
   p.include_pad = !max && node.attr_int("count_include_pad", 0) != 0;
   p.alg = max ? dnnl::algorithm::pooling_max
@@ -734,10 +738,7 @@ class ConvChain : public DnnlPrimitive {
         s.x = op.inputs[0];
         if (s.x < 0) s.x_step = step_of_result(ops, -1 - s.x);
         s.x_shape = s.x >= 0 ? input_shape(op, s.x) : steps_[size_t(s.x_step)].out_shape;
-        for (const PoolDim& d : pool_dims(op.node, s.x_shape)) s.w_shape.push_back(d.out);  // spatial out dims
-        s.out_shape = {s.x_shape[0], s.x_shape[1]};
-        s.out_shape.insert(s.out_shape.end(), s.w_shape.begin(), s.w_shape.end());
-        s.w_shape.clear();
+        s.out_shape = pool_out_shape(op.node, s.x_shape);
         has_pool_ = true;
         steps_.push_back(std::move(s));
         op_step_.push_back(int(steps_.size()) - 1);
@@ -1002,9 +1003,7 @@ std::unique_ptr<DnnlPrimitive> make_empty_conv(const Node& node, const std::vect
 // propagates it, oneDNN's need not) and zero-sized tensors run the interpreter's kernel.
 class Pool : public DnnlPrimitive {
  public:
-  Pool(const Node& node, const Shape& x) : node_(node), x_(x) {
-    out_ = {x[0], x[1]};
-    for (const PoolDim& d : pool_dims(node, x)) out_.push_back(d.out);
+  Pool(const Node& node, const Shape& x) : node_(node), x_(x), out_(pool_out_shape(node, x)) {
     const bool max = node.op == Op::MaxPool;
     const bool include_pad = !max && node.attr_int("count_include_pad", 0) != 0;
     description_ = std::string("oneDNN pooling (") + node.describe() + "): " + (max ? "max" : include_pad ? "average, padding counted" : "average") +

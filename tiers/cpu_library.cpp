@@ -107,8 +107,6 @@ bool chains_conv(const Graph& g, const Node& last, const Node& next) {
   return can_compile(g, next).empty();
 }
 
-bool is_pool(Op op) { return op == Op::MaxPool || op == Op::AveragePool; }
-
 // True when `next` pools `last`'s result (its data input) and tier 1 runs it: it becomes a step of
 // the chain, in the chain's blocked layout (ResNet's stem MaxPool between its first Conv and the
 // first block, which otherwise cost two reorders and a pool in plain layout).
@@ -237,8 +235,6 @@ std::vector<Tensor> error_allowance(const Graph& g, const Region& region, const 
   if (!is_library_op(g.nodes[size_t(region.nodes[0])].op)) return out;
   const double u = std::ldexp(1.0, -24);
   const Node& first = g.nodes[size_t(region.nodes[0])];
-  const bool alone = region.nodes.size() == 1;
-  if (first.op == Op::MaxPool && alone) return out;  // oneDNN's max is one of the inputs, as the interpreter's
   if (first.op == Op::LSTM || first.op == Op::GRU || first.op == Op::RNN) {  // the recurrence's bound (jit/dnnl_rnn.h)
     std::vector<Tensor> node_inputs;
     for (int v : first.inputs) node_inputs.push_back(v >= 0 ? inputs[region_input_index(region, v)] : Tensor());
@@ -246,21 +242,6 @@ std::vector<Tensor> error_allowance(const Graph& g, const Region& region, const 
     for (size_t j = 0; j < region.outputs.size(); ++j)
       for (size_t k = 0; k < first.outputs.size() && k < bounds.size(); ++k)
         if (first.outputs[k] == region.outputs[j]) out[j] = bounds[k];
-    return out;
-  }
-  if (first.op == Op::AveragePool && alone) {
-    // A sum of at most K taps and a division: gamma_{K+2} times the average of |x| bounds it.
-    Tensor x = inputs[0].cast(DType::Float64);
-    for (int64_t i = 0; i < x.numel(); ++i) x.data<double>()[i] = std::abs(x.data<double>()[i]);
-    double K = 2;
-    int64_t taps = 1;
-    for (int64_t k : first.attr_ints("kernel_shape", {})) taps *= k;
-    K += double(taps);
-    RValue rx(std::move(x));
-    Tensor m = interpret_node(first, {&rx}).at(0).tensor;
-    const double gamma = K * u / (1 - K * u);
-    for (int64_t i = 0; i < m.numel(); ++i) m.data<double>()[i] *= gamma;
-    out[0] = std::move(m);
     return out;
   }
   std::map<int, Tensor> value, bound;  // per value id: the interpreter's value, its error bound (double)
@@ -295,9 +276,9 @@ std::vector<Tensor> error_allowance(const Graph& g, const Region& region, const 
     const bool last = k + 1 == region.nodes.size();
     const int result = node.outputs[0];
     if (is_pool(node.op)) {
-      // A max moves by at most its window's largest input error: the max of the bounds. An average
-      // of K taps: the average of the bounds, plus its own rounding, gamma_{K+2} times the average
-      // of |a| (as a lone AveragePool's allowance above).
+      // A max moves by at most its window's largest input error: the max of the bounds (none for
+      // a region input: oneDNN's max is one of the inputs, as the interpreter's). An average of K
+      // taps: the average of the bounds, plus its own rounding, gamma_{K+2} times the average of |a|.
       const Tensor& a = value_of(node.inputs[0]);
       auto e = bound.find(node.inputs[0]);
       RValue eb(e != bound.end() ? e->second : Tensor::zeros(DType::Float64, a.shape()));
@@ -495,8 +476,7 @@ namespace terrace::cpu_library {
 bool tier2_fuses(const Node& last, const Node& next) {
   if (last.op == Op::MatMul && next.op == Op::Add) return false;  // tier 2 runs a MatMul alone or with a Relu
   // Tier 2's convolution regions (cuDNN) hold no pool.
-  if (last.op == Op::MaxPool || last.op == Op::AveragePool || next.op == Op::MaxPool || next.op == Op::AveragePool)
-    return false;
+  if (is_pool(last.op) || is_pool(next.op)) return false;
 #ifdef TERRACE_HAVE_DNNL
   return !jit::dnnl_activation_of(next).has_value();  // Relu and Clip are not among these
 #else

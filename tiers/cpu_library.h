@@ -17,6 +17,8 @@ namespace terrace::cpu_library {
 
 // True for the ops tier 1 runs through oneDNN, each opening a region of its own.
 bool is_library_op(Op op);
+// MaxPool and AveragePool: a region of their own, or steps of a convolution chain.
+inline bool is_pool(Op op) { return op == Op::MaxPool || op == Op::AveragePool; }
 
 // "" when tier 1 compiles `node` (a library op) through oneDNN, else the reason.
 std::string can_compile(const Graph& g, const Node& node);
@@ -24,12 +26,13 @@ std::string can_compile(const Graph& g, const Node& node);
 // True when `next`, the only reader of `last`'s result, joins the library region `last` ends:
 // after a MatMul, Gemm or ConvTranspose its activation (Relu, Clip, Sigmoid, Tanh, LeakyRelu, Elu,
 // HardSwish, Gelu: jit/dnnl_activation.h); after a Conv its activation, the next Conv (constant
-// weights) or a residual Add of a value of the same static shape; after those, as after a Conv.
+// weights), a pool, or a residual Add of a value of the same static shape; after those, as after a
+// Conv; after a pool, the next Conv.
 bool absorbs(const Graph& g, const Node& last, const Node& next);
 
 // False for what tier 1 fuses after a library op `last` and tier 2 does not: the activations
 // Sigmoid, Tanh, LeakyRelu, Elu, HardSwish and Gelu (tier 2's cuBLASLt and cuDNN epilogues take
-// Relu and Clip), and a MatMul's bias Add. A session with tier 2 partitions without them, so that
+// Relu and Clip), a MatMul's bias Add, and a pool in a convolution chain. A session with tier 2 partitions without them, so that
 // such a node does not keep its product or convolution off the GPU (it becomes a region of its
 // own, as before tier 1 fused it). Defined in every build.
 bool tier2_fuses(const Node& last, const Node& next);

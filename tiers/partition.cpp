@@ -1,6 +1,8 @@
 // Partition by list scheduling: keep extending the open region while a compilable node is ready.
 #include "tiers/partition.h"
 
+#include <algorithm>
+#include <map>
 #include <set>
 
 namespace terrace {
@@ -9,6 +11,22 @@ std::string Region::ops() const {
   std::string s;
   for (auto& o : op_names) s += (s.empty() ? "" : ",") + o;
   return s;
+}
+
+std::vector<std::vector<int>> released_after(const Graph& g, const Region& region) {
+  std::map<int, size_t> last_read;  // internal value -> position of its producer, then its last reader
+  for (size_t k = 0; k < region.nodes.size(); ++k)
+    for (int v : g.nodes[size_t(region.nodes[k])].outputs)
+      if (v >= 0 && std::find(region.outputs.begin(), region.outputs.end(), v) == region.outputs.end()) last_read[v] = k;
+  for (size_t k = 0; k < region.nodes.size(); ++k) {
+    const Node& node = g.nodes[size_t(region.nodes[k])];
+    for (const std::vector<int>& reads : {node.inputs, g.captured_by(node)})
+      for (int v : reads)
+        if (auto it = last_read.find(v); it != last_read.end()) it->second = k;
+  }
+  std::vector<std::vector<int>> out(region.nodes.size());
+  for (const auto& [v, k] : last_read) out[k].push_back(v);
+  return out;
 }
 
 Plan partition(const Graph& g, const CompilablePredicate& can_compile,

@@ -17,6 +17,12 @@ struct Region {
   std::vector<std::string> op_names;
 };
 
+// Per node of `region` (by position): the values made inside the region, not among its outputs,
+// that no later node of the region reads (as an input or a subgraph capture), so the interpreter
+// may release them once that node has run (ResNet-50 as one chain would otherwise hold every
+// activation of the network until the region ends).
+std::vector<std::vector<int>> released_after(const Graph& g, const Region& region);
+
 // One step of execution: a region, or an interpreted node with the reason it is not compiled.
 struct Step {
   int region = -1;  // index into Plan::regions, or -1

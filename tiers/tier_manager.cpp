@@ -12,7 +12,6 @@
 #include <unistd.h>
 #include <deque>
 #include <functional>
-#include <unordered_map>
 #include <thread>
 
 #include "interp/compare.h"
@@ -155,6 +154,7 @@ struct TierManager::Core : std::enable_shared_from_this<Core> {
     for (const Region& r : plan_.regions) {
       regions_.push_back(std::make_unique<RegionState>());
       regions_.back()->region = &r;
+      release_after_.push_back(released_after(graph_, r));
       if (gpu_)
         for (int n : r.nodes)
           if (std::string why = gpu_->can_compile(graph_, graph_.nodes[size_t(n)]); !why.empty()) {
@@ -197,6 +197,7 @@ struct TierManager::Core : std::enable_shared_from_this<Core> {
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Backend> gpu_;  // tier 2, where there is a GPU and Options::max_tier allows it
   std::vector<std::unique_ptr<RegionState>> regions_;
+  std::vector<std::vector<std::vector<int>>> release_after_;  // per region: released_after (partition.h)
   Jobs* jobs_ = nullptr;    // compiles; valid while any job may run (leaked when one is abandoned)
   Jobs* checks_ = nullptr;  // continuous validation's re-checks, at the lowest priority
 };
@@ -292,25 +293,12 @@ static std::vector<Tensor> host_copies(const std::vector<Tensor>& out) {
   return host;
 }
 
-// A value made inside the region that is not one of its outputs is released after its last reader
-// in the region: ResNet-50 as one chain would otherwise hold every activation of the network until
-// the region ends (the interpreter's calls and validation's).
+// Values made inside the region are released after their last reader there (released_after).
 void TierManager::Core::interpret_region(const Region& region, Frame& frame) const {
-  std::unordered_map<int, size_t> last_read;  // internal value -> index of its last reader
-  for (size_t k = 0; k < region.nodes.size(); ++k)
-    for (int v : graph_.nodes[size_t(region.nodes[k])].outputs)
-      if (v >= 0 && std::find(region.outputs.begin(), region.outputs.end(), v) == region.outputs.end()) last_read[v] = k;
-  for (size_t k = 0; k < region.nodes.size(); ++k) {
-    const Node& node = graph_.nodes[size_t(region.nodes[k])];
-    for (int v : node.inputs)
-      if (auto it = last_read.find(v); it != last_read.end()) it->second = k;
-    for (int v : graph_.captured_by(node))
-      if (auto it = last_read.find(v); it != last_read.end()) it->second = k;
-  }
+  const std::vector<std::vector<int>>& release = release_after_[size_t(&region - plan_.regions.data())];
   for (size_t k = 0; k < region.nodes.size(); ++k) {
     run_node(frame, region.nodes[k]);
-    for (const auto& [v, last] : last_read)
-      if (last == k) frame.env[size_t(v)] = RValue();
+    for (int v : release[k]) frame.env[size_t(v)] = RValue();
   }
 }
 
