@@ -13,6 +13,7 @@
 #include <set>
 #include <sstream>
 
+#include "kernels/mutator.h"
 #include "kernels/schedule_cuda.h"
 #include "kernels/visitor.h"
 
@@ -154,6 +155,10 @@ class CRenderer : public IRVisitor {
       expr_ = it->second + ".v[tr_k]";
       return;
     }
+    if (auto it = cached_.find(op); it != cached_.end()) {
+      expr_ = row_element(op->buffer.name, it->second);
+      return;
+    }
     expr_ = op->buffer.name + "[" + print(op->index) + "]";
   }
   void visit_node(const Unary* op) override {
@@ -195,7 +200,7 @@ class CRenderer : public IRVisitor {
       emit_per_element(op);
       return;
     }
-    if (schedule_ && schedule_->mapping == CudaMapping::PerRowWarp) {
+    if (schedule_ && (schedule_->mapping == CudaMapping::PerRowWarp || schedule_->mapping == CudaMapping::PerRowBlock)) {
       emit_row_warp_loop(op);
       return;
     }
@@ -213,11 +218,27 @@ class CRenderer : public IRVisitor {
       line() << it->second << ".v[tr_k] = " << print(op->value) << ";\n";
       return;
     }
+    if (auto it = cached_.find(op); it != cached_.end()) {
+      // A row kept in shared memory: the value goes there, and to memory unless a later loop
+      // writes the whole row again.
+      const std::string row = row_element(op->buffer.name, it->second);
+      const bool dead = schedule_->dead_stores.count(op) > 0;
+      const std::string value = print(op->value);
+      const std::string to_memory = op->buffer.name + "[" + print(op->index) + "] = " + row + ";";
+      if (in_row_ && row_loop_depth_ == 0) {
+        line() << "if (tr_lane == 0) { " << row << " = " << value << "; " << to_memory << " }\n";
+        line() << sync() << "\n";
+      } else {
+        line() << row << " = " << value << ";\n";
+        if (!dead) line() << to_memory << "\n";
+      }
+      return;
+    }
     if (in_row_ && row_loop_depth_ == 0 && op->buffer.slot != kLocalSlot) {
       // A row's store outside its loops: one lane makes it, the others see it after the sync.
       line() << "if (tr_lane == 0) " << op->buffer.name << "[" << print(op->index) << "] = " << print(op->value)
              << ";\n";
-      line() << "__syncwarp();\n";
+      line() << sync() << "\n";
       return;
     }
     line() << op->buffer.name << "[" << print(op->index) << "] = " << print(op->value) << ";\n";
@@ -226,6 +247,10 @@ class CRenderer : public IRVisitor {
   void visit_node(const LetStmt* op) override {
     line() << "const " << c_type(op->value.type()) << " " << op->name << " = " << print(op->value)
            << ";\n";
+    if (fill_pending_ && !op->body.as<LetStmt>()) {  // the row's lets are bound: its inputs' rows
+      fill_pending_ = false;
+      fill_row_caches();
+    }
     visit(op->body);
   }
   // A local array in the enclosing C scope (names are unique, as for LetStmt).
@@ -353,24 +378,59 @@ class CRenderer : public IRVisitor {
   void emit_row_warp_loop(const For* op) {
     const CudaSchedule& s = *schedule_;
     const std::string v = op->var, b = print(op->begin), e = print(op->end);
+    const bool block = s.mapping == CudaMapping::PerRowBlock;
     if (op == s.parallel) {
       line() << "{\n";
       ++indent_;
-      line() << "const int tr_lane = threadIdx.x & 31;\n";
-      line() << "const int64_t tr_warp = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;\n";
-      line() << "const int64_t tr_nwarps = ((int64_t)gridDim.x * blockDim.x) >> 5;\n";
-      line() << "for (int64_t " << v << " = " << b << " + tr_warp; " << v << " < " << e << "; " << v
-             << " += tr_nwarps) {\n";
+      if (block) {
+        for (const CudaSchedule::RowCache& c : s.row_caches)
+          line() << "__shared__ " << c_type(c.buffer.dtype) << " tr_row_" << c.buffer.name << "["
+                 << c.length + c.length / 32 << "];\n";
+        int k = 0;
+        for (const auto& [loop, folds] : s.folds)
+          for (const CudaSchedule::Fold& f : folds) {
+            part_name_[&f] = "tr_part" + std::to_string(k++);
+            line() << "__shared__ " << c_type(f.accumulator.dtype) << " " << part_name_[&f] << "["
+                   << std::max<int64_t>(1, f.slots) * (s.block / 32) << "];\n";
+          }
+        for (const auto& [node, offset] : s.cached_accesses) cached_[node] = offset;
+        line() << "const int tr_lane = threadIdx.x;\n";
+        line() << "for (int64_t " << v << " = " << b << " + blockIdx.x; " << v << " < " << e << "; " << v
+               << " += gridDim.x) {\n";
+        fill_pending_ = !s.row_caches.empty();
+        if (fill_pending_ && !op->body.as<LetStmt>()) {
+          fill_pending_ = false;
+          ++indent_;
+          fill_row_caches();
+          --indent_;
+        }
+      } else {
+        line() << "const int tr_lane = threadIdx.x & 31;\n";
+        line() << "const int64_t tr_warp = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;\n";
+        line() << "const int64_t tr_nwarps = ((int64_t)gridDim.x * blockDim.x) >> 5;\n";
+        line() << "for (int64_t " << v << " = " << b << " + tr_warp; " << v << " < " << e << "; " << v
+               << " += tr_nwarps) {\n";
+      }
       in_row_ = true;
       nested(op->body);
       in_row_ = false;
+      // The next row's copies into shared memory wait for this row's reads.
+      if (block) line() << "  __syncthreads();\n";
       line() << "}\n";
       --indent_;
       line() << "}\n";
       return;
     }
+    // In a block's row, a loop over a constant range counts in 32 bits.
+    const IntImm* cb = op->begin.as<IntImm>();
+    const IntImm* ce = op->end.as<IntImm>();
+    const bool narrow = block && in_row_ && cb && ce && cb->value >= 0 && ce->value < (int64_t(1) << 30);
+    const std::string counter = narrow ? "int " : "int64_t ";
     if (!in_row_ || !s.lane_loops.count(op)) {
-      line() << loop_header(op) << " {\n";
+      if (narrow)
+        line() << "for (int " << v << " = " << cb->value << "; " << v << " < " << ce->value << "; ++" << v << ") {\n";
+      else
+        line() << loop_header(op) << " {\n";
       ++row_loop_depth_;
       nested(op->body);
       --row_loop_depth_;
@@ -398,9 +458,10 @@ class CRenderer : public IRVisitor {
       }
     // Unrolled so that a lane has several independent loads in flight on a long row (its fold's
     // order is unchanged: the same elements in the same sequence).
+    const std::string n = std::to_string(block ? s.block : 32);
     line() << "#pragma unroll 4\n";
-    line() << "for (int64_t " << v << " = " << b << " + (int64_t)((tr_lane - (int)((" << b << ") % 32) + 32) % 32); "
-           << v << " < " << e << "; " << v << " += 32) {\n";
+    line() << "for (" << counter << v << " = " << b << " + (int64_t)((tr_lane - (int)((" << b << ") % " << n << ") + "
+           << n << ") % " << n << "); " << v << " < " << e << "; " << v << " += " << n << ") {\n";
     ++row_loop_depth_;
     nested(op->body);
     --row_loop_depth_;
@@ -408,17 +469,128 @@ class CRenderer : public IRVisitor {
     for (const CudaSchedule::Fold& f : folds) {
       const bool open = over_slots(f);
       const std::string acc = f.accumulator.name + "[" + print(f.index) + "]";
+      const std::string type = c_type(f.accumulator.dtype);
       line() << "for (int tr_o = 16; tr_o > 0; tr_o >>= 1) {\n";
       ++indent_;
-      line() << "const " << c_type(f.accumulator.dtype) << " tr_other = __shfl_xor_sync(0xffffffffu, " << acc
-             << ", tr_o);\n";
+      line() << "const " << type << " tr_other = __shfl_xor_sync(0xffffffffu, " << acc << ", tr_o);\n";
       line() << acc << " = " << print(f.combined) << ";\n";
       --indent_;
       line() << "}\n";
-      line() << acc << " = __shfl_sync(0xffffffffu, " << acc << ", 0);\n";
+      if (!block) {
+        line() << acc << " = __shfl_sync(0xffffffffu, " << acc << ", 0);\n";
+      } else {
+        // Each warp's lane 0 leaves its value; every thread then combines them in warp order (all
+        // alike, so every thread holds the same value, NaN included).
+        const std::string warps = std::to_string(s.block / 32);
+        const std::string part = part_name_.at(&f) + "[" + (f.slots ? "tr_s * " + warps + " + " : std::string()) ;
+        line() << "if ((tr_lane & 31) == 0) " << part << "(tr_lane >> 5)] = " << acc << ";\n";
+      }
       end_slots(open);
     }
-    line() << "__syncwarp();\n";
+    if (block && !folds.empty()) {
+      line() << "__syncthreads();\n";
+      const std::string warps = std::to_string(s.block / 32);
+      for (const CudaSchedule::Fold& f : folds) {
+        const std::string acc = f.accumulator.name + "[" + print(f.index) + "]";
+        const std::string type = c_type(f.accumulator.dtype);
+        if (!f.slots) {
+          const std::string part = part_name_.at(&f) + "[";
+          line() << acc << " = " << part << "0];\n";
+          line() << "for (int tr_w = 1; tr_w < " << warps << "; ++tr_w) {\n";
+          ++indent_;
+          line() << "const " << type << " tr_other = " << part << "tr_w];\n";
+          line() << acc << " = " << print(f.combined) << ";\n";
+          --indent_;
+          line() << "}\n";
+          continue;
+        }
+        // An array of slots: thread s combines slot s's warps' values in warp order and leaves
+        // the result first in its row of the parts; every thread then reads the slots back.
+        const std::string part = part_name_.at(&f);
+        line() << "if (tr_lane < " << f.slots << ") {\n";
+        ++indent_;
+        line() << type << " tr_mine = " << part << "[tr_lane * " << warps << "];\n";
+        line() << "for (int tr_w = 1; tr_w < " << warps << "; ++tr_w) {\n";
+        ++indent_;
+        line() << "const " << type << " tr_other = " << part << "[tr_lane * " << warps << " + tr_w];\n";
+        line() << "tr_mine = " << print(slot_combined(f)) << ";\n";
+        --indent_;
+        line() << "}\n";
+        line() << part << "[tr_lane * " << warps << "] = tr_mine;\n";
+        --indent_;
+        line() << "}\n";
+      }
+      bool any_slots = false;
+      for (const CudaSchedule::Fold& f : folds) any_slots = any_slots || f.slots;
+      if (any_slots) line() << "__syncthreads();\n";
+      for (const CudaSchedule::Fold& f : folds) {
+        if (!f.slots) continue;
+        const bool open = over_slots(f);
+        line() << f.accumulator.name << "[" << print(f.index) << "] = " << part_name_.at(&f) << "[tr_s * " << warps
+               << "];\n";
+        end_slots(open);
+      }
+    }
+    line() << sync() << "\n";
+  }
+
+  // A slot fold's combine with its accumulator's element read from the variable tr_mine (the
+  // thread that combines a slot holds it in a register, not in the array).
+  static Expr slot_combined(const CudaSchedule::Fold& f) {
+    struct Mine : IRMutator {
+      const CudaSchedule::Fold& f;
+      explicit Mine(const CudaSchedule::Fold& fold) : f(fold) {}
+      Expr visit(const Load* op, const Expr& self) override {
+        if (op->buffer.slot == kLocalSlot && op->buffer.name == f.accumulator.name) return Var::make(f.accumulator.dtype, "tr_mine");
+        return IRMutator::visit(op, self);
+      }
+    } mine(f);
+    return mine.mutate(f.combined);
+  }
+
+  // PerRowBlock: the element at `offset` of a buffer's row in shared memory (one element of
+  // padding every 32, so that a stride of 16 or 32 elements does not hit one bank).
+  std::string row_element(const std::string& buffer, const Expr& offset) {
+    // Offsets are below the row's length: 32-bit arithmetic (64-bit is several instructions each).
+    const std::string x = "(int)(" + print(offset) + ")";
+    return "tr_row_" + buffer + "[" + x + " + (" + x + " >> 5)]";
+  }
+  // The inputs' rows copied into shared memory, 16 bytes at a time where the row is aligned.
+  void fill_row_caches() {
+    const CudaSchedule& s = *schedule_;
+    const std::string n = std::to_string(s.block);
+    for (const CudaSchedule::RowCache& c : s.row_caches) {
+      if (!c.fill) continue;
+      const std::string src = c.buffer.name + " + " + c.base, dst = "tr_row_" + c.buffer.name;
+      const int64_t w = int64_t(16 / dtype_size(c.buffer.dtype));
+      const std::string len = std::to_string(c.length), type = c_type(c.buffer.dtype);
+      if (w > 1 && c.length % w == 0) {
+        const std::string vec = "tr_vec<" + type + ", " + std::to_string(w) + ">";
+        line() << "if (((unsigned long long)(" << src << ") & 15) == 0) {\n";
+        ++indent_;
+        line() << "for (int64_t tr_q = tr_lane; tr_q < " << c.length / w << "; tr_q += " << n << ") {\n";
+        ++indent_;
+        line() << "const " << vec << " tr_v = *(const " << vec << "*)(" << src << " + tr_q * " << w << ");\n";
+        line() << "#pragma unroll\n";
+        line() << "for (int tr_k = 0; tr_k < " << w << "; ++tr_k) { const int64_t tr_x = tr_q * " << w
+               << " + tr_k; " << dst << "[tr_x + (tr_x >> 5)] = tr_v.v[tr_k]; }\n";
+        --indent_;
+        line() << "}\n";
+        --indent_;
+        line() << "} else {\n";
+        ++indent_;
+      }
+      line() << "for (int64_t tr_x = tr_lane; tr_x < " << len << "; tr_x += " << n << ") " << dst
+             << "[tr_x + (tr_x >> 5)] = (" << src << ")[tr_x];\n";
+      if (w > 1 && c.length % w == 0) {
+        --indent_;
+        line() << "}\n";
+      }
+    }
+    line() << "__syncthreads();\n";
+  }
+  const char* sync() const {
+    return schedule_ && schedule_->mapping == CudaMapping::PerRowBlock ? "__syncthreads();" : "__syncwarp();";
   }
 
   // Element tr_t of the flattened range: binds the loop variables (the innermost one as
@@ -542,6 +714,9 @@ class CRenderer : public IRVisitor {
   std::map<const IRNode*, std::string> vector_name_;     // vector accesses: their register
   bool in_lanes_ = false;                                // rendering one lane of a vector step
   bool in_row_ = false;                                  // PerRowWarp: inside the row loop
+  bool fill_pending_ = false;                            // PerRowBlock: the row's caches still to fill
+  std::map<const IRNode*, Expr> cached_;                 // PerRowBlock: accesses to rows in shared memory
+  std::map<const CudaSchedule::Fold*, std::string> part_name_;  // PerRowBlock: a fold's warps' values
   int row_loop_depth_ = 0;                               // PerRowWarp: loops open inside the row
 };
 

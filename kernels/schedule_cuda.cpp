@@ -304,6 +304,217 @@ class RowLoops {
   }
 };
 
+// ---- PerRowBlock ----
+
+// An index offset as a sum of variables times constants plus a constant.
+struct Affine {
+  std::map<std::string, int64_t> coef;
+  int64_t constant = 0;
+};
+std::optional<Affine> affine(const Expr& e) {
+  if (const IntImm* c = e.as<IntImm>()) return Affine{{}, c->value};
+  if (const Var* v = e.as<Var>()) return Affine{{{v->name, 1}}, 0};
+  const Binary* b = e.as<Binary>();
+  if (!b || (b->op != BinaryOp::Add && b->op != BinaryOp::Mul)) return std::nullopt;
+  if (b->op == BinaryOp::Add) {
+    auto x = affine(b->a), y = affine(b->b);
+    if (!x || !y) return std::nullopt;
+    for (auto& [n, c] : y->coef) x->coef[n] += c;
+    x->constant += y->constant;
+    return x;
+  }
+  const IntImm* k = b->b.as<IntImm>();
+  Expr other = b->a;
+  if (!k) {
+    k = b->a.as<IntImm>();
+    other = b->b;
+  }
+  if (!k) return std::nullopt;
+  auto x = affine(other);
+  if (!x) return std::nullopt;
+  for (auto& [n, c] : x->coef) c *= k->value;
+  x->constant *= k->value;
+  return x;
+}
+
+// The global accesses of a row whose index is a row-start let plus an offset over the loops
+// around it, with the offsets' range; whether some loop runs under a condition.
+class RowAccesses : public IRVisitor {
+ public:
+  struct Access {
+    const IRNode* node;
+    bool store;
+    std::string base;         // empty: not of the form let + offset
+    Expr offset;
+    int64_t lo = 0, hi = -1;  // the offset's range (hi < lo: unknown)
+    int64_t dense = 0;        // > 0: the offset takes every value of [0, dense) once, unconditionally
+    int loop = 0;             // the row's top-level loop it is in (1, 2, ...), 0: none
+    int seq = 0;              // top-level loops started before it (its loop's number if in one)
+  };
+  std::map<std::string, std::vector<Access>> by_buffer;
+  std::map<std::string, Buffer> buffers;
+  bool conditional_control = false;  // a loop or a row-level statement under a condition
+
+  void scan(const Stmt& row) {
+    Stmt s = row;
+    while (const LetStmt* let = s.as<LetStmt>()) {
+      row_lets_.insert(let->name);
+      s = let->body;
+    }
+    visit(row);
+  }
+
+ protected:
+  void visit_node(const For* op) override {
+    const bool top = depth_ == 0;
+    if (top) current_ = ++loops_;
+    if (conditional_) conditional_control = true;
+    const IntImm* b = op->begin.as<IntImm>();
+    const IntImm* e = op->end.as<IntImm>();
+    ranges_.push_back({op->var, b && e && e->value > b->value ? std::pair{b->value, e->value} : std::pair{int64_t(0), int64_t(0)}});
+    visit(op->begin);
+    visit(op->end);
+    ++depth_;
+    visit(op->body);
+    --depth_;
+    ranges_.pop_back();
+    if (top) current_ = 0;
+  }
+  void visit_node(const IfThenElse* op) override {
+    visit(op->cond);
+    if (depth_ == 0) conditional_control = true;
+    ++conditional_;
+    visit(op->then_case);
+    visit(op->else_case);
+    --conditional_;
+  }
+  void visit_node(const Select* op) override {
+    visit(op->cond);
+    ++conditional_;
+    visit(op->true_value);
+    visit(op->false_value);
+    --conditional_;
+  }
+  void visit_node(const Load* op) override {
+    record(op, op->buffer, op->index, false);
+    IRVisitor::visit_node(op);
+  }
+  void visit_node(const Store* op) override {
+    record(op, op->buffer, op->index, true);
+    IRVisitor::visit_node(op);
+  }
+
+ private:
+  void record(const IRNode* node, const Buffer& buf, const Expr& index, bool store) {
+    if (buf.slot == kLocalSlot) return;
+    buffers[buf.name] = buf;
+    Access a{node, store, "", Expr(), 0, -1, 0, current_, current_ ? current_ : loops_};
+    Expr base, offset;
+    if (const Var* v = index.as<Var>(); v && row_lets_.count(v->name)) {
+      base = index;
+      offset = make_index(0);
+    } else if (const Binary* add = index.as<Binary>(); add && add->op == BinaryOp::Add) {
+      for (int k = 0; k < 2 && !base.defined(); ++k) {
+        const Var* v = (k ? add->b : add->a).as<Var>();
+        const Expr& rest = k ? add->a : add->b;
+        if (v && row_lets_.count(v->name) && !mentions(rest, v->name)) {
+          base = k ? add->b : add->a;
+          offset = rest;
+        }
+      }
+    }
+    if (base.defined()) measure(a, base.as<Var>()->name, offset);
+    by_buffer[buf.name].push_back(a);
+  }
+  void measure(Access& a, const std::string& base, const Expr& offset) {
+    const auto aff = affine(offset);
+    if (!aff) return;
+    int64_t lo = aff->constant, hi = aff->constant;
+    std::vector<std::pair<int64_t, int64_t>> terms;  // (coefficient, extent), loops from 0 only
+    bool from_zero = aff->constant == 0;
+    for (const auto& [name, c] : aff->coef) {
+      if (c == 0) continue;
+      auto r = std::find_if(ranges_.rbegin(), ranges_.rend(), [&](const auto& x) { return x.first == name; });
+      if (r == ranges_.rend() || r->second.second <= r->second.first) return;  // not a loop of constant range
+      const auto [b, e] = r->second;
+      lo += c > 0 ? c * b : c * (e - 1);
+      hi += c > 0 ? c * (e - 1) : c * b;
+      from_zero = from_zero && b == 0 && c > 0;
+      terms.push_back({c, e - b});
+    }
+    a.base = base;
+    a.offset = offset;
+    a.lo = lo;
+    a.hi = hi;
+    // Dense: the coefficients, smallest first, are 1 and each the product of the extents below it.
+    std::sort(terms.begin(), terms.end());
+    int64_t next = 1;
+    for (const auto& [c, n] : terms) {
+      from_zero = from_zero && c == next;
+      next = c * n;
+    }
+    if (from_zero && !conditional_ && !terms.empty()) a.dense = next;
+  }
+
+  std::set<std::string> row_lets_;
+  std::vector<std::pair<std::string, std::pair<int64_t, int64_t>>> ranges_;  // loops open, innermost last
+  int depth_ = 0, conditional_ = 0, loops_ = 0, current_ = 0;
+};
+
+// The row caches of a PerRowWarp kernel's row (see CudaSchedule::RowCache), or none where a
+// buffer's accesses do not allow one. Shared memory for them is at most `budget` bytes.
+void plan_row_caches(const Stmt& row, CudaSchedule& s, size_t budget) {
+  RowAccesses scan;
+  scan.scan(row);
+  if (scan.conditional_control) return;
+  size_t used = 0;
+  for (auto& [name, accesses] : scan.by_buffer) {
+    const std::string base = accesses[0].base;
+    int64_t hi = -1;
+    bool stored = false, loaded = false, ok = !base.empty();
+    for (const RowAccesses::Access& a : accesses) {
+      ok = ok && a.base == base && a.lo >= 0 && a.hi >= a.lo;
+      hi = std::max(hi, a.hi);
+      (a.store ? stored : loaded) = true;
+    }
+    if (!ok || !loaded) continue;
+    // The row: an input's, the longest range a read covers (so the copy reads nothing the kernel
+    // does not); an output's, the range its first covering store writes, before any read.
+    int64_t length = 0;
+    int first_store = 0, last_store = 0;
+    for (const RowAccesses::Access& a : accesses) {
+      if (!stored) {
+        length = std::max(length, a.dense);
+      } else if (a.store && a.dense > 0 && (!first_store || a.dense == length)) {
+        if (!first_store) {
+          first_store = a.loop;
+          length = a.dense;
+        }
+        last_store = a.loop;
+      }
+    }
+    if (length == 0 || hi >= length) continue;
+    if (stored) {
+      bool reads_after = true;
+      for (const RowAccesses::Access& a : accesses)
+        if (!a.store) reads_after = reads_after && (a.loop ? a.seq > first_store : a.seq >= first_store);
+      if (!reads_after) continue;
+      // Stores before the last loop that writes the whole row again are made to shared memory only.
+      for (const RowAccesses::Access& a : accesses)
+        if (a.store && a.loop > 0 && a.loop < last_store) s.dead_stores.insert(a.node);
+    }
+    const Buffer& buf = scan.buffers.at(name);
+    const size_t bytes = size_t(length + length / 32) * dtype_size(buf.dtype);
+    if (used + bytes > budget) {
+      for (const RowAccesses::Access& a : accesses) s.dead_stores.erase(a.node);
+      continue;
+    }
+    used += bytes;
+    s.row_caches.push_back({buf, base, length, !stored});
+    for (const RowAccesses::Access& a : accesses) s.cached_accesses[a.node] = a.offset;
+  }
+}
+
 }  // namespace
 
 const char* cuda_mapping_name(CudaMapping m) {
@@ -312,6 +523,7 @@ const char* cuda_mapping_name(CudaMapping m) {
     case CudaMapping::PerIteration: return "per-iteration";
     case CudaMapping::PerElement: return "per-element";
     case CudaMapping::PerRowWarp: return "per-row-warp";
+    case CudaMapping::PerRowBlock: return "per-row-block";
   }
   return "?";
 }
@@ -331,6 +543,34 @@ CudaSchedule row_schedule(const LoweredFunc& f, CudaSchedule s) {
   s.block = 256;
   s.lane_loops = std::move(rows.lane_loops);
   s.folds = std::move(rows.folds);
+  // Long rows: a block per row, the row in shared memory (at most 40 KB of the 48 a block may
+  // declare; the folds' partial values take the rest).
+  plan_row_caches(s.parallel->body, s, 40 << 10);
+  int64_t longest = 0;
+  for (const CudaSchedule::RowCache& c : s.row_caches) longest = std::max(longest, c.length);
+  if (longest < 1024) {
+    s.row_caches.clear();
+    s.cached_accesses.clear();
+    s.dead_stores.clear();
+    return s;
+  }
+  s.mapping = CudaMapping::PerRowBlock;
+  // A loop that neither reads nor writes memory (it folds the row's combined local arrays, as
+  // softmax's max over the CPU's 16 vector lanes) runs whole in every thread, which hold the same
+  // values: no combine across the block, and its arrays indexed by constants stay in registers.
+  for (auto it = s.lane_loops.begin(); it != s.lane_loops.end();) {
+    Stores st;
+    st.visit((*it)->body);
+    if (st.global.empty() && load_work((*it)->body) == 0) {
+      s.folds.erase(*it);
+      it = s.lane_loops.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  int64_t threads = 128;  // about 16 elements a thread, 128 to 1,024 threads
+  while (threads < 1024 && threads * 2 * 16 <= longest) threads *= 2;
+  s.block = int(threads);
   return s;
 }
 
@@ -408,6 +648,7 @@ CudaLaunch cuda_launch(const CudaSchedule& s, int64_t begin, int64_t end, int mu
   int64_t items = std::max<int64_t>(0, end - begin);
   if (s.mapping == CudaMapping::PerElement) items = (items * s.inner_extent + s.vector_width - 1) / s.vector_width;
   if (s.mapping == CudaMapping::PerRowWarp) items *= 32;
+  if (s.mapping == CudaMapping::PerRowBlock) items *= s.block;
   l.block = unsigned(s.block);
   const int64_t blocks = (items + s.block - 1) / s.block;
   l.grid = unsigned(std::clamp<int64_t>(blocks, 1, sms * 32));

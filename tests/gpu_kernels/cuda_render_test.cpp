@@ -209,6 +209,54 @@ TEST(CudaSchedule, row_reduction_takes_a_warp_per_long_row_and_a_thread_per_shor
   EXPECT_EQ(schedule_cuda(columns.calls[0].func).mapping, CudaMapping::PerIteration);
 }
 
+// Softmax over rows of `cols`: the kernel lower_op gives.
+LoweredFunc softmax_rows(int64_t rows, int64_t cols) {
+  Node n;
+  n.op = Op::Softmax;
+  n.name = "softmax";
+  n.inputs = {0};
+  n.outputs = {1};
+  n.attrs["axis"] = int_attr(-1);
+  OpKernels k = lower_op(n, {OpInput{{DType::Float32, {rows, cols}}}}, "softmax");
+  EXPECT_EQ(k.calls.size(), 1u);
+  return k.calls.at(0).func;
+}
+
+TEST(CudaSchedule, long_rows_take_a_block_per_row_with_the_row_in_shared_memory_read_once_written_once) {
+  LoweredFunc f = softmax_rows(64, 4096);
+  CudaSchedule s = schedule_cuda(f);
+  ASSERT_EQ(s.mapping, CudaMapping::PerRowBlock);
+  EXPECT_EQ(s.block, 256);  // 16 elements a thread
+  EXPECT_EQ(cuda_launch(s, 0, 64, 132).grid, 64u);  // a block per row
+  std::map<std::string, CudaSchedule::RowCache> caches;
+  for (const auto& c : s.row_caches) caches[c.buffer.name] = c;
+  ASSERT_EQ(caches.size(), 2u);
+  EXPECT_TRUE(caches.at("in0").fill);    // the input: copied in once, read by the max, exp and sum loops
+  EXPECT_FALSE(caches.at("out0").fill);  // the output: e written there, then scaled
+  EXPECT_EQ(caches.at("in0").length, 4096);
+  // e's store to memory is dead (the scaling loop writes the whole row again): one write a row.
+  ASSERT_EQ(s.dead_stores.size(), 1u);
+  std::string src = render_c(f, Dialect::Cuda);
+  EXPECT_NE(src.find("__shared__ float tr_row_in0[4224]"), std::string::npos) << src;
+  // Accesses to memory (not to tr_row_...): the output's one store, the input's copy alone.
+  auto in_memory = [&](const std::string& access) {
+    size_t n = 0;
+    for (size_t at = src.find(access); at != std::string::npos; at = src.find(access, at + 1)) n += src[at - 1] != '_';
+    return n;
+  };
+  EXPECT_EQ(in_memory("out0["), 1u) << src;
+  EXPECT_EQ(in_memory("in0["), 0u) << "every read of the input from shared memory:\n" << src;
+  EXPECT_COMPILES_FOR_SM90(src, "softmax_block.cu");
+  // A row not a multiple of 4 elements: the copy is scalar; still a block per row.
+  LoweredFunc odd = softmax_rows(8, 5001);
+  EXPECT_EQ(schedule_cuda(odd).mapping, CudaMapping::PerRowBlock);
+  EXPECT_COMPILES_FOR_SM90(render_c(odd, Dialect::Cuda), "softmax_odd.cu");
+  // Rows too long for shared memory (two rows of 16K floats): a warp per row, reading memory.
+  EXPECT_EQ(schedule_cuda(softmax_rows(4, 16384)).mapping, CudaMapping::PerRowWarp);
+  // Short rows stay a warp per row.
+  EXPECT_EQ(schedule_cuda(softmax_rows(64, 128)).mapping, CudaMapping::PerRowWarp);
+}
+
 TEST(CudaSchedule, argmax_folds_combine_the_index_by_min_and_the_lane_arrays_slot_by_slot) {
   Node n;
   n.op = Op::ArgMax;

@@ -228,9 +228,11 @@ Node op_node(Op op, const std::string& name, int inputs, std::map<std::string, A
   return n;
 }
 
-TEST(GpuKernels, softmax_rows_match_the_host_a_warp_per_long_row_and_a_thread_per_short_one) {
+TEST(GpuKernels, softmax_rows_match_the_host_a_block_or_a_warp_per_long_row_and_a_thread_per_short_one) {
   SKIP_WITHOUT_GPU();
-  for (int64_t cols : {int64_t(77), int64_t(8), int64_t(1000)}) {
+  // 4096 and 2048: a block per row, the row in shared memory, copied 16 bytes at a time; 5001: the
+  // same, copied element by element (rows not 16-byte aligned).
+  for (int64_t cols : {int64_t(77), int64_t(8), int64_t(1000), int64_t(4096), int64_t(2048), int64_t(5001)}) {
     const int64_t rows = 300;
     std::vector<float> x = random_floats(size_t(rows * cols), 7);
     for (bool one_block : {false, true}) {
@@ -238,7 +240,10 @@ TEST(GpuKernels, softmax_rows_match_the_host_a_warp_per_long_row_and_a_thread_pe
       std::vector<float> y = values_of<float>(run_op(op_node(Op::Softmax, "softmax", 1, {{"axis", testing::int_attr(-1)}}),
                                                      {OpInput{{DType::Float32, {rows, cols}}}}, {bytes_of(x)}, one_block,
                                                      &mappings)[0]);
-      EXPECT_EQ(mappings[0], cols >= 32 ? CudaMapping::PerRowWarp : CudaMapping::PerIteration) << cols << " columns";
+      EXPECT_EQ(mappings[0], cols >= 1024 ? CudaMapping::PerRowBlock
+                             : cols >= 32 ? CudaMapping::PerRowWarp
+                                          : CudaMapping::PerIteration)
+          << cols << " columns";
       for (int64_t r = 0; r < rows; ++r) {
         double mx = -INFINITY, sum = 0;
         for (int64_t c = 0; c < cols; ++c) mx = std::max(mx, double(x[size_t(r * cols + c)]));
@@ -255,7 +260,10 @@ TEST(GpuKernels, softmax_rows_match_the_host_a_warp_per_long_row_and_a_thread_pe
 
 TEST(GpuKernels, row_sums_layernorm_and_argmax_with_ties_and_nan_match_the_host) {
   SKIP_WITHOUT_GPU();
-  const int64_t rows = 257, cols = 1000;
+  // 1000: a warp per row; 3001: a block per row, the row in shared memory.
+  for (const int64_t cols : {int64_t(1000), int64_t(3001)}) {
+  SCOPED_TRACE(std::to_string(cols) + " columns");
+  const int64_t rows = 257;
   std::vector<float> x = random_floats(size_t(rows * cols), 11);
   for (int64_t r = 0; r < rows; r += 3) x[size_t(r * cols + (r * 7) % cols)] = 5.0f;   // the row's max, twice
   for (int64_t r = 0; r < rows; r += 3) x[size_t(r * cols + (r * 13) % cols)] = 5.0f;
@@ -306,6 +314,7 @@ TEST(GpuKernels, row_sums_layernorm_and_argmax_with_ties_and_nan_match_the_host)
       const double want = (clean[size_t(r * cols + c)] - mean) * inv * gamma[size_t(c)] + beta[size_t(c)];
       ASSERT_NEAR(y[size_t(r * cols + c)], want, 1e-5 * std::abs(want) + 1e-6) << "row " << r << ", column " << c;
     }
+  }
   }
 }
 
