@@ -19,7 +19,7 @@ namespace terrace::jit::cuda {
   X(cuInit) X(cuDriverGetVersion) X(cuGetErrorName) X(cuGetErrorString) X(cuDeviceGetCount)   \
   X(cuDeviceGet) X(cuDeviceGetName) X(cuDeviceGetAttribute) X(cuDeviceTotalMem)               \
   X(cuDevicePrimaryCtxRetain) X(cuCtxSetCurrent) X(cuModuleLoadData) X(cuModuleUnload)        \
-  X(cuModuleGetFunction) X(cuFuncGetAttribute) X(cuLaunchKernel) X(cuStreamCreate)            \
+  X(cuModuleGetFunction) X(cuFuncGetAttribute) X(cuFuncSetAttribute) X(cuLaunchKernel) X(cuStreamCreate)            \
   X(cuStreamDestroy) X(cuStreamSynchronize) X(cuEventCreate) X(cuEventDestroy)                \
   X(cuEventRecord) X(cuEventSynchronize) X(cuEventElapsedTime) X(cuMemAllocAsync)             \
   X(cuMemFreeAsync) X(cuDeviceGetDefaultMemPool) X(cuMemPoolSetAttribute) X(cuMemGetInfo)     \

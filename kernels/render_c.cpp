@@ -1,7 +1,8 @@
 // render_c(): kernel IR -> C++ or CUDA C. The dialects differ in the entries of DialectTraits, in
 // how a loop header is spelled (loop_header) and, in CUDA, in the Parallel loop, which the
 // kernel's schedule (kernels/schedule_cuda.h) maps onto threads: a grid-stride loop per iteration,
-// or per element with 16-byte vector loads and stores (emit_per_element).
+// or per element with 16-byte vector loads and stores (emit_per_element), or a warp or a block
+// per row of a reduction (emit_row_warp_loop; a block's row in shared memory).
 #include "kernels/render_c.h"
 
 #include <cctype>
@@ -568,11 +569,12 @@ class CRenderer : public IRVisitor {
         const std::string vec = "tr_vec<" + type + ", " + std::to_string(w) + ">";
         line() << "if (((unsigned long long)(" << src << ") & 15) == 0) {\n";
         ++indent_;
-        line() << "for (int64_t tr_q = tr_lane; tr_q < " << c.length / w << "; tr_q += " << n << ") {\n";
+        line() << "#pragma unroll 4\n";
+        line() << "for (int tr_q = tr_lane; tr_q < " << c.length / w << "; tr_q += " << n << ") {\n";
         ++indent_;
         line() << "const " << vec << " tr_v = *(const " << vec << "*)(" << src << " + tr_q * " << w << ");\n";
         line() << "#pragma unroll\n";
-        line() << "for (int tr_k = 0; tr_k < " << w << "; ++tr_k) { const int64_t tr_x = tr_q * " << w
+        line() << "for (int tr_k = 0; tr_k < " << w << "; ++tr_k) { const int tr_x = tr_q * " << w
                << " + tr_k; " << dst << "[tr_x + (tr_x >> 5)] = tr_v.v[tr_k]; }\n";
         --indent_;
         line() << "}\n";
@@ -580,7 +582,7 @@ class CRenderer : public IRVisitor {
         line() << "} else {\n";
         ++indent_;
       }
-      line() << "for (int64_t tr_x = tr_lane; tr_x < " << len << "; tr_x += " << n << ") " << dst
+      line() << "for (int tr_x = tr_lane; tr_x < " << len << "; tr_x += " << n << ") " << dst
              << "[tr_x + (tr_x >> 5)] = (" << src << ")[tr_x];\n";
       if (w > 1 && c.length % w == 0) {
         --indent_;
@@ -736,7 +738,10 @@ std::string render_kernel(const LoweredFunc& f, Dialect dialect) {
   };
   std::optional<CudaSchedule> schedule;
   if (dialect == Dialect::Cuda) schedule = schedule_cuda(f);
-  os << t.kernel_qualifier << " " << f.name << "(";
+  os << t.kernel_qualifier << " ";
+  if (schedule && schedule->mapping == CudaMapping::PerRowBlock)
+    os << "__launch_bounds__(" << schedule->block << ", " << row_block_min_blocks(*schedule) << ") ";
+  os << f.name << "(";
   if (t.buffers_as_array) {
     os << "void** buffers, int64_t begin, int64_t end) {\n";
     for (const Buffer& b : f.buffers)

@@ -103,6 +103,12 @@ struct CudaSchedule {
 // takes PerRowBlock instead, unless a loop of its row runs under a condition.
 CudaSchedule schedule_cuda(const LoweredFunc& f);
 
+// PerRowBlock: the shared memory a block of `s`'s kernel declares (its rows and its folds'
+// values), and the blocks an SM should hold at once, which the kernel's __launch_bounds__ ask the
+// compiler to leave registers for (at most 64 a thread where shared memory allows 8 blocks).
+size_t row_block_shared_bytes(const CudaSchedule& s);
+int row_block_min_blocks(const CudaSchedule& s);
+
 struct CudaLaunch {
   unsigned grid = 1, block = 1;
 };

@@ -226,7 +226,7 @@ TEST(CudaSchedule, long_rows_take_a_block_per_row_with_the_row_in_shared_memory_
   LoweredFunc f = softmax_rows(64, 4096);
   CudaSchedule s = schedule_cuda(f);
   ASSERT_EQ(s.mapping, CudaMapping::PerRowBlock);
-  EXPECT_EQ(s.block, 256);  // 16 elements a thread
+  EXPECT_EQ(s.block, 128);  // 32 elements a thread (fewer warps to combine: faster on the H100 than 256-1,024)
   EXPECT_EQ(cuda_launch(s, 0, 64, 132).grid, 64u);  // a block per row
   std::map<std::string, CudaSchedule::RowCache> caches;
   for (const auto& c : s.row_caches) caches[c.buffer.name] = c;
