@@ -1,5 +1,6 @@
 // terrace run: runs a model N times, printing each call's latency and tiers and the outputs.
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 
@@ -7,6 +8,7 @@
 #include "interp/log.h"
 #include "interp/onnx_import.h"
 #include "interp/tensor_proto.h"
+#include "tiers/tier_manager.h"
 #include "tools/cli_util.h"
 #include "tools/json_out.h"
 
@@ -22,6 +24,7 @@ const CommandDef kRunCommand{
         {"--random-inputs", nullptr, "deterministic random values for every input not given with --input"},
         {"--dim", "SYM=N", "the symbolic dim SYM of the random inputs (default 1)", true},
         {"--repeat", "N", "run N times (default 1)"},
+        {"--warm", nullptr, "first, unreported calls until every region has settled on its tier (compiles and validation done; at most 5 minutes)"},
         {"--expect", "NAME=FILE.pb", "check output NAME against a TensorProto file", true},
         {"--tier", "interp|cpu|gpu", "the highest tier regions may be promoted to (default: the highest built)"},
         {"--json", "FILE", "write the outputs' shapes, the checks and the session's report as JSON"},
@@ -61,6 +64,29 @@ void write_outputs(const std::string& dir, const NamedTensors& outputs) {
     write_text_file(path, bytes);
     std::printf("wrote %s (output %s)\n", path.c_str(), outputs[i].first.c_str());
   }
+}
+
+// Calls the session until every region has settled: no compile in flight, and no region's tier,
+// state, version count or validation changed for as many calls as a climb takes (a region goes to
+// tier 2 after Options::gpu_threshold calls on tier 1, then is shadow-validated), waiting for the
+// compiles after each call; at most 5 minutes. Returns the calls made.
+int64_t warm_up(Session& session, const NamedTensors& inputs, const Options& options) {
+  const int64_t settle =
+      (options.max_tier == Tier::Gpu ? options.gpu_threshold : 0) + options.validate_calls + 2;
+  const auto start = std::chrono::steady_clock::now();
+  std::string last;
+  int64_t calls = 0;
+  for (int64_t same = 0; same < settle && std::chrono::steady_clock::now() - start < std::chrono::minutes(5);) {
+    session.run(inputs);
+    session.wait_for_compiles();
+    ++calls;
+    std::string now;
+    for (const RegionReport& r : session.region_reports())
+      now += std::string(tier_name(r.tier)) + " " + r.state + " " + std::to_string(r.versions) + " " + r.validation + ";";
+    same = now == last ? same + 1 : 0;
+    last = std::move(now);
+  }
+  return calls;
 }
 
 }  // namespace
@@ -106,6 +132,11 @@ int cmd_run(const ParsedArgs& args) {
     log(LogLevel::Trace, "run: input ", name, ": ", dtype_name(t.dtype()), shape_str(t.shape()));
 
   NamedTensors outputs;
+  int64_t warm = 0;
+  if (args.has("--warm")) {
+    warm = warm_up(*session, inputs, options);
+    if (!quiet) std::printf("warm-up: %lld calls\n", (long long)warm);
+  }
   std::vector<std::string> ran;  // every tier any call ran on, lowest first
   for (int64_t c = 0; c < repeat; ++c) {
     outputs = session->run(inputs);
@@ -155,6 +186,7 @@ int cmd_run(const ParsedArgs& args) {
     j["model"] = model;
     j["tier"] = tier_name(options.max_tier);
     j["tiers_ran"] = ran;
+    j["warm_calls"] = warm;
     j["outputs"] = Json::array();
     for (auto& [name, t] : outputs)
       j["outputs"].push_back({{"name", name}, {"dtype", dtype_name(t.dtype())}, {"shape", t.shape()}});

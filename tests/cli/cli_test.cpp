@@ -257,6 +257,19 @@ TEST(CliTiers, run_and_bench_without_tier_report_the_tier_that_ran_not_gpu) {
   EXPECT_NE(b.out.find("tiers: up to cpu allowed; ran on interp+cpu"), std::string::npos) << show(b);
 }
 
+TEST(CliTiers, run_warm_reports_calls_after_every_region_settled_on_its_tier) {
+  fs::path json = scratch() / "run_warm.json";
+  Result r = terrace("run " + elementwise_model() + " --random-inputs --warm --repeat 3 --tier cpu --json " + json.string());
+  ASSERT_EQ(r.code, 0) << show(r);
+  EXPECT_NE(r.out.find("warm-up: "), std::string::npos) << show(r);
+  // Every reported call on tier 1, its validation done (a plain --repeat 6 ran on the interpreter only).
+  EXPECT_NE(r.out.find("tiers: up to cpu allowed; ran on cpu\n"), std::string::npos) << show(r);
+  std::string j = slurp(json);
+  EXPECT_NE(j.find("\"validation\":\"passed\""), std::string::npos) << j.substr(0, 600);
+  EXPECT_EQ(j.find("\"validation\":\"pending\""), std::string::npos) << j.substr(0, 600);
+  EXPECT_EQ(j.find("\"warm_calls\":0"), std::string::npos) << j.substr(0, 300);
+}
+
 TEST(CliTiers, an_unavailable_tier_asked_for_is_said_once_with_what_runs_instead) {
   Result r = terrace("run " + elementwise_model() + " --random-inputs --repeat 4 --tier gpu");
   ASSERT_EQ(r.code, 0) << show(r);
