@@ -38,9 +38,31 @@ bool mentions(const Expr& e, const std::string& name) {
   return f.found;
 }
 
+// A visitor that counts the conditions (Select, IfThenElse) around what it visits.
+class ConditionalVisitor : public IRVisitor {
+ protected:
+  int conditional_ = 0;
+  virtual void entering_if() {}
+  void visit_node(const Select* op) override {
+    visit(op->cond);
+    ++conditional_;
+    visit(op->true_value);
+    visit(op->false_value);
+    --conditional_;
+  }
+  void visit_node(const IfThenElse* op) override {
+    visit(op->cond);
+    entering_if();
+    ++conditional_;
+    visit(op->then_case);
+    visit(op->else_case);
+    --conditional_;
+  }
+};
+
 // The loads and stores of the lane body (the innermost loop's body) that may move as vectors,
 // with the base of their index (index = base + lane var; undefined base: 0).
-class Accesses : public IRVisitor {
+class Accesses : public ConditionalVisitor {
  public:
   struct Access {
     const IRNode* node;
@@ -59,23 +81,9 @@ class Accesses : public IRVisitor {
     consider(op, op->buffer, op->index);
     IRVisitor::visit_node(op);
   }
-  // What is under a condition may not run for every lane: a vector access would be speculative.
-  void visit_node(const Select* op) override {
-    visit(op->cond);
-    ++conditional_;
-    visit(op->true_value);
-    visit(op->false_value);
-    --conditional_;
-  }
-  void visit_node(const IfThenElse* op) override {
-    visit(op->cond);
-    ++conditional_;
-    visit(op->then_case);
-    visit(op->else_case);
-    --conditional_;
-  }
 
  private:
+  // What is under a condition may not run for every lane: a vector access would be speculative.
   void consider(const IRNode* node, const Buffer& b, const Expr& index) {
     if (conditional_ || b.slot == kLocalSlot) return;
     if (const Var* v = index.as<Var>(); v && v->name == lane_) {
@@ -94,7 +102,6 @@ class Accesses : public IRVisitor {
     }
   }
   std::string lane_;
-  int conditional_ = 0;
 };
 
 // True when `e` is a multiple of w for every value of the variables it reads. `lets` are the
@@ -339,7 +346,7 @@ std::optional<Affine> affine(const Expr& e) {
 
 // The global accesses of a row whose index is a row-start let plus an offset over the loops
 // around it, with the offsets' range; whether some loop runs under a condition.
-class RowAccesses : public IRVisitor {
+class RowAccesses : public ConditionalVisitor {
  public:
   struct Access {
     const IRNode* node;
@@ -380,20 +387,8 @@ class RowAccesses : public IRVisitor {
     ranges_.pop_back();
     if (top) current_ = 0;
   }
-  void visit_node(const IfThenElse* op) override {
-    visit(op->cond);
+  void entering_if() override {
     if (depth_ == 0) conditional_control = true;
-    ++conditional_;
-    visit(op->then_case);
-    visit(op->else_case);
-    --conditional_;
-  }
-  void visit_node(const Select* op) override {
-    visit(op->cond);
-    ++conditional_;
-    visit(op->true_value);
-    visit(op->false_value);
-    --conditional_;
   }
   void visit_node(const Load* op) override {
     record(op, op->buffer, op->index, false);
@@ -458,7 +453,7 @@ class RowAccesses : public IRVisitor {
 
   std::set<std::string> row_lets_;
   std::vector<std::pair<std::string, std::pair<int64_t, int64_t>>> ranges_;  // loops open, innermost last
-  int depth_ = 0, conditional_ = 0, loops_ = 0, current_ = 0;
+  int depth_ = 0, loops_ = 0, current_ = 0;
 };
 
 // The row caches of a PerRowWarp kernel's row (see CudaSchedule::RowCache), or none where a
