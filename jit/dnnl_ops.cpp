@@ -417,7 +417,7 @@ std::unique_ptr<DnnlPrimitive> make_gemm(const Node& node, const std::vector<Sha
                                   constants);
 }
 
-// ---- MaxPool and AveragePool ----
+// ---- MaxPool, AveragePool and (in chains) GlobalAveragePool, GlobalMaxPool ----
 
 // The window of one spatial dim, as the interpreter resolves it (auto_pad, pads, ceil_mode).
 struct PoolDim {
@@ -428,6 +428,14 @@ struct PoolDim {
 std::vector<PoolDim> pool_dims(const Node& node, const Shape& x) {
   TERRACE_CHECK(x.size() >= 3 && x.size() <= 5, NotImplemented, node.describe(), ": tier 1 pools 1 to 3 spatial dims");
   const size_t n = x.size() - 2;
+  if (node.op == Op::GlobalAveragePool || node.op == Op::GlobalMaxPool) {  // one window: the whole of each dim
+    std::vector<PoolDim> dims(n);
+    for (size_t i = 0; i < n; ++i) {  // an empty dim: a window of 0 (a chain with it runs the reference path)
+      dims[i].in = dims[i].kernel = x[i + 2];
+      dims[i].out = 1;
+    }
+    return dims;
+  }
   TERRACE_CHECK(node.has_attr("kernel_shape"), InvalidModel, node.describe(), ": attribute 'kernel_shape' is required");
   auto ints = [&](const char* name, size_t count, int64_t def, int64_t min) {
     std::vector<int64_t> v = node.attr_ints(name, std::vector<int64_t>(count, def));
@@ -490,11 +498,12 @@ struct PoolSpec {
 PoolSpec pool_spec(const Node& node, const Shape& x) {
   const std::vector<PoolDim> dims = pool_dims(node, x);
   PoolSpec p;
-  const bool max = node.op == Op::MaxPool;
+  const bool max = node.op == Op::MaxPool || node.op == Op::GlobalMaxPool;
   p.include_pad = !max && node.attr_int("count_include_pad", 0) != 0;
   p.alg = max ? dnnl::algorithm::pooling_max
               : p.include_pad ? dnnl::algorithm::pooling_avg_include_padding : dnnl::algorithm::pooling_avg_exclude_padding;
   for (const PoolDim& d : dims) {
+    TERRACE_CHECK(d.kernel >= 1, NotImplemented, node.describe(), ": tier 1 does not pool an empty window");
     const int64_t extent = (d.kernel - 1) * d.dilation + 1;
     // The end padding oneDNN needs for d.out windows by floor division.
     const int64_t end = (d.out - 1) * d.stride + extent - d.in - d.pad_begin;
@@ -1065,7 +1074,9 @@ std::unique_ptr<DnnlPrimitive> make_dnnl_conv_chain(const std::vector<DnnlChainO
 
 std::string dnnl_can_compile(const Node& node, const std::vector<DType>& dtypes,
                              const std::vector<std::optional<size_t>>& ranks) {
-  const bool pool = node.op == Op::MaxPool || node.op == Op::AveragePool;
+  // Global pools run as steps of a convolution chain only (cpu_library's chains_pool).
+  const bool pool = node.op == Op::MaxPool || node.op == Op::AveragePool || node.op == Op::GlobalAveragePool ||
+                    node.op == Op::GlobalMaxPool;
   if (node.op != Op::MatMul && node.op != Op::Gemm && node.op != Op::Conv && !pool)
     return std::string("tier 1 has no library kernel for ") + op_name(node.op);
   if (node.op == Op::MaxPool && node.outputs.size() > 1 && node.outputs[1] >= 0)

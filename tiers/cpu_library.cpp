@@ -109,7 +109,8 @@ bool chains_conv(const Graph& g, const Node& last, const Node& next) {
 
 // True when `next` pools `last`'s result (its data input) and tier 1 runs it: it becomes a step of
 // the chain, in the chain's blocked layout (ResNet's stem MaxPool between its first Conv and the
-// first block, which otherwise cost two reorders and a pool in plain layout).
+// first block, which otherwise cost two reorders and a pool in plain layout; the GlobalAveragePool
+// that ends a CNN, which was a generated kernel of its own).
 bool chains_pool(const Graph& g, const Node& last, const Node& next) {
   return is_pool(next.op) && !next.inputs.empty() && next.inputs[0] == last.outputs[0] && next.outputs.size() == 1 &&
          is_float32(g, next.inputs[0]) && can_compile(g, next).empty();
@@ -283,9 +284,12 @@ std::vector<Tensor> error_allowance(const Graph& g, const Region& region, const 
       auto e = bound.find(node.inputs[0]);
       RValue eb(e != bound.end() ? e->second : Tensor::zeros(DType::Float64, a.shape()));
       Tensor b = interpret_node(node, {&eb}).at(0).tensor;
-      if (node.op == Op::AveragePool) {
+      if (node.op == Op::AveragePool || node.op == Op::GlobalAveragePool) {
         int64_t taps = 1;
-        for (int64_t k : node.attr_ints("kernel_shape", {})) taps *= k;
+        if (node.op == Op::GlobalAveragePool)
+          for (size_t d = 2; d < a.shape().size(); ++d) taps *= a.shape()[d];
+        else
+          for (int64_t k : node.attr_ints("kernel_shape", {})) taps *= k;
         const double K = 2 + double(taps);
         const double gamma = K * u / (1 - K * u);
         RValue mag(abs64(a, 1.0));

@@ -18,7 +18,9 @@ namespace terrace::cpu_library {
 // True for the ops tier 1 runs through oneDNN, each opening a region of its own.
 bool is_library_op(Op op);
 // MaxPool and AveragePool: a region of their own, or steps of a convolution chain.
-inline bool is_pool(Op op) { return op == Op::MaxPool || op == Op::AveragePool; }
+inline bool is_pool(Op op) {
+  return op == Op::MaxPool || op == Op::AveragePool || op == Op::GlobalAveragePool || op == Op::GlobalMaxPool;
+}
 
 // "" when tier 1 compiles `node` (a library op) through oneDNN, else the reason.
 std::string can_compile(const Graph& g, const Node& node);

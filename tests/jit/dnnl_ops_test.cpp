@@ -488,6 +488,28 @@ TEST(DnnlOps, ConvChainsWithPoolsMatchTheInterpreter) {
   p.activation(kRelu);
   auto first = p.compile();
   expect_close(p.run(*first), p.reference(), "a chain starting with a pool");
+
+  // A global pool ending the chain (a CNN's GlobalAveragePool before its classifier), over 2-D and
+  // 1-D windows; with NaN in the input the max takes the reference path (oneDNN's max need not
+  // keep NaN), the average keeps it.
+  for (Op op : {Op::GlobalAveragePool, Op::GlobalMaxPool})
+    for (const Shape& shape : {Shape{2, 8, 7, 7}, Shape{1, 8, 13}})
+      for (bool nan : {false, true}) {
+        SCOPED_TRACE(std::string(op_name(op)) + " over " + shape_str(shape) + (nan ? " with NaN" : ""));
+        Chain g;
+        Tensor in = random_tensor(DType::Float32, shape, -1, 1, 6, false);
+        if (nan) in.data<float>()[5] = NAN;
+        const int z = g.input(in, false);
+        const Ints w = shape.size() == 4 ? Ints{16, 8, 3, 3} : Ints{16, 8, 3};
+        g.conv(z, w, true, {{"pads", shape.size() == 4 ? Ints{1, 1, 1, 1} : Ints{1, 1}}});
+        g.activation(kRelu);
+        g.pool(Chain::kPrevious, op, {});
+        auto prim = g.compile();
+        expect_close(g.run(*prim), g.reference(), "a global pool ending the chain");
+        if (!nan) {
+          EXPECT_NE(prim->describe().find("pooling (" + std::string(op_name(op))), std::string::npos) << prim->describe();
+        }
+      }
 }
 
 // y + Conv(y), the Add reading the Conv's own source at its last use: the sum cannot write into
@@ -508,16 +530,19 @@ TEST(DnnlOps, ConvChainAddingItsOwnSourceMatchesTheInterpreter) {
 // through the activations when the sums are empty), without reaching oneDNN.
 TEST(DnnlOps, ConvChainsWithZeroSizedTensorsGiveTheInterpretersAnswer) {
   std::vector<std::pair<std::string, Chain>> chains;
-  for (const Shape& x : {Shape{0, 8, 6, 6}, Shape{1, 8, 0, 6}, Shape{1, 0, 6, 6}}) {
-    Chain c;
-    const int in = c.input(random_tensor(DType::Float32, x, -1, 1, 6, false), false);
-    const int64_t k = x[2] == 0 ? 1 : 3;  // an empty height: a 1x1 kernel over the padding only
-    c.conv(in, {4, x[1], k, k}, true, {{"pads", Ints{1, 1, 1, 1}}});
-    c.activation(kRelu6);
-    c.conv(Chain::kPrevious, {5, 4, 1, 1}, true, {});
-    c.activation(kRelu);
-    chains.emplace_back("x " + shape_str(x), std::move(c));
-  }
+  for (const Shape& x : {Shape{0, 8, 6, 6}, Shape{1, 8, 0, 6}, Shape{1, 0, 6, 6}})
+    for (bool global_pool : {false, true}) {
+      Chain c;
+      const int in = c.input(random_tensor(DType::Float32, x, -1, 1, 6, false), false);
+      const int64_t k = x[2] == 0 ? 1 : 3;  // an empty height: a 1x1 kernel over the padding only
+      c.conv(in, {4, x[1], k, k}, true, {{"pads", Ints{1, 1, 1, 1}}});
+      c.activation(kRelu6);
+      c.conv(Chain::kPrevious, {5, 4, 1, 1}, true, {});
+      c.activation(kRelu);
+      // An average over an empty window (x's height 0 stays 0 through 1x1 kernels: the mean of nothing).
+      if (global_pool) c.pool(Chain::kPrevious, Op::GlobalAveragePool, {});
+      chains.emplace_back("x " + shape_str(x) + (global_pool ? ", then GlobalAveragePool" : ""), std::move(c));
+    }
   for (const auto& [what, c] : chains) {
     SCOPED_TRACE(what);
     auto prim = c.compile();

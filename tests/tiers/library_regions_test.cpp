@@ -213,8 +213,10 @@ std::shared_ptr<Graph> stem_and_block_model() {
   int b = conv(a, {32, 8, 3, 3}, {{"pads", pads}}, 3);
   int shortcut = conv(pool, {32, 16, 1, 1}, {}, 4);
   int block = g.node(Op::Relu, {g.node(Op::Add, {b, shortcut})});
-  g.output(g.node(Op::AveragePool, {block}, {{"kernel_shape", GraphBuilder::attr_ints({2, 2})},
-                                             {"strides", GraphBuilder::attr_ints({2, 2})}}));
+  int avg = g.node(Op::AveragePool, {block}, {{"kernel_shape", GraphBuilder::attr_ints({2, 2})},
+                                              {"strides", GraphBuilder::attr_ints({2, 2})}});
+  // The head of a CNN: a last Conv, then GlobalAveragePool, the chain's last step.
+  g.output(g.node(Op::GlobalAveragePool, {g.node(Op::Relu, {conv(avg, {24, 32, 1, 1}, {}, 5)})}));
   return g.build();
 }
 
@@ -222,7 +224,8 @@ TEST(LibraryRegions, a_pool_between_convolutions_runs_inside_their_chain_validat
   auto g = stem_and_block_model();
   auto s = Session::from_graph(g, tiered());
   ASSERT_EQ(s->plan().regions.size(), 1u);
-  EXPECT_EQ(s->plan().regions[0].ops(), "Conv,Relu,MaxPool,Conv,Relu,Conv,Conv,Add,Relu,AveragePool");
+  EXPECT_EQ(s->plan().regions[0].ops(),
+            "Conv,Relu,MaxPool,Conv,Relu,Conv,Conv,Add,Relu,AveragePool,Conv,Relu,GlobalAveragePool");
   NamedTensors in = {{"x", random_tensor({1, 3, 32, 32}, 5)}};
   expect_one_region_on_tier1_validated(g, *s, in);
 
