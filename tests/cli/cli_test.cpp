@@ -78,7 +78,7 @@ Result terrace(const std::string& args, const std::string& env = "") {
   // are cleared; a test's own `env` sets what it checks.
   const std::string clean =
       "env -u TERRACE_LOG -u TERRACE_MAX_TIER -u TERRACE_FAULT -u TERRACE_OPTIMIZE -u TERRACE_MODE -u TERRACE_STRICT "
-      "-u TERRACE_PROFILE -u TERRACE_DUMP_DIR -u TERRACE_RECHECK ";
+      "-u TERRACE_PROFILE -u TERRACE_DUMP_DIR -u TERRACE_RECHECK -u TERRACE_CLANG_JIT_PLUGIN ";
   std::string cmd = clean + cache + env + " " + kTerrace + " " + args + " >" + out.string() + " 2>" + err.string();
   int status = std::system(cmd.c_str());
   Result r;
@@ -268,6 +268,27 @@ TEST(CliTiers, run_warm_reports_calls_after_every_region_settled_on_its_tier) {
   EXPECT_NE(j.find("\"validation\":\"passed\""), std::string::npos) << j.substr(0, 600);
   EXPECT_EQ(j.find("\"validation\":\"pending\""), std::string::npos) << j.substr(0, 600);
   EXPECT_EQ(j.find("\"warm_calls\":0"), std::string::npos) << j.substr(0, 300);
+}
+
+TEST(CliTiers, the_clang_jit_is_loaded_by_the_first_generated_kernel_only) {
+  // Library regions alone (oneDNN; CumSum stays on the interpreter) never load Clang and LLVM,
+  // whose libraries keep 58 MB resident once mapped.
+  Result lib = terrace("run " + matmul_cumsum_model() + " --random-inputs --warm --repeat 2 --tier cpu --quiet",
+                       "TERRACE_LOG=debug");
+  ASSERT_EQ(lib.code, 0) << show(lib);
+  EXPECT_EQ(lib.err.find("Clang JIT plugin"), std::string::npos) << show(lib);
+  Result gen = terrace("run " + elementwise_model() + " --random-inputs --warm --repeat 2 --tier cpu --quiet",
+                       "TERRACE_LOG=debug");
+  ASSERT_EQ(gen.code, 0) << show(gen);
+  EXPECT_EQ(count(gen.err, "tier 1: Clang JIT plugin "), 1u) << show(gen);
+  // Without the plugin: the compile fails saying where it looked, the region stays on the
+  // interpreter, and the run's answer is the interpreter's.
+  Result none = terrace("run " + elementwise_model() + " --random-inputs --warm --repeat 2 --tier cpu",
+                        "TERRACE_CLANG_JIT_PLUGIN=/nonexistent/libterrace_clang_jit.so");
+  ASSERT_EQ(none.code, 0) << show(none);
+  EXPECT_NE(none.err.find("cannot load its Clang JIT plugin"), std::string::npos) << show(none);
+  EXPECT_NE(none.err.find("/nonexistent/libterrace_clang_jit.so: not found"), std::string::npos) << show(none);
+  EXPECT_NE(none.out.find("ran on interp\n"), std::string::npos) << show(none);
 }
 
 TEST(CliTiers, an_unavailable_tier_asked_for_is_said_once_with_what_runs_instead) {
