@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Tier 2's checks and measurements on the GPU host (the `device` tool's H100), results under $OUT.
 # Build here, then bundle and run there (one call per PART, each within the tool's 10 minutes):
-#   ../shared/tools/device-bundle .gpu build/tools/terrace build/tests/test_gpu build/bench/ops_bench
+#   ../shared/tools/device-bundle .gpu build/tools/terrace build/lib/terrace/libterrace_clang_jit.so \
+#       build/tests/test_gpu build/bench/ops_bench   # tier 1's Clang JIT plugin beside the programs
 #   device run (carry .gpu):  bash bench/gpu_tier2.sh runs      # test_gpu; the zoo on --tier gpu, checked (NO_VALIDATE=1: no validate)
 #                             bash bench/gpu_tier2.sh kernels   # ops_bench /gpu vs bench/gpu_ops.py; cuDNN algorithms
 #                             bash bench/gpu_tier2.sh compare   # compare.py: tier 2 vs eager and torch.compile, batch 1

@@ -35,9 +35,9 @@ void dump_file(const std::string& file, std::string_view bytes) {
       .write(bytes.data(), std::streamsize(bytes.size()));
 }
 
-// The plugin's file: TERRACE_CLANG_JIT_PLUGIN; else lib/terrace/ beside the library or program
-// holding this code (an installed libterrace.so in P/lib, the terrace CLI in P/bin); else the
-// build tree's and the install prefix's, as configured.
+// The plugin's file: TERRACE_CLANG_JIT_PLUGIN; else terrace/ beside the library holding this code
+// (an installed libterrace.so in P/lib), the program's own folder, lib/terrace/ beside it (the
+// terrace CLI in P/bin); else the build tree's and the install prefix's, as configured.
 std::vector<std::string> plugin_candidates() {
   std::vector<std::string> paths;
   if (const char* env = std::getenv("TERRACE_CLANG_JIT_PLUGIN"); env && *env) return {env};
@@ -48,6 +48,7 @@ std::vector<std::string> plugin_candidates() {
     const std::filesystem::path self = std::filesystem::canonical(info.dli_fname, ec);
     if (!ec) {
       paths.push_back((self.parent_path() / "terrace" / file).string());
+      paths.push_back((self.parent_path() / file).string());  // copied beside the program (a bundle)
       paths.push_back((self.parent_path().parent_path() / "lib" / "terrace" / file).string());
     }
   }
