@@ -257,6 +257,29 @@ TEST(CudaSchedule, long_rows_take_a_block_per_row_with_the_row_in_shared_memory_
   EXPECT_EQ(schedule_cuda(softmax_rows(64, 128)).mapping, CudaMapping::PerRowWarp);
 }
 
+TEST(CudaSchedule, row_blocks_of_every_reduced_dtype_compile_for_sm90) {
+  // The rows in shared memory are typed as the buffers: copies of 16 bytes hold 2, 4 or 16 elements.
+  static const Tensor axes = Tensor::from_vector<int64_t>({1}, {1});
+  for (DType t : {DType::Float64, DType::Int32, DType::Int64, DType::UInt8})
+    for (Op op : {Op::ReduceSum, Op::ReduceMax}) {
+      SCOPED_TRACE(std::string(op_name(op)) + " of " + dtype_name(t));
+      Node n;
+      n.op = op;
+      n.name = "r";
+      n.inputs = {0, 1};
+      n.outputs = {2};
+      n.attrs["keepdims"] = int_attr(0);
+      std::vector<OpInput> in(2);
+      in[0].sig = {t, {16, 2048}};
+      in[1].sig = {DType::Int64, {1}};
+      in[1].value = &axes;
+      OpKernels k = lower_op(n, in, "r");
+      ASSERT_EQ(k.calls.size(), 1u);
+      if (op == Op::ReduceSum) EXPECT_EQ(schedule_cuda(k.calls[0].func).mapping, CudaMapping::PerRowBlock);
+      EXPECT_COMPILES_FOR_SM90(render_c(k.calls[0].func, Dialect::Cuda), "rows.cu");
+    }
+}
+
 TEST(CudaSchedule, argmax_folds_combine_the_index_by_min_and_the_lane_arrays_slot_by_slot) {
   Node n;
   n.op = Op::ArgMax;
