@@ -156,8 +156,8 @@ class CRenderer : public IRVisitor {
       expr_ = it->second + ".v[tr_k]";
       return;
     }
-    if (auto it = cached_.find(op); it != cached_.end()) {
-      expr_ = row_element(op->buffer.name, it->second);
+    if (const Expr* offset = cached_offset(op)) {
+      expr_ = row_element(op->buffer.name, *offset);
       return;
     }
     expr_ = op->buffer.name + "[" + print(op->index) + "]";
@@ -219,10 +219,10 @@ class CRenderer : public IRVisitor {
       line() << it->second << ".v[tr_k] = " << print(op->value) << ";\n";
       return;
     }
-    if (auto it = cached_.find(op); it != cached_.end()) {
+    if (const Expr* offset = cached_offset(op)) {
       // A row kept in shared memory: the value goes there, and to memory unless a later loop
       // writes the whole row again.
-      const std::string row = row_element(op->buffer.name, it->second);
+      const std::string row = row_element(op->buffer.name, *offset);
       const bool dead = schedule_->dead_stores.count(op) > 0;
       const std::string value = print(op->value);
       const std::string to_memory = op->buffer.name + "[" + print(op->index) + "] = " + row + ";";
@@ -248,10 +248,7 @@ class CRenderer : public IRVisitor {
   void visit_node(const LetStmt* op) override {
     line() << "const " << c_type(op->value.type()) << " " << op->name << " = " << print(op->value)
            << ";\n";
-    if (fill_pending_ && !op->body.as<LetStmt>()) {  // the row's lets are bound: its inputs' rows
-      fill_pending_ = false;
-      fill_row_caches();
-    }
+    fill_after_lets(op->body);
     visit(op->body);
   }
   // A local array in the enclosing C scope (names are unique, as for LetStmt).
@@ -394,17 +391,13 @@ class CRenderer : public IRVisitor {
             line() << "__shared__ " << c_type(f.accumulator.dtype) << " " << part_name_[&f] << "["
                    << std::max<int64_t>(1, f.slots) * (s.block / 32) << "];\n";
           }
-        for (const auto& [node, offset] : s.cached_accesses) cached_[node] = offset;
         line() << "const int tr_lane = threadIdx.x;\n";
         line() << "for (int64_t " << v << " = " << b << " + blockIdx.x; " << v << " < " << e << "; " << v
                << " += gridDim.x) {\n";
         fill_pending_ = !s.row_caches.empty();
-        if (fill_pending_ && !op->body.as<LetStmt>()) {
-          fill_pending_ = false;
-          ++indent_;
-          fill_row_caches();
-          --indent_;
-        }
+        ++indent_;
+        fill_after_lets(op->body);
+        --indent_;
       } else {
         line() << "const int tr_lane = threadIdx.x & 31;\n";
         line() << "const int64_t tr_warp = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;\n";
@@ -483,7 +476,7 @@ class CRenderer : public IRVisitor {
         // Each warp's lane 0 leaves its value; every thread then combines them in warp order (all
         // alike, so every thread holds the same value, NaN included).
         const std::string warps = std::to_string(s.block / 32);
-        const std::string part = part_name_.at(&f) + "[" + (f.slots ? "tr_s * " + warps + " + " : std::string()) ;
+        const std::string part = part_name_.at(&f) + "[" + (f.slots ? "tr_s * " + warps + " + " : std::string());
         line() << "if ((tr_lane & 31) == 0) " << part << "(tr_lane >> 5)] = " << acc << ";\n";
       }
       end_slots(open);
@@ -553,8 +546,20 @@ class CRenderer : public IRVisitor {
   // padding every 32, so that a stride of 16 or 32 elements does not hit one bank).
   std::string row_element(const std::string& buffer, const Expr& offset) {
     // Offsets are below the row's length: 32-bit arithmetic (64-bit is several instructions each).
-    const std::string x = "(int)(" + print(offset) + ")";
-    return "tr_row_" + buffer + "[" + x + " + (" + x + " >> 5)]";
+    return "tr_row_" + buffer + "[" + padded("(int)(" + print(offset) + ")") + "]";
+  }
+  static std::string padded(const std::string& x) { return x + " + (" + x + " >> 5)"; }
+  // The row's inputs are copied in once its leading lets (the row's base among them) are bound:
+  // before `next`, the statement after a let, unless that is another let.
+  void fill_after_lets(const Stmt& next) {
+    if (!fill_pending_ || next.as<LetStmt>()) return;
+    fill_pending_ = false;
+    fill_row_caches();
+  }
+  const Expr* cached_offset(const IRNode* access) const {
+    if (!schedule_) return nullptr;
+    auto it = schedule_->cached_accesses.find(access);
+    return it == schedule_->cached_accesses.end() ? nullptr : &it->second;
   }
   // The inputs' rows copied into shared memory, 16 bytes at a time where the row is aligned.
   void fill_row_caches() {
@@ -575,15 +580,15 @@ class CRenderer : public IRVisitor {
         line() << "const " << vec << " tr_v = *(const " << vec << "*)(" << src << " + tr_q * " << w << ");\n";
         line() << "#pragma unroll\n";
         line() << "for (int tr_k = 0; tr_k < " << w << "; ++tr_k) { const int tr_x = tr_q * " << w
-               << " + tr_k; " << dst << "[tr_x + (tr_x >> 5)] = tr_v.v[tr_k]; }\n";
+               << " + tr_k; " << dst << "[" << padded("tr_x") << "] = tr_v.v[tr_k]; }\n";
         --indent_;
         line() << "}\n";
         --indent_;
         line() << "} else {\n";
         ++indent_;
       }
-      line() << "for (int tr_x = tr_lane; tr_x < " << len << "; tr_x += " << n << ") " << dst
-             << "[tr_x + (tr_x >> 5)] = (" << src << ")[tr_x];\n";
+      line() << "for (int tr_x = tr_lane; tr_x < " << len << "; tr_x += " << n << ") " << dst << "["
+             << padded("tr_x") << "] = (" << src << ")[tr_x];\n";
       if (w > 1 && c.length % w == 0) {
         --indent_;
         line() << "}\n";
@@ -717,7 +722,6 @@ class CRenderer : public IRVisitor {
   bool in_lanes_ = false;                                // rendering one lane of a vector step
   bool in_row_ = false;                                  // PerRowWarp: inside the row loop
   bool fill_pending_ = false;                            // PerRowBlock: the row's caches still to fill
-  std::map<const IRNode*, Expr> cached_;                 // PerRowBlock: accesses to rows in shared memory
   std::map<const CudaSchedule::Fold*, std::string> part_name_;  // PerRowBlock: a fold's warps' values
   int row_loop_depth_ = 0;                               // PerRowWarp: loops open inside the row
 };

@@ -565,8 +565,7 @@ CudaSchedule row_schedule(const LoweredFunc& f, CudaSchedule s) {
   }
   // 128 threads (32 elements each for 4,096): on the H100 a 4,096-column softmax took 0.16 ms
   // with 128, 0.18-0.27 with 256, 0.44 with 512, 0.60 with 1,024 and 0.23 with 64 (bench/RESULTS.md).
-  int64_t threads = 128;
-  s.block = int(threads);
+  s.block = 128;
   return s;
 }
 
