@@ -160,6 +160,10 @@ class CRenderer : public IRVisitor {
       expr_ = row_element(op->buffer.name, *offset);
       return;
     }
+    if (op->buffer.slot == kLocalSlot && slot_register_.count(op->buffer.name)) {
+      expr_ = "tr_slot_" + op->buffer.name;  // the schedule proved the index is the thread's slot
+      return;
+    }
     expr_ = op->buffer.name + "[" + print(op->index) + "]";
   }
   void visit_node(const Unary* op) override {
@@ -215,6 +219,10 @@ class CRenderer : public IRVisitor {
     line() << "}\n";
   }
   void visit_node(const Store* op) override {
+    if (op->buffer.slot == kLocalSlot && slot_register_.count(op->buffer.name)) {
+      line() << "tr_slot_" << op->buffer.name << " = " << print(op->value) << ";\n";
+      return;
+    }
     if (auto it = vector_name_.find(op); it != vector_name_.end() && in_lanes_) {
       line() << it->second << ".v[tr_k] = " << print(op->value) << ";\n";
       return;
@@ -382,7 +390,8 @@ class CRenderer : public IRVisitor {
       ++indent_;
       if (block) {
         for (const CudaSchedule::RowCache& c : s.row_caches)
-          line() << "__shared__ " << c_type(c.buffer.dtype) << " tr_row_" << c.buffer.name << "["
+          if (!s.rows_in_registers)
+            line() << "__shared__ " << c_type(c.buffer.dtype) << " tr_row_" << c.buffer.name << "["
                  << c.length + c.length / 32 << "];\n";
         int k = 0;
         for (const auto& [loop, folds] : s.folds)
@@ -443,27 +452,60 @@ class CRenderer : public IRVisitor {
       --indent_;
       line() << "}\n";
     };
+    // A flattened nest in registers: thread t folds into slot t % W only, in a register of its own
+    // (tr_slot_<acc>), starting from the slot's value where t < W, else from the identity.
+    auto reg = s.register_loops.find(op);
+    const For* slot_loop = block && s.rows_in_registers && reg != s.register_loops.end() ? reg->second : nullptr;
+    const std::string slot_w = slot_loop ? std::to_string(slot_loop->end.as<IntImm>()->value) : std::string();
+    for (const CudaSchedule::Fold& f : folds) {
+      if (!slot_loop) continue;
+      const std::string mine = "tr_slot_" + f.accumulator.name;
+      line() << c_type(f.accumulator.dtype) << " " << mine << " = " << f.accumulator.name << "[tr_lane % " << slot_w
+             << "];\n";
+      if (f.identity.defined()) line() << "if (tr_lane >= " << slot_w << ") " << mine << " = " << print(f.identity) << ";\n";
+      slot_register_.insert(f.accumulator.name);
+    }
     for (const CudaSchedule::Fold& f : folds)
-      if (f.identity.defined()) {
+      if (f.identity.defined() && !slot_loop) {
         const bool open = over_slots(f);
         line() << "if (tr_lane != 0) " << f.accumulator.name << "[" << print(f.index) << "] = " << print(f.identity)
                << ";\n";
         end_slots(open);
       }
-    // Unrolled so that a lane has several independent loads in flight on a long row (its fold's
-    // order is unchanged: the same elements in the same sequence).
-    const std::string n = std::to_string(block ? s.block : 32);
-    line() << "#pragma unroll 4\n";
-    line() << "for (" << counter << v << " = " << b << " + (int64_t)((tr_lane - (int)((" << b << ") % " << n << ") + "
-           << n << ") % " << n << "); " << v << " < " << e << "; " << v << " += " << n << ") {\n";
-    ++row_loop_depth_;
-    nested(op->body);
-    --row_loop_depth_;
-    line() << "}\n";
+    if (block && s.rows_in_registers && reg != s.register_loops.end()) {
+      emit_register_loop(op, reg->second);
+    } else {
+      // Unrolled so that a lane has several independent loads in flight on a long row (its fold's
+      // order is unchanged: the same elements in the same sequence).
+      const std::string n = std::to_string(block ? s.block : 32);
+      line() << "#pragma unroll 4\n";
+      line() << "for (" << counter << v << " = " << b << " + (int64_t)((tr_lane - (int)((" << b << ") % " << n
+             << ") + " << n << ") % " << n << "); " << v << " < " << e << "; " << v << " += " << n << ") {\n";
+      ++row_loop_depth_;
+      nested(op->body);
+      --row_loop_depth_;
+      line() << "}\n";
+    }
+    slot_register_.clear();
     for (const CudaSchedule::Fold& f : folds) {
+      const std::string type = c_type(f.accumulator.dtype);
+      if (slot_loop) {
+        // Lanes of a warp with one slot (t % W alike) combine by shuffles; lane t < W of each warp
+        // leaves the warp's value of slot t.
+        const std::string mine = "tr_slot_" + f.accumulator.name;
+        line() << "for (int tr_o = 16; tr_o >= " << slot_w << "; tr_o >>= 1) {\n";
+        ++indent_;
+        line() << "const " << type << " tr_mine = " << mine << ";\n";
+        line() << "const " << type << " tr_other = __shfl_xor_sync(0xffffffffu, tr_mine, tr_o);\n";
+        line() << mine << " = " << print(slot_combined(f)) << ";\n";
+        --indent_;
+        line() << "}\n";
+        line() << "if ((tr_lane & 31) < " << slot_w << ") " << part_name_.at(&f) << "[(tr_lane % " << slot_w << ") * "
+               << s.block / 32 << " + (tr_lane >> 5)] = " << mine << ";\n";
+        continue;
+      }
       const bool open = over_slots(f);
       const std::string acc = f.accumulator.name + "[" + print(f.index) + "]";
-      const std::string type = c_type(f.accumulator.dtype);
       line() << "for (int tr_o = 16; tr_o > 0; tr_o >>= 1) {\n";
       ++indent_;
       line() << "const " << type << " tr_other = __shfl_xor_sync(0xffffffffu, " << acc << ", tr_o);\n";
@@ -528,6 +570,40 @@ class CRenderer : public IRVisitor {
     line() << sync() << "\n";
   }
 
+  // PerRowBlock in registers: a lane loop from 0 (or a nest [0, J) x [0, W), flattened) over its n
+  // elements, element r on thread r % block as its register r / block: fully unrolled, so that
+  // the rows' arrays are indexed by constants and stay in registers.
+  void emit_register_loop(const For* op, const For* inner) {
+    const int64_t block = schedule_->block;
+    const int64_t w = inner ? inner->end.as<IntImm>()->value : 1;
+    const int64_t n = op->end.as<IntImm>()->value * w;
+    const std::string r = inner ? "tr_r" : op->var;
+    line() << "#pragma unroll\n";
+    line() << "for (int tr_k = 0; tr_k < " << (n + block - 1) / block << "; ++tr_k) {\n";
+    ++indent_;
+    line() << "const int " << r << " = tr_lane + tr_k * " << block << ";\n";
+    const bool partial = n % block != 0;
+    if (partial) {
+      line() << "if (" << r << " < " << n << ") {\n";
+      ++indent_;
+    }
+    if (inner) {
+      line() << "const int " << op->var << " = tr_r / " << w << ";\n";
+      line() << "const int " << inner->var << " = tr_r % " << w << ";\n";
+    }
+    ++row_loop_depth_;
+    in_register_loop_ = true;
+    visit(inner ? inner->body : op->body);
+    in_register_loop_ = false;
+    --row_loop_depth_;
+    if (partial) {
+      --indent_;
+      line() << "}\n";
+    }
+    --indent_;
+    line() << "}\n";
+  }
+
   // A slot fold's combine with its accumulator's element read from the variable tr_mine (the
   // thread that combines a slot holds it in a register, not in the array).
   static Expr slot_combined(const CudaSchedule::Fold& f) {
@@ -545,6 +621,12 @@ class CRenderer : public IRVisitor {
   // PerRowBlock: the element at `offset` of a buffer's row in shared memory (one element of
   // padding every 32, so that a stride of 16 or 32 elements does not hit one bank).
   std::string row_element(const std::string& buffer, const Expr& offset) {
+    if (schedule_->rows_in_registers) {
+      // The schedule put every access of a row in a register loop, at the element it visits.
+      TERRACE_CHECK(in_register_loop_, Internal, "render_c: an access of ", buffer,
+                    "'s row in registers outside a register loop");
+      return "tr_reg_" + buffer + "[tr_k]";
+    }
     // Offsets are below the row's length: 32-bit arithmetic (64-bit is several instructions each).
     return "tr_row_" + buffer + "[" + padded("(int)(" + print(offset) + ")") + "]";
   }
@@ -561,10 +643,27 @@ class CRenderer : public IRVisitor {
     auto it = schedule_->cached_accesses.find(access);
     return it == schedule_->cached_accesses.end() ? nullptr : &it->second;
   }
-  // The inputs' rows copied into shared memory, 16 bytes at a time where the row is aligned.
+  // The inputs' rows copied into shared memory, 16 bytes at a time where the row is aligned; or
+  // into registers, every load made at once (the outputs' rows declared).
   void fill_row_caches() {
     const CudaSchedule& s = *schedule_;
     const std::string n = std::to_string(s.block);
+    if (s.rows_in_registers) {
+      for (const CudaSchedule::RowCache& c : s.row_caches) {
+        const int64_t k = (c.length + s.block - 1) / s.block;
+        line() << c_type(c.buffer.dtype) << " tr_reg_" << c.buffer.name << "[" << k << "];\n";
+        if (!c.fill) continue;
+        line() << "#pragma unroll\n";
+        line() << "for (int tr_k = 0; tr_k < " << k << "; ++tr_k) {\n";
+        ++indent_;
+        line() << "const int tr_x = tr_lane + tr_k * " << n << ";\n";
+        line() << (c.length % s.block ? "if (tr_x < " + std::to_string(c.length) + ") " : std::string()) << "tr_reg_"
+               << c.buffer.name << "[tr_k] = (" << c.buffer.name << " + " << c.base << ")[tr_x];\n";
+        --indent_;
+        line() << "}\n";
+      }
+      return;
+    }
     for (const CudaSchedule::RowCache& c : s.row_caches) {
       if (!c.fill) continue;
       const std::string src = c.buffer.name + " + " + c.base, dst = "tr_row_" + c.buffer.name;
@@ -722,6 +821,8 @@ class CRenderer : public IRVisitor {
   bool in_lanes_ = false;                                // rendering one lane of a vector step
   bool in_row_ = false;                                  // PerRowWarp: inside the row loop
   bool fill_pending_ = false;                            // PerRowBlock: the row's caches still to fill
+  bool in_register_loop_ = false;                       // PerRowBlock: in emit_register_loop's body
+  std::set<std::string> slot_register_;                 // PerRowBlock: slot arrays folded in tr_slot_<name>
   std::map<const CudaSchedule::Fold*, std::string> part_name_;  // PerRowBlock: a fold's warps' values
   int row_loop_depth_ = 0;                               // PerRowWarp: loops open inside the row
 };

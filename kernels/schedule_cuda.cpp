@@ -2,6 +2,7 @@
 #include "kernels/schedule_cuda.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
@@ -360,6 +361,7 @@ class RowAccesses : public ConditionalVisitor {
   };
   std::map<std::string, std::vector<Access>> by_buffer;
   std::map<std::string, Buffer> buffers;
+  std::vector<const For*> top_loops;  // the row's top-level loops: loop n is top_loops[n - 1]
   bool conditional_control = false;  // a loop or a row-level statement under a condition
 
   void scan(const Stmt& row) {
@@ -374,7 +376,10 @@ class RowAccesses : public ConditionalVisitor {
  protected:
   void visit_node(const For* op) override {
     const bool top = depth_ == 0;
-    if (top) current_ = ++loops_;
+    if (top) {
+      current_ = ++loops_;
+      top_loops.push_back(op);
+    }
     if (conditional_) conditional_control = true;
     const IntImm* b = op->begin.as<IntImm>();
     const IntImm* e = op->end.as<IntImm>();
@@ -456,11 +461,9 @@ class RowAccesses : public ConditionalVisitor {
   int depth_ = 0, loops_ = 0, current_ = 0;
 };
 
-// The row caches of a PerRowWarp kernel's row (see CudaSchedule::RowCache), or none where a
-// buffer's accesses do not allow one. Shared memory for them is at most `budget` bytes.
-void plan_row_caches(const Stmt& row, CudaSchedule& s, size_t budget) {
-  RowAccesses scan;
-  scan.scan(row);
+// The row caches of a PerRowWarp kernel's row (see CudaSchedule::RowCache) from its accesses,
+// or none where a buffer's accesses do not allow one. They take at most `budget` bytes.
+void plan_row_caches(const RowAccesses& scan, CudaSchedule& s, size_t budget) {
   if (scan.conditional_control) return;
   size_t used = 0;
   for (auto& [name, accesses] : scan.by_buffer) {
@@ -510,6 +513,107 @@ void plan_row_caches(const Stmt& row, CudaSchedule& s, size_t budget) {
   }
 }
 
+int64_t longest_row(const CudaSchedule& s) {
+  int64_t longest = 0;
+  for (const CudaSchedule::RowCache& c : s.row_caches) longest = std::max(longest, c.length);
+  return longest;
+}
+
+// A lane loop of a block's row as one range of elements from 0: a loop from 0 of constant extent
+// with no loop inside, or a nest of two such loops (the CPU's folds into vector slots), whose
+// J * W elements are flattened. elements 0: neither.
+struct FlatLoop {
+  int64_t elements = 0;
+  const For* inner = nullptr;
+};
+FlatLoop flat_loop(const For* f) {
+  auto extent = [](const For* l) -> int64_t {
+    const IntImm* b = l->begin.as<IntImm>();
+    const IntImm* e = l->end.as<IntImm>();
+    return b && e && b->value == 0 && e->value > 0 ? e->value : 0;
+  };
+  const int64_t n = extent(f);
+  LoopFinder below;
+  below.visit(f->body);
+  if (n == 0 || below.allocates) return {};
+  if (below.loops == 0) return {n, nullptr};
+  const For* inner = f->body.as<For>();
+  if (below.loops != 1 || !inner || extent(inner) == 0) return {};
+  return {n * extent(inner), inner};
+}
+
+// True when every access of a nest's slot accumulators in its inner loop is at the inner loop's
+// variable: a thread of a flattened nest then folds into one slot only (see plan_registers).
+bool slots_at_inner_var(const For* inner, const std::vector<CudaSchedule::Fold>& folds) {
+  struct Check : IRVisitor {
+    std::set<std::string> accs;
+    std::string var;
+    bool ok = true;
+    void at(const Buffer& b, const Expr& index) {
+      if (b.slot != kLocalSlot || !accs.count(b.name)) return;
+      const Var* v = index.as<Var>();
+      ok = ok && v && v->name == var;
+    }
+    void visit_node(const Load* op) override {
+      at(op->buffer, op->index);
+      IRVisitor::visit_node(op);
+    }
+    void visit_node(const Store* op) override {
+      at(op->buffer, op->index);
+      IRVisitor::visit_node(op);
+    }
+  } c;
+  const IntImm* w = inner->end.as<IntImm>();
+  for (const CudaSchedule::Fold& f : folds) {
+    if (!w || f.slots != w->value) return false;
+    c.accs.insert(f.accumulator.name);
+  }
+  c.var = inner->var;
+  c.visit(inner->body);
+  return c.ok;
+}
+
+// PerRowBlock with its rows in registers (CudaSchedule::rows_in_registers) where every access of
+// a cached buffer is in a lane loop at exactly the element the loop visits (of the flattened
+// range, for a nest) and the rows take at most 32 registers a thread with at most 1,024 threads.
+// Sets the block: the fewest threads from 128 that fit (a 4,096-column layernorm, 128: 0.095 ms
+// on the H100 against 0.104 with 256; a softmax, its input's row and its output's, 256). A
+// flattened nest of W slots needs W to divide the block: thread t's elements then all fold into
+// slot t % W.
+bool plan_registers(const RowAccesses& scan, CudaSchedule& s) {
+  std::map<const For*, const For*> loops;
+  for (const CudaSchedule::RowCache& c : s.row_caches)
+    for (const RowAccesses::Access& a : scan.by_buffer.at(c.buffer.name)) {
+      if (a.loop == 0) return false;
+      const For* f = scan.top_loops.at(size_t(a.loop - 1));
+      const FlatLoop flat = f && s.lane_loops.count(f) ? flat_loop(f) : FlatLoop{};
+      const auto offset = a.offset.defined() ? affine(a.offset) : std::nullopt;
+      if (flat.elements == 0 || !offset || offset->constant != 0) return false;
+      std::map<std::string, int64_t> want{{f->var, 1}}, got;
+      if (flat.inner) want = {{f->var, flat.inner->end.as<IntImm>()->value}, {flat.inner->var, 1}};
+      for (const auto& [name, c] : offset->coef)
+        if (c != 0) got[name] = c;
+      if (got != want) return false;
+      if (flat.inner && !slots_at_inner_var(flat.inner, s.folds[f])) return false;
+      loops[f] = flat.inner;
+    }
+  for (int block = 128; block <= 1024; block *= 2) {
+    int64_t words = 0;  // a thread's 32-bit registers for its elements of every row
+    for (const CudaSchedule::RowCache& c : s.row_caches)
+      words += (c.length + block - 1) / block * int64_t((dtype_size(c.buffer.dtype) + 3) / 4);
+    bool slots_divide = true;
+    for (const auto& [loop, inner] : loops)
+      slots_divide = slots_divide && (!inner || block % inner->end.as<IntImm>()->value == 0);
+    if (words <= 32 && slots_divide) {
+      s.block = block;
+      s.rows_in_registers = true;
+      s.register_loops = std::move(loops);
+      return true;
+    }
+  }
+  return false;
+}
+
 }  // namespace
 
 const char* cuda_mapping_name(CudaMapping m) {
@@ -538,35 +642,41 @@ CudaSchedule row_schedule(const LoweredFunc& f, CudaSchedule s) {
   s.block = 256;
   s.lane_loops = std::move(rows.lane_loops);
   s.folds = std::move(rows.folds);
-  // Long rows: a block per row, the row in shared memory (at most 40 KB of the 48 a block may
-  // declare; the folds' partial values take the rest).
-  plan_row_caches(s.parallel->body, s, 40 << 10);
-  int64_t longest = 0;
-  for (const CudaSchedule::RowCache& c : s.row_caches) longest = std::max(longest, c.length);
-  if (longest < 1024) {
-    s.row_caches.clear();
-    s.cached_accesses.clear();
-    s.dead_stores.clear();
-    return s;
-  }
-  s.mapping = CudaMapping::PerRowBlock;
+  // Long rows: a block per row, the row in registers or in shared memory.
+  RowAccesses scan;
+  scan.scan(s.parallel->body);
+  CudaSchedule b = s;
+  plan_row_caches(scan, b, SIZE_MAX);
+  if (longest_row(b) < 1024) return s;
+  b.mapping = CudaMapping::PerRowBlock;
   // A loop that neither reads nor writes memory (it folds the row's combined local arrays, as
   // softmax's max over the CPU's 16 vector lanes) runs whole in every thread, which hold the same
   // values: no combine across the block, and its arrays indexed by constants stay in registers.
-  for (auto it = s.lane_loops.begin(); it != s.lane_loops.end();) {
+  for (auto it = b.lane_loops.begin(); it != b.lane_loops.end();) {
     Stores st;
     st.visit((*it)->body);
     if (st.global.empty() && load_work((*it)->body) == 0) {
-      s.folds.erase(*it);
-      it = s.lane_loops.erase(it);
+      b.folds.erase(*it);
+      it = b.lane_loops.erase(it);
     } else {
       ++it;
     }
   }
+  // In registers a row is read from memory with every load in flight at once and no copy through
+  // shared memory: on the H100 a 4,096-column softmax at the device-to-device copy's speed
+  // (bench/RESULTS.md, tenth session).
+  if (plan_registers(scan, b)) return b;
+  // Else shared memory (at most 40 KB of the 48 a block may declare; the folds' partial values
+  // take the rest).
+  b.row_caches.clear();
+  b.cached_accesses.clear();
+  b.dead_stores.clear();
+  plan_row_caches(scan, b, 40 << 10);
+  if (longest_row(b) < 1024) return s;
   // 128 threads (32 elements each for 4,096): on the H100 a 4,096-column softmax took 0.16 ms
   // with 128, 0.18-0.27 with 256, 0.44 with 512, 0.60 with 1,024 and 0.23 with 64 (bench/RESULTS.md).
-  s.block = 128;
-  return s;
+  b.block = 128;
+  return b;
 }
 
 }  // namespace
@@ -638,7 +748,8 @@ CudaSchedule schedule_cuda(const LoweredFunc& f) {
 
 size_t row_block_shared_bytes(const CudaSchedule& s) {
   size_t bytes = 0;
-  for (const CudaSchedule::RowCache& c : s.row_caches) bytes += size_t(c.length + c.length / 32) * dtype_size(c.buffer.dtype);
+  if (!s.rows_in_registers)
+    for (const CudaSchedule::RowCache& c : s.row_caches) bytes += size_t(c.length + c.length / 32) * dtype_size(c.buffer.dtype);
   for (const auto& [loop, folds] : s.folds)
     for (const CudaSchedule::Fold& f : folds)
       bytes += size_t(std::max<int64_t>(1, f.slots) * (s.block / 32)) * dtype_size(f.accumulator.dtype);
@@ -648,7 +759,8 @@ size_t row_block_shared_bytes(const CudaSchedule& s) {
 int row_block_min_blocks(const CudaSchedule& s) {
   const size_t per_sm = 227 << 10;  // an H100's shared memory for blocks
   const size_t fit = per_sm / std::max<size_t>(1, row_block_shared_bytes(s) + 1024);  // 1 KB: the runtime's own
-  return int(std::clamp<size_t>(std::min<size_t>(fit, size_t(1024 / s.block)), 1, 32));
+  const int threads = s.rows_in_registers ? 512 : 1024;  // 65,536 registers: 128 or 64 a thread
+  return int(std::clamp<size_t>(std::min<size_t>(fit, size_t(threads / s.block)), 1, 32));
 }
 
 CudaLaunch cuda_launch(const CudaSchedule& s, int64_t begin, int64_t end, int multiprocessors) {

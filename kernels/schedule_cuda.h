@@ -37,9 +37,10 @@ enum class CudaMapping : uint8_t {
   PerRowWarp,
   // One block per row of a long row (1,024 elements or more), as PerRowWarp with the block's
   // threads as the lanes (element r of a lane loop on thread r % block; folds combined by shuffles
-  // within each warp, then across the warps through shared memory). The row's inputs are copied
-  // into shared memory once at the row's start and its re-read outputs kept there (`row_caches`),
-  // so that a softmax or layernorm reads its row from memory once and writes it once.
+  // within each warp, then across the warps through shared memory). The row's inputs are read
+  // into registers (or shared memory) once at the row's start and its re-read outputs kept there
+  // (`row_caches`), so that a softmax or layernorm reads its row from memory once and writes it
+  // once.
   PerRowBlock,
 };
 const char* cuda_mapping_name(CudaMapping m);
@@ -74,7 +75,8 @@ struct CudaSchedule {
   std::map<const For*, std::vector<Fold>> folds;
   // PerRowBlock: a buffer every access of which, in the row, is at `base` (a let at the row's
   // start) plus an offset within [0, length), with an access that covers the whole range: its
-  // row lives in shared memory (padded by one element every 32 against bank conflicts). An input
+  // row lives in registers (rows_in_registers) or in shared memory (padded by one element every
+  // 32 against bank conflicts). An input
   // (`fill`) is copied in after the row's lets; an output is written there by its first loop that
   // covers the row, before any read of it. `accesses`: each Load and Store of a cached buffer,
   // with its offset. `dead_stores`: stores to an output that a later loop of the row overwrites
@@ -88,6 +90,14 @@ struct CudaSchedule {
   std::vector<RowCache> row_caches;
   std::map<const IRNode*, Expr> cached_accesses;
   std::set<const IRNode*> dead_stores;
+  // PerRowBlock with the rows in registers instead of shared memory, where every access of a
+  // cached row is in a lane loop at exactly the element the loop visits: element r of a row is
+  // then always on thread r % block, in its register r / block (a fully unrolled loop of constant
+  // trip count indexes the array by constants). `register_loops`: those lane loops, each with
+  // nullptr, or with its inner loop where it is a nest [0, J) x [0, W) whose accesses are at
+  // j * W + l (the CPU's folds into W vector slots), run as one range of J * W elements.
+  bool rows_in_registers = false;
+  std::map<const For*, const For*> register_loops;
   int block = 256;  // threads per block
 };
 
@@ -99,13 +109,15 @@ struct CudaSchedule {
 // elementwise takes PerRowWarp where its rows hold at least a warp's worth of elements
 // (work_per_iteration >= 32), every loop that cannot be spread stores to no buffer, and the
 // spread loops make at least half of the row's reads; otherwise PerIteration. A PerRowWarp
-// kernel whose rows are long and whose row-based buffers fit in shared memory (see RowCache)
+// kernel whose rows are long and whose row-based buffers fit in registers (at most 32 words a
+// thread, blocks of up to 1,024 threads: rows_in_registers) or in shared memory (see RowCache)
 // takes PerRowBlock instead, unless a loop of its row runs under a condition.
 CudaSchedule schedule_cuda(const LoweredFunc& f);
 
-// PerRowBlock: the shared memory a block of `s`'s kernel declares (its rows and its folds'
-// values), and the blocks an SM should hold at once, which the kernel's __launch_bounds__ ask the
-// compiler to leave registers for (at most 64 a thread where shared memory allows 8 blocks).
+// PerRowBlock: the shared memory a block of `s`'s kernel declares (its rows unless they are in
+// registers, and its folds' values), and the blocks an SM should hold at once, which the
+// kernel's __launch_bounds__ ask the compiler to leave registers for (at most 64 a thread where
+// shared memory allows 8 blocks; at most 128 with the rows in registers).
 size_t row_block_shared_bytes(const CudaSchedule& s);
 int row_block_min_blocks(const CudaSchedule& s);
 

@@ -222,37 +222,57 @@ LoweredFunc softmax_rows(int64_t rows, int64_t cols) {
   return k.calls.at(0).func;
 }
 
-TEST(CudaSchedule, long_rows_take_a_block_per_row_with_the_row_in_shared_memory_read_once_written_once) {
+TEST(CudaSchedule, long_rows_take_a_block_per_row_with_the_row_in_registers_or_shared_memory_read_once_written_once) {
   LoweredFunc f = softmax_rows(64, 4096);
   CudaSchedule s = schedule_cuda(f);
   ASSERT_EQ(s.mapping, CudaMapping::PerRowBlock);
-  EXPECT_EQ(s.block, 128);  // 32 elements a thread (fewer warps to combine: faster on the H100 than 256-1,024)
+  EXPECT_TRUE(s.rows_in_registers);
+  EXPECT_EQ(s.block, 256);  // the input's row and the output's: 16 + 16 registers a thread
   EXPECT_EQ(cuda_launch(s, 0, 64, 132).grid, 64u);  // a block per row
   std::map<std::string, CudaSchedule::RowCache> caches;
   for (const auto& c : s.row_caches) caches[c.buffer.name] = c;
   ASSERT_EQ(caches.size(), 2u);
-  EXPECT_TRUE(caches.at("in0").fill);    // the input: copied in once, read by the max, exp and sum loops
-  EXPECT_FALSE(caches.at("out0").fill);  // the output: e written there, then scaled
+  EXPECT_TRUE(caches.at("in0").fill);    // the input: read once, kept for the max, exp and sum loops
+  EXPECT_FALSE(caches.at("out0").fill);  // the output: e kept, then scaled
   EXPECT_EQ(caches.at("in0").length, 4096);
+  // The max loop (a nest folding into the CPU's 16 vector slots), the exp-and-sum loop and the
+  // scaling loop all visit element r on thread r % 256; the max nest as one flattened range.
+  ASSERT_EQ(s.register_loops.size(), 3u);
+  int nests = 0;
+  for (const auto& [loop, inner] : s.register_loops) nests += inner != nullptr;
+  EXPECT_EQ(nests, 1);
   // e's store to memory is dead (the scaling loop writes the whole row again): one write a row.
   ASSERT_EQ(s.dead_stores.size(), 1u);
   std::string src = render_c(f, Dialect::Cuda);
-  EXPECT_NE(src.find("__shared__ float tr_row_in0[4224]"), std::string::npos) << src;
-  // Accesses to memory (not to tr_row_...): the output's one store, the input's copy alone.
+  EXPECT_NE(src.find("float tr_reg_in0[16];"), std::string::npos) << src;
+  EXPECT_EQ(src.find("__shared__ float tr_row_"), std::string::npos) << src;
+  // Accesses to memory (not to tr_reg_...): the output's one store, the input's loads alone.
   auto in_memory = [&](const std::string& access) {
     size_t n = 0;
     for (size_t at = src.find(access); at != std::string::npos; at = src.find(access, at + 1)) n += src[at - 1] != '_';
     return n;
   };
   EXPECT_EQ(in_memory("out0["), 1u) << src;
-  EXPECT_EQ(in_memory("in0["), 0u) << "every read of the input from shared memory:\n" << src;
+  EXPECT_EQ(in_memory("in0["), 0u) << "every read of the input from its registers:\n" << src;
   EXPECT_COMPILES_FOR_SM90(src, "softmax_block.cu");
-  // A row not a multiple of 4 elements: the copy is scalar; still a block per row.
+  // A row not a multiple of the 16 slots: the max's last elements are a loop of their own, at an
+  // offset the registers cannot follow; the row goes to shared memory (copied in with scalar
+  // loads), still a block per row.
   LoweredFunc odd = softmax_rows(8, 5001);
-  EXPECT_EQ(schedule_cuda(odd).mapping, CudaMapping::PerRowBlock);
-  EXPECT_COMPILES_FOR_SM90(render_c(odd, Dialect::Cuda), "softmax_odd.cu");
-  // Rows too long for shared memory (two rows of 16K floats): a warp per row, reading memory.
-  EXPECT_EQ(schedule_cuda(softmax_rows(4, 16384)).mapping, CudaMapping::PerRowWarp);
+  CudaSchedule so = schedule_cuda(odd);
+  EXPECT_EQ(so.mapping, CudaMapping::PerRowBlock);
+  EXPECT_FALSE(so.rows_in_registers);
+  EXPECT_EQ(so.block, 128);
+  std::string odd_src = render_c(odd, Dialect::Cuda);
+  EXPECT_NE(odd_src.find("__shared__ float tr_row_in0[5157]"), std::string::npos) << odd_src;
+  EXPECT_COMPILES_FOR_SM90(odd_src, "softmax_odd.cu");
+  // Two rows of 16K floats: 32 registers a thread at 1,024 threads.
+  CudaSchedule wide = schedule_cuda(softmax_rows(4, 16384));
+  EXPECT_EQ(wide.mapping, CudaMapping::PerRowBlock);
+  EXPECT_TRUE(wide.rows_in_registers);
+  EXPECT_EQ(wide.block, 1024);
+  // Rows too long for both: a warp per row, reading memory.
+  EXPECT_EQ(schedule_cuda(softmax_rows(2, 65536)).mapping, CudaMapping::PerRowWarp);
   // Short rows stay a warp per row.
   EXPECT_EQ(schedule_cuda(softmax_rows(64, 128)).mapping, CudaMapping::PerRowWarp);
 }

@@ -230,9 +230,11 @@ Node op_node(Op op, const std::string& name, int inputs, std::map<std::string, A
 
 TEST(GpuKernels, softmax_rows_match_the_host_a_block_or_a_warp_per_long_row_and_a_thread_per_short_one) {
   SKIP_WITHOUT_GPU();
-  // 4096 and 2048: a block per row, the row in shared memory, copied 16 bytes at a time; 5001: the
-  // same, copied element by element (rows not 16-byte aligned).
-  for (int64_t cols : {int64_t(77), int64_t(8), int64_t(1000), int64_t(4096), int64_t(2048), int64_t(5001)}) {
+  // 4096 and 2048: a block per row, the row in registers; 1040: the same, the last registers on
+  // some threads only; 16384: in registers at 1,024 threads; 5001: a block per row, the row in
+  // shared memory (not a multiple of the max's 16 slots), copied element by element.
+  for (int64_t cols : {int64_t(77), int64_t(8), int64_t(1000), int64_t(4096), int64_t(2048), int64_t(1040),
+                       int64_t(16384), int64_t(5001)}) {
     const int64_t rows = 300;
     std::vector<float> x = random_floats(size_t(rows * cols), 7);
     for (bool one_block : {false, true}) {
@@ -260,8 +262,9 @@ TEST(GpuKernels, softmax_rows_match_the_host_a_block_or_a_warp_per_long_row_and_
 
 TEST(GpuKernels, row_sums_layernorm_and_argmax_with_ties_and_nan_match_the_host) {
   SKIP_WITHOUT_GPU();
-  // 1000: a warp per row; 3001: a block per row, the row in shared memory.
-  for (const int64_t cols : {int64_t(1000), int64_t(3001)}) {
+  // 1000: a warp per row; 3001 and 4096: the sums and layernorm a block per row, the row in
+  // registers (at 3001 the last on some threads only); ArgMax a warp per row.
+  for (const int64_t cols : {int64_t(1000), int64_t(3001), int64_t(4096)}) {
   SCOPED_TRACE(std::to_string(cols) + " columns");
   const int64_t rows = 257;
   std::vector<float> x = random_floats(size_t(rows * cols), 11);
