@@ -30,6 +30,23 @@ TEST(MatMul, equals_the_ordered_double_sum_bitwise_for_odd_sizes) {
   EXPECT_EQ(values_of<float>(y), ordered_matmul(a, b, M, K, N));
 }
 
+// A weight whose packed form would pass 32 MB (here 34 MB in double; GPT-2's output projection
+// takes 309 MB) is packed a block of columns at a time: the same bits, alone and shared by a batch.
+TEST(MatMul, wide_weight_packed_by_column_blocks_equals_the_ordered_double_sum_bitwise) {
+  const int64_t M = 9, K = 64, N = 66000;
+  Tensor a = random_tensor({M, K}, 40), b = random_tensor({K, N}, 41);
+  Tensor y = run1(Op::MatMul, {a, b});
+  ASSERT_EQ(y.shape(), (Shape{M, N}));
+  const std::vector<float> want = ordered_matmul(a, b, M, K, N);
+  EXPECT_EQ(values_of<float>(y), want);
+  // [3, 3, K] x [K, N]: the batches' rows as one product with the shared weight.
+  Tensor a3 = Tensor::empty(DType::Float32, {3, 3, K});
+  std::memcpy(a3.data<float>(), a.data<float>(), size_t(M * K) * sizeof(float));
+  Tensor y3 = run1(Op::MatMul, {a3, b});
+  ASSERT_EQ(y3.shape(), (Shape{3, 3, N}));
+  EXPECT_EQ(values_of<float>(y3), want);
+}
+
 // A few rows of A (a batch-1 Linear layer) take the unpacked path; it must give the same bits.
 TEST(MatMul, few_rows_equal_the_ordered_double_sum_bitwise) {
   for (int64_t M : {1, 3, 4, 5}) {
