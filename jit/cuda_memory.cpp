@@ -69,9 +69,39 @@ void* PinnedBuffer::reserve(size_t bytes) {
 DeviceTensorStorage::DeviceTensorStorage(size_t bytes, const std::shared_ptr<Stream>& stream)
     : stream_(stream), buffer_(bytes, stream->get()) {}
 
+DeviceTensorStorage::DeviceTensorStorage(DeviceBuffer buffer, const std::shared_ptr<Stream>& stream,
+                                         std::shared_ptr<BufferRecycler> recycler)
+    : stream_(stream), buffer_(std::move(buffer)), recycler_(std::move(recycler)) {}
+
 DeviceTensorStorage::~DeviceTensorStorage() {
   device();  // the context current on the thread that drops the last tensor
+  if (recycler_ && buffer_.bytes()) recycler_->give_back(std::move(buffer_));
   buffer_ = DeviceBuffer();
+}
+
+BufferRecycler::BufferRecycler(std::shared_ptr<Stream> stream, size_t keep) : stream_(std::move(stream)), keep_(keep) {}
+
+Tensor BufferRecycler::tensor(DType dtype, const Shape& shape) {
+  const size_t bytes = size_t(shape_numel(shape)) * dtype_size(dtype);
+  DeviceBuffer buffer;
+  // TERRACE_FAULT=oom:gpu fails every request, as an allocation (below) would fail.
+  if (!fault_enabled("oom:gpu")) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = waiting_.begin(); it != waiting_.end(); ++it)
+      if (it->bytes() == bytes) {
+        buffer = std::move(*it);
+        waiting_.erase(it);
+        break;
+      }
+  }
+  if (bytes && !buffer.bytes()) buffer = DeviceBuffer(bytes, stream_->get());
+  return Tensor::on_device(dtype, shape, std::make_shared<DeviceTensorStorage>(std::move(buffer), stream_, shared_from_this()));
+}
+
+void BufferRecycler::give_back(DeviceBuffer&& buffer) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (waiting_.size() < keep_) waiting_.push_back(std::move(buffer));
+  // else: freed here, on its stream, as the buffer goes out of scope
 }
 
 void DeviceTensorStorage::read(void* dst, size_t bytes) const {

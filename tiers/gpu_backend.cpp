@@ -159,6 +159,11 @@ class GpuRegion : public CompiledRegion {
     alias_.resize(slots_.size(), -1);
     for (const GpuKernel& k : kernels_)
       if (k.check_last) checks_.push_back(&k);
+    // Two calls' worth of buffers wait: a caller that keeps the last call's outputs while it makes
+    // the next still finds the ones before.
+    size_t made = n_inputs_;
+    for (size_t slot = n_inputs_; slot < slots_.size(); ++slot) made += alias_[slot] == -1;
+    recycler_ = std::make_shared<jit::cuda::BufferRecycler>(stream_, 2 * made);
   }
 
   // Inputs on the host or on the device (a device tensor is used where it is); returns device
@@ -202,7 +207,7 @@ class GpuRegion : public CompiledRegion {
       size_t off = 0;
       for (size_t i = 0; i < n_inputs_; ++i) {
         if (at[i].defined()) continue;
-        at[i] = jit::cuda::device_tensor(inputs[i].dtype(), inputs[i].shape(), stream_);
+        at[i] = recycler_->tensor(inputs[i].dtype(), inputs[i].shape());
         std::memcpy(staging + off, inputs[i].raw(), inputs[i].nbytes());
         jit::cuda::copy_to_device(at[i].device_address(), staging + off, inputs[i].nbytes(), *stream_);
         off += inputs[i].nbytes();
@@ -212,7 +217,7 @@ class GpuRegion : public CompiledRegion {
       staged_->record(*stream_);
     }
     for (size_t slot = n_inputs_; slot < slots_.size(); ++slot)
-      if (alias_[slot] == -1) at[slot] = jit::cuda::device_tensor(slots_[slot].dtype, slots_[slot].shape, stream_);
+      if (alias_[slot] == -1) at[slot] = recycler_->tensor(slots_[slot].dtype, slots_[slot].shape);
     auto root = [&](size_t slot) -> const Tensor& {
       while (alias_[slot] >= 0) slot = size_t(alias_[slot]);  // a view: its source's buffer
       if (alias_[slot] <= -2) return device_constants_[size_t(-2 - alias_[slot])];
@@ -309,6 +314,9 @@ class GpuRegion : public CompiledRegion {
   std::vector<Tensor> constants_;
   std::vector<Tensor> device_constants_;
   std::vector<const GpuKernel*> checks_;  // kernels whose error word is read after the call
+  // This call's outputs, intermediates and uploaded inputs, over the buffers of earlier calls'
+  // tensors that are no longer held.
+  std::shared_ptr<jit::cuda::BufferRecycler> recycler_;
 };
 
 class GpuBackend : public Backend {

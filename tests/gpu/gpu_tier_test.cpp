@@ -2,9 +2,11 @@
 // time or in validation sends the call to tier 1; without a GPU the session runs on the lower
 // tiers. Tests that need a GPU skip with the driver's reason where there is none.
 #include <gtest/gtest.h>
+
 #include <stdlib.h>
 
 #include <algorithm>
+#include <set>
 
 #include "interp/compare.h"
 #include "jit/cuda_driver.h"
@@ -163,6 +165,38 @@ TEST(GpuTier, gpu_out_of_memory_sends_the_call_to_tier1) {
   EXPECT_EQ(s->last_call().tiers, std::vector<std::string>{"cpu"}) << "tier 1 answers, not the interpreter";
   for (const RegionReport& r : s->region_reports())
     EXPECT_NE(r.gpu.find("OutOfMemory"), std::string::npos) << s->report();
+}
+
+// A region's outputs are made over the buffers of earlier outputs the caller dropped
+// (jit::cuda::BufferRecycler), never over one it still holds: an output kept on the device
+// through twenty calls on other inputs keeps its values.
+TEST(GpuTier, outputs_the_caller_holds_are_never_reused_for_later_calls) {
+  SKIP_WITHOUT_GPU();
+  GraphBuilder gb;
+  int a = gb.input("a", DType::Float32, {-1, -1});
+  int b = gb.input("b", DType::Float32, {-1});
+  gb.output(gb.node(Op::Add, {gb.node(Op::Mul, {a, gb.node(Op::Sigmoid, {a})}), b}));
+  auto g = gb.build();
+  auto s = Session::from_graph(g, gpu_options());
+  const NamedTensors in = inputs(), want = reference(g, in);
+  ASSERT_EQ(run_calls(*s, in, want, 10), std::vector<std::string>{"gpu"}) << s->report();
+  RunOptions keep;
+  keep.outputs_on_device = true;
+  NamedTensors held = s->run(in, keep);
+  ASSERT_TRUE(held.at(0).second.on_device());
+  const NamedTensors other = {{"a", random_tensor({64, 300}, 9, -4, 4)}, {"b", random_tensor({300}, 10)}};
+  const NamedTensors other_want = reference(g, other);
+  std::set<uint64_t> addresses;
+  for (int i = 0; i < 20; ++i) {
+    NamedTensors o = s->run(other, keep);
+    ASSERT_EQ(s->last_call().tiers, std::vector<std::string>{"gpu"});
+    EXPECT_NE(o.at(0).second.device_address(), held.at(0).second.device_address()) << "call " << i;
+    addresses.insert(o.at(0).second.device_address());
+    if (i == 19) expect_matches({{o.at(0).first, o.at(0).second.to_host()}}, other_want);
+  }
+  expect_matches({{held.at(0).first, held.at(0).second.to_host()}}, want);
+  // The dropped outputs' buffers come back: a few addresses in turn, not one per call.
+  EXPECT_LE(addresses.size(), 3u);
 }
 
 // An MLP's Gemm+Relu and Gemm regions (library regions) climb to the GPU through cuBLASLt.
