@@ -773,7 +773,10 @@ CudaLaunch cuda_launch(const CudaSchedule& s, int64_t begin, int64_t end, int mu
   if (s.mapping == CudaMapping::PerRowBlock) items *= s.block;
   l.block = unsigned(s.block);
   const int64_t blocks = (items + s.block - 1) / s.block;
-  l.grid = unsigned(std::clamp<int64_t>(blocks, 1, sms * 32));
+  // A block a row up to 64 an SM: a block that ends frees its SM for the next row (8,192 rows of
+  // 4,096 on the H100: 1% faster as 8,192 blocks than as 4,224 of two rows each).
+  const int64_t most = s.mapping == CudaMapping::PerRowBlock ? sms * 64 : sms * 32;
+  l.grid = unsigned(std::clamp<int64_t>(blocks, 1, most));
   return l;
 }
 

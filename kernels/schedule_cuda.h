@@ -125,8 +125,9 @@ struct CudaLaunch {
   unsigned grid = 1, block = 1;
 };
 // The launch that runs `s`'s kernel over [begin, end) of its Parallel loop on a GPU with
-// `multiprocessors` SMs (0: an H100's 132): enough blocks for one thread per work item, at most
-// 32 blocks per SM (the grid-stride loops take the rest). A range with no work still gets one
+// `multiprocessors` SMs (0: an H100's 132): enough blocks for one thread per work item (a block
+// per row for PerRowBlock), at most 32 blocks per SM (64 for PerRowBlock; the grid-stride loops
+// take the rest). A range with no work still gets one
 // block (the caller may skip the launch).
 CudaLaunch cuda_launch(const CudaSchedule& s, int64_t begin, int64_t end, int multiprocessors = 0);
 
