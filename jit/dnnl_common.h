@@ -19,6 +19,8 @@ dnnl::memory wrap(const dnnl::memory::desc& d, const float* data);
 // The OpenMP threads a primitive of `flops` multiply-adds runs on: one per 200 thousand (about
 // 10 us of work), up to the machine's.
 int threads_for(double flops);
+// A convolution chain step's: t threads where each gets at least t * 100 thousand.
+int threads_for_conv(double flops);
 // Primitives keep no scratchpad of their own (oneDNN's library-managed one belongs to the thread
 // that created the primitive, and tier 1 creates on a compile thread and runs on callers'): each
 // call brings one, sized by the primitive descriptor.

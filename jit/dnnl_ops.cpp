@@ -7,6 +7,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cmath>
 #include <array>
 #include <cstdlib>
 #include <cstring>
@@ -44,6 +45,16 @@ dnnl::memory wrap(const dnnl::memory::desc& d, const float* data) {
 // 0.083 ms on the interpreter; one per million starved MobileNetV2's small convolutions on 2 cores
 // (29 -> 41 ms).
 int threads_for(double flops) { return int(std::clamp(flops / 2e5, 1.0, double(omp_get_max_threads()))); }
+
+// The steps of a convolution chain: t threads where each gets at least t * 100 thousand, so that a
+// wide team needs more work a thread (its fork, join and oneDNN's split grow with it). On the GPU
+// host's 16 cores MobileNetV2's small convolutions took a call from 7.8-8.9 ms (p90 21-27) to
+// 4.9-5.2 ms (p90 5.3-10) over three alternating runs, ResNet-50 10.0 -> 9.1 ms; BERT's and GPT-2's
+// products kept the linear rule, under which their tails were shorter. The same count as
+// threads_for up to 2 threads (both give 2 from 0.4 M).
+int threads_for_conv(double flops) {
+  return int(std::clamp(std::floor(std::sqrt(flops / 1e5)), 1.0, double(omp_get_max_threads())));
+}
 
 dnnl::primitive_attr user_scratchpad() {
   dnnl::primitive_attr attr;
@@ -783,7 +794,7 @@ class ConvChain : public DnnlPrimitive {
   void build_pool_step(size_t k) {
     Step& s = steps_[k];
     const PoolSpec spec = pool_spec(s.node, s.x_shape);
-    s.threads = threads_for(double(shape_numel(s.out_shape)) * spec.taps / 4);  // as the lone Pool's
+    s.threads = threads_for_conv(double(shape_numel(s.out_shape)) * spec.taps / 4);  // the lone Pool's work
     const memory::desc src = s.x < 0 ? steps_[size_t(s.x_step)].dst : plain(dims_of(s.x_shape));
     auto pd = building(s.node, s.threads, "primitive", [&] {
       dnnl::pooling_v2_forward::desc d(dnnl::prop_kind::forward_inference, spec.alg, src,
@@ -817,7 +828,7 @@ class ConvChain : public DnnlPrimitive {
     for (size_t i = 0; i < dil.size(); ++i) dil[i] = g.dilations[i] - 1;  // oneDNN counts the gaps
     s.user_w = plain(w);
     s.bias = plain({g.cout});
-    s.threads = threads_for(double(shape_numel(s.out_shape)) * double(g.cin_g()) * double(g.kernel_size()));
+    s.threads = threads_for_conv(double(shape_numel(s.out_shape)) * double(g.cin_g()) * double(g.kernel_size()));
     auto any = [](const Dims& d) { return memory::desc(d, memory::data_type::f32, memory::format_tag::any); };
     // A step reads its source in the layout its producer wrote.
     const memory::desc src = s.x < 0 ? steps_[size_t(s.x_step)].dst : plain_edges ? plain(dims_of(s.x_shape)) : any(dims_of(s.x_shape));
