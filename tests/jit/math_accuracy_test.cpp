@@ -39,6 +39,19 @@ TEST(MathAccuracy, Exp) {
   expect_accurate("tr_exp_f32", [](double x) { return std::exp(x); }, testing::kExpMaxRel);
 }
 
+// At the underflow end: below ln(2^-150) exactly 0 (-inf included, a masked softmax's scores),
+// computed without an underflowing product; just above it the smallest subnormal, as e^x rounds.
+TEST(MathAccuracy, ExpUnderflowsToZeroBelowTheSmallestSubnormal) {
+  const float edge = -103.972084f, above = std::nextafter(edge, 0.0f);
+  ASSERT_LT(double(edge), std::log(std::ldexp(1.0, -150)));
+  ASSERT_GT(double(above), std::log(std::ldexp(1.0, -150)));
+  const std::vector<float> xs = {-INFINITY, -3.4e38f, -1e4f, -110.0f, -104.0f, edge, above};
+  const std::vector<float> ys = run("tr_exp_f32", xs);
+  for (size_t i = 0; i < xs.size(); ++i)
+    EXPECT_EQ(ys[i], float(std::exp(double(xs[i])))) << "exp(" << xs[i] << ")";
+  EXPECT_EQ(ys[6], std::ldexp(1.0f, -149));
+}
+
 TEST(MathAccuracy, Tanh) {
   expect_accurate("tr_tanh_f32", [](double x) { return std::tanh(x); }, testing::kTanhMaxRel);
 }
