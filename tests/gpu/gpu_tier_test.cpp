@@ -42,6 +42,15 @@ std::shared_ptr<Graph> chain_model() {
   return g.build();
 }
 
+// One elementwise region: a * sigmoid(a) + b.
+std::shared_ptr<Graph> one_region_model() {
+  GraphBuilder g;
+  int a = g.input("a", DType::Float32, {-1, -1});
+  int b = g.input("b", DType::Float32, {-1});
+  g.output(g.node(Op::Add, {g.node(Op::Mul, {a, g.node(Op::Sigmoid, {a})}), b}));
+  return g.build();
+}
+
 NamedTensors inputs() { return {{"a", random_tensor({64, 300}, 7, -4, 4)}, {"b", random_tensor({300}, 8)}}; }
 
 NamedTensors reference(const std::shared_ptr<Graph>& g, const NamedTensors& in) {
@@ -152,11 +161,7 @@ TEST(GpuTier, gpu_compile_failure_leaves_the_region_on_tier1) {
 // by the interpreter. (A model of one region: the chain model's CumSum is always interpreted.)
 TEST(GpuTier, gpu_out_of_memory_sends_the_call_to_tier1) {
   SKIP_WITHOUT_GPU();
-  GraphBuilder gb;
-  int a = gb.input("a", DType::Float32, {-1, -1});
-  int b = gb.input("b", DType::Float32, {-1});
-  gb.output(gb.node(Op::Add, {gb.node(Op::Mul, {a, gb.node(Op::Sigmoid, {a})}), b}));
-  auto g = gb.build();
+  auto g = one_region_model();
   auto s = Session::from_graph(g, gpu_options());
   const NamedTensors in = inputs(), want = reference(g, in);
   ASSERT_EQ(run_calls(*s, in, want, 10), std::vector<std::string>{"gpu"}) << s->report();
@@ -172,11 +177,7 @@ TEST(GpuTier, gpu_out_of_memory_sends_the_call_to_tier1) {
 // through twenty calls on other inputs keeps its values.
 TEST(GpuTier, outputs_the_caller_holds_are_never_reused_for_later_calls) {
   SKIP_WITHOUT_GPU();
-  GraphBuilder gb;
-  int a = gb.input("a", DType::Float32, {-1, -1});
-  int b = gb.input("b", DType::Float32, {-1});
-  gb.output(gb.node(Op::Add, {gb.node(Op::Mul, {a, gb.node(Op::Sigmoid, {a})}), b}));
-  auto g = gb.build();
+  auto g = one_region_model();
   auto s = Session::from_graph(g, gpu_options());
   const NamedTensors in = inputs(), want = reference(g, in);
   ASSERT_EQ(run_calls(*s, in, want, 10), std::vector<std::string>{"gpu"}) << s->report();
