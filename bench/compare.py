@@ -240,13 +240,23 @@ def add_eager_error_bound(rows, device):
     the zoo's saved one) can leave eager PyTorch's own GPU result outside RTOL/ATOL of it (ResNet-50
     at batch 32 on the H100: max abs err 4.0e-4, summation orders differ between cuDNN and the CPU).
     A row that does not agree then also says whether its error is within eager PyTorch's own on the
-    device (`within_eager_error`): the tolerance is not loosened, the comparison is reported beside it."""
-    eager = next((r for r in rows if r["peer"] == "pytorch-eager" and r.get("max_abs_err") is not None), None)
-    if device != "cuda" or not eager or eager.get("agrees"):
+    device (`within_eager_error`): the tolerance is not loosened, the comparison is reported beside it.
+    On the CPU the reference is eager PyTorch itself, and ONNX Runtime's error is the yardstick: on
+    the 2-core AVX2 machine (2026-11-26) ResNet-50's logits, up to 411 in size, left one element of
+    1,000 (-0.0518) outside RTOL/ATOL on tier 1 (max abs err 4.4e-4) while ONNX Runtime's max abs
+    err was 5.2e-4; such a row says whether its error is within ONNX Runtime's
+    (`within_onnxruntime_error`)."""
+    if device == "cuda":
+        ref, key = next((r for r in rows if r["peer"] == "pytorch-eager" and r.get("max_abs_err") is not None), None), \
+            "within_eager_error"
+    else:
+        ref, key = next((r for r in rows if r["peer"].startswith("onnxruntime") and r.get("max_abs_err") is not None),
+                        None), "within_onnxruntime_error"
+    if not ref or (device == "cuda" and ref.get("agrees")):
         return
     for r in rows:
-        if r.get("agrees") is False:
-            r["within_eager_error"] = r["max_abs_err"] <= eager["max_abs_err"]
+        if r.get("agrees") is False and r is not ref:
+            r[key] = r["max_abs_err"] <= ref["max_abs_err"]
 
 
 def add_ratios(rows, tiers):
@@ -276,6 +286,9 @@ def markdown(table, tiers):
         cells = [fmt(r.get(c)) for c in cols]
         if "within_eager_error" in r:  # see add_eager_error_bound
             cells[cols.index("agrees")] += " (within eager's own error)" if r["within_eager_error"] else " (beyond eager's error)"
+        if "within_onnxruntime_error" in r:
+            cells[cols.index("agrees")] += (" (within ONNX Runtime's error)" if r["within_onnxruntime_error"]
+                                            else " (beyond ONNX Runtime's error)")
         if r["status"] != "ok":
             cells[2:] = [r["status"]] + [""] * (len(cols) - 3)
         lines.append("| " + " | ".join(cells) + " |")
@@ -326,7 +339,8 @@ def main():
     with open(os.path.join(args.out, "compare.md"), "w") as f:
         f.write(md)
     print(md)
-    bad = [r for r in table["rows"] if r.get("agrees") is False and not r.get("within_eager_error")]
+    bad = [r for r in table["rows"] if r.get("agrees") is False and not r.get("within_eager_error")
+           and not r.get("within_onnxruntime_error")]
     sys.exit(1 if bad else 0)
 
 

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <array>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -36,8 +37,40 @@ dnnl::memory::desc plain(const dnnl::memory::dims& dims) {
   return dnnl::memory::desc(dims, dnnl::memory::data_type::f32, strides);
 }
 
+// True for a layout with blocks (oneDNN's packed weights, nChw16c), false for plain strides.
+static bool is_blocked(const dnnl::memory::desc& d) {
+  return d.data.format_kind != dnnl_blocked || d.data.format_desc.blocking.inner_nblks > 0;
+}
+
+// float32 `dims` with the last two dimensions' strides swapped: each [.., K, N] matrix stored as
+// its transpose ([N, K] row-major), the batch dimensions outside as in plain().
+static dnnl::memory::desc transposed_last_two(const dnnl::memory::dims& dims) {
+  dnnl::memory::dims strides(dims.size(), 1);
+  const size_t r = dims.size();
+  if (r >= 2) {
+    strides[r - 2] = 1;
+    strides[r - 1] = dims[r - 2];
+    dnnl::memory::dim inner = dims[r - 2] * dims[r - 1];
+    for (size_t i = r - 2; i-- > 0;) {
+      strides[i] = inner;
+      inner *= dims[i];
+    }
+  }
+  return dnnl::memory::desc(dims, dnnl::memory::data_type::f32, strides);
+}
+
 dnnl::memory wrap(const dnnl::memory::desc& d, const float* data) {
   return dnnl::memory(d, cpu_engine(), const_cast<float*>(data));
+}
+
+// A gemm-based product with constant weights at least this large (multiply-adds) times both
+// plain orders of its weights when it is built (MatMul below); smaller ones read them as given.
+constexpr double kTimedLayoutFlops = 1e7;
+
+// TERRACE_GEMM_WEIGHT_ORDER: "given" (never copy), "other" (always copy: tests), or unset (timed).
+static std::string weight_order() {
+  const char* v = std::getenv("TERRACE_GEMM_WEIGHT_ORDER");
+  return v && (std::string(v) == "given" || std::string(v) == "other") ? std::string(v) : std::string();
 }
 
 // One thread per 200 thousand: a fork and join of 16 threads costs more than a batch-1 Linear
@@ -278,8 +311,60 @@ class MatMul : public DnnlPrimitive {
       });
     };
     prims_.fused = build(activation, prims_.fused_scratch);
+    if (pack && !is_blocked(weights)) {
+      // No blocked layout of its own: oneDNN's gemm-based product (below AVX-512, or forced there
+      // by DNNL_MAX_CPU_ISA), which reads the weights in whichever plain order it is given. The
+      // order matters: on the 2-core AVX2 machine of bench/RESULTS.md (2026-11-26), BERT's
+      // [128,768] x [768,3072] took 9.5 ms on ONNX's [K, N] rows and 4.7 ms on a copy stored by
+      // columns ([N, K] row-major), while the zoo's other products ran within 10% either way. A
+      // copy costs the weights' size again, so the weights are read as given unless the other
+      // order, measured here on this machine, takes at most 3/4 of the time.
+      weights = b_;
+      prims_.fused = build(activation, prims_.fused_scratch);
+      const memory::desc other = b_ == transposed_last_two(b_.dims()) ? plain(b_.dims()) : transposed_last_two(b_.dims());
+      const std::string order = weight_order();
+      if (order == "other" || (order.empty() && flops >= kTimedLayoutFlops)) {
+        const dnnl::primitive given = prims_.fused;
+        const memory::desc given_scratch = prims_.fused_scratch;
+        weights = other;
+        prims_.fused = build(activation, prims_.fused_scratch);
+        memory copy(weights, cpu_engine());
+        const float* b = constants[1]->data<float>();
+        {
+          const int t = threads_to_run(prims_.threads);
+          dnnl::reorder::primitive_desc pd(cpu_engine(), b_, cpu_engine(), weights, user_scratchpad());
+          execute(dnnl::reorder(pd), pd.scratchpad_desc(), {{DNNL_ARG_FROM, wrap(b_, b)}, {DNNL_ARG_TO, copy}}, t);
+        }
+        std::vector<float> src(floats_of(a_)), dst(floats_of(dst_)), bias(bias_ ? floats_of(*bias_) : 0);
+        auto run_ms = [&](const dnnl::primitive& p, const memory::desc& scratch, const memory& w) {
+          std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, wrap(a_, src.data())}, {DNNL_ARG_WEIGHTS, w},
+                                                  {DNNL_ARG_DST, wrap(dst_, dst.data())}};
+          if (bias_) args.emplace(DNNL_ARG_BIAS, wrap(*bias_, bias.data()));
+          const auto t0 = std::chrono::steady_clock::now();
+          execute(p, scratch, std::move(args), prims_.threads);
+          return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        };
+        // Alternately, so that a burst of other work on the machine slows both alike; the first
+        // run of each warms the caches; the best of the other three counts.
+        const bool forced = order == "other";
+        double t_given = 1e300, t_other = 1e300;
+        for (int i = 0; i < 4 && !forced; ++i) {
+          const double g = run_ms(given, given_scratch, wrap(b_, b));
+          const double o = run_ms(prims_.fused, prims_.fused_scratch, copy);
+          if (i) t_given = std::min(t_given, g), t_other = std::min(t_other, o);
+        }
+        if (forced || t_other <= 0.75 * t_given) {
+          packed_ = copy;
+          relaid_ = true;
+        } else {
+          weights = b_;
+          prims_.fused = given;
+          prims_.fused_scratch = given_scratch;
+        }
+      }
+    }
     if (prims_.has_activation()) prims_.plain = build({}, prims_.plain_scratch);
-    if (pack && weights != b_) {
+    if (pack && weights != b_ && !relaid_) {
       packed_ = memory(weights, cpu_engine());
       // Packed where it is compiled, on a background thread: built for the threads it runs with
       // there (a oneDNN primitive runs with the thread count it was built with).
@@ -294,7 +379,8 @@ class MatMul : public DnnlPrimitive {
                    " -> dst " + dims_str(dst_) + "; alpha " + std::to_string(alpha) +
                    (c_ ? "; sum post-op (C " + shape_str(*c_) + ", beta " + std::to_string(beta) + ")" : "") +
                    (bias_ ? "; bias " + dims_str(*bias_) : "") +
-                   activation_text(activation) + (packed_ ? "; constant weights packed once" : "") + "; " +
+                   activation_text(activation) + (packed_ ? "; constant weights packed once" : "") +
+                   (relaid_ ? "; constant weights copied in the other plain order (measured faster)" : "") + "; " +
                    std::to_string(prims_.threads) + " OpenMP threads";
   }
   const Shape& output_shape() const override { return out_; }
@@ -327,6 +413,7 @@ class MatMul : public DnnlPrimitive {
 
   Shape out_;
   memory::desc a_, b_, dst_;
+  bool relaid_ = false;  // constant weights copied in the other plain order (gemm-based; see above)
   std::optional<Shape> c_;
   std::optional<memory::desc> bias_;
   Activated prims_;
