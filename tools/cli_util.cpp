@@ -327,6 +327,16 @@ void probe_tiers_in_a_child() {
 
 Tier highest_available_tier() { return availability().highest; }
 
+bool tier_available(Tier t) {
+  if (t == Tier::Interp) return true;
+  if (t == Tier::Cpu) {
+    if (probed_in_a_child()) return probed_in_a_child()->highest >= Tier::Cpu;
+    static const bool cpu = make_cpu_backend() != nullptr;  // loads nothing: Clang comes with the first compile
+    return cpu;
+  }
+  return availability().highest >= t;
+}
+
 std::string tier_unavailable_reason(Tier t) {
   if (t <= availability().highest) return "";
   return t == Tier::Gpu ? availability().gpu_why : "this build has no tier-1 JIT";
@@ -335,6 +345,9 @@ std::string tier_unavailable_reason(Tier t) {
 bool tier_from_env() { return std::getenv("TERRACE_MAX_TIER") != nullptr; }
 
 Tier effective_tier(const char* command, Tier requested, bool explicitly_requested) {
+  // The GPU is probed only for a command that may use it: the probe opens a CUDA context and loads
+  // NVRTC, about 115 MB resident on the GPU host, which `--tier cpu` kept to the end.
+  if (tier_available(requested)) return requested;
   Tier available = highest_available_tier();
   if (requested <= available) return requested;
   if (explicitly_requested) {

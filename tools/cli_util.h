@@ -86,6 +86,9 @@ extern const OptionDef kProfileOption, kStrictOption, kModeOption;
 // The highest tier this build can run here: gpu where tier 2 was built and a GPU, its driver and
 // NVRTC are found, cpu where tier 1 was built, else interp.
 Tier highest_available_tier();
+// Whether tier `t` can run here, probing no more than it needs: interp always, cpu where tier 1
+// was built, gpu as highest_available_tier() finds (a CUDA context, opened only for this question).
+bool tier_available(Tier t);
 // Why tier `t` is not available here ("" when it is): no tier-1 JIT in this build, or no GPU
 // (the driver's or NVRTC's reason).
 std::string tier_unavailable_reason(Tier t);

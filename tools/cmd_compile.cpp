@@ -169,7 +169,7 @@ int cmd_compile(const ParsedArgs& args) {
   auto session = Session::from_graph(m.graph, options);
   const Graph& g = session->graph();
   const Plan& plan = session->plan();
-  if (highest_available_tier() < Tier::Cpu && plan.regions.empty())
+  if (!tier_available(Tier::Cpu) && plan.regions.empty())
     std::printf("note: this build has no tier 1, whose partition tier 2 follows: no regions\n");
   const Frame frame = evaluate_all(g, plan, random_inputs(g, 42, dims));
 

@@ -78,12 +78,11 @@ int tier_rank(const std::string& t) { return t == "interp" ? 0 : t == "cpu" ? 1 
 // The tiers to check, in order; tiers this build lacks are listed as not available.
 std::vector<TierResult> tiers_to_check(const ParsedArgs& args) {
   const std::string asked = args.get("--tier").value_or("all");
-  const Tier highest = highest_available_tier();
   std::vector<TierResult> tiers;
   auto add = [&](Tier t) {
     TierResult r;
     r.tier = t;
-    if (t > highest) {
+    if (!tier_available(t)) {
       r.available = false;
       r.unavailable = tier_unavailable_reason(t);
     }
