@@ -84,6 +84,9 @@ AttrType attribute_type(const onnx::AttributeProto& a, const std::string& what) 
 // Frees a field's storage (clear() would keep its capacity).
 template <typename Field> void free_field(Field* f) { Field().Swap(f); }
 
+// Initializers of at least this many bytes are file-backed (Tensor::file_backed).
+constexpr size_t kFileBackedBytes = size_t(1) << 20;
+
 void release_data(onnx::TensorProto& t) {
   delete t.release_raw_data();
   free_field(t.mutable_float_data());
@@ -223,6 +226,12 @@ std::shared_ptr<Graph> GraphBuilder::build(onnx::GraphProto& gp, const std::stri
     std::string what = where + "initializer '" + t.name() + "'";
     Tensor value = tensor_from_proto(t, what);
     release_data(t);  // the proto's copy is no longer needed: peak memory stays near one copy
+    // A large one in a file's pages, which the OS may take back once a compiled tier has its own
+    // copy (packed weights) and nothing reads this one: resident memory stays near one copy.
+    if (value.nbytes() >= kFileBackedBytes) {
+      value = Tensor::file_backed(value);
+      value.drop_resident_pages();  // read back from the page cache by the first call
+    }
     ValueInfo info;
     info.dtype = value.dtype();
     info.shape = value.shape();

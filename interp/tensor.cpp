@@ -1,10 +1,19 @@
 // Tensor storage, dtype tables and conversions.
 #include "interp/tensor.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/vfs.h>
+#include <unistd.h>
+
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
+#include <mutex>
 #include <new>
+#include <string>
 
 namespace terrace {
 
@@ -97,6 +106,10 @@ std::vector<int64_t> row_major_strides(std::span<const int64_t> shape) {
 
 Tensor::State::~State() {
   if (borrowed) return;
+  if (mapped) {
+    ::munmap(data, mapped);  // the file was unlinked when made: it goes with its last mapping
+    return;
+  }
   if (dtype == DType::String) {
     auto* p = static_cast<std::string*>(data);
     for (int64_t i = 0; i < count; ++i) p[i].~basic_string();
@@ -179,6 +192,76 @@ Tensor Tensor::on_device(DType dtype, Shape shape, std::shared_ptr<DeviceStorage
   st->device = std::move(storage);
   t.state_ = std::move(st);
   return t;
+}
+
+namespace {
+// The folder for file-backed tensors, chosen once ("" for none): see Tensor::file_backed.
+const std::string& spill_dir() {
+  static const std::string dir = [] {
+    std::vector<std::string> candidates;
+    if (const char* env = std::getenv("TERRACE_SPILL_DIR")) candidates.push_back(env);  // "" disables
+    else {
+      candidates.push_back("/var/tmp");
+      const char* tmp = std::getenv("TMPDIR");
+      candidates.push_back(tmp && *tmp ? tmp : "/tmp");
+    }
+    for (const std::string& d : candidates) {
+      struct statfs fs;
+      if (d.empty() || ::statfs(d.c_str(), &fs) != 0) continue;
+      constexpr long kTmpfs = 0x01021994, kRamfs = 0x858458f6;  // pages there are memory: nothing gained
+      if (long(fs.f_type) == kTmpfs || long(fs.f_type) == kRamfs) continue;
+      if (::access(d.c_str(), W_OK) != 0) continue;
+      return d;
+    }
+    return std::string();
+  }();
+  return dir;
+}
+
+// An unlinked file of `bytes` bytes in the spill folder, or -1.
+int spill_file(size_t bytes) {
+  const std::string& dir = spill_dir();
+  if (dir.empty()) return -1;
+  int fd = ::open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+  if (fd < 0) {  // a file system without O_TMPFILE: a named file, unlinked at once
+    std::string path = dir + "/terrace-spill-XXXXXX";
+    fd = ::mkostemp(path.data(), O_CLOEXEC);
+    if (fd < 0) return -1;
+    ::unlink(path.c_str());
+  }
+  if (::ftruncate(fd, off_t(bytes)) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+}  // namespace
+
+Tensor Tensor::file_backed(const Tensor& t) {
+  if (!t.defined() || t.on_device() || t.dtype() == DType::String || t.nbytes() == 0 || t.is_file_backed()) return t;
+  const size_t page = size_t(::sysconf(_SC_PAGESIZE));
+  const size_t length = (t.nbytes() + page - 1) / page * page;
+  const int fd = spill_file(length);
+  if (fd < 0) return t;
+  void* p = ::mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ::close(fd);  // the mapping keeps the file
+  if (p == MAP_FAILED) return t;
+  std::memcpy(p, t.raw(), t.nbytes());
+  Tensor c;
+  c.numel_ = t.numel_;
+  c.dtype_ = t.dtype_;
+  c.shape_ = t.shape_;
+  auto st = std::make_shared<State>();
+  st->dtype = t.dtype_;
+  st->data = p;
+  st->bytes = t.nbytes();
+  st->mapped = length;
+  c.state_ = std::move(st);
+  return c;
+}
+
+void Tensor::drop_resident_pages() const {
+  if (is_file_backed()) ::madvise(state_->data, state_->mapped, MADV_DONTNEED);
 }
 
 uint64_t Tensor::device_address() const { return on_device() ? state_->device->address() : 0; }

@@ -70,6 +70,20 @@ class Tensor {
   // Host accessors (raw, data, clone, cast, str...) throw InvalidArgument on it: to_host() reads
   // it. `storage` holds at least nbytes() bytes (checked).
   static Tensor on_device(DType dtype, Shape shape, std::shared_ptr<DeviceStorage> storage);
+  // A copy of host tensor `t` in a shared mapping of an unlinked temporary file, so that
+  // drop_resident_pages() can hand its memory back to the OS while it keeps its values: they are
+  // read back from the file (the page cache) when next touched. For large constants that a
+  // compiled tier copies into a layout of its own (the loader's initializers of 1 MiB or more).
+  // The folder: $TERRACE_SPILL_DIR, else /var/tmp, else the system's temporary folder; one in
+  // memory (tmpfs, ramfs) is not used, nor is any where the file cannot be made or mapped, nor
+  // any when TERRACE_SPILL_DIR is set empty: `t` itself is returned then. Not for strings.
+  static Tensor file_backed(const Tensor& t);
+  // Over a file's shared mapping (file_backed()).
+  bool is_file_backed() const;
+  // Lets the OS take back the resident pages of a file-backed tensor (madvise MADV_DONTNEED; its
+  // values stay, faulted back from the file's page cache on the next read, by any thread, so it
+  // is safe while others read it). Nothing for any other tensor.
+  void drop_resident_pages() const;
   template <typename T> static Tensor scalar(T v) {
     Tensor t = empty(dtype_of<T>::value, {});
     t.data<T>()[0] = v;
@@ -141,11 +155,13 @@ struct Tensor::State {
   DType dtype;
   int64_t count = 0;
   bool borrowed = false;  // the caller's memory (Tensor::borrow): not freed here
+  size_t mapped = 0;      // > 0: data is a shared file mapping of this many bytes (file_backed)
   std::shared_ptr<DeviceStorage> device;  // set: the elements are there, and data is null
   ~State();
 };
 
 inline bool Tensor::borrowed() const { return state_ && state_->borrowed; }
+inline bool Tensor::is_file_backed() const { return state_ && state_->mapped > 0; }
 inline bool Tensor::on_device() const { return state_ && state_->device; }
 inline const DeviceStorage* Tensor::device_storage() const { return state_ ? state_->device.get() : nullptr; }
 [[noreturn]] void fail_device_access(const Tensor& t);

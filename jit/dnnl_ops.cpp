@@ -356,6 +356,7 @@ class MatMul : public DnnlPrimitive {
         if (forced || t_other <= 0.75 * t_given) {
           packed_ = copy;
           relaid_ = true;
+          constants[1]->drop_resident_pages();  // read from the copy from now on (Tensor::file_backed)
         } else {
           weights = b_;
           prims_.fused = given;
@@ -374,6 +375,7 @@ class MatMul : public DnnlPrimitive {
         execute(dnnl::reorder(pd), pd.scratchpad_desc(),
                 {{DNNL_ARG_FROM, wrap(b_, constants[1]->data<float>())}, {DNNL_ARG_TO, packed_}}, pack_threads);
       });
+      constants[1]->drop_resident_pages();  // read from the packed copy from now on (Tensor::file_backed)
     }
     description_ = "oneDNN matmul (" + node.describe() + "): src " + dims_str(a_) + " x weights " + dims_str(b_) +
                    " -> dst " + dims_str(dst_) + "; alpha " + std::to_string(alpha) +
@@ -960,6 +962,7 @@ class ConvChain : public DnnlPrimitive {
       // Reordered once, where the chain is built (a background thread: threads_to_run).
       make_reorder(s.node, s.user_w, s.w_desc, threads_to_run(s.threads))(wrap(s.user_w, constant_w->data<float>()),
                                                                           s.weights, threads_to_run(s.threads));
+      constant_w->drop_resident_pages();  // the chain reads its own copy (Tensor::file_backed)
     } else if (s.w_desc != s.user_w) {
       s.w_reorder = make_reorder(s.node, s.user_w, s.w_desc, s.threads);
     }

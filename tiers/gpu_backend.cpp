@@ -179,6 +179,7 @@ class GpuRegion : public CompiledRegion {
       if (!constant_[i] || inputs[i].on_device() || resident_source_[i] == inputs[i].raw()) continue;
       resident_[i] = jit::cuda::upload(inputs[i], stream_);
       resident_source_[i] = inputs[i].raw();
+      inputs[i].drop_resident_pages();  // the device copy serves from now on (Tensor::file_backed)
       ++copies;
     }
     if (device_constants_.size() != constants_.size()) {  // values computed at compile time: once

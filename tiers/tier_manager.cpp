@@ -168,6 +168,10 @@ struct TierManager::Core : std::enable_shared_from_this<Core> {
   }
 
   void interpret_region(const Region& region, Frame& frame) const;
+  // After the interpreter ran a compiled region for validation or a re-check: lets the OS take back
+  // the pages of its file-backed initializers (Tensor::drop_resident_pages), which the compiled
+  // version may not read (oneDNN's packed copies); one that reads them faults them back.
+  void drop_constant_pages(const Region& region) const;
   Tier execute(int r, Frame& frame, int64_t call);
   Tier dispatch(RegionState& st, Frame& frame, int64_t call);
   void maybe_promote(RegionState& st, const std::string& sig, const std::vector<Tensor>& in, int64_t call);
@@ -302,6 +306,11 @@ void TierManager::Core::interpret_region(const Region& region, Frame& frame) con
   }
 }
 
+void TierManager::Core::drop_constant_pages(const Region& region) const {
+  for (int v : region.inputs)
+    if (auto it = graph_.initializers.find(v); it != graph_.initializers.end()) it->second.drop_resident_pages();
+}
+
 Tier TierManager::Core::execute(int r, Frame& frame, int64_t call) {
   RegionState& st = *regions_[size_t(r)];
   auto t0 = std::chrono::steady_clock::now();
@@ -382,7 +391,9 @@ Tier TierManager::Core::dispatch(RegionState& st, Frame& frame, int64_t call) {
     bool check = options_.validate == ValidateMode::Always ||
                  (options_.validate == ValidateMode::First && chosen->validations_left.fetch_sub(1) > 0);
     if (!check) maybe_recheck(st, chosen, in, out, ms_since(run_t0), call);
-    if (!check || validate(st, *chosen, frame, in, out)) {
+    const bool passed = check && validate(st, *chosen, frame, in, out);
+    if (check) drop_constant_pages(region);
+    if (!check || passed) {
       for (size_t i = 0; i < region.outputs.size(); ++i)
         frame.env[size_t(region.outputs[i])] = RValue(std::move(out[i]));
       if (chosen->tier == Tier::Cpu && gpu_) maybe_promote_gpu(st, chosen->signature, in, call);
@@ -604,6 +615,7 @@ void TierManager::Core::recheck_job(RegionState& st, std::shared_ptr<Version> v,
     interpret_region(region, frame);
     for (int o : region.outputs) expected.push_back(frame.env[size_t(o)].tensor);
     why = mismatch(region, in, expected, out);
+    drop_constant_pages(region);
   } catch (const std::exception& e) {  // compiled code answered where the interpreter raises
     why = std::string("the interpreter raised ") + e.what();
   }
