@@ -229,7 +229,9 @@ int spill_file(size_t bytes) {
     if (fd < 0) return -1;
     ::unlink(path.c_str());
   }
-  if (::ftruncate(fd, off_t(bytes)) != 0) {
+  // The blocks reserved now: a page of a sparse file whose disk is full would be a SIGBUS when the
+  // copy first writes it. Where they cannot be had (no space, no fallocate), the heap instead.
+  if (::posix_fallocate(fd, 0, off_t(bytes)) != 0) {
     ::close(fd);
     return -1;
   }
