@@ -207,8 +207,13 @@ const std::string& spill_dir() {
     for (const std::string& d : candidates) {
       struct statfs fs;
       if (d.empty() || ::statfs(d.c_str(), &fs) != 0) continue;
-      constexpr long kTmpfs = 0x01021994, kRamfs = 0x858458f6;  // pages there are memory: nothing gained
-      if (long(fs.f_type) == kTmpfs || long(fs.f_type) == kRamfs) continue;
+      // tmpfs and ramfs pages are memory (nothing gained); over NFS, SMB or FUSE a fault may wait on
+      // a network or another process: the heap instead.
+      constexpr unsigned long kSkipped[] = {0x01021994, 0x858458f6, 0x6969, 0x517b, 0xff534d42, 0xfe534d42,
+                                            0x65735546};
+      bool skipped = false;
+      for (unsigned long magic : kSkipped) skipped = skipped || (unsigned long)(fs.f_type) == magic;
+      if (skipped) continue;
       if (::access(d.c_str(), W_OK) != 0) continue;
       return d;
     }

@@ -75,8 +75,9 @@ class Tensor {
   // read back from the file (the page cache) when next touched. For large constants that a
   // compiled tier copies into a layout of its own (the loader's initializers of 1 MiB or more).
   // The folder: $TERRACE_SPILL_DIR, else /var/tmp, else the system's temporary folder; one in
-  // memory (tmpfs, ramfs) is not used, nor is any where the file cannot be made or mapped, nor
-  // any when TERRACE_SPILL_DIR is set empty: `t` itself is returned then. Not for strings.
+  // memory (tmpfs, ramfs) or across a network (NFS, SMB) or FUSE is not used, nor is any where
+  // the file cannot be made, reserved or mapped, nor any when TERRACE_SPILL_DIR is set empty:
+  // `t` itself is returned then. Not for strings.
   static Tensor file_backed(const Tensor& t);
   // Over a file's shared mapping (file_backed()).
   bool is_file_backed() const;
