@@ -311,6 +311,19 @@ class MatMul : public DnnlPrimitive {
       });
     };
     prims_.fused = build(activation, prims_.fused_scratch);
+    // Constant weights copied once, on the compile thread, into `to` (threads_to_run: a oneDNN
+    // primitive runs with the thread count it was built with).
+    auto laid_out = [&](const memory::desc& to) {
+      memory m(to, cpu_engine());
+      const int t = threads_to_run(prims_.threads);
+      building(node, t, "primitive", [&] {
+        dnnl::reorder::primitive_desc pd(cpu_engine(), b_, cpu_engine(), to, user_scratchpad());
+        execute(dnnl::reorder(pd), pd.scratchpad_desc(),
+                {{DNNL_ARG_FROM, wrap(b_, constants[1]->data<float>())}, {DNNL_ARG_TO, m}}, t);
+      });
+      return m;
+    };
+    bool relaid = false;  // copied in the other plain order
     if (pack && !is_blocked(weights)) {
       // No blocked layout of its own: oneDNN's gemm-based product (below AVX-512, or forced there
       // by DNNL_MAX_CPU_ISA), which reads the weights in whichever plain order it is given. The
@@ -319,8 +332,10 @@ class MatMul : public DnnlPrimitive {
       // columns ([N, K] row-major), while the zoo's other products ran within 10% either way. A
       // copy costs the weights' size again, so the weights are read as given unless the other
       // order, measured here on this machine, takes at most 3/4 of the time.
-      weights = b_;
-      prims_.fused = build(activation, prims_.fused_scratch);
+      if (weights != b_) {
+        weights = b_;
+        prims_.fused = build(activation, prims_.fused_scratch);
+      }
       const memory::desc other = b_ == transposed_last_two(b_.dims()) ? plain(b_.dims()) : transposed_last_two(b_.dims());
       const std::string order = weight_order();
       if (order == "other" || (order.empty() && flops >= kTimedLayoutFlops)) {
@@ -328,13 +343,7 @@ class MatMul : public DnnlPrimitive {
         const memory::desc given_scratch = prims_.fused_scratch;
         weights = other;
         prims_.fused = build(activation, prims_.fused_scratch);
-        memory copy(weights, cpu_engine());
-        const float* b = constants[1]->data<float>();
-        {
-          const int t = threads_to_run(prims_.threads);
-          dnnl::reorder::primitive_desc pd(cpu_engine(), b_, cpu_engine(), weights, user_scratchpad());
-          execute(dnnl::reorder(pd), pd.scratchpad_desc(), {{DNNL_ARG_FROM, wrap(b_, b)}, {DNNL_ARG_TO, copy}}, t);
-        }
+        memory copy = laid_out(weights);
         std::vector<float> src(floats_of(a_)), dst(floats_of(dst_)), bias(bias_ ? floats_of(*bias_) : 0);
         auto run_ms = [&](const dnnl::primitive& p, const memory::desc& scratch, const memory& w) {
           std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, wrap(a_, src.data())}, {DNNL_ARG_WEIGHTS, w},
@@ -349,14 +358,13 @@ class MatMul : public DnnlPrimitive {
         const bool forced = order == "other";
         double t_given = 1e300, t_other = 1e300;
         for (int i = 0; i < 4 && !forced; ++i) {
-          const double g = run_ms(given, given_scratch, wrap(b_, b));
+          const double g = run_ms(given, given_scratch, wrap(b_, constants[1]->data<float>()));
           const double o = run_ms(prims_.fused, prims_.fused_scratch, copy);
           if (i) t_given = std::min(t_given, g), t_other = std::min(t_other, o);
         }
-        if (forced || t_other <= 0.75 * t_given) {
+        relaid = forced || t_other <= 0.75 * t_given;
+        if (relaid) {
           packed_ = copy;
-          relaid_ = true;
-          constants[1]->drop_resident_pages();  // read from the copy from now on (Tensor::file_backed)
         } else {
           weights = b_;
           prims_.fused = given;
@@ -365,24 +373,14 @@ class MatMul : public DnnlPrimitive {
       }
     }
     if (prims_.has_activation()) prims_.plain = build({}, prims_.plain_scratch);
-    if (pack && weights != b_ && !relaid_) {
-      packed_ = memory(weights, cpu_engine());
-      // Packed where it is compiled, on a background thread: built for the threads it runs with
-      // there (a oneDNN primitive runs with the thread count it was built with).
-      const int pack_threads = threads_to_run(prims_.threads);
-      building(node, pack_threads, "primitive", [&] {
-        dnnl::reorder::primitive_desc pd(cpu_engine(), b_, cpu_engine(), weights, user_scratchpad());
-        execute(dnnl::reorder(pd), pd.scratchpad_desc(),
-                {{DNNL_ARG_FROM, wrap(b_, constants[1]->data<float>())}, {DNNL_ARG_TO, packed_}}, pack_threads);
-      });
-      constants[1]->drop_resident_pages();  // read from the packed copy from now on (Tensor::file_backed)
-    }
+    if (pack && weights != b_ && !relaid) packed_ = laid_out(weights);  // oneDNN's blocked layout
+    if (packed_) constants[1]->drop_resident_pages();  // read from the copy from now on (Tensor::file_backed)
     description_ = "oneDNN matmul (" + node.describe() + "): src " + dims_str(a_) + " x weights " + dims_str(b_) +
                    " -> dst " + dims_str(dst_) + "; alpha " + std::to_string(alpha) +
                    (c_ ? "; sum post-op (C " + shape_str(*c_) + ", beta " + std::to_string(beta) + ")" : "") +
                    (bias_ ? "; bias " + dims_str(*bias_) : "") +
                    activation_text(activation) + (packed_ ? "; constant weights packed once" : "") +
-                   (relaid_ ? "; constant weights copied in the other plain order (measured faster)" : "") + "; " +
+                   (relaid ? "; constant weights copied in the other plain order (measured faster)" : "") + "; " +
                    std::to_string(prims_.threads) + " OpenMP threads";
   }
   const Shape& output_shape() const override { return out_; }
@@ -415,7 +413,6 @@ class MatMul : public DnnlPrimitive {
 
   Shape out_;
   memory::desc a_, b_, dst_;
-  bool relaid_ = false;  // constant weights copied in the other plain order (gemm-based; see above)
   std::optional<Shape> c_;
   std::optional<memory::desc> bias_;
   Activated prims_;
