@@ -198,6 +198,10 @@ const OpCase& get_case(const std::string& name) {
       // rows, MobileNetV2's and a ResNet stage's global pools.
       {"softmax_attention", [] { return softmax_case(8 * 12 * 128, 128); }},
       {"layernorm_bert", [] { return layernorm_case(8 * 128, 768); }},
+      // The same at batch 1 (a BERT or GPT-2 call on 1x128 tokens): 196 K and 98 K elements,
+      // where splitting across cores is worth less than a fork and join may cost.
+      {"softmax_attention_b1", [] { return softmax_case(12 * 128, 128); }},
+      {"layernorm_bert_b1", [] { return layernorm_case(128, 768); }},
       {"reducemean_rows64", [] { return reduce_mean_case(64, 1024, 64); }},
       {"global_avgpool_1280x7x7", [] { return global_average_pool_case(1, 1280, 7); }},
       {"global_avgpool_32x256x56x56", [] { return global_average_pool_case(32, 256, 56); }},
@@ -366,7 +370,7 @@ void run_gpu_case(benchmark::State& state, const std::string& name) {
 
 void register_all() {
   for (const char* name : {"softmax", "layernorm", "gemm_bias_gelu", "conv_bias_relu", "softmax_attention",
-                           "layernorm_bert", "reducemean_rows64", "global_avgpool_1280x7x7",
+                           "layernorm_bert", "softmax_attention_b1", "layernorm_bert_b1", "reducemean_rows64", "global_avgpool_1280x7x7",
                            "global_avgpool_32x256x56x56"})
     for (Tier tier : {Tier::Interp, Tier::Cpu})
       benchmark::RegisterBenchmark((std::string(name) + "/" + tier_name(tier)).c_str(),

@@ -66,15 +66,14 @@ void run_cpu_kernel(const CpuKernel& kernel, std::span<void* const> buffers) {
     if (n > 0) kernel.fn(args, 0, n);
     return;
   }
-  // OpenMP, the pool oneDNN's primitives run on: one pool of workers for the whole region. With
-  // TBB here and OpenMP in oneDNN, libgomp's workers spun after each product while TBB's wanted
-  // the same cores (65% of BERT's CPU time in libgomp's wait loop on 2 cores). Pieces of at least
-  // `grain` iterations, a few per thread, taken in turn (a preempted thread's share goes to the
-  // others); at most one thread per piece.
-  const int64_t threads = std::min<int64_t>(omp_get_max_threads(), (n + grain - 1) / grain);
-  const int64_t pieces = std::min<int64_t>((n + grain - 1) / grain, 4 * threads);
+  // OpenMP, the pool oneDNN's primitives run on, and always its whole team (jit/dnnl_ops.cpp's
+  // threads_for: a team of another size re-docks libgomp's workers, which cost more than the
+  // split saved). Pieces of at least a quarter of the grain, a few per thread, taken in turn (a
+  // preempted thread's share goes to the others); threads without a piece wait at the join.
+  const int threads = omp_get_max_threads();
+  const int64_t pieces = std::min<int64_t>((4 * n + grain - 1) / grain, 4 * int64_t(threads));
   const int64_t step = (n + pieces - 1) / pieces;
-#pragma omp parallel for num_threads(int(threads)) schedule(dynamic, 1)
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
   for (int64_t p = 0; p < pieces; ++p) {
     const int64_t begin = p * step, end = std::min(n, begin + step);
     if (begin < end) kernel.fn(args, begin, end);

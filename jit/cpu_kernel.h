@@ -25,18 +25,16 @@ struct CpuKernel {
 CpuKernel compile_cpu_kernel(const kernels::LoweredFunc& f, CpuJit& jit = CpuJit::global(),
                              const CodeCache* cache = nullptr);
 
-// Runs the kernel on its buffers (in slot order: the group's inputs, then its outputs). The
-// range is split across the calling thread's OpenMP threads (the pool oneDNN runs on) in pieces
-// of at least kMinElementsPerTask elements, at most one thread per piece, so small tensors run on
-// the calling thread. Every output element is written by exactly one piece, so the result does
-// not depend on the thread count.
-// 256 K elements (a few hundred microseconds of a fused kernel's work): a fork and join costs
-// microseconds on an idle machine but milliseconds where a worker is preempted, and splitting a
-// 100-microsecond kernel saves at most half of it. Measured on this 2-core machine under other
-// builds (terrace bench --profile, BERT, 2 threads): its Add+Add+LayerNormalization regions took
-// 32.7 ms a call with 32 K-element pieces against 3.3 ms with 256 K (1.1 ms on one thread); on
-// the 16-core host MobileNetV2 was slower than on 2 cores from over-splitting small ops.
-inline constexpr int64_t kMinElementsPerTask = 1 << 18;
+// Runs the kernel on its buffers (in slot order: the group's inputs, then its outputs). A range
+// of at most kMinElementsPerTask elements runs on the calling thread; a longer one on the calling
+// thread's whole OpenMP team (the pool oneDNN runs on), in pieces taken in turn. Every output
+// element is written by exactly one piece, so the result does not depend on the thread count.
+// 32 K elements: tens of microseconds of a fused kernel's work on one core, against a few for a
+// fork and join of a team whose workers still spin from the last one. (It was 256 K while teams
+// changed size from kernel to kernel, which made every fork cost more: jit/dnnl_ops.cpp's
+// threads_for. On the GPU host's 16 cores BERT's softmax, layernorm and transposes, 98-295 K
+// elements, then ran on one core each.)
+inline constexpr int64_t kMinElementsPerTask = 1 << 15;
 void run_cpu_kernel(const CpuKernel& kernel, std::span<void* const> buffers);
 
 }  // namespace terrace::jit

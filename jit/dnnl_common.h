@@ -16,11 +16,10 @@ dnnl::engine& cpu_engine();
 dnnl::memory::desc plain(const dnnl::memory::dims& dims);
 // oneDNN memory over `data` (not copied; the caller keeps it alive).
 dnnl::memory wrap(const dnnl::memory::desc& d, const float* data);
-// The OpenMP threads a primitive of `flops` multiply-adds runs on: one per 200 thousand (about
-// 10 us of work), up to the machine's.
+// The OpenMP threads a primitive of `flops` multiply-adds runs on: 1 below kSerialWork, else the
+// calling thread's whole OpenMP setting (never a team of another size: dnnl_ops.cpp says why).
+inline constexpr double kSerialWork = 2e5;
 int threads_for(double flops);
-// A convolution chain step's: t threads where each gets at least t * 100 thousand.
-int threads_for_conv(double flops);
 // Primitives keep no scratchpad of their own (oneDNN's library-managed one belongs to the thread
 // that created the primitive, and tier 1 creates on a compile thread and runs on callers'): each
 // call brings one, sized by the primitive descriptor.

@@ -73,20 +73,15 @@ static std::string weight_order() {
   return v && (std::string(v) == "given" || std::string(v) == "other") ? std::string(v) : std::string();
 }
 
-// One thread per 200 thousand: a fork and join of 16 threads costs more than a batch-1 Linear
-// layer ([1,784] x [784,512]: 0.4 M): on 16 cores the MLP took 0.118 ms with every thread against
-// 0.083 ms on the interpreter; one per million starved MobileNetV2's small convolutions on 2 cores
-// (29 -> 41 ms).
-int threads_for(double flops) { return int(std::clamp(flops / 2e5, 1.0, double(omp_get_max_threads()))); }
-
-// The steps of a convolution chain: t threads where each gets at least t * 100 thousand, so that a
-// wide team needs more work a thread (its fork, join and oneDNN's split grow with it). On the GPU
-// host's 16 cores MobileNetV2's small convolutions took a call from 7.8-8.9 ms (p90 21-27) to
-// 4.9-5.2 ms (p90 5.3-10) over three alternating runs, ResNet-50 10.0 -> 9.1 ms; BERT's and GPT-2's
-// products kept the linear rule, under which their tails were shorter. The same count as
-// threads_for up to 2 threads (both give 2 from 0.4 M).
-int threads_for_conv(double flops) {
-  return int(std::clamp(std::floor(std::sqrt(flops / 1e5)), 1.0, double(omp_get_max_threads())));
+// One thread, or every thread of the caller's OpenMP setting: never a team of another size. In
+// libgomp a parallel region whose team size differs from the previous one's re-docks the pool's
+// workers, and on the GPU host's 16 cores (bench/RESULTS.md, twelfth session) that cost far more
+// than it saved: MobileNetV2's convolution chain, whose steps had asked for 1 to 16 threads by
+// their work, took 5.3 ms a call against 2.0 ms with 16 for every step; BERT 42.9 ms against
+// 33.9 once its generated kernels also ran on the full team. Work under kSerialWork multiply-adds
+// runs on the calling thread alone (no fork, no join, the workers left as they are).
+int threads_for(double flops) {
+  return flops < kSerialWork ? 1 : omp_get_max_threads();
 }
 
 dnnl::primitive_attr user_scratchpad() {
@@ -294,8 +289,8 @@ class MatMul : public DnnlPrimitive {
     const bool pack = constants.size() > 1 && constants[1] && constants[1]->dtype() == DType::Float32 &&
                       size_t(constants[1]->numel()) == floats_of(b_);
     memory::desc weights = pack ? memory::desc(b_.dims(), memory::data_type::f32, memory::format_tag::any) : b_;
-    auto build = [&](const DnnlActivation& act, memory::desc& scratch) {
-      return building(node, prims_.threads, "primitive", [&] {
+    auto build = [&](const DnnlActivation& act, memory::desc& scratch, int threads) {
+      return building(node, threads, "primitive", [&] {
         dnnl::primitive_attr attr = user_scratchpad();
         if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
         dnnl::post_ops ops;
@@ -310,7 +305,7 @@ class MatMul : public DnnlPrimitive {
         return dnnl::primitive(dnnl::matmul(pd));
       });
     };
-    prims_.fused = build(activation, prims_.fused_scratch);
+    prims_.fused = build(activation, prims_.fused_scratch, prims_.threads);
     // Constant weights copied once, on the compile thread, into `to` (threads_to_run: a oneDNN
     // primitive runs with the thread count it was built with).
     auto laid_out = [&](const memory::desc& to) {
@@ -334,7 +329,7 @@ class MatMul : public DnnlPrimitive {
       // order, measured here on this machine, takes at most 3/4 of the time.
       if (weights != b_) {
         weights = b_;
-        prims_.fused = build(activation, prims_.fused_scratch);
+        prims_.fused = build(activation, prims_.fused_scratch, prims_.threads);
       }
       const memory::desc other = b_ == transposed_last_two(b_.dims()) ? plain(b_.dims()) : transposed_last_two(b_.dims());
       const std::string order = weight_order();
@@ -342,25 +337,41 @@ class MatMul : public DnnlPrimitive {
         const dnnl::primitive given = prims_.fused;
         const memory::desc given_scratch = prims_.fused_scratch;
         weights = other;
-        prims_.fused = build(activation, prims_.fused_scratch);
+        prims_.fused = build(activation, prims_.fused_scratch, prims_.threads);
         memory copy = laid_out(weights);
         std::vector<float> src(floats_of(a_)), dst(floats_of(dst_)), bias(bias_ ? floats_of(*bias_) : 0);
+        // Timed with the threads this thread may run (threads_to_run: one on the compile thread).
+        // A oneDNN primitive starts a team of the count it was built with whatever the caller's
+        // setting, and a team started on a background thread throttles the callers' spin-wait
+        // for the rest of the process (interp/omp_threads.h): so a background compile times
+        // twins built for its one thread.
+        const int timed_threads = threads_to_run(prims_.threads);
         auto run_ms = [&](const dnnl::primitive& p, const memory::desc& scratch, const memory& w) {
           std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, wrap(a_, src.data())}, {DNNL_ARG_WEIGHTS, w},
                                                   {DNNL_ARG_DST, wrap(dst_, dst.data())}};
           if (bias_) args.emplace(DNNL_ARG_BIAS, wrap(*bias_, bias.data()));
           const auto t0 = std::chrono::steady_clock::now();
-          execute(p, scratch, std::move(args), prims_.threads);
+          execute(p, scratch, std::move(args), timed_threads);
           return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
         };
-        // Alternately, so that a burst of other work on the machine slows both alike; the first
-        // run of each warms the caches; the best of the other three counts.
         const bool forced = order == "other";
         double t_given = 1e300, t_other = 1e300;
-        for (int i = 0; i < 4 && !forced; ++i) {
-          const double g = run_ms(given, given_scratch, wrap(b_, constants[1]->data<float>()));
-          const double o = run_ms(prims_.fused, prims_.fused_scratch, copy);
-          if (i) t_given = std::min(t_given, g), t_other = std::min(t_other, o);
+        if (!forced) {
+          dnnl::primitive timed_given = given, timed_other = prims_.fused;
+          memory::desc timed_given_scratch = given_scratch, timed_other_scratch = prims_.fused_scratch;
+          if (timed_threads != prims_.threads) {
+            weights = b_;
+            timed_given = build(activation, timed_given_scratch, timed_threads);
+            weights = other;
+            timed_other = build(activation, timed_other_scratch, timed_threads);
+          }
+          // Alternately, so that a burst of other work on the machine slows both alike; the first
+          // run of each warms the caches; the best of the other three counts.
+          for (int i = 0; i < 4; ++i) {
+            const double g = run_ms(timed_given, timed_given_scratch, wrap(b_, constants[1]->data<float>()));
+            const double o = run_ms(timed_other, timed_other_scratch, copy);
+            if (i) t_given = std::min(t_given, g), t_other = std::min(t_other, o);
+          }
         }
         relaid = forced || t_other <= 0.75 * t_given;
         if (relaid) {
@@ -372,7 +383,7 @@ class MatMul : public DnnlPrimitive {
         }
       }
     }
-    if (prims_.has_activation()) prims_.plain = build({}, prims_.plain_scratch);
+    if (prims_.has_activation()) prims_.plain = build({}, prims_.plain_scratch, prims_.threads);
     if (pack && weights != b_ && !relaid) packed_ = laid_out(weights);  // oneDNN's blocked layout
     if (packed_) constants[1]->drop_resident_pages();  // read from the copy from now on (Tensor::file_backed)
     description_ = "oneDNN matmul (" + node.describe() + "): src " + dims_str(a_) + " x weights " + dims_str(b_) +
@@ -880,7 +891,7 @@ class ConvChain : public DnnlPrimitive {
   void build_pool_step(size_t k) {
     Step& s = steps_[k];
     const PoolSpec spec = pool_spec(s.node, s.x_shape);
-    s.threads = threads_for_conv(double(shape_numel(s.out_shape)) * spec.taps / 4);  // the lone Pool's work
+    s.threads = threads_for(double(shape_numel(s.out_shape)) * spec.taps / 4);  // the lone Pool's work
     const memory::desc src = s.x < 0 ? steps_[size_t(s.x_step)].dst : plain(dims_of(s.x_shape));
     auto pd = building(s.node, s.threads, "primitive", [&] {
       dnnl::pooling_v2_forward::desc d(dnnl::prop_kind::forward_inference, spec.alg, src,
@@ -914,7 +925,7 @@ class ConvChain : public DnnlPrimitive {
     for (size_t i = 0; i < dil.size(); ++i) dil[i] = g.dilations[i] - 1;  // oneDNN counts the gaps
     s.user_w = plain(w);
     s.bias = plain({g.cout});
-    s.threads = threads_for_conv(double(shape_numel(s.out_shape)) * double(g.cin_g()) * double(g.kernel_size()));
+    s.threads = threads_for(double(shape_numel(s.out_shape)) * double(g.cin_g()) * double(g.kernel_size()));
     auto any = [](const Dims& d) { return memory::desc(d, memory::data_type::f32, memory::format_tag::any); };
     // A step reads its source in the layout its producer wrote.
     const memory::desc src = s.x < 0 ? steps_[size_t(s.x_step)].dst : plain_edges ? plain(dims_of(s.x_shape)) : any(dims_of(s.x_shape));

@@ -8,8 +8,11 @@
 #endif
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
+#include <thread>
 #include <iostream>
 
+#include "interp/omp_threads.h"
 #include "tests/jit/chain_builder.h"
 #include "tests/support/node_runner.h"
 
@@ -113,6 +116,37 @@ TEST(DnnlOps, ConstantWeightsInEitherPlainOrderMatchTheInterpreter) {
     expect_close(fused, want, "MatMul with a Relu post-op");
   }
   unsetenv("TERRACE_GEMM_WEIGHT_ORDER");
+}
+
+// The threads of this process (/proc/self/task's entries).
+size_t process_threads() {
+  size_t n = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/task")) ++n;
+  return n;
+}
+
+// A product built on a background thread (the tier manager's compile jobs) starts no OpenMP team
+// there, also where it times the weights' two plain orders (below AVX-512). oneDNN runs a
+// primitive on a team of the size it was built for, whatever the thread's setting, and a team
+// started on a second thread adds workers to those libgomp manages: once they outnumber the cores
+// every team's spin-wait is cut short for the rest of the process (interp/omp_threads.h).
+TEST(DnnlOps, ABackgroundBuildStartsNoOpenMPTeam) {
+  unsetenv("TERRACE_GEMM_WEIGHT_ORDER");
+  // A BERT up-projection with its bias (oneDNN adds it in a parallel loop of its own).
+  Case c{Op::Gemm, {{128, 768}, {768, 3072}, {3072}}, {}};
+  std::vector<Tensor> in = random_inputs(c, 9);
+  std::vector<const Tensor*> constants = {nullptr, &in[1], &in[2]};
+  size_t before = 0, after = 0;
+  std::unique_ptr<jit::DnnlPrimitive> prim;
+  std::thread background([&] {
+    mark_background_thread();
+    before = process_threads();
+    prim = jit::make_dnnl_primitive(make_node(c.op, c.shapes.size(), c.attrs), c.shapes, constants);
+    after = process_threads();
+  });
+  background.join();
+  EXPECT_EQ(after, before) << "threads started while the product was built";
+  EXPECT_TRUE(prim);
 }
 
 TEST(DnnlOps, ConvGeometries) {
