@@ -2,7 +2,7 @@
 """Runs the zoo models in Terrace and its peers side by side and writes one table (markdown + JSON).
 
   bench/compare.py [--models mlp,resnet50] [--batch 1] [--calls 50] [--device cpu|cuda]
-                   [--threads N] [--tiers interp,cpu] [--peers pytorch-eager,onnxruntime]
+                   [--threads N] [--tiers interp,cpu] [--peers pytorch-eager,onnxruntime] [--rounds N]
                    [--terrace build/tools/terrace] [--small] [--out bench-out]
 
 Peers: PyTorch eager (the real nn.Module, rebuilt by tools/make_models.py with the zoo's seed),
@@ -220,19 +220,45 @@ def compare_model(name, args):
 
     # Terrace first, in a process of its own, before this one holds torch.compile's worker pool, a
     # CUDA context or ONNX Runtime's spinning threads pool: the GPU run saw Terrace's batch-1 MLP
-    # take 15 ms a call after them against 0.06 ms before.
-    terrace_rows = [dict(base, peer=f"terrace-{tier}",
-                         **run_terrace(tier, onnx_path, input_name, in_pb, want_pb, args, out_dir, name))
-                    for tier in args.tiers]
+    # take 15 ms a call after them against 0.06 ms before. With --rounds, Terrace's and ONNX
+    # Runtime's processes alternate (both run in children), and the PyTorch peers come after.
+    with_ort = not args.peers or any("onnxruntime".startswith(p) or p.startswith("onnxruntime") for p in args.peers)
+    terrace_rounds, ort_rounds = [], []
+    for _ in range(args.rounds):
+        terrace_rounds.append([dict(base, peer=f"terrace-{tier}",
+                                    **run_terrace(tier, onnx_path, input_name, in_pb, want_pb, args, out_dir, name))
+                               for tier in args.tiers])
+        if with_ort:
+            ort_rounds.append(dict(base, **run_ort(onnx_path, input_name, x, want, args, out_dir, name)))
     with torch.no_grad():
         for peer in torch_peers(module, x, args):
             measure(*peer)
-    if not args.peers or any("onnxruntime".startswith(p) or p.startswith("onnxruntime") for p in args.peers):
-        rows.append(dict(base, **run_ort(onnx_path, input_name, x, want, args, out_dir, name)))
-    rows += terrace_rows
+    if with_ort:
+        rows.append(merge_rounds(ort_rounds))
+    rows += [merge_rounds([r[i] for r in terrace_rounds]) for i in range(len(args.tiers))]
     add_ratios(rows, args.tiers)
     add_eager_error_bound(rows, args.device)
     return rows
+
+
+def merge_rounds(rounds):
+    """One row from a peer's --rounds runs: the median of the rounds' medians and of their p90s, the
+    largest peak RSS and error, agreement in every round; the rounds' medians are kept beside."""
+    if len(rounds) == 1:
+        return rounds[0]
+    ok = [r for r in rounds if r.get("status") == "ok"]
+    if len(ok) < len(rounds):
+        return next(r for r in rounds if r.get("status") != "ok")
+    row = dict(ok[0])
+    for key in ("median_ms", "p90_ms", "setup_ms", "first_call_ms", "first_result_ms"):
+        if all(r.get(key) is not None for r in ok):
+            row[key] = statistics.median(r[key] for r in ok)
+    row["round_medians_ms"] = [r["median_ms"] for r in ok]
+    row["peak_rss_mb"] = max(r["peak_rss_mb"] for r in ok)
+    row["max_abs_err"] = max(r["max_abs_err"] for r in ok)
+    row["agrees"] = all(r["agrees"] for r in ok)
+    row["calls"] = sum(r["calls"] for r in ok)
+    return row
 
 
 def add_eager_error_bound(rows, device):
@@ -300,6 +326,10 @@ def main():
     p.add_argument("--models", default="mlp", help="comma-separated zoo names (%s)" % ",".join(make_models.MODELS))
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--calls", type=int, default=50, help="timed calls after warm-up (the issue asks for >= 50)")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="runs of Terrace's and ONNX Runtime's processes, alternating; each row then gives the "
+                        "median of the rounds' medians (a machine whose speed drifts from minute to minute slows "
+                        "both alike)")
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     p.add_argument("--threads", type=int, default=os.cpu_count(),
@@ -330,7 +360,7 @@ def main():
              "onnxruntime_threads": {"intra_op_num_threads": args.threads, "inter_op_num_threads": 1,
                                      "execution_mode": "ORT_SEQUENTIAL"},
              "device": args.device, "tf32": False, "batch": args.batch,
-             "calls": args.calls, "warmup": args.warmup, "command": " ".join(sys.argv), "rows": []}
+             "calls": args.calls, "warmup": args.warmup, "rounds": args.rounds, "command": " ".join(sys.argv), "rows": []}
     for name in args.models.split(","):
         table["rows"] += compare_model(name, args)
     with open(os.path.join(args.out, "compare.json"), "w") as f:
