@@ -165,7 +165,9 @@ TEST(AttentionFusion, a_causal_block_becomes_one_attention_with_the_interpreters
   Built b = build_attention({});
   auto opt = fused(b.g);  // held: a range-for over fused(...)->nodes would read a freed graph
   for (const Node& n : opt->nodes) {
-    if (n.op == Op::Attention) EXPECT_FLOAT_EQ(n.attr_float("scale", 0), 0.25f);
+    if (n.op == Op::Attention) {
+      EXPECT_FLOAT_EQ(n.attr_float("scale", 0), 0.25f);
+    }
   }
 }
 

@@ -67,7 +67,9 @@ void expect_fused(const GeluForm& f) {
   ASSERT_EQ(count_ops(*opt, Op::Gelu), 1) << passes::graph_text(*opt);
   EXPECT_EQ(opt->nodes.size(), 2u) << passes::graph_text(*opt);  // the Relu and the Gelu
   for (const Node& n : opt->nodes) {
-    if (n.op == Op::Gelu) EXPECT_EQ(n.attr_string("approximate", "none"), f.tanh ? "tanh" : "none");
+    if (n.op == Op::Gelu) {
+      EXPECT_EQ(n.attr_string("approximate", "none"), f.tanh ? "tanh" : "none");
+    }
   }
   expect_same_outputs(*g, *opt, gelu_inputs(), /*exact=*/false);
 }
