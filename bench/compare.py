@@ -15,8 +15,10 @@ PyTorch (Terrace's through `terrace bench --expect`, with the tolerances of ARCH
 Terrace and ONNX Runtime run in processes of their own (bench/ort_child.py for ONNX Runtime), whose
 peak resident memory (each process's own VmHWM, which it reports itself: getrusage's ru_maxrss
 keeps the parent's peak across fork and exec, and so showed this process's PyTorch model) is the
-table's `peak RSS MB`: model, runtime and the Python interpreter around ONNX Runtime included; the
-PyTorch peers share this process and have none.
+table's `peak RSS MB`: model, runtime and the Python interpreter around ONNX Runtime included; for
+Terrace up to the end of its tiered run (the interpreter baseline `terrace bench` runs after it
+in the same process is not what a process serving the model holds); the PyTorch peers share this
+process and have none.
 """
 import argparse
 import datetime
@@ -179,7 +181,8 @@ def run_terrace(tier, onnx_path, input_name, in_pb, want_pb, args, out_dir, mode
            "p90_ms": r["steady"]["p90_ms"], "calls": r["steady"]["count"], "status": "ok",
            "agrees": all(c["equal"] for c in expect), "max_abs_err": max(c["max_abs_err"] for c in expect),
            "break_even_call": r["break_even_call"],
-           # terrace bench's own VmHWM; wait4's ru_maxrss keeps this process's peak across fork and exec
+           # terrace bench's own VmHWM at the end of its tiered run (its interpreter baseline follows);
+           # wait4's ru_maxrss keeps this process's peak across fork and exec
            "peak_rss_mb": r["peak_rss_mb"] if r.get("peak_rss_mb", -1) > 0 else usage.ru_maxrss / 1024}
     for c in r["checks"]:
         if not c["equal"]:
