@@ -440,7 +440,14 @@ void TierManager::Core::maybe_promote(RegionState& st, const std::string& sig,
               st.guard_failures.empty() ? std::string("none") : st.guard_failures.front(), ")");
   std::vector<Tensor> shapes = compile_inputs(in);
   RegionState* sp = &st;
-  jobs_->enqueue([self = shared_from_this(), sp, sig, shapes, call] { self->compile_job(*sp, sig, shapes, call); });
+  // Built for the caller's OpenMP team (Options::interp_threads, or its own setting), not the job
+  // thread's default: tier 1 runs parallel work on one thread or on the whole team, never on a
+  // team of another size (jit/dnnl_ops.cpp's threads_for).
+  const int team = omp_get_max_threads();
+  jobs_->enqueue([self = shared_from_this(), sp, sig, shapes, call, team] {
+    ScopedOmpThreads threads(team);
+    self->compile_job(*sp, sig, shapes, call);
+  });
 }
 
 void TierManager::Core::compile_job(RegionState& st, std::string sig, std::vector<Tensor> in, int64_t call) {
@@ -460,7 +467,9 @@ void TierManager::Core::maybe_promote_gpu(RegionState& st, const std::string& si
   st.compiling.insert(key);
   std::vector<Tensor> shapes = compile_inputs(in);
   RegionState* sp = &st;
-  jobs_->enqueue([self = shared_from_this(), sp, key, sig, shapes, call] {
+  const int team = omp_get_max_threads();  // as maybe_promote's
+  jobs_->enqueue([self = shared_from_this(), sp, key, sig, shapes, call, team] {
+    ScopedOmpThreads threads(team);
     self->compile_job(*sp, *self->gpu_, key, sig, shapes, call);
   });
 }

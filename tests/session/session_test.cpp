@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <thread>
 
 #include "tests/support/graph_builder.h"
@@ -122,6 +123,39 @@ TEST(Session, interp_threads_option_gives_the_same_results_and_restores_the_call
     for (size_t i = 0; i < want.size(); ++i)
       EXPECT_TRUE(bitwise_equal(want[i].second, got[i].second)) << threads << " threads, output " << i;
   }
+}
+
+// The threads of this process (/proc/self/task's entries).
+size_t process_threads() {
+  size_t n = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/task")) ++n;
+  return n;
+}
+
+// Tier 1 builds its parallel work for the calling thread's team (Options::interp_threads here),
+// not for the compile thread's default: with one thread asked for, compiled calls start no OpenMP
+// workers. (Built for the default, the product ran on a team of that size; and a team whose size
+// changes from one region to the next costs libgomp a re-dock: jit/dnnl_ops.cpp's threads_for.)
+TEST(Session, compiled_calls_with_one_interp_thread_start_no_openmp_workers) {
+  if (omp_get_max_threads() < 2) GTEST_SKIP() << "one OpenMP thread by default: nothing to tell apart";
+  GraphBuilder b;
+  int x = b.input("x", DType::Float32, {256, 256});
+  int w = b.constant("w", random_tensor({256, 256}, 8));
+  b.output(b.node(Op::Relu, {b.node(Op::MatMul, {x, w})}));  // 16.8 M multiply-adds: a parallel product
+  Options o;
+  o.max_tier = Tier::Cpu;
+  o.hot_threshold = 1;
+  o.interp_threads = 1;
+  auto s = Session::from_graph(b.build(), o);
+  const size_t before = process_threads();  // the session's job threads included
+  NamedTensors in = {{"x", random_tensor({256, 256}, 9)}};
+  for (int c = 0; c < 6; ++c) {
+    s->run(in);
+    if (c == 0) s->wait_for_compiles();
+  }
+  const std::vector<std::string> tiers = s->last_call().tiers;
+  ASSERT_EQ(tiers, std::vector<std::string>{"cpu"});
+  EXPECT_EQ(process_threads(), before) << "threads started by compiled calls with interp_threads = 1";
 }
 
 TEST(Session, eight_threads_calling_run_get_the_serial_results) {
