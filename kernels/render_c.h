@@ -3,6 +3,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "kernels/ir.h"
 
@@ -27,6 +28,17 @@ std::string render_c(const LoweredFunc& f, Dialect dialect);
 // per program) after one prelude with what they use; `comment` heads it ("region 3 (Add,Relu)").
 // Throws InvalidArgument when two kernels share a name.
 std::string render_cuda_program(std::span<const LoweredFunc> funcs, std::string_view comment);
+
+// A kernel whose rows move by 16-byte vectors (CudaSchedule::row_vector) reads and writes them
+// with vector accesses only, which need each row of those buffers 16-byte aligned: the
+// parameters (indices into f.buffers) whose device pointers must be multiples of 16 for it to run
+// (the schedule proved the rows' offsets are), empty for every other kernel. Where one is not, the
+// launch takes cuda_element_copy_name(f) instead, which render_cuda_program renders beside it:
+// the same kernel element by element (same parameters, launch and results). A test at every
+// access inside the kernel kept both forms' values live: a 4,096-column softmax took 72 registers
+// instead of 56 and ran 7% slower on the H100 (bench/RESULTS.md, thirteenth session).
+std::vector<size_t> cuda_aligned_params(const LoweredFunc& f);
+std::string cuda_element_copy_name(const LoweredFunc& f);
 
 // The whole prelude (for tests of the math functions).
 std::string render_prelude(Dialect dialect);

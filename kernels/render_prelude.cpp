@@ -35,6 +35,12 @@ TR_FN float tr_as_float(uint32_t i) { return __int_as_float((int)i); }
 TR_FN uint32_t tr_as_uint(float f) { return (uint32_t)__float_as_int(f); }
 // N elements moved as one access of N * sizeof(T) bytes (ld/st.global.v4 for 4 floats).
 template <typename T, int N> struct alignas(sizeof(T) * N) tr_vec { T v[N]; };
+// Element j of vector q of a 16-byte aligned float buffer (element 4 q + j), through the read-only
+// cache: in an unrolled loop the four reads of one vector are one 16-byte load.
+TR_FN float tr_ld4(const float* p, int q, int j) {
+  const float4 v = __ldg((const float4*)p + q);
+  return j == 0 ? v.x : j == 1 ? v.y : j == 2 ? v.z : v.w;
+}
 )";
 
 // Shared by both dialects. Polynomials are Cephes' (logf, sinf/cosf, atanf), Eigen's rational erf,

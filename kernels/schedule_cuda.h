@@ -98,6 +98,21 @@ struct CudaSchedule {
   // j * W + l (the CPU's folds into W vector slots), run as one range of J * W elements.
   bool rows_in_registers = false;
   std::map<const For*, const For*> register_loops;
+  // rows_in_registers with 16-byte accesses: the rows move as vectors of row_vector consecutive
+  // elements (4 floats), vector q of a row on thread q % block, so that element r is on thread
+  // (r / row_vector) % block, in its register (r / (row_vector * block)) * row_vector +
+  // r % row_vector (constant in the unrolled loops). The rows are read with streaming loads and
+  // the outputs' rows written after their loop with streaming stores (`__ldcs`, `__stcs`: read or
+  // written once, so not kept in L1 or L2 at the expense of other data), a row whose address is
+  // not 16-byte aligned at run time element by element in the same mapping. 1: element r on
+  // thread r % block (any row the vector form does not take: another dtype, a length or slot
+  // count that is not a multiple of 4, a cached store under a condition).
+  int row_vector = 1;
+  // By vectors: the loads of other float32 buffers in a register loop of no inner loop, made
+  // unconditionally at exactly the loop's element (a layernorm's scale and bias): element r read
+  // from the 16-byte vector r / 4 (the four reads of one vector are one load once unrolled), which
+  // needs the buffer 16-byte aligned (cuda_aligned_params).
+  std::set<const IRNode*> vector_loads;
   int block = 256;  // threads per block
 };
 

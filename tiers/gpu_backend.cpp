@@ -12,6 +12,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -31,6 +33,7 @@
 #include "tiers/gpu_conv.h"
 #include "tiers/gpu_program.h"
 #include "tiers/region_lowering.h"
+#include "tiers/repro.h"
 #endif
 
 namespace terrace {
@@ -117,6 +120,8 @@ GpuProgram render_gpu_program(const Graph& g, const Region& region, const std::v
     f.name = content_name(f, funcs);
     k.name = f.name;
     for (const kernels::Buffer& b : f.buffers) k.args.push_back(step.slots.at(size_t(b.slot)));
+    k.aligned = kernels::cuda_aligned_params(f);
+    if (!k.aligned.empty()) k.element_name = kernels::cuda_element_copy_name(f);
     k.extent = f.parallel_extent;
     // The schedule render_c follows (kernels/schedule_cuda.h) gives the launch; the device's SM
     // count is known only where there is one (0: an H100's).
@@ -255,7 +260,9 @@ class GpuRegion : public CompiledRegion {
       end = k.extent;
       args.push_back(&begin);
       args.push_back(&end);
-      if (k.extent > 0) jit::cuda::launch(k.fn, {k.grid, k.block, 0}, *stream_, args.data());
+      bool aligned = true;  // for a kernel whose rows move by vectors (GpuKernel::aligned)
+      for (size_t i : k.aligned) aligned = aligned && ptrs[i] % 16 == 0;
+      if (k.extent > 0) jit::cuda::launch(aligned ? k.fn : k.element_fn, {k.grid, k.block, 0}, *stream_, args.data());
     }
 
     if (!checks_.empty()) {  // the run-time index checks' words: read back, so this call waits
@@ -347,8 +354,10 @@ class GpuBackend : public Backend {
     GpuProgram p = render_gpu_program(g, region, inputs, jit::cuda::device().multiprocessors);
     std::vector<char> cubin = compile_gpu_cubin(p.source, arch_, name + ".cu", cache_);
     auto module = std::make_shared<jit::cuda::Module>(cubin);
-    for (GpuKernel& k : p.kernels)
+    for (GpuKernel& k : p.kernels) {
       if (!k.copy) k.fn = module->function(k.name);
+      if (!k.element_name.empty()) k.element_fn = module->function(k.element_name);
+    }
     return make_region(g, region, std::move(p), std::move(module));
   }
 
@@ -488,6 +497,12 @@ std::vector<char> compile_gpu_cubin(const std::string& source, const std::string
   for (const std::string& o : options) key += o + " ";
   key += "\n" + source;
   if (cached) *cached = false;
+  if (const std::string dir = dump_dir(); !dir.empty()) {
+    // TERRACE_DUMP_DIR: the CUDA source as NVRTC gets it, as tier 1 dumps its C++ (best effort).
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    std::ofstream(std::filesystem::path(dir) / program, std::ios::binary) << source;
+  }
   if (std::optional<std::string> hit = cache.load(key)) {
     if (cached) *cached = true;
     return std::vector<char>(hit->begin(), hit->end());

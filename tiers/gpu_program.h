@@ -27,6 +27,12 @@ struct GpuKernel {
   std::shared_ptr<jit::cuda::CublasLtGemm> gemm;
   std::function<void(const CUdeviceptr* args, CUstream stream)> library;
   std::vector<int> args;  // per kernel parameter (LoweredFunc::buffers order): a region slot
+  // A kernel whose rows move by 16-byte vectors: the parameters (indices into args) whose
+  // pointers must be 16-byte aligned, and the kernel's element-by-element copy, launched where one
+  // is not (kernels::cuda_aligned_params).
+  std::vector<size_t> aligned;
+  std::string element_name;
+  CUfunction element_fn = nullptr;
   int64_t extent = 1;     // the Parallel loop's range [0, extent)
   unsigned grid = 1, block = 1;
   bool copy = false;      // a device-to-device copy of slot args[0] into args[1] (a LoweredStep copy)

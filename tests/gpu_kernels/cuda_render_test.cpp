@@ -4,6 +4,7 @@
 // contiguous loop and the buffers' layout allow.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cctype>
 #include <set>
 #include <string>
@@ -227,6 +228,7 @@ TEST(CudaSchedule, long_rows_take_a_block_per_row_with_the_row_in_registers_or_s
   CudaSchedule s = schedule_cuda(f);
   ASSERT_EQ(s.mapping, CudaMapping::PerRowBlock);
   EXPECT_TRUE(s.rows_in_registers);
+  EXPECT_EQ(s.row_vector, 4);  // float rows of a multiple of 4 elements, 16 slots: by vectors of 4
   EXPECT_EQ(s.block, 256);  // the input's row and the output's: 16 + 16 registers a thread
   EXPECT_EQ(cuda_launch(s, 0, 64, 132).grid, 64u);  // a block per row
   std::map<std::string, CudaSchedule::RowCache> caches;
@@ -236,7 +238,7 @@ TEST(CudaSchedule, long_rows_take_a_block_per_row_with_the_row_in_registers_or_s
   EXPECT_FALSE(caches.at("out0").fill);  // the output: e kept, then scaled
   EXPECT_EQ(caches.at("in0").length, 4096);
   // The max loop (a nest folding into the CPU's 16 vector slots), the exp-and-sum loop and the
-  // scaling loop all visit element r on thread r % 256; the max nest as one flattened range.
+  // scaling loop all visit element r on thread (r / 4) % 256; the max nest as one flattened range.
   ASSERT_EQ(s.register_loops.size(), 3u);
   int nests = 0;
   for (const auto& [loop, inner] : s.register_loops) nests += inner != nullptr;
@@ -252,8 +254,30 @@ TEST(CudaSchedule, long_rows_take_a_block_per_row_with_the_row_in_registers_or_s
     for (size_t at = src.find(access); at != std::string::npos; at = src.find(access, at + 1)) n += src[at - 1] != '_';
     return n;
   };
-  EXPECT_EQ(in_memory("out0["), 1u) << src;
+  // By vectors: the row read by streaming 16-byte loads, the output written after the scaling
+  // loop by streaming 16-byte stores; nothing else touches memory.
+  auto count = [&](const std::string& text) {
+    size_t n = 0;
+    for (size_t at = src.find(text); at != std::string::npos; at = src.find(text, at + 1)) ++n;
+    return n;
+  };
+  EXPECT_EQ(count("__ldcs((const float4*)(in0 + base) + tr_q)"), 1u) << src;
+  EXPECT_EQ(count("__stcs((float4*)(out0 + base) + tr_q"), 1u) << src;
+  // Buffers that are not 16-byte aligned take a copy of the kernel element by element, in the
+  // same program: the launch picks it by the pointers of the parameters the vectors need.
+  std::vector<std::string> aligned;
+  for (size_t i : cuda_aligned_params(f)) aligned.push_back(f.buffers.at(i).name);
+  std::sort(aligned.begin(), aligned.end());
+  EXPECT_EQ(aligned, (std::vector<std::string>{"in0", "out0"}));
+  const std::string program = render_cuda_program(std::span(&f, 1), "softmax");
+  EXPECT_NE(program.find(" " + f.name + "("), std::string::npos) << program;
+  EXPECT_NE(program.find(" " + cuda_element_copy_name(f) + "("), std::string::npos) << program;
+  EXPECT_NE(program.find("tr_reg_in0[tr_k] = (in0 + base)[tr_x];"), std::string::npos) << program;
+  EXPECT_COMPILES_FOR_SM90(program, "softmax_two_kernels.cu");
+  EXPECT_EQ(in_memory("out0["), 0u) << src;
   EXPECT_EQ(in_memory("in0["), 0u) << "every read of the input from its registers:\n" << src;
+  // The max's 16 slots: thread t folds into slots 4 (t % 4) + j, one register each.
+  EXPECT_NE(src.find("float tr_slot_mlanes[4];"), std::string::npos) << src;
   EXPECT_COMPILES_FOR_SM90(src, "softmax_block.cu");
   // A row not a multiple of the 16 slots: the max's last elements are a loop of their own, at an
   // offset the registers cannot follow; the row goes to shared memory (copied in with scalar
@@ -271,6 +295,55 @@ TEST(CudaSchedule, long_rows_take_a_block_per_row_with_the_row_in_registers_or_s
   EXPECT_EQ(wide.mapping, CudaMapping::PerRowBlock);
   EXPECT_TRUE(wide.rows_in_registers);
   EXPECT_EQ(wide.block, 1024);
+}
+
+// LayerNormalization over rows of `cols`: the kernel lower_op gives.
+LoweredFunc layernorm_rows(int64_t rows, int64_t cols) {
+  Node n;
+  n.op = Op::LayerNormalization;
+  n.name = "layernorm";
+  n.inputs = {0, 1, 2};
+  n.outputs = {3};
+  n.attrs["axis"] = int_attr(-1);
+  const OpInput p{{DType::Float32, {cols}}};
+  OpKernels k = lower_op(n, {OpInput{{DType::Float32, {rows, cols}}}, p, p}, "layernorm");
+  EXPECT_EQ(k.calls.size(), 1u);
+  return k.calls.at(0).func;
+}
+
+TEST(CudaSchedule, layernorm_rows_move_by_vectors_where_their_length_is_a_multiple_of_4) {
+  LoweredFunc f = layernorm_rows(64, 4096);
+  CudaSchedule s = schedule_cuda(f);
+  ASSERT_EQ(s.mapping, CudaMapping::PerRowBlock);
+  EXPECT_TRUE(s.rows_in_registers);
+  EXPECT_EQ(s.row_vector, 4);
+  EXPECT_EQ(s.block, 256);
+  // The output, written once and never read, goes through registers too: its stores by vectors.
+  std::map<std::string, CudaSchedule::RowCache> caches;
+  for (const auto& c : s.row_caches) caches[c.buffer.name] = c;
+  ASSERT_EQ(caches.size(), 2u);
+  EXPECT_TRUE(caches.at("in0").fill);
+  EXPECT_FALSE(caches.at("out0").fill);
+  // The scale and bias, read at the row's element: by 16-byte vectors too, which needs them
+  // aligned as well as the rows.
+  std::set<std::string> vector_loads;
+  for (const IRNode* n : s.vector_loads) vector_loads.insert(static_cast<const Load*>(n)->buffer.name);
+  EXPECT_EQ(vector_loads, (std::set<std::string>{"in1", "in2"}));
+  std::set<std::string> aligned;
+  for (size_t i : cuda_aligned_params(f)) aligned.insert(f.buffers.at(i).name);
+  EXPECT_EQ(aligned, (std::set<std::string>{"in0", "in1", "in2", "out0"}));
+  const std::string src = render_c(f, Dialect::Cuda);
+  EXPECT_NE(src.find("__stcs((float4*)(out0 + base) + tr_q"), std::string::npos) << src;
+  EXPECT_NE(src.find("tr_ld4(in1, tr_lane + (tr_k / 4) * 256, tr_k % 4)"), std::string::npos) << src;
+  // The affine step in float: the normalised value rounded once, then scale and bias.
+  EXPECT_NE(src.find("((float)((((double)tr_reg_in0[tr_k]) - mean"), std::string::npos) << src;
+  EXPECT_COMPILES_FOR_SM90(src, "layernorm_block.cu");
+  // 3,001 columns: in registers, element by element (the last registers on some threads only).
+  CudaSchedule odd = schedule_cuda(layernorm_rows(8, 3001));
+  EXPECT_TRUE(odd.rows_in_registers);
+  EXPECT_EQ(odd.row_vector, 1);
+  EXPECT_EQ(odd.block, 128);
+  EXPECT_COMPILES_FOR_SM90(render_c(layernorm_rows(8, 3001), Dialect::Cuda), "layernorm_odd.cu");
   // Rows too long for both: a warp per row, reading memory.
   EXPECT_EQ(schedule_cuda(softmax_rows(2, 65536)).mapping, CudaMapping::PerRowWarp);
   // Short rows stay a warp per row.

@@ -61,7 +61,12 @@ void launch(const cuda::Module& m, const LoweredFunc& f, std::vector<CUdeviceptr
   int64_t begin = 0, end = f.parallel_extent;
   params.push_back(&begin);
   params.push_back(&end);
-  cuda::launch(m.function(f.name), cuda::LaunchConfig{l.grid, l.block, 0}, s, params.data());
+  // As the GPU backend launches: a kernel whose rows move by vectors takes its element-by-element
+  // copy where one of those buffers is not 16-byte aligned.
+  bool aligned = true;
+  for (size_t i : cuda_aligned_params(f)) aligned = aligned && args.at(i) % 16 == 0;
+  cuda::launch(m.function(aligned ? f.name : cuda_element_copy_name(f)), cuda::LaunchConfig{l.grid, l.block, 0}, s,
+               params.data());
 }
 
 // ---- the prelude's accuracy on the GPU ----
@@ -178,7 +183,7 @@ TEST(GpuKernels, elementwise_kernels_match_the_host_aligned_misaligned_and_on_on
 // the outputs and the scratch; returns each output's bytes. `one_block`: a grid of one block.
 std::vector<std::vector<char>> run_op(const Node& node, const std::vector<OpInput>& in,
                                       const std::vector<std::vector<char>>& data, bool one_block,
-                                      std::vector<CudaMapping>* mappings = nullptr) {
+                                      std::vector<CudaMapping>* mappings = nullptr, size_t offset = 0) {
   OpKernels k = lower_op(node, in, node.name);
   std::vector<LoweredFunc> fs;
   for (auto& c : k.calls) {
@@ -189,12 +194,12 @@ std::vector<std::vector<char>> run_op(const Node& node, const std::vector<OpInpu
                                     {"-default-device"}));
   cuda::Stream s;
   std::vector<DeviceArray> slots;
-  for (const std::vector<char>& d : data) slots.push_back(to_device(d.data(), d.size(), 0, s));
+  for (const std::vector<char>& d : data) slots.push_back(to_device(d.data(), d.size(), offset, s));
   std::vector<TensorSig> rest = k.outputs;
   rest.insert(rest.end(), k.scratch.begin(), k.scratch.end());
   for (const TensorSig& sig : rest) {
     std::vector<char> z(size_t(shape_numel(sig.shape)) * dtype_size(sig.dtype));
-    slots.push_back(to_device(z.data(), z.size(), 0, s));
+    slots.push_back(to_device(z.data(), z.size(), offset, s));
   }
   for (const OpKernels::Call& call : k.calls) {
     std::vector<CUdeviceptr> args;
@@ -237,11 +242,13 @@ TEST(GpuKernels, softmax_rows_match_the_host_a_block_or_a_warp_per_long_row_and_
                        int64_t(16384), int64_t(5001)}) {
     const int64_t rows = 300;
     std::vector<float> x = random_floats(size_t(rows * cols), 7);
-    for (bool one_block : {false, true}) {
+    // Offset 4: every buffer 4 bytes past a 16-byte boundary, so rows read by vectors of 4
+    // floats take the element-by-element path.
+    for (const auto& [one_block, offset] : {std::pair{false, size_t(0)}, {true, size_t(0)}, {false, size_t(4)}}) {
       std::vector<CudaMapping> mappings;
       std::vector<float> y = values_of<float>(run_op(op_node(Op::Softmax, "softmax", 1, {{"axis", testing::int_attr(-1)}}),
                                                      {OpInput{{DType::Float32, {rows, cols}}}}, {bytes_of(x)}, one_block,
-                                                     &mappings)[0]);
+                                                     &mappings, offset)[0]);
       EXPECT_EQ(mappings[0], cols >= 1024 ? CudaMapping::PerRowBlock
                              : cols >= 32 ? CudaMapping::PerRowWarp
                                           : CudaMapping::PerIteration)
@@ -253,7 +260,7 @@ TEST(GpuKernels, softmax_rows_match_the_host_a_block_or_a_warp_per_long_row_and_
         for (int64_t c = 0; c < cols; ++c) {
           const double want = std::exp(double(x[size_t(r * cols + c)]) - mx) / sum;
           ASSERT_NEAR(y[size_t(r * cols + c)], want, 1e-6 * want + 1e-9)
-              << cols << " columns, row " << r << ", column " << c << ", one block " << one_block;
+              << cols << " columns, row " << r << ", column " << c << ", one block " << one_block << ", offset " << offset;
         }
       }
     }
@@ -303,10 +310,11 @@ TEST(GpuKernels, row_sums_layernorm_and_argmax_with_ties_and_nan_match_the_host)
   // LayerNormalization over rows without NaN.
   std::vector<float> clean = random_floats(size_t(rows * cols), 12), gamma = random_floats(size_t(cols), 13),
                      beta = random_floats(size_t(cols), 14);
+  for (size_t offset : {size_t(0), size_t(4)}) {  // 4: misaligned rows, element by element
   std::vector<float> y = values_of<float>(
       run_op(op_node(Op::LayerNormalization, "layernorm", 3, {{"axis", testing::int_attr(-1)}}),
              {OpInput{{DType::Float32, {rows, cols}}}, OpInput{{DType::Float32, {cols}}}, OpInput{{DType::Float32, {cols}}}},
-             {bytes_of(clean), bytes_of(gamma), bytes_of(beta)}, false)[0]);
+             {bytes_of(clean), bytes_of(gamma), bytes_of(beta)}, false, nullptr, offset)[0]);
   for (int64_t r = 0; r < rows; ++r) {
     double mean = 0, var = 0;
     for (int64_t c = 0; c < cols; ++c) mean += clean[size_t(r * cols + c)];
@@ -315,8 +323,10 @@ TEST(GpuKernels, row_sums_layernorm_and_argmax_with_ties_and_nan_match_the_host)
     const double inv = 1 / std::sqrt(var / double(cols) + 1e-5);
     for (int64_t c = 0; c < cols; ++c) {
       const double want = (clean[size_t(r * cols + c)] - mean) * inv * gamma[size_t(c)] + beta[size_t(c)];
-      ASSERT_NEAR(y[size_t(r * cols + c)], want, 1e-5 * std::abs(want) + 1e-6) << "row " << r << ", column " << c;
+      ASSERT_NEAR(y[size_t(r * cols + c)], want, 1e-5 * std::abs(want) + 1e-6)
+          << "row " << r << ", column " << c << ", offset " << offset;
     }
+  }
   }
   }
 }
