@@ -8,13 +8,13 @@
 #endif
 #include <cmath>
 #include <cstdlib>
-#include <filesystem>
 #include <thread>
 #include <iostream>
 
 #include "interp/omp_threads.h"
 #include "tests/jit/chain_builder.h"
 #include "tests/support/node_runner.h"
+#include "tests/support/process_threads.h"
 
 namespace terrace::testing {
 namespace {
@@ -116,13 +116,6 @@ TEST(DnnlOps, ConstantWeightsInEitherPlainOrderMatchTheInterpreter) {
     expect_close(fused, want, "MatMul with a Relu post-op");
   }
   unsetenv("TERRACE_GEMM_WEIGHT_ORDER");
-}
-
-// The threads of this process (/proc/self/task's entries).
-size_t process_threads() {
-  size_t n = 0;
-  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/task")) ++n;
-  return n;
 }
 
 // A product built on a background thread (the tier manager's compile jobs) starts no OpenMP team

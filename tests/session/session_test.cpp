@@ -4,16 +4,17 @@
 
 #include <chrono>
 #include <cstring>
-#include <filesystem>
 #include <thread>
 
 #include "tests/support/graph_builder.h"
+#include "tests/support/process_threads.h"
 #include "tiers/session.h"
 
 namespace terrace {
 namespace {
 
 using testing::GraphBuilder;
+using testing::process_threads;
 using testing::random_tensor;
 
 // y = softmax(x @ w, axis=-1); s = reducesum(y * x2): matmul, a reduction and elementwise ops.
@@ -123,13 +124,6 @@ TEST(Session, interp_threads_option_gives_the_same_results_and_restores_the_call
     for (size_t i = 0; i < want.size(); ++i)
       EXPECT_TRUE(bitwise_equal(want[i].second, got[i].second)) << threads << " threads, output " << i;
   }
-}
-
-// The threads of this process (/proc/self/task's entries).
-size_t process_threads() {
-  size_t n = 0;
-  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/task")) ++n;
-  return n;
 }
 
 // Tier 1 builds its parallel work for the calling thread's team (Options::interp_threads here),
