@@ -464,33 +464,27 @@ class CRenderer : public IRVisitor {
       --indent_;
       line() << "}\n";
     };
-    // A flattened nest in registers: thread t folds into slot t % W only, in a register of its own
-    // (tr_slot_<acc>), starting from the slot's value where t < W, else from the identity.
+    // A flattened nest in registers: each thread folds into slots of its own, in registers.
     auto reg = s.register_loops.find(op);
     const For* slot_loop = block && s.rows_in_registers && reg != s.register_loops.end() ? reg->second : nullptr;
     const std::string slot_w = slot_loop ? std::to_string(slot_loop->end.as<IntImm>()->value) : std::string();
-    // By vectors of V (row_vector), thread t's elements fold into the V slots (V t + j) % W, one
-    // register each (tr_slot_<acc>[j]).
+    // Thread t's elements fold into the V slots (V t + j) % W (V: row_vector, 1 element by
+    // element), one register each (tr_slot_<acc>[j]), starting from the slot's value on the first
+    // thread to hold it, else from the identity.
     const int64_t vec = slot_loop ? row_vector() : 1;
     for (const CudaSchedule::Fold& f : folds) {
       if (!slot_loop) continue;
       const std::string mine = "tr_slot_" + f.accumulator.name;
-      if (vec > 1) {
-        line() << c_type(f.accumulator.dtype) << " " << mine << "[" << vec << "];\n";
-        line() << "#pragma unroll\n";
-        line() << "for (int tr_j = 0; tr_j < " << vec << "; ++tr_j) {\n";
-        ++indent_;
-        line() << mine << "[tr_j] = " << f.accumulator.name << "[(tr_lane * " << vec << " + tr_j) % " << slot_w << "];\n";
-        if (f.identity.defined())
-          line() << "if (tr_lane * " << vec << " + tr_j >= " << slot_w << ") " << mine << "[tr_j] = " << print(f.identity)
-                 << ";\n";
-        --indent_;
-        line() << "}\n";
-      } else {
-        line() << c_type(f.accumulator.dtype) << " " << mine << " = " << f.accumulator.name << "[tr_lane % " << slot_w
-               << "];\n";
-        if (f.identity.defined()) line() << "if (tr_lane >= " << slot_w << ") " << mine << " = " << print(f.identity) << ";\n";
-      }
+      line() << c_type(f.accumulator.dtype) << " " << mine << "[" << vec << "];\n";
+      line() << "#pragma unroll\n";
+      line() << "for (int tr_j = 0; tr_j < " << vec << "; ++tr_j) {\n";
+      ++indent_;
+      line() << mine << "[tr_j] = " << f.accumulator.name << "[(tr_lane * " << vec << " + tr_j) % " << slot_w << "];\n";
+      if (f.identity.defined())
+        line() << "if (tr_lane * " << vec << " + tr_j >= " << slot_w << ") " << mine << "[tr_j] = " << print(f.identity)
+               << ";\n";
+      --indent_;
+      line() << "}\n";
       slot_register_.insert(f.accumulator.name);
     }
     for (const CudaSchedule::Fold& f : folds)
@@ -517,9 +511,10 @@ class CRenderer : public IRVisitor {
     slot_register_.clear();
     for (const CudaSchedule::Fold& f : folds) {
       const std::string type = c_type(f.accumulator.dtype);
-      if (slot_loop && vec > 1) {
+      if (slot_loop) {
         // Lanes t and t' hold the same slots where t = t' modulo W / V: they combine by shuffles,
-        // and lane t < W / V of each warp leaves the warp's values of slots V t + j.
+        // and lane t < W / V of each warp leaves the warp's values of slots V t + j (V = 1: slot
+        // t % W on thread t).
         const std::string mine = "tr_slot_" + f.accumulator.name, lanes = std::to_string(std::stoll(slot_w) / vec);
         line() << "#pragma unroll\n";
         line() << "for (int tr_j = 0; tr_j < " << vec << "; ++tr_j) {\n";
@@ -535,21 +530,6 @@ class CRenderer : public IRVisitor {
                << vec << " + tr_j) * " << s.block / 32 << " + (tr_lane >> 5)] = " << mine << "[tr_j];\n";
         --indent_;
         line() << "}\n";
-        continue;
-      }
-      if (slot_loop) {
-        // Lanes of a warp with one slot (t % W alike) combine by shuffles; lane t < W of each warp
-        // leaves the warp's value of slot t.
-        const std::string mine = "tr_slot_" + f.accumulator.name;
-        line() << "for (int tr_o = 16; tr_o >= " << slot_w << "; tr_o >>= 1) {\n";
-        ++indent_;
-        line() << "const " << type << " tr_mine = " << mine << ";\n";
-        line() << "const " << type << " tr_other = __shfl_xor_sync(0xffffffffu, tr_mine, tr_o);\n";
-        line() << mine << " = " << print(slot_combined(f)) << ";\n";
-        --indent_;
-        line() << "}\n";
-        line() << "if ((tr_lane & 31) < " << slot_w << ") " << part_name_.at(&f) << "[(tr_lane % " << slot_w << ") * "
-               << s.block / 32 << " + (tr_lane >> 5)] = " << mine << ";\n";
         continue;
       }
       const bool open = over_slots(f);
@@ -687,7 +667,7 @@ class CRenderer : public IRVisitor {
     line() << "}\n";
   }
   std::string slot_name(const std::string& accumulator) const {
-    return "tr_slot_" + accumulator + (row_vector() > 1 ? "[tr_k % " + std::to_string(row_vector()) + "]" : "");
+    return "tr_slot_" + accumulator + "[tr_k % " + std::to_string(row_vector()) + "]";
   }
   int64_t row_vector() const { return schedule_ ? schedule_->row_vector : 1; }
 

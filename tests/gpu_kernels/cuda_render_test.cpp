@@ -210,18 +210,24 @@ TEST(CudaSchedule, row_reduction_takes_a_warp_per_long_row_and_a_thread_per_shor
   EXPECT_EQ(schedule_cuda(columns.calls[0].func).mapping, CudaMapping::PerIteration);
 }
 
-// Softmax over rows of `cols`: the kernel lower_op gives.
-LoweredFunc softmax_rows(int64_t rows, int64_t cols) {
+// Softmax or LayerNormalization (its scale and bias of `cols`) over rows of `cols`: the kernel
+// lower_op gives.
+LoweredFunc row_kernel(Op op, int64_t rows, int64_t cols) {
+  const bool norm = op == Op::LayerNormalization;
   Node n;
-  n.op = Op::Softmax;
-  n.name = "softmax";
-  n.inputs = {0};
-  n.outputs = {1};
+  n.op = op;
+  n.name = norm ? "layernorm" : "softmax";
+  n.inputs = norm ? std::vector<int>{0, 1, 2} : std::vector<int>{0};
+  n.outputs = {int(n.inputs.size())};
   n.attrs["axis"] = int_attr(-1);
-  OpKernels k = lower_op(n, {OpInput{{DType::Float32, {rows, cols}}}}, "softmax");
+  std::vector<OpInput> in{OpInput{{DType::Float32, {rows, cols}}}};
+  if (norm) in.insert(in.end(), 2, OpInput{{DType::Float32, {cols}}});
+  OpKernels k = lower_op(n, in, n.name);
   EXPECT_EQ(k.calls.size(), 1u);
   return k.calls.at(0).func;
 }
+LoweredFunc softmax_rows(int64_t rows, int64_t cols) { return row_kernel(Op::Softmax, rows, cols); }
+LoweredFunc layernorm_rows(int64_t rows, int64_t cols) { return row_kernel(Op::LayerNormalization, rows, cols); }
 
 TEST(CudaSchedule, long_rows_take_a_block_per_row_with_the_row_in_registers_or_shared_memory_read_once_written_once) {
   LoweredFunc f = softmax_rows(64, 4096);
@@ -295,20 +301,6 @@ TEST(CudaSchedule, long_rows_take_a_block_per_row_with_the_row_in_registers_or_s
   EXPECT_EQ(wide.mapping, CudaMapping::PerRowBlock);
   EXPECT_TRUE(wide.rows_in_registers);
   EXPECT_EQ(wide.block, 1024);
-}
-
-// LayerNormalization over rows of `cols`: the kernel lower_op gives.
-LoweredFunc layernorm_rows(int64_t rows, int64_t cols) {
-  Node n;
-  n.op = Op::LayerNormalization;
-  n.name = "layernorm";
-  n.inputs = {0, 1, 2};
-  n.outputs = {3};
-  n.attrs["axis"] = int_attr(-1);
-  const OpInput p{{DType::Float32, {cols}}};
-  OpKernels k = lower_op(n, {OpInput{{DType::Float32, {rows, cols}}}, p, p}, "layernorm");
-  EXPECT_EQ(k.calls.size(), 1u);
-  return k.calls.at(0).func;
 }
 
 TEST(CudaSchedule, layernorm_rows_move_by_vectors_where_their_length_is_a_multiple_of_4) {
