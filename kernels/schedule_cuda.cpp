@@ -575,13 +575,6 @@ bool slots_at_inner_var(const For* inner, const std::vector<CudaSchedule::Fold>&
   return c.ok;
 }
 
-// PerRowBlock with its rows in registers (CudaSchedule::rows_in_registers) where every access of
-// a cached buffer is in a lane loop at exactly the element the loop visits (of the flattened
-// range, for a nest) and the rows take at most 32 registers a thread with at most 1,024 threads.
-// Sets the block: the fewest threads from 128 that fit (a 4,096-column layernorm, 128: 0.095 ms
-// on the H100 against 0.104 with 256; a softmax, its input's row and its output's, 256). A
-// flattened nest of W slots needs W to divide the block: thread t's elements then all fold into
-// slot t % W.
 // The lane loop (and its inner loop) an access of a row is in, where it is at exactly the element
 // the loop visits (of the flattened range, for a nest); nullopt where it is not.
 std::optional<std::pair<const For*, const For*>> register_loop_of(const RowAccesses& scan, CudaSchedule& s,
@@ -648,6 +641,12 @@ void add_vector_loads(CudaSchedule& s) {
   s.vector_loads = std::move(loads.found);
 }
 
+// PerRowBlock with its rows in registers (CudaSchedule::rows_in_registers) where every access of
+// a cached buffer is in a lane loop at exactly the element the loop visits (of the flattened
+// range, for a nest) and the rows take at most 32 registers a thread with at most 1,024 threads;
+// by 16-byte vectors where they can (row_vector). Sets the block: the fewest threads that fit
+// (see below). A flattened nest of W slots needs W to divide the block: thread t's elements then
+// fold into the slots (V t + j) % W, V the vector width.
 bool plan_registers(const RowAccesses& scan, CudaSchedule& s) {
   std::map<const For*, const For*> loops;
   for (const CudaSchedule::RowCache& c : s.row_caches)
