@@ -24,17 +24,6 @@ double thread_cpu_ms() {
   return double(ts.tv_sec) * 1e3 + double(ts.tv_nsec) * 1e-6;
 }
 
-// TERRACE_DUMP_DIR: the generated source and object file, for reading and for repros. Best effort: a dump that
-// cannot be written must not fail the compile.
-void dump_file(const std::string& file, std::string_view bytes) {
-  const char* dir = std::getenv("TERRACE_DUMP_DIR");
-  if (!dir || !*dir) return;
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  std::ofstream(std::filesystem::path(dir) / file, std::ios::binary)
-      .write(bytes.data(), std::streamsize(bytes.size()));
-}
-
 // The plugin's file: TERRACE_CLANG_JIT_PLUGIN; else terrace/ beside the library holding this code
 // (an installed libterrace.so in P/lib), the program's own folder, lib/terrace/ beside it (the
 // terrace CLI in P/bin); else the build tree's and the install prefix's, as configured.
@@ -98,6 +87,15 @@ std::string take(char* message) {
 }
 
 }  // namespace
+
+void dump_file(const std::string& file, std::string_view bytes) {
+  const char* dir = std::getenv("TERRACE_DUMP_DIR");
+  if (!dir || !*dir) return;
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  std::ofstream(std::filesystem::path(dir) / file, std::ios::binary)
+      .write(bytes.data(), std::streamsize(bytes.size()));
+}
 
 struct CpuJit::Impl {
   TerraceClangJit* jit = nullptr;

@@ -81,4 +81,8 @@ class CpuJit {
   std::shared_ptr<Impl> impl_;
 };
 
+// TERRACE_DUMP_DIR: writes `bytes` as `file` there (generated source and objects, for reading and
+// for repros; both tiers). Best effort: a dump that cannot be written must not fail the compile.
+void dump_file(const std::string& file, std::string_view bytes);
+
 }  // namespace terrace::jit

@@ -909,7 +909,7 @@ namespace {
 
 // The kernel alone, without the prelude.
 // `element_copy`: a kernel whose rows move by vectors (CudaSchedule::row_vector) rendered element
-// by element instead, as cuda_element_copy_name(f) (same parameters, launch and results).
+// by element instead, as cuda_element_copy_name(f.name) (same parameters, launch and results).
 std::string render_kernel(const LoweredFunc& f, Dialect dialect, bool element_copy = false) {
   const DialectTraits& t = traits(dialect);
   StoredBuffers stored;
@@ -925,7 +925,7 @@ std::string render_kernel(const LoweredFunc& f, Dialect dialect, bool element_co
   os << t.kernel_qualifier << " ";
   if (schedule && schedule->mapping == CudaMapping::PerRowBlock)
     os << "__launch_bounds__(" << schedule->block << ", " << row_block_min_blocks(*schedule) << ") ";
-  os << (element_copy ? cuda_element_copy_name(f) : f.name) << "(";
+  os << (element_copy ? cuda_element_copy_name(f.name) : f.name) << "(";
   if (t.buffers_as_array) {
     os << "void** buffers, int64_t begin, int64_t end) {\n";
     for (const Buffer& b : f.buffers)
@@ -951,7 +951,7 @@ std::string render_c(const LoweredFunc& f, Dialect dialect) {
          "\n" + kernel;
 }
 
-std::string cuda_element_copy_name(const LoweredFunc& f) { return f.name + "_e"; }
+std::string cuda_element_copy_name(const std::string& kernel) { return kernel + "_e"; }
 
 std::vector<size_t> cuda_aligned_params(const LoweredFunc& f) {
   std::vector<size_t> params;

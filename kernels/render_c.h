@@ -33,12 +33,12 @@ std::string render_cuda_program(std::span<const LoweredFunc> funcs, std::string_
 // with vector accesses only, which need each row of those buffers 16-byte aligned: the
 // parameters (indices into f.buffers) whose device pointers must be multiples of 16 for it to run
 // (the schedule proved the rows' offsets are), empty for every other kernel. Where one is not, the
-// launch takes cuda_element_copy_name(f) instead, which render_cuda_program renders beside it:
+// launch takes cuda_element_copy_name(f.name) instead, which render_cuda_program renders beside it:
 // the same kernel element by element (same parameters, launch and results). A test at every
 // access inside the kernel kept both forms' values live: a 4,096-column softmax took 72 registers
 // instead of 56 and ran 7% slower on the H100 (bench/RESULTS.md, thirteenth session).
 std::vector<size_t> cuda_aligned_params(const LoweredFunc& f);
-std::string cuda_element_copy_name(const LoweredFunc& f);
+std::string cuda_element_copy_name(const std::string& kernel);
 
 // The whole prelude (for tests of the math functions).
 std::string render_prelude(Dialect dialect);

@@ -103,8 +103,9 @@ struct CudaSchedule {
   // (r / row_vector) % block, in its register (r / (row_vector * block)) * row_vector +
   // r % row_vector (constant in the unrolled loops). The rows are read with streaming loads and
   // the outputs' rows written after their loop with streaming stores (`__ldcs`, `__stcs`: read or
-  // written once, so not kept in L1 or L2 at the expense of other data), a row whose address is
-  // not 16-byte aligned at run time element by element in the same mapping. 1: element r on
+  // written once, so not kept in L1 or L2 at the expense of other data); where a buffer is not
+  // 16-byte aligned at run time the launch takes the kernel's element-by-element twin
+  // (render_c.h, cuda_aligned_params). 1: element r on
   // thread r % block (any row the vector form does not take: another dtype, a length or slot
   // count that is not a multiple of 4, a cached store under a condition).
   int row_vector = 1;

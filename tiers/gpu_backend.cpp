@@ -12,14 +12,13 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <map>
 #include <mutex>
 #include <optional>
 
 #include "interp/log.h"
 #include "jit/code_cache.h"
+#include "jit/cpu_jit.h"
 #include "jit/cublaslt_ops.h"
 #include "jit/cuda_driver.h"
 #include "jit/cuda_memory.h"
@@ -33,7 +32,6 @@
 #include "tiers/gpu_conv.h"
 #include "tiers/gpu_program.h"
 #include "tiers/region_lowering.h"
-#include "tiers/repro.h"
 #endif
 
 namespace terrace {
@@ -121,7 +119,6 @@ GpuProgram render_gpu_program(const Graph& g, const Region& region, const std::v
     k.name = f.name;
     for (const kernels::Buffer& b : f.buffers) k.args.push_back(step.slots.at(size_t(b.slot)));
     k.aligned = kernels::cuda_aligned_params(f);
-    if (!k.aligned.empty()) k.element_name = kernels::cuda_element_copy_name(f);
     k.extent = f.parallel_extent;
     // The schedule render_c follows (kernels/schedule_cuda.h) gives the launch; the device's SM
     // count is known only where there is one (0: an H100's).
@@ -356,7 +353,7 @@ class GpuBackend : public Backend {
     auto module = std::make_shared<jit::cuda::Module>(cubin);
     for (GpuKernel& k : p.kernels) {
       if (!k.copy) k.fn = module->function(k.name);
-      if (!k.element_name.empty()) k.element_fn = module->function(k.element_name);
+      if (!k.aligned.empty()) k.element_fn = module->function(kernels::cuda_element_copy_name(k.name));
     }
     return make_region(g, region, std::move(p), std::move(module));
   }
@@ -497,12 +494,7 @@ std::vector<char> compile_gpu_cubin(const std::string& source, const std::string
   for (const std::string& o : options) key += o + " ";
   key += "\n" + source;
   if (cached) *cached = false;
-  if (const std::string dir = dump_dir(); !dir.empty()) {
-    // TERRACE_DUMP_DIR: the CUDA source as NVRTC gets it, as tier 1 dumps its C++ (best effort).
-    std::error_code ec;
-    std::filesystem::create_directories(dir, ec);
-    std::ofstream(std::filesystem::path(dir) / program, std::ios::binary) << source;
-  }
+  jit::dump_file(program, source);  // TERRACE_DUMP_DIR: the CUDA source as NVRTC gets it
   if (std::optional<std::string> hit = cache.load(key)) {
     if (cached) *cached = true;
     return std::vector<char>(hit->begin(), hit->end());

@@ -31,7 +31,6 @@ struct GpuKernel {
   // pointers must be 16-byte aligned, and the kernel's element-by-element copy, launched where one
   // is not (kernels::cuda_aligned_params).
   std::vector<size_t> aligned;
-  std::string element_name;
   CUfunction element_fn = nullptr;
   int64_t extent = 1;     // the Parallel loop's range [0, extent)
   unsigned grid = 1, block = 1;

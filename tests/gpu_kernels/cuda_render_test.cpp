@@ -277,7 +277,7 @@ TEST(CudaSchedule, long_rows_take_a_block_per_row_with_the_row_in_registers_or_s
   EXPECT_EQ(aligned, (std::vector<std::string>{"in0", "out0"}));
   const std::string program = render_cuda_program(std::span(&f, 1), "softmax");
   EXPECT_NE(program.find(" " + f.name + "("), std::string::npos) << program;
-  EXPECT_NE(program.find(" " + cuda_element_copy_name(f) + "("), std::string::npos) << program;
+  EXPECT_NE(program.find(" " + cuda_element_copy_name(f.name) + "("), std::string::npos) << program;
   EXPECT_NE(program.find("tr_reg_in0[tr_k] = (in0 + base)[tr_x];"), std::string::npos) << program;
   EXPECT_COMPILES_FOR_SM90(program, "softmax_two_kernels.cu");
   EXPECT_EQ(in_memory("out0["), 0u) << src;
@@ -360,7 +360,9 @@ TEST(CudaSchedule, row_blocks_of_every_reduced_dtype_compile_for_sm90) {
       in[1].value = &axes;
       OpKernels k = lower_op(n, in, "r");
       ASSERT_EQ(k.calls.size(), 1u);
-      if (op == Op::ReduceSum) EXPECT_EQ(schedule_cuda(k.calls[0].func).mapping, CudaMapping::PerRowBlock);
+      if (op == Op::ReduceSum) {
+        EXPECT_EQ(schedule_cuda(k.calls[0].func).mapping, CudaMapping::PerRowBlock);
+      }
       EXPECT_COMPILES_FOR_SM90(render_c(k.calls[0].func, Dialect::Cuda), "rows.cu");
     }
 }

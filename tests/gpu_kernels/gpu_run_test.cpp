@@ -65,7 +65,7 @@ void launch(const cuda::Module& m, const LoweredFunc& f, std::vector<CUdeviceptr
   // copy where one of those buffers is not 16-byte aligned.
   bool aligned = true;
   for (size_t i : cuda_aligned_params(f)) aligned = aligned && args.at(i) % 16 == 0;
-  cuda::launch(m.function(aligned ? f.name : cuda_element_copy_name(f)), cuda::LaunchConfig{l.grid, l.block, 0}, s,
+  cuda::launch(m.function(aligned ? f.name : cuda_element_copy_name(f.name)), cuda::LaunchConfig{l.grid, l.block, 0}, s,
                params.data());
 }
 
