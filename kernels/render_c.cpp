@@ -410,7 +410,7 @@ class CRenderer : public IRVisitor {
           for (const CudaSchedule::Fold& f : folds) {
             part_name_[&f] = "tr_part" + std::to_string(k++);
             line() << "__shared__ " << c_type(f.accumulator.dtype) << " " << part_name_[&f] << "["
-                   << std::max<int64_t>(1, f.slots) * (s.block / 32) << "];\n";
+                   << (f.whole ? 1 : std::max<int64_t>(1, f.slots)) * (s.block / 32) << "];\n";
           }
         line() << "const int tr_lane = threadIdx.x;\n";
         line() << "for (int64_t " << v << " = " << b << " + blockIdx.x; " << v << " < " << e << "; " << v
@@ -442,6 +442,9 @@ class CRenderer : public IRVisitor {
     const bool narrow = block && in_row_ && cb && ce && cb->value >= 0 && ce->value < (int64_t(1) << 30);
     const std::string counter = narrow ? "int " : "int64_t ";
     if (!in_row_ || !s.lane_loops.count(op)) {
+      // A short loop over a local array (the CPU's 16 vector slots) unrolled, so that the array is
+      // indexed by constants and stays in registers instead of the stack.
+      if (narrow && ce->value - cb->value <= 32) line() << "#pragma unroll\n";
       if (narrow)
         line() << "for (int " << v << " = " << cb->value << "; " << v << " < " << ce->value << "; ++" << v << ") {\n";
       else
@@ -476,6 +479,22 @@ class CRenderer : public IRVisitor {
       if (!slot_loop) continue;
       const std::string mine = "tr_slot_" + f.accumulator.name;
       line() << c_type(f.accumulator.dtype) << " " << mine << "[" << vec << "];\n";
+      slot_register_.insert(f.accumulator.name);
+      if (f.whole) {
+        // Every register starts from all the slots' values (combined: indexed by constants, the
+        // array stays in registers; taken by every thread, which an idempotent combine allows).
+        const std::string type = c_type(f.accumulator.dtype);
+        line() << mine << "[0] = " << f.accumulator.name << "[0];\n";
+        line() << "#pragma unroll\n";
+        line() << "for (int tr_s = 1; tr_s < " << slot_w << "; ++tr_s) {\n";
+        line() << "  const " << type << " tr_mine = " << mine << "[0];\n";
+        line() << "  const " << type << " tr_other = " << f.accumulator.name << "[tr_s];\n";
+        line() << "  " << mine << "[0] = " << print(slot_combined(f)) << ";\n";
+        line() << "}\n";
+        line() << "#pragma unroll\n";
+        line() << "for (int tr_j = 1; tr_j < " << vec << "; ++tr_j) " << mine << "[tr_j] = " << mine << "[0];\n";
+        continue;
+      }
       line() << "#pragma unroll\n";
       line() << "for (int tr_j = 0; tr_j < " << vec << "; ++tr_j) {\n";
       ++indent_;
@@ -485,7 +504,6 @@ class CRenderer : public IRVisitor {
                << ";\n";
       --indent_;
       line() << "}\n";
-      slot_register_.insert(f.accumulator.name);
     }
     for (const CudaSchedule::Fold& f : folds)
       if (f.identity.defined() && !slot_loop) {
@@ -516,6 +534,23 @@ class CRenderer : public IRVisitor {
         // and lane t < W / V of each warp leaves the warp's values of slots V t + j (V = 1: slot
         // t % W on thread t).
         const std::string mine = "tr_slot_" + f.accumulator.name, lanes = std::to_string(std::stoll(slot_w) / vec);
+        if (f.whole) {
+          // One value for every slot: the thread's V registers, then the warp's 32 lanes by
+          // shuffles; each warp's lane 0 leaves it.
+          line() << "#pragma unroll\n";
+          line() << "for (int tr_j = 1; tr_j < " << vec << "; ++tr_j) {\n";
+          line() << "  const " << type << " tr_mine = " << mine << "[0];\n";
+          line() << "  const " << type << " tr_other = " << mine << "[tr_j];\n";
+          line() << "  " << mine << "[0] = " << print(slot_combined(f)) << ";\n";
+          line() << "}\n";
+          line() << "for (int tr_o = 16; tr_o > 0; tr_o >>= 1) {\n";
+          line() << "  const " << type << " tr_mine = " << mine << "[0];\n";
+          line() << "  const " << type << " tr_other = __shfl_xor_sync(0xffffffffu, tr_mine, tr_o);\n";
+          line() << "  " << mine << "[0] = " << print(slot_combined(f)) << ";\n";
+          line() << "}\n";
+          line() << "if ((tr_lane & 31) == 0) " << part_name_.at(&f) << "[tr_lane >> 5] = " << mine << "[0];\n";
+          continue;
+        }
         line() << "#pragma unroll\n";
         line() << "for (int tr_j = 0; tr_j < " << vec << "; ++tr_j) {\n";
         ++indent_;
@@ -557,6 +592,22 @@ class CRenderer : public IRVisitor {
       for (const CudaSchedule::Fold& f : folds) {
         const std::string acc = f.accumulator.name + "[" + print(f.index) + "]";
         const std::string type = c_type(f.accumulator.dtype);
+        if (f.whole) {
+          // Every thread combines the warps' values in warp order, then holds the result in every slot.
+          const std::string part = part_name_.at(&f);
+          line() << "{\n";
+          ++indent_;
+          line() << type << " tr_mine = " << part << "[0];\n";
+          line() << "for (int tr_w = 1; tr_w < " << warps << "; ++tr_w) {\n";
+          line() << "  const " << type << " tr_other = " << part << "[tr_w];\n";
+          line() << "  tr_mine = " << print(slot_combined(f)) << ";\n";
+          line() << "}\n";
+          line() << "#pragma unroll\n";
+          line() << "for (int tr_s = 0; tr_s < " << f.slots << "; ++tr_s) " << f.accumulator.name << "[tr_s] = tr_mine;\n";
+          --indent_;
+          line() << "}\n";
+          continue;
+        }
         if (!f.slots) {
           const std::string part = part_name_.at(&f) + "[";
           line() << acc << " = " << part << "0];\n";
@@ -585,10 +636,10 @@ class CRenderer : public IRVisitor {
         line() << "}\n";
       }
       bool any_slots = false;
-      for (const CudaSchedule::Fold& f : folds) any_slots = any_slots || f.slots;
+      for (const CudaSchedule::Fold& f : folds) any_slots = any_slots || (f.slots && !f.whole);
       if (any_slots) line() << "__syncthreads();\n";
       for (const CudaSchedule::Fold& f : folds) {
-        if (!f.slots) continue;
+        if (!f.slots || f.whole) continue;
         const bool open = over_slots(f);
         line() << f.accumulator.name << "[" << print(f.index) << "] = " << part_name_.at(&f) << "[tr_s * " << warps
                << "];\n";

@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 
+#include "kernels/mutator.h"
 #include "kernels/printer.h"
 #include "kernels/visitor.h"
 
@@ -594,8 +595,9 @@ std::optional<std::pair<const For*, const For*>> register_loop_of(const RowAcces
 }
 
 // By vectors, an output row written once, unconditionally, by one register loop and never read
-// (layernorm's) also goes through registers, so that its stores move 16 bytes at a time.
-void add_written_rows(const RowAccesses& scan, CudaSchedule& s, int64_t words) {
+// (layernorm's) also goes through registers, so that its stores move 16 bytes at a time, where
+// the thread's `words` for its rows stay within `most`.
+void add_written_rows(const RowAccesses& scan, CudaSchedule& s, int64_t words, int64_t most) {
   const int64_t per = int64_t(s.row_vector) * s.block;
   for (const auto& [name, accesses] : scan.by_buffer) {
     const Buffer& buf = scan.buffers.at(name);
@@ -610,7 +612,7 @@ void add_written_rows(const RowAccesses& scan, CudaSchedule& s, int64_t words) {
     const auto loop = register_loop_of(scan, s, a);
     if (!loop || !s.register_loops.count(loop->first) || flat_loop(loop->first).elements != length) continue;
     const int64_t more = (length + per - 1) / per * s.row_vector;
-    if (words + more > 32) continue;
+    if (words + more > most) continue;
     words += more;
     s.row_caches.push_back({buf, a.base, length, false});
     s.cached_accesses[a.node] = a.offset;
@@ -671,31 +673,119 @@ bool plan_registers(const RowAccesses& scan, CudaSchedule& s) {
     vector = vector && flat_loop(loop).elements % kVector == 0;
     if (inner) vector = vector && inner->end.as<IntImm>()->value % kVector == 0;
   }
-  // The fewest threads that fit, from 128 (element by element) or from 256 (by vectors): on the
-  // H100, a 4,096-column layernorm took 0.095 ms with 128 threads against 0.104 with 256 element
-  // by element; by vectors, with its affine step in float, 0.0930 with 256 against 0.0950 with
-  // 128 (bench/RESULTS.md, thirteenth session).
-  for (int block = vector ? 256 : 128; block <= 1024; block *= 2) {
+  // The fewest threads that fit, from 128 (element by element) or from 256 (by vectors), at most
+  // 32 words a thread: on the H100, a 4,096-column layernorm took 0.095 ms with 128 threads
+  // against 0.104 with 256 element by element; by vectors, with its affine step in float, 0.0930
+  // with 256 against 0.0950 with 128 (bench/RESULTS.md, thirteenth session). By vectors, first
+  // 128 threads with up to 64 words where the kernel reads no per-column vectors (a layernorm's
+  // scale and bias would take that many more): the 8192x4096 softmax (its input and output rows,
+  // 32 + 32 words) took 0.0915 ms against 0.0918 with 256 (fourteenth session).
+  struct Try {
+    int block;
+    int64_t most;  // words a thread
+  };
+  std::vector<Try> tries;
+  if (vector) tries.push_back({128, 64});
+  for (int block = vector ? 256 : 128; block <= 1024; block *= 2) tries.push_back({block, 32});
+  for (const Try& t : tries) {
     int64_t words = 0;  // a thread's 32-bit registers for its elements of every row
-    const int64_t per = vector ? kVector * block : block;
+    const int64_t per = vector ? kVector * t.block : t.block;
     for (const CudaSchedule::RowCache& c : s.row_caches)
-      words += (c.length + per - 1) / per * (per / block) * int64_t((dtype_size(c.buffer.dtype) + 3) / 4);
+      words += (c.length + per - 1) / per * (per / t.block) * int64_t((dtype_size(c.buffer.dtype) + 3) / 4);
     bool slots_divide = true;
     for (const auto& [loop, inner] : loops)
-      slots_divide = slots_divide && (!inner || block % inner->end.as<IntImm>()->value == 0);
-    if (words <= 32 && slots_divide) {
-      s.block = block;
-      s.rows_in_registers = true;
-      s.row_vector = vector ? kVector : 1;
-      s.register_loops = std::move(loops);
-      if (vector) {
-        add_written_rows(scan, s, words);
-        add_vector_loads(s);
-      }
-      return true;
+      slots_divide = slots_divide && (!inner || t.block % inner->end.as<IntImm>()->value == 0);
+    if (words > t.most || !slots_divide) continue;
+    CudaSchedule c = s;
+    c.block = t.block;
+    c.rows_in_registers = true;
+    c.row_vector = vector ? kVector : 1;
+    c.register_loops = loops;
+    if (vector) {
+      add_written_rows(scan, c, words, t.most);
+      add_vector_loads(c);
     }
+    if (t.most > 32 && !c.vector_loads.empty()) continue;
+    s = std::move(c);
+    return true;
   }
   return false;
+}
+
+// The combines that take a value any number of times with the same result: max and min (a
+// select on an ordering), and | on integers.
+bool idempotent(const Expr& combined) {
+  if (const Binary* b = combined.as<Binary>()) return b->op == BinaryOp::Or && is_integer(combined.type());
+  const Select* sel = combined.as<Select>();
+  const Compare* cmp = sel ? sel->cond.as<Compare>() : nullptr;
+  return cmp && (cmp->op == CmpOp::GT || cmp->op == CmpOp::GE || cmp->op == CmpOp::LT || cmp->op == CmpOp::LE);
+}
+
+// `f.combined` with the other lane's value read from `other` and the accumulator `mine`.
+Expr combine_of(const CudaSchedule::Fold& f, const Expr& mine, const Expr& other) {
+  struct Put : IRMutator {
+    const CudaSchedule::Fold& f;
+    const Expr &mine, &other;
+    Put(const CudaSchedule::Fold& fold, const Expr& m, const Expr& o) : f(fold), mine(m), other(o) {}
+    Expr visit(const Load* op, const Expr& self) override {
+      if (op->buffer.slot == kLocalSlot && op->buffer.name == f.accumulator.name) return mine;
+      return IRMutator::visit(op, self);
+    }
+    Expr visit(const Var* op, const Expr& self) override { return op->name == "tr_other" ? other : self; }
+  } put(f, mine, other);
+  return put.mutate(f.combined);
+}
+
+// True when `s` is `for v in [0, f.slots): acc[i] = combine(acc[i], slots[v])`, f's combine folding
+// every slot of f's array into another accumulator of its type.
+bool folds_every_slot(const Stmt& s, const CudaSchedule::Fold& f) {
+  const For* loop = s.as<For>();
+  if (!loop) return false;
+  const IntImm* b = loop->begin.as<IntImm>();
+  const IntImm* e = loop->end.as<IntImm>();
+  Stmt body = loop->body;
+  if (const Block* one = body.as<Block>(); one && one->stmts.size() == 1) body = one->stmts[0];
+  const Store* st = body.as<Store>();
+  if (!b || b->value != 0 || !e || e->value != f.slots || !st || st->buffer.slot != kLocalSlot ||
+      st->buffer.name == f.accumulator.name || st->buffer.dtype != f.accumulator.dtype || mentions(st->index, loop->var))
+    return false;
+  const Expr slot = Load::make(f.accumulator, Var::make(DType::Int64, loop->var));
+  return to_string(st->value) == to_string(combine_of(f, Load::make(st->buffer, st->index), slot));
+}
+
+// Marks CudaSchedule::Fold::whole: the slot folds of register loops whose array (an Allocate's)
+// is read after the fold's loop, in the Allocate's body, only by one loop that folds_every_slot,
+// and stored to by nothing after the fold's loop.
+void mark_whole_folds(CudaSchedule& s) {
+  struct Scan : IRVisitor {
+    CudaSchedule& s;
+    explicit Scan(CudaSchedule& sched) : s(sched) {}
+    void visit_node(const Allocate* op) override {
+      const Block* body = op->body.as<Block>();
+      for (size_t i = 0; body && i < body->stmts.size(); ++i) {
+        const For* loop = body->stmts[i].as<For>();
+        auto folds = loop ? s.folds.find(loop) : s.folds.end();
+        auto reg = loop ? s.register_loops.find(loop) : s.register_loops.end();
+        if (folds == s.folds.end() || reg == s.register_loops.end() || !reg->second) continue;
+        for (CudaSchedule::Fold& f : folds->second) {
+          if (f.slots == 0 || f.accumulator.name != op->buffer.name || !idempotent(f.combined)) continue;
+          int readers = 0;
+          bool ok = true;
+          for (size_t j = i + 1; j < body->stmts.size() && ok; ++j) {
+            Stores st;
+            st.visit(body->stmts[j]);
+            for (const Store* x : st.local) ok = ok && x->buffer.name != f.accumulator.name;
+            if (local_reads(body->stmts[j], f.accumulator.name) == 0) continue;
+            ++readers;
+            ok = folds_every_slot(body->stmts[j], f);
+          }
+          f.whole = ok && readers == 1;
+        }
+      }
+      IRVisitor::visit_node(op);
+    }
+  } scan(s);
+  scan.visit(s.parallel->body);
 }
 
 }  // namespace
@@ -749,7 +839,10 @@ CudaSchedule row_schedule(const LoweredFunc& f, CudaSchedule s) {
   // In registers a row is read from memory with every load in flight at once and no copy through
   // shared memory: on the H100 a 4,096-column softmax at the device-to-device copy's speed
   // (bench/RESULTS.md, tenth session).
-  if (plan_registers(scan, b)) return b;
+  if (plan_registers(scan, b)) {
+    mark_whole_folds(b);
+    return b;
+  }
   // Else shared memory (at most 40 KB of the 48 a block may declare; the folds' partial values
   // take the rest).
   b.row_caches.clear();
@@ -836,7 +929,7 @@ size_t row_block_shared_bytes(const CudaSchedule& s) {
     for (const CudaSchedule::RowCache& c : s.row_caches) bytes += size_t(c.length + c.length / 32) * dtype_size(c.buffer.dtype);
   for (const auto& [loop, folds] : s.folds)
     for (const CudaSchedule::Fold& f : folds)
-      bytes += size_t(std::max<int64_t>(1, f.slots) * (s.block / 32)) * dtype_size(f.accumulator.dtype);
+      bytes += size_t(f.whole ? 1 : std::max<int64_t>(1, f.slots)) * (s.block / 32) * dtype_size(f.accumulator.dtype);
   return bytes;
 }
 

@@ -70,6 +70,12 @@ struct CudaSchedule {
     // 0: the fold's one element (index). n > 0: the loop folds into every slot of an array of
     // n (a nest of loops folding into vector lanes); index is the Var "tr_s" over [0, n).
     int64_t slots = 0;
+    // slots > 0, PerRowBlock in registers: the slots are combined into one value, which every
+    // slot then holds. Only for an idempotent combine (max, min, or on integers) whose array is
+    // read after the loop by nothing but one loop folding every slot into another accumulator by
+    // the same combine: that fold's result is then unchanged (a value taken any number of times),
+    // and the block combines one value instead of one per slot (one barrier fewer).
+    bool whole = false;
   };
   std::set<const For*> lane_loops;
   std::map<const For*, std::vector<Fold>> folds;

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <regex>
 #include <set>
 #include <string>
 #include <vector>
@@ -216,7 +217,7 @@ LoweredFunc row_kernel(Op op, int64_t rows, int64_t cols) {
   const bool norm = op == Op::LayerNormalization;
   Node n;
   n.op = op;
-  n.name = norm ? "layernorm" : "softmax";
+  n.name = norm ? "layernorm" : op == Op::LogSoftmax ? "logsoftmax" : "softmax";
   n.inputs = norm ? std::vector<int>{0, 1, 2} : std::vector<int>{0};
   n.outputs = {int(n.inputs.size())};
   n.attrs["axis"] = int_attr(-1);
@@ -235,7 +236,10 @@ TEST(CudaSchedule, long_rows_take_a_block_per_row_with_the_row_in_registers_or_s
   ASSERT_EQ(s.mapping, CudaMapping::PerRowBlock);
   EXPECT_TRUE(s.rows_in_registers);
   EXPECT_EQ(s.row_vector, 4);  // float rows of a multiple of 4 elements, 16 slots: by vectors of 4
-  EXPECT_EQ(s.block, 256);  // the input's row and the output's: 16 + 16 registers a thread
+  // The input's row and the output's: 32 + 32 registers a thread at 128 threads, which a kernel
+  // reading no per-column vectors may take.
+  EXPECT_EQ(s.block, 128);
+  EXPECT_TRUE(s.vector_loads.empty());
   EXPECT_EQ(cuda_launch(s, 0, 64, 132).grid, 64u);  // a block per row
   std::map<std::string, CudaSchedule::RowCache> caches;
   for (const auto& c : s.row_caches) caches[c.buffer.name] = c;
@@ -252,7 +256,7 @@ TEST(CudaSchedule, long_rows_take_a_block_per_row_with_the_row_in_registers_or_s
   // e's store to memory is dead (the scaling loop writes the whole row again): one write a row.
   ASSERT_EQ(s.dead_stores.size(), 1u);
   std::string src = render_c(f, Dialect::Cuda);
-  EXPECT_NE(src.find("float tr_reg_in0[16];"), std::string::npos) << src;
+  EXPECT_NE(src.find("float tr_reg_in0[32];"), std::string::npos) << src;
   EXPECT_EQ(src.find("__shared__ float tr_row_"), std::string::npos) << src;
   // Accesses to memory (not to tr_reg_...): the output's one store, the input's loads alone.
   auto in_memory = [&](const std::string& access) {
@@ -282,8 +286,16 @@ TEST(CudaSchedule, long_rows_take_a_block_per_row_with_the_row_in_registers_or_s
   EXPECT_COMPILES_FOR_SM90(program, "softmax_two_kernels.cu");
   EXPECT_EQ(in_memory("out0["), 0u) << src;
   EXPECT_EQ(in_memory("in0["), 0u) << "every read of the input from its registers:\n" << src;
-  // The max's 16 slots: thread t folds into slots 4 (t % 4) + j, one register each.
+  // The max's 16 slots: thread t folds into slots 4 (t % 4) + j, one register each, and since
+  // the slots are read afterwards only by the max over all of them, the block combines one value
+  // (a float a warp in shared memory) that every slot then holds.
   EXPECT_NE(src.find("float tr_slot_mlanes[4];"), std::string::npos) << src;
+  int whole = 0;
+  for (const auto& [loop, folds] : s.folds)
+    for (const auto& fold : folds) whole += fold.whole && fold.accumulator.name == "mlanes";
+  EXPECT_EQ(whole, 1);
+  // (The parts' numbers follow the folds' order in a map keyed by node address.)
+  EXPECT_TRUE(std::regex_search(src, std::regex(R"(__shared__ float tr_part\d\[4\];)"))) << src;
   EXPECT_COMPILES_FOR_SM90(src, "softmax_block.cu");
   // A row not a multiple of the 16 slots: the max's last elements are a loop of their own, at an
   // offset the registers cannot follow; the row goes to shared memory (copied in with scalar
@@ -301,6 +313,28 @@ TEST(CudaSchedule, long_rows_take_a_block_per_row_with_the_row_in_registers_or_s
   EXPECT_EQ(wide.mapping, CudaMapping::PerRowBlock);
   EXPECT_TRUE(wide.rows_in_registers);
   EXPECT_EQ(wide.block, 1024);
+}
+
+// A log-softmax's max over a long row folds into the CPU's 16 slots, read afterwards only by the
+// max over every slot: the block combines one value, as for the softmax above. A row in shared
+// memory keeps its slots combined slot by slot.
+TEST(CudaSchedule, max_slots_read_only_by_their_total_max_combine_one_value_across_the_block) {
+  auto whole_slots = [](const CudaSchedule& s) {
+    std::map<std::string, bool> whole;
+    for (const auto& [loop, folds] : s.folds)
+      for (const auto& f : folds)
+        if (f.slots) whole[f.accumulator.name] = f.whole;
+    return whole;
+  };
+  LoweredFunc f = row_kernel(Op::LogSoftmax, 64, 4096);
+  const CudaSchedule s = schedule_cuda(f);
+  ASSERT_EQ(s.mapping, CudaMapping::PerRowBlock);
+  ASSERT_TRUE(s.rows_in_registers);
+  EXPECT_EQ(whole_slots(s), (std::map<std::string, bool>{{"mlanes", true}}));
+  EXPECT_COMPILES_FOR_SM90(render_cuda_program(std::span(&f, 1), "logsoftmax"), "logsoftmax_rows.cu");
+  const CudaSchedule shared = schedule_cuda(softmax_rows(8, 5001));
+  ASSERT_FALSE(shared.rows_in_registers);
+  for (const auto& [name, whole] : whole_slots(shared)) EXPECT_FALSE(whole) << name;
 }
 
 TEST(CudaSchedule, layernorm_rows_move_by_vectors_where_their_length_is_a_multiple_of_4) {
