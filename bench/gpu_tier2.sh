@@ -75,14 +75,17 @@ batch)  # a call of its own: at batch 32 ResNet-50 ran out of the compare part's
 conformance)  # every test that passes on the interpreter must pass on tier 2 (each test in its own process)
   mkdir -p /tmp/suites && tar xJf .gpu/data/node-tests.tar.xz -C /tmp/suites
   # about 2.6 s a test on tier 2 (a CUDA context, NVRTC and tier 1's compile each): ONNX 1.18's 1,450
-  # tests take about 7 minutes at 16 jobs, Debian's 932 about 3; SUITES picks (default both).
+  # tests take about 7 minutes at 16 jobs, Debian's 932 about 3; SUITES picks (default both), TIERS
+  # the tiers (default "interp gpu"; "gpu" alone where the interpreter's run is made elsewhere, its
+  # JSON then compared with the script's Python below).
   for suite in ${SUITES:-/tmp/suites/onnx-1.18.0/node /tmp/suites/node}; do
     tag=$(basename "$(dirname "$suite")"); [ "$tag" = suites ] && tag=debian
-    for tier in interp gpu; do
+    for tier in ${TIERS:-interp gpu}; do
       timeout ${CONF_TIMEOUT:-540} /tmp/terrace conformance "$suite" --tier $tier --jobs 16 --timeout 120 \
         --json "$out/conf_${tag}_$tier.json" > "$out/conf_${tag}_$tier.txt" 2>&1
       echo "== $tag $tier rc=$? $(tail -1 "$out/conf_${tag}_$tier.txt")"
     done
+    [ -f "$out/conf_${tag}_interp.json" ] || continue
     python3 - "$out/conf_${tag}_interp.json" "$out/conf_${tag}_gpu.json" <<'PY'
 import json, sys
 def load(f):
