@@ -23,6 +23,7 @@
 #include "interp/ops/conv.h"
 #include "jit/dnnl_activation.h"
 #include "jit/dnnl_common.h"
+#include "jit/packed_gemm.h"
 
 namespace terrace::jit {
 
@@ -66,6 +67,10 @@ dnnl::memory wrap(const dnnl::memory::desc& d, const float* data) {
 // A gemm-based product with constant weights at least this large (multiply-adds) times both
 // plain orders of its weights when it is built (MatMul below); smaller ones read them as given.
 constexpr double kTimedLayoutFlops = 1e7;
+
+// Products of at least this many rows run on Terrace's packed weights where oneDNN has no packed
+// layout (MatMul below).
+constexpr int64_t kPackedGemmRows = 16;
 
 // TERRACE_GEMM_WEIGHT_ORDER: "given" (never copy), "other" (always copy: tests), or unset (timed).
 static std::string weight_order() {
@@ -319,6 +324,42 @@ class MatMul : public DnnlPrimitive {
       return m;
     };
     bool relaid = false;  // copied in the other plain order
+    // No blocked layout of oneDNN's own (its gemm:jit, below AVX-512): a plain 2-D product of at
+    // least kPackedGemmRows rows, without Gemm's C or alpha, runs on Terrace's packed weights
+    // (jit/packed_gemm.h) where the CPU has AVX2 and FMA. On the 2-core AVX2 machine of
+    // bench/RESULTS.md (fourteenth session) BERT's four products of a layer took 14.0 ms a layer
+    // that way against 15.0 for gemm:jit on the fastest plain order of each, weights warm in
+    // cache; gemm:jit packs the weights again on every call, which in a model reads them from
+    // memory each time. A batch-1 product (a GEMV) stays on oneDNN.
+    const Dims& ad = a_.dims();
+    const Dims& bd = b_.dims();
+    const bool b_rows = b_ == plain(bd), b_columns = !b_rows && b_ == transposed_last_two(bd);
+    if (pack && !is_blocked(weights) && packed_gemm_supported() && ad.size() == 2 && bd.size() == 2 &&
+        dst.size() == 2 && !c_ && alpha == 1.0f && ad[0] >= kPackedGemmRows && (b_rows || b_columns)) {
+      own_ = std::make_unique<PackedWeights>(constants[1]->data<float>(), bd[0], bd[1], b_columns);
+      if (prims_.has_activation()) {
+        // The activation in place over the result, as the fused post-op computes it.
+        dnnl::post_ops ops;
+        append_activation(ops, activation);
+        float scale = 1.0f, act_alpha = 0.0f, act_beta = 0.0f;
+        dnnl::algorithm alg = dnnl::algorithm::undef;
+        ops.get_params_eltwise(0, scale, alg, act_alpha, act_beta);
+        own_activation_ = building(node, prims_.threads, "primitive", [&] {
+          dnnl::eltwise_forward::primitive_desc pd(
+              dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_inference, alg, dst_, act_alpha, act_beta),
+              user_scratchpad(), cpu_engine());
+          own_activation_scratch_ = pd.scratchpad_desc();
+          return dnnl::primitive(dnnl::eltwise_forward(pd));
+        });
+      }
+      constants[1]->drop_resident_pages();  // read from the packed copy from now on
+      description_ = "Terrace's packed-weight product (" + node.describe() + "): src " + dims_str(a_) +
+                     " x weights " + dims_str(b_) + " -> dst " + dims_str(dst_) +
+                     (bias_ ? "; bias " + dims_str(*bias_) : "") + activation_text(activation) +
+                     "; constant weights packed once in 16-column panels (AVX2, FMA); " +
+                     std::to_string(prims_.threads) + " OpenMP threads";
+      return;
+    }
     if (pack && !is_blocked(weights)) {
       // No blocked layout of its own: oneDNN's gemm-based product (below AVX-512, or forced there
       // by DNNL_MAX_CPU_ISA), which reads the weights in whichever plain order it is given. The
@@ -397,6 +438,18 @@ class MatMul : public DnnlPrimitive {
   const Shape& output_shape() const override { return out_; }
   void run(const std::vector<const float*>& in, float* out) const override {
     const int t = prims_.threads;
+    if (own_) {
+      own_->multiply(in[0], a_.dims()[0], bias_ ? in.at(2) : nullptr, out, t);
+      if (!prims_.has_activation()) return;
+      // As Activated::run: oneDNN's activation only where every input is finite.
+      const bool finite = !never_fused_ && (!check_[0] || all_finite(in[0], floats_of(a_), t)) &&
+                          (!bias_ || !check_[2] || all_finite(in.at(2), floats_of(*bias_), t));
+      if (finite)
+        execute(own_activation_, own_activation_scratch_, {{DNNL_ARG_SRC, wrap(dst_, out)}, {DNNL_ARG_DST, wrap(dst_, out)}}, t);
+      else
+        apply_activation(prims_.activation, out, floats_of(dst_));
+      return;
+    }
     auto finite = [&] {
       return !never_fused_ && (!check_[0] || all_finite(in[0], floats_of(a_), t)) &&
              (!check_[1] || all_finite(in[1], floats_of(b_), t)) &&
@@ -428,6 +481,9 @@ class MatMul : public DnnlPrimitive {
   std::optional<memory::desc> bias_;
   Activated prims_;
   memory packed_;  // constant weights in the primitive's own layout (empty: read from the input)
+  std::unique_ptr<PackedWeights> own_;  // or in Terrace's panels, multiplied by jit/packed_gemm
+  dnnl::primitive own_activation_;      // with own_: the activation, in place over the result
+  memory::desc own_activation_scratch_;
   std::array<bool, 3> check_{true, true, true};  // per input: read for non-finite values on each call
   bool never_fused_ = false;  // a constant input holds a non-finite value: the activation runs after
 };

@@ -12,6 +12,8 @@
 #include <iostream>
 
 #include "interp/omp_threads.h"
+#include "jit/dnnl_activation.h"
+#include "jit/packed_gemm.h"
 #include "tests/jit/chain_builder.h"
 #include "tests/support/node_runner.h"
 #include "tests/support/process_threads.h"
@@ -100,6 +102,7 @@ TEST(DnnlOps, GemmTransposesScalesAndC) {
 // that both are checked here whatever the timing says. On AVX-512 oneDNN packs its own blocked
 // layout and the setting changes nothing.
 TEST(DnnlOps, ConstantWeightsInEitherPlainOrderMatchTheInterpreter) {
+  setenv("TERRACE_PACKED_GEMM", "0", 1);  // oneDNN's own path, not Terrace's packed weights (below)
   for (const char* order : {"given", "other", ""}) {
     if (*order) setenv("TERRACE_GEMM_WEIGHT_ORDER", order, 1);
     else unsetenv("TERRACE_GEMM_WEIGHT_ORDER");
@@ -116,6 +119,50 @@ TEST(DnnlOps, ConstantWeightsInEitherPlainOrderMatchTheInterpreter) {
     expect_close(fused, want, "MatMul with a Relu post-op");
   }
   unsetenv("TERRACE_GEMM_WEIGHT_ORDER");
+  unsetenv("TERRACE_PACKED_GEMM");
+}
+
+// Where oneDNN has no packed layout of its own (below AVX-512: this machine's oneDNN, or ctest's
+// dnnl_ops_on_AVX2/SSE41 runs), a product of 16 rows or more with constant weights runs on
+// Terrace's packed weights (jit/packed_gemm.h) if the CPU has AVX2 and FMA: the bias added in its
+// kernel, the activation after it, by oneDNN when every input is finite and as the interpreter
+// computes it otherwise (a NaN stays NaN through Relu, which oneDNN's turns into 0).
+TEST(DnnlOps, PackedWeightProductsWithBiasAndActivationMatchTheInterpreter) {
+  unsetenv("TERRACE_PACKED_GEMM");
+  unsetenv("TERRACE_GEMM_WEIGHT_ORDER");
+  expect_matches(Op::MatMul, {{1, 128, 256}, {256, 1000}}, {}, true);
+  expect_matches(Op::Gemm, {{16, 96}, {80, 96}}, {{"transB", 1}}, true);  // weights given as [N, K]
+  expect_matches(Op::MatMul, {{15, 96}, {96, 40}}, {}, true);              // under 16 rows: oneDNN's
+  int packed = 0;
+  for (auto kind : {jit::DnnlActivation::Kind::Gelu, jit::DnnlActivation::Kind::Relu})
+    for (bool nan : {false, true}) {
+      const Shape as{64, 96}, bs{96, 200}, bias_shape{200};
+      std::vector<Tensor> in = {random_tensor(DType::Float32, as, -1, 1, 3, false),
+                                random_tensor(DType::Float32, bs, -1, 1, 4, false),
+                                random_tensor(DType::Float32, bias_shape, -1, 1, 5, false)};
+      if (nan) in[0].data<float>()[5 * 96 + 7] = NAN;  // row 5 of the result: NaN before the activation
+      const jit::DnnlActivation act{kind};
+      auto prim = jit::make_dnnl_primitive(make_node(Op::MatMul, 3, {}), {as, bs, bias_shape}, {nullptr, &in[1], nullptr},
+                                           act);
+      packed += prim->describe().find("packed-weight") != std::string::npos;
+      Tensor got = Tensor::empty(DType::Float32, prim->output_shape());
+      prim->run({in[0].data<float>(), in[1].data<float>(), in[2].data<float>()}, got.data<float>());
+      Tensor want = run1(Op::MatMul, {in[0], in[1]}, {});
+      for (int64_t i = 0; i < want.numel(); ++i) {
+        float& w = want.data<float>()[i];
+        w = jit::dnnl_activation_apply(act, w + in[2].data<float>()[i % 200]);
+      }
+      expect_close(got, want, std::string(kind == jit::DnnlActivation::Kind::Gelu ? "GELU" : "Relu") +
+                                  (nan ? " with a NaN input: " : ": ") + prim->describe());
+      if (nan) {
+        EXPECT_TRUE(std::isnan(got.data<float>()[5 * 200 + 3])) << prim->describe();
+      }
+    }
+  std::cout << "[          ] " << packed << " of 4 products on Terrace's packed weights (this CPU and oneDNN ISA)\n";
+  if (jit::packed_gemm_supported() && std::getenv("DNNL_MAX_CPU_ISA") &&
+      std::string(std::getenv("DNNL_MAX_CPU_ISA")) != "ALL") {
+    EXPECT_EQ(packed, 4) << "oneDNN held below AVX-512 has no packed layout: Terrace's must take these";
+  }
 }
 
 // A product built on a background thread (the tier manager's compile jobs) starts no OpenMP team

@@ -1,0 +1,78 @@
+// Tier 1's packed-weight product (jit/packed_gemm.h) against a double-precision reference: every
+// tail of its blocking (rows not a multiple of 6 or of its 240-row blocks, columns not a multiple
+// of 16, depths not a multiple of 256 or under it), both orders of the weights, with and without
+// a bias, on one thread and on the caller's team.
+#include "jit/packed_gemm.h"
+
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace terrace::testing {
+namespace {
+
+std::vector<float> uniform(size_t n, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(gen);
+  return v;
+}
+
+TEST(PackedGemm, MatchesADoubleReferenceOnEveryTail) {
+  if (!jit::packed_gemm_supported()) GTEST_SKIP() << "this CPU has no AVX2 and FMA (or TERRACE_PACKED_GEMM=0)";
+  const int team = omp_get_max_threads();
+  for (int64_t m : {1, 5, 6, 13, 250})
+    for (int64_t k : {1, 255, 256, 257, 700})
+      for (int64_t n : {1, 15, 16, 17, 50})
+        for (bool transposed : {false, true})
+          for (bool with_bias : {false, true})
+            for (int threads : {1, team}) {
+              SCOPED_TRACE(std::to_string(m) + "x" + std::to_string(k) + "x" + std::to_string(n) +
+                           (transposed ? " weights [n, k]" : " weights [k, n]") + (with_bias ? ", bias" : "") +
+                           ", threads " + std::to_string(threads));
+              const std::vector<float> a = uniform(size_t(m * k), 1), b = uniform(size_t(k * n), 2),
+                                       bias = uniform(size_t(n), 3);
+              jit::PackedWeights w(b.data(), k, n, transposed);
+              EXPECT_EQ(w.k(), k);
+              EXPECT_EQ(w.n(), n);
+              std::vector<float> c(size_t(m * n), NAN);
+              w.multiply(a.data(), m, with_bias ? bias.data() : nullptr, c.data(), threads);
+              double worst = 0;
+              for (int64_t i = 0; i < m; ++i)
+                for (int64_t j = 0; j < n; ++j) {
+                  double want = with_bias ? bias[size_t(j)] : 0.0, scale = std::abs(want);
+                  for (int64_t p = 0; p < k; ++p) {
+                    const double t = double(a[size_t(i * k + p)]) * (transposed ? b[size_t(j * k + p)] : b[size_t(p * n + j)]);
+                    want += t;
+                    scale += std::abs(t);
+                  }
+                  // A float sum of k + 1 terms: at most (k + 1) 2^-24 of the terms' magnitudes.
+                  const double err = std::abs(double(c[size_t(i * n + j)]) - want);
+                  ASSERT_LE(err, double(k + 1) * std::ldexp(scale, -24)) << "row " << i << ", column " << j;
+                  worst = std::max(worst, err);
+                }
+            }
+}
+
+TEST(PackedGemm, EmptyDepthGivesTheBiasAndEmptyRowsWriteNothing) {
+  if (!jit::packed_gemm_supported()) GTEST_SKIP() << "this CPU has no AVX2 and FMA (or TERRACE_PACKED_GEMM=0)";
+  const std::vector<float> bias = {1.5f, -2.0f, 3.0f};
+  jit::PackedWeights w(nullptr, 0, 3, false);
+  std::vector<float> c(6, NAN);
+  w.multiply(nullptr, 2, bias.data(), c.data(), 1);
+  EXPECT_EQ(c, (std::vector<float>{1.5f, -2.0f, 3.0f, 1.5f, -2.0f, 3.0f}));
+  w.multiply(nullptr, 2, nullptr, c.data(), 1);
+  EXPECT_EQ(c, std::vector<float>(6, 0.0f));
+  std::vector<float> untouched(3, 7.0f);
+  jit::PackedWeights x(bias.data(), 1, 3, false);
+  x.multiply(nullptr, 0, nullptr, untouched.data(), 1);
+  EXPECT_EQ(untouched, std::vector<float>(3, 7.0f));
+}
+
+}  // namespace
+}  // namespace terrace::testing
