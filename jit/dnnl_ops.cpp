@@ -68,9 +68,14 @@ dnnl::memory wrap(const dnnl::memory::desc& d, const float* data) {
 // plain orders of its weights when it is built (MatMul below); smaller ones read them as given.
 constexpr double kTimedLayoutFlops = 1e7;
 
-// Products of at least this many rows run on Terrace's packed weights where oneDNN has no packed
-// layout (MatMul below).
+// Products of at least this many rows, with weights of at least TERRACE_PACKED_GEMM_BYTES bytes
+// where that is set, run on Terrace's packed weights where oneDNN has no packed layout (MatMul
+// below).
 constexpr int64_t kPackedGemmRows = 16;
+static double packed_gemm_bytes() {
+  const char* v = std::getenv("TERRACE_PACKED_GEMM_BYTES");
+  return v && *v ? std::atof(v) : HUGE_VAL;  // unset: never
+}
 
 // TERRACE_GEMM_WEIGHT_ORDER: "given" (never copy), "other" (always copy: tests), or unset (timed).
 static std::string weight_order() {
@@ -324,18 +329,21 @@ class MatMul : public DnnlPrimitive {
       return m;
     };
     bool relaid = false;  // copied in the other plain order
-    // No blocked layout of oneDNN's own (its gemm:jit, below AVX-512): a plain 2-D product of at
-    // least kPackedGemmRows rows, without Gemm's C or alpha, runs on Terrace's packed weights
-    // (jit/packed_gemm.h) where the CPU has AVX2 and FMA. On the 2-core AVX2 machine of
-    // bench/RESULTS.md (fourteenth session) BERT's four products of a layer took 14.0 ms a layer
-    // that way against 15.0 for gemm:jit on the fastest plain order of each, weights warm in
-    // cache; gemm:jit packs the weights again on every call, which in a model reads them from
-    // memory each time. A batch-1 product (a GEMV) stays on oneDNN.
+    // No blocked layout of oneDNN's own (its gemm:jit, below AVX-512): where TERRACE_PACKED_GEMM_BYTES
+    // is set, a plain 2-D product of at least kPackedGemmRows rows with weights of at least that
+    // many bytes, without Gemm's C or alpha, runs on Terrace's packed weights (jit/packed_gemm.h)
+    // if the CPU has AVX2 and FMA. Not by default: on the 2-core AVX2 machine (bench/RESULTS.md,
+    // fourteenth session) each of BERT's products alone ran 5-6% faster (the up and down
+    // projections), level (the output projection) or 3% slower (QKV) than on gemm:jit, but whole
+    // models in alternating processes gave no consistent answer (BERT a median of 198 ms over 8
+    // runs against 174 over 6; GPT-2 218-230 against 225-289 with every product packed, 303-356
+    // against 242-297 with only its vocabulary projection). A batch-1 product stays on oneDNN.
     const Dims& ad = a_.dims();
     const Dims& bd = b_.dims();
     const bool b_rows = b_ == plain(bd), b_columns = !b_rows && b_ == transposed_last_two(bd);
     if (pack && !is_blocked(weights) && packed_gemm_supported() && ad.size() == 2 && bd.size() == 2 &&
-        dst.size() == 2 && !c_ && alpha == 1.0f && ad[0] >= kPackedGemmRows && (b_rows || b_columns)) {
+        dst.size() == 2 && !c_ && alpha == 1.0f && ad[0] >= kPackedGemmRows &&
+        double(floats_of(b_)) * sizeof(float) >= packed_gemm_bytes() && (b_rows || b_columns)) {
       own_ = std::make_unique<PackedWeights>(constants[1]->data<float>(), bd[0], bd[1], b_columns);
       if (prims_.has_activation()) {
         // The activation in place over the result, as the fused post-op computes it.
