@@ -8,19 +8,17 @@
 #include <omp.h>
 
 #include <cmath>
-#include <random>
 #include <string>
 #include <vector>
+
+#include "tests/jit/chain_builder.h"
 
 namespace terrace::testing {
 namespace {
 
 std::vector<float> uniform(size_t n, uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> d(-1.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(gen);
-  return v;
+  const Tensor t = random_tensor(DType::Float32, {int64_t(n)}, -1, 1, seed, false);
+  return std::vector<float>(t.data<float>(), t.data<float>() + n);
 }
 
 TEST(PackedGemm, MatchesADoubleReferenceOnEveryTail) {
