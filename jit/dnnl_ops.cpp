@@ -447,11 +447,13 @@ class MatMul : public DnnlPrimitive {
   void run(const std::vector<const float*>& in, float* out) const override {
     const int t = prims_.threads;
     if (own_) {
-      own_->multiply(in[0], a_.dims()[0], bias_ ? in.at(2) : nullptr, out, t);
+      // threads_to_run: one thread where this is a background thread (a validation), as execute().
+      const int team = threads_to_run(t);
+      own_->multiply(in[0], a_.dims()[0], bias_ ? in.at(2) : nullptr, out, team);
       if (!prims_.has_activation()) return;
       // As Activated::run: oneDNN's activation only where every input is finite.
-      const bool finite = !never_fused_ && (!check_[0] || all_finite(in[0], floats_of(a_), t)) &&
-                          (!bias_ || !check_[2] || all_finite(in.at(2), floats_of(*bias_), t));
+      const bool finite = !never_fused_ && (!check_[0] || all_finite(in[0], floats_of(a_), team)) &&
+                          (!bias_ || !check_[2] || all_finite(in.at(2), floats_of(*bias_), team));
       if (finite)
         execute(own_activation_, own_activation_scratch_, {{DNNL_ARG_SRC, wrap(dst_, out)}, {DNNL_ARG_DST, wrap(dst_, out)}}, t);
       else
