@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <mutex>
 #include <numeric>
 #include <unordered_map>
 #include <vector>
@@ -108,24 +109,76 @@ using Dims = memory::dims;
 
 // A stream and a scratchpad buffer per calling thread (calls may come from several threads at
 // once), kept across calls: a batch-1 Linear layer takes tens of microseconds, and creating both
-// each time was a visible part of it. Runs with `threads` OpenMP threads and gives the caller back
-// its own setting.
+// each time was a visible part of it.
+dnnl::stream& thread_stream() {
+  thread_local dnnl::stream stream(cpu_engine());
+  return stream;
+}
+void* thread_scratch(size_t bytes) {
+  thread_local std::vector<unsigned char> buffer;
+  if (buffer.size() < bytes) buffer.resize(bytes);
+  return buffer.data();
+}
+
+// Runs p with `threads` OpenMP threads and gives the caller back its own setting.
 void execute(const dnnl::primitive& p, const memory::desc& scratch, std::unordered_map<int, memory> args,
              int threads) {
-  thread_local dnnl::stream stream(cpu_engine());
-  thread_local std::vector<unsigned char> scratch_buffer;
   ScopedOmpThreads scope(threads_to_run(threads));
-  if (const size_t bytes = scratch.get_size(); bytes > 0) {
-    if (scratch_buffer.size() < bytes) scratch_buffer.resize(bytes);
-    args.emplace(DNNL_ARG_SCRATCHPAD, memory(scratch, cpu_engine(), scratch_buffer.data()));
-  }
+  if (const size_t bytes = scratch.get_size(); bytes > 0)
+    args.emplace(DNNL_ARG_SCRATCHPAD, memory(scratch, cpu_engine(), thread_scratch(bytes)));
   try {
-    p.execute(stream, args);
-    stream.wait();
+    p.execute(thread_stream(), args);
+    thread_stream().wait();
   } catch (const dnnl::error& e) {
     fail(ErrorCode::RuntimeError, "oneDNN could not run a primitive: ", e.what());
   }
 }
+
+// A primitive's arguments as oneDNN memory objects made on first use and pointed at each call's
+// buffers afterwards: creating one took 270 ns and re-pointing it 11 ns (oneDNN 2.6, the 2-core
+// machine), and with the argument map that was a tenth of a batch-1 Linear layer's call. Used by
+// one call at a time (its owner's try_lock); an argument keeps the descriptor it was first bound
+// with, but for the scratchpad, whose size may differ between an owner's primitives.
+class BoundArgs {
+ public:
+  void bind(int arg, const memory::desc& d, const void* data) {
+    for (size_t i = 0; i < ids_.size(); ++i)
+      if (ids_[i] == arg) {
+        mems_[i].set_data_handle(const_cast<void*>(data));
+        return;
+      }
+    ids_.push_back(arg);
+    mems_.emplace_back(d, cpu_engine(), const_cast<void*>(data));
+  }
+  void bind(int arg, const memory& m) {  // a memory object of the owner's (constant weights)
+    for (size_t i = 0; i < ids_.size(); ++i)
+      if (ids_[i] == arg) return;
+    ids_.push_back(arg);
+    mems_.push_back(m);
+  }
+  // Runs p as execute() does, on the bound arguments and this thread's scratchpad.
+  void execute(const dnnl::primitive& p, const memory::desc& scratch, int threads) {
+    ScopedOmpThreads scope(threads_to_run(threads));
+    if (const size_t bytes = scratch.get_size(); bytes > 0) {
+      if (bytes != scratch_bytes_) scratch_ = memory(scratch, cpu_engine(), nullptr);
+      scratch_bytes_ = bytes;
+      scratch_.set_data_handle(thread_scratch(bytes));
+    }
+    raw_.clear();
+    for (size_t i = 0; i < ids_.size(); ++i) raw_.push_back({ids_[i], mems_[i].get()});
+    if (scratch.get_size() > 0) raw_.push_back({DNNL_ARG_SCRATCHPAD, scratch_.get()});
+    dnnl_status_t status = dnnl_primitive_execute(p.get(), thread_stream().get(), int(raw_.size()), raw_.data());
+    if (status == dnnl_success) status = dnnl_stream_wait(thread_stream().get());
+    TERRACE_CHECK(status == dnnl_success, RuntimeError, "oneDNN could not run a primitive: status ", int(status));
+  }
+
+ private:
+  std::vector<int> ids_;
+  std::vector<memory> mems_;
+  memory scratch_;
+  size_t scratch_bytes_ = 0;
+  std::vector<dnnl_exec_arg_t> raw_;
+};
 
 void append_activation(dnnl::post_ops& ops, const DnnlActivation& a) { dnnl_append_activation(ops, a); }
 
@@ -141,7 +194,14 @@ bool all_finite(const float* p, size_t n, int threads) {
   const uint32_t* bits = reinterpret_cast<const uint32_t*>(p);  // floats read as their bits
   uint32_t top = 0;  // the largest exponent field: all ones only for an infinity or a NaN
   const int64_t count = int64_t(n);
-#pragma omp parallel for simd reduction(max : top) num_threads(threads) schedule(static) if (count > (1 << 16))
+  if (threads <= 1 || count <= (int64_t(1) << 16)) {
+    // No parallel region at all: libgomp starts (and allocates) a team of one even for an `if`
+    // clause that is false, which cost a batch-1 layer more than reading its input.
+#pragma omp simd reduction(max : top)
+    for (int64_t i = 0; i < count; ++i) top = std::max(top, bits[i] & 0x7f800000u);
+    return top != 0x7f800000u;
+  }
+#pragma omp parallel for simd reduction(max : top) num_threads(threads) schedule(static)
   for (int64_t i = 0; i < count; ++i) top = std::max(top, bits[i] & 0x7f800000u);
   return top != 0x7f800000u;
 }
@@ -192,9 +252,9 @@ struct Activated {
   bool has_activation() const { return activation.kind != DnnlActivation::Kind::None; }
   // `inputs_finite` is asked only when there is an activation (it reads every input).
   template <typename Finite>
-  void run(std::unordered_map<int, memory> args, Finite&& inputs_finite, float* out, size_t n) const {
+  void run(BoundArgs& args, Finite&& inputs_finite, float* out, size_t n) const {
     const bool use_fused = !has_activation() || inputs_finite();
-    execute(use_fused ? fused : plain, use_fused ? fused_scratch : plain_scratch, std::move(args), threads);
+    args.execute(use_fused ? fused : plain, use_fused ? fused_scratch : plain_scratch, threads);
     if (!use_fused) apply_activation(activation, out, n);
   }
 };
@@ -341,8 +401,8 @@ class MatMul : public DnnlPrimitive {
     const Dims& ad = a_.dims();
     const Dims& bd = b_.dims();
     const bool b_rows = b_ == plain(bd), b_columns = !b_rows && b_ == transposed_last_two(bd);
-    if (pack && !is_blocked(weights) && packed_gemm_supported() && ad.size() == 2 && bd.size() == 2 &&
-        dst.size() == 2 && !c_ && alpha == 1.0f && ad[0] >= kPackedGemmRows &&
+    if (pack && !is_blocked(weights) && packed_gemm_supported() && ad.size() == 2 && a_ == plain(ad) &&
+        bd.size() == 2 && dst.size() == 2 && !c_ && alpha == 1.0f && ad[0] >= kPackedGemmRows &&
         double(floats_of(b_)) * sizeof(float) >= packed_gemm_bytes() && (b_rows || b_columns)) {
       own_ = std::make_unique<PackedWeights>(constants[1]->data<float>(), bd[0], bd[1], b_columns);
       if (prims_.has_activation()) {
@@ -467,11 +527,16 @@ class MatMul : public DnnlPrimitive {
              (!bias_ || !check_[2] || all_finite(in.at(2), floats_of(*bias_), t));
     };
     if (c_) broadcast_c(in.at(2), out);
-    std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, wrap(a_, in[0])},
-                                            {DNNL_ARG_WEIGHTS, packed_ ? packed_ : wrap(b_, in[1])},
-                                            {DNNL_ARG_DST, wrap(dst_, out)}};
-    if (bias_) args.emplace(DNNL_ARG_BIAS, wrap(*bias_, in.at(2)));
-    prims_.run(std::move(args), finite, out, size_t(shape_numel(out_)));
+    // This object's bound arguments, or a set of this call's own when another call holds them.
+    std::unique_lock<std::mutex> lock(bound_mu_, std::try_to_lock);
+    BoundArgs own;
+    BoundArgs& args = lock.owns_lock() ? bound_ : own;
+    args.bind(DNNL_ARG_SRC, a_, in[0]);
+    if (packed_) args.bind(DNNL_ARG_WEIGHTS, packed_);
+    else args.bind(DNNL_ARG_WEIGHTS, b_, in[1]);
+    args.bind(DNNL_ARG_DST, dst_, out);
+    if (bias_) args.bind(DNNL_ARG_BIAS, *bias_, in.at(2));
+    prims_.run(args, finite, out, size_t(shape_numel(out_)));
   }
 
  private:
@@ -490,6 +555,8 @@ class MatMul : public DnnlPrimitive {
   std::optional<Shape> c_;
   std::optional<memory::desc> bias_;
   Activated prims_;
+  mutable std::mutex bound_mu_;
+  mutable BoundArgs bound_;  // the arguments' memory objects, kept between calls (BoundArgs)
   memory packed_;  // constant weights in the primitive's own layout (empty: read from the input)
   std::unique_ptr<PackedWeights> own_;  // or in Terrace's panels, multiplied by jit/packed_gemm
   dnnl::primitive own_activation_;      // with own_: the activation, in place over the result
@@ -587,6 +654,12 @@ std::unique_ptr<DnnlPrimitive> make_gemm(const Node& node, const std::vector<Sha
     if (shapes.size() == 3) addend = {2, broadcast_read_strides(shapes[2], {M, N}), beta};
     return std::make_unique<EmptySum>(Shape{M, N}, alpha, std::move(addend), activation);
   }
+  // C one value per column (a Linear layer's bias, [N] or [1, N]) added as is: oneDNN's bias,
+  // added in the product's stores, instead of C copied into every row of the output before a sum
+  // post-op (a scalar loop over the output on every call).
+  if (c && alpha == 1.0f && beta == 1.0f && (c->size() < 2 || (*c)[0] == 1) && (c->empty() ? 1 : c->back()) == N)
+    return std::make_unique<MatMul>(node, ad, bd, Dims{M, N}, Shape{M, N}, 1.0f, 0.0f, std::nullopt, activation,
+                                    constants, plain({1, N}));
   return std::make_unique<MatMul>(node, ad, bd, Dims{M, N}, Shape{M, N}, alpha, beta, std::move(c), activation,
                                   constants);
 }

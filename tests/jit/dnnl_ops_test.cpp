@@ -94,6 +94,50 @@ TEST(DnnlOps, GemmTransposesScalesAndC) {
   expect_matches(Op::Gemm, {{5, 7}, {7, 3}, {}});
   expect_matches(Op::Gemm, {{5, 7}, {7, 3}, {5, 3}}, {{"beta", 0.0f}});
   expect_matches(Op::Gemm, {{1, 512}, {1000, 512}, {1000}}, {{"transB", 1}}, true);
+  // C one value per column with alpha and beta 1 (a Linear layer's bias): oneDNN's bias argument.
+  for (int ta : {0, 1}) {
+    const Shape a = ta ? Shape{7, 5} : Shape{5, 7};
+    expect_matches(Op::Gemm, {a, {7, 3}, {3}}, {{"transA", ta}});
+    expect_matches(Op::Gemm, {a, {7, 3}, {1, 3}}, {{"transA", ta}}, true);
+    expect_matches(Op::Gemm, {a, {7, 1}, {}}, {{"transA", ta}});  // a scalar C, one column
+  }
+}
+
+// A primitive keeps its arguments' oneDNN memory objects between calls (jit/dnnl_ops.cpp's
+// BoundArgs): each call must read and write its own buffers, also while another call of the same
+// primitive runs on another thread (that one makes its own set).
+TEST(DnnlOps, RepeatedAndConcurrentCallsReadAndWriteTheirOwnBuffers) {
+  const Case c{Op::Gemm, {{4, 24}, {24, 16}, {16}}, {}};
+  const std::vector<Tensor> first = random_inputs(c, 3);
+  std::vector<const Tensor*> constants = {nullptr, &first[1], &first[2]};
+  auto prim = jit::make_dnnl_primitive(make_node(c.op, 3, c.attrs), c.shapes, constants,
+                                       {jit::DnnlActivation::Kind::Relu});
+  auto check = [&](uint32_t seed) {
+    std::vector<Tensor> in = random_inputs(c, seed);
+    in[1] = first[1];
+    in[2] = first[2];
+    Tensor want = run1(c.op, in, c.attrs);
+    for (int64_t i = 0; i < want.numel(); ++i) want.data<float>()[i] = std::max(0.0f, want.data<float>()[i]);
+    Tensor got = Tensor::empty(DType::Float32, prim->output_shape());
+    prim->run({in[0].data<float>(), in[1].data<float>(), in[2].data<float>()}, got.data<float>());
+    int wrong = 0;  // elements outside expect_close's tolerance
+    for (int64_t i = 0; i < want.numel(); ++i) {
+      const double g = got.data<float>()[i], w = want.data<float>()[i];
+      wrong += !(std::abs(g - w) <= 1e-5 + 1e-3 * std::abs(w));
+    }
+    return wrong;
+  };
+  EXPECT_EQ(check(5), 0);
+  EXPECT_EQ(check(6), 0);  // the same primitive, other buffers
+  std::vector<int> wrong(2, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 2; ++t)
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 200; ++i) wrong[size_t(t)] += check(uint32_t(100 + 2 * i + t));
+    });
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(wrong[0], 0);
+  EXPECT_EQ(wrong[1], 0);
 }
 
 // Constant weights of a gemm-based product (oneDNN below AVX-512: this machine's, or ctest's
@@ -134,6 +178,7 @@ TEST(DnnlOps, PackedWeightProductsWithBiasAndActivationMatchTheInterpreter) {
   unsetenv("TERRACE_GEMM_WEIGHT_ORDER");
   expect_matches(Op::MatMul, {{1, 128, 256}, {256, 1000}}, {}, true);
   expect_matches(Op::Gemm, {{16, 96}, {80, 96}}, {{"transB", 1}}, true);  // weights given as [N, K]
+  expect_matches(Op::Gemm, {{96, 16}, {96, 80}, {80}}, {{"transA", 1}}, true);  // A by columns: oneDNN's
   expect_matches(Op::MatMul, {{15, 96}, {96, 40}}, {}, true);              // under 16 rows: oneDNN's
   int packed = 0;
   for (auto kind : {jit::DnnlActivation::Kind::Gelu, jit::DnnlActivation::Kind::Relu})
