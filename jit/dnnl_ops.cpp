@@ -70,12 +70,11 @@ dnnl::memory wrap(const dnnl::memory::desc& d, const float* data) {
 constexpr double kTimedLayoutFlops = 1e7;
 
 // Products of at least this many rows, with weights of at least TERRACE_PACKED_GEMM_BYTES bytes
-// where that is set, run on Terrace's packed weights where oneDNN has no packed layout (MatMul
-// below).
+// (unset: any), run on Terrace's packed weights where oneDNN has no packed layout (MatMul below).
 constexpr int64_t kPackedGemmRows = 16;
 static double packed_gemm_bytes() {
   const char* v = std::getenv("TERRACE_PACKED_GEMM_BYTES");
-  return v && *v ? std::atof(v) : HUGE_VAL;  // unset: never
+  return v && *v ? std::atof(v) : 0.0;
 }
 
 // TERRACE_GEMM_WEIGHT_ORDER: "given" (never copy), "other" (always copy: tests), or unset (timed).
@@ -389,15 +388,14 @@ class MatMul : public DnnlPrimitive {
       return m;
     };
     bool relaid = false;  // copied in the other plain order
-    // No blocked layout of oneDNN's own (its gemm:jit, below AVX-512): where TERRACE_PACKED_GEMM_BYTES
-    // is set, a plain 2-D product of at least kPackedGemmRows rows with weights of at least that
-    // many bytes, without Gemm's C or alpha, runs on Terrace's packed weights (jit/packed_gemm.h)
-    // if the CPU has AVX2 and FMA. Not by default: on the 2-core AVX2 machine (bench/RESULTS.md,
-    // fourteenth session) each of BERT's products alone ran 5-6% faster (the up and down
-    // projections), level (the output projection) or 3% slower (QKV) than on gemm:jit, but whole
-    // models in alternating processes gave no consistent answer (BERT a median of 198 ms over 8
-    // runs against 174 over 6; GPT-2 218-230 against 225-289 with every product packed, 303-356
-    // against 242-297 with only its vocabulary projection). A batch-1 product stays on oneDNN.
+    // No blocked layout of oneDNN's own (its gemm:jit, below AVX-512, which packs the weights again
+    // on every call): a plain 2-D product of at least kPackedGemmRows rows, A by rows, without
+    // Gemm's C or alpha, runs on Terrace's packed weights (jit/packed_gemm.h) if the CPU has AVX2
+    // and FMA. Measured on the 2-core AVX2 machine (bench/RESULTS.md, fifteenth session) with the
+    // two paths in one process, calls alternating (whole models in separate processes gave no
+    // answer through that machine's noise): BERT 0.90 and GPT-2 0.92 of gemm:jit's time, and BERT
+    // 3% slower with only its two largest products packed than with all. A batch-1 product stays
+    // on oneDNN (its gemv).
     const Dims& ad = a_.dims();
     const Dims& bd = b_.dims();
     const bool b_rows = b_ == plain(bd), b_columns = !b_rows && b_ == transposed_last_two(bd);

@@ -167,14 +167,14 @@ TEST(DnnlOps, ConstantWeightsInEitherPlainOrderMatchTheInterpreter) {
 }
 
 // Where oneDNN has no packed layout of its own (below AVX-512: this machine's oneDNN, or ctest's
-// dnnl_ops_on_AVX2/SSE41 runs), a product of 16 rows or more with constant weights of at least
-// TERRACE_PACKED_GEMM_BYTES (set: an opt-in) runs on Terrace's packed weights (jit/packed_gemm.h)
-// if the CPU has AVX2 and FMA (here any size): the bias added in its kernel, the
+// dnnl_ops_on_AVX2/SSE41 runs), a product of 16 rows or more with constant weights (by default of
+// any size: TERRACE_PACKED_GEMM_BYTES unset) runs on Terrace's packed weights (jit/packed_gemm.h)
+// if the CPU has AVX2 and FMA: the bias added in its kernel, the
 // activation after it, by oneDNN when every input is finite and as the interpreter computes it
 // otherwise (a NaN stays NaN through Relu, which oneDNN's turns into 0).
 TEST(DnnlOps, PackedWeightProductsWithBiasAndActivationMatchTheInterpreter) {
   unsetenv("TERRACE_PACKED_GEMM");
-  setenv("TERRACE_PACKED_GEMM_BYTES", "0", 1);
+  unsetenv("TERRACE_PACKED_GEMM_BYTES");
   unsetenv("TERRACE_GEMM_WEIGHT_ORDER");
   expect_matches(Op::MatMul, {{1, 128, 256}, {256, 1000}}, {}, true);
   expect_matches(Op::Gemm, {{16, 96}, {80, 96}}, {{"transB", 1}}, true);  // weights given as [N, K]
