@@ -3,6 +3,7 @@
 
   bench/compare.py [--models mlp,resnet50] [--batch 1] [--calls 50] [--device cpu|cuda]
                    [--threads N] [--tiers interp,cpu] [--peers pytorch-eager,onnxruntime] [--rounds N]
+                   [--interleave N [--block K]]
                    [--terrace build/tools/terrace] [--small] [--out bench-out]
 
 Peers: PyTorch eager (the real nn.Module, rebuilt by tools/make_models.py with the zoo's seed),
@@ -190,6 +191,91 @@ def run_terrace(tier, onnx_path, input_name, in_pb, want_pb, args, out_dir, mode
     return row
 
 
+def read_json_line(proc):
+    """The next line of the child's stdout that is a JSON object, or None at its end."""
+    for line in proc.stdout:
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                return json.loads(line)
+            except ValueError:
+                pass
+    return None
+
+
+def interleaved(tier, onnx_path, input_name, x_np, in_pb, args, out_dir, model):
+    """Terrace (`terrace run --serve` on `tier`) and ONNX Runtime (ort_child.py --serve) resident in
+    two processes at once, both warmed up, their calls in blocks that alternate: --interleave rounds,
+    each a block of --block calls in each (which goes first alternating too), after a pause in which
+    both runtimes' idle threads stop spinning; a block's first call is not counted (it wakes them).
+    Terrace / ONNX Runtime is taken per round, from the two blocks' medians: on a machine whose speed
+    drifts from one minute or process to the next (bench/RESULTS.md: the 2-core VM, up to 2x) both
+    blocks of a round see the same machine. Reports the median ratio and its quartiles."""
+    in_npy = os.path.join(out_dir, f"{model}_ort_input.npy")
+    np.save(in_npy, x_np)
+    cmds = {"terrace": [args.terrace, "run", onnx_path, "--tier", tier, "--input", f"{input_name}={in_pb}",
+                        "--warm", "--quiet", "--serve"],
+            "onnxruntime": [sys.executable, os.path.join(ROOT, "bench", "ort_child.py"), onnx_path, input_name, in_npy,
+                            os.path.join(out_dir, f"{model}_ort_interleaved_output.npy"), str(args.threads), "0",
+                            str(args.warmup), "--serve"]}
+    procs, logs = {}, {}
+    try:
+        for name, cmd in cmds.items():
+            print("compare:", " ".join(cmd), flush=True)
+            logs[name] = open(os.path.join(out_dir, f"{model}_{name}_interleaved.stderr"), "w")
+            procs[name] = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=logs[name],
+                                           text=True)
+            ready = read_json_line(procs[name])
+            if not ready or not ready.get("ready"):
+                return {"status": f"{name} did not start serving: {ready}"}
+        # A block lasts at least 25 ms of the slower runtime's calls (the MLP's are 50 microseconds:
+        # ten of them measured the waking threads more than the model), judged from a first block.
+        slowest = 0.0
+        for name, p in procs.items():
+            p.stdin.write("3\n")
+            p.stdin.flush()
+            reply = read_json_line(p)
+            if not reply or "times_ms" not in reply:
+                return {"status": f"{name} stopped serving: {reply}"}
+            slowest = max(slowest, statistics.median(reply["times_ms"]))
+        block_calls = max(args.block, int(25.0 / max(slowest, 1e-3)) + 1)
+        times = {name: [] for name in procs}
+        ratios = []
+        for r in range(args.interleave):
+            medians = {}
+            for name in (["terrace", "onnxruntime"] if r % 2 == 0 else ["onnxruntime", "terrace"]):
+                time.sleep(0.05)
+                procs[name].stdin.write(f"{block_calls + 1}\n")
+                procs[name].stdin.flush()
+                reply = read_json_line(procs[name])
+                if not reply or "times_ms" not in reply:
+                    return {"status": f"{name} stopped serving: {reply}"}
+                block = reply["times_ms"][1:]
+                times[name] += block
+                medians[name] = statistics.median(block)
+            ratios.append(medians["terrace"] / medians["onnxruntime"])
+        peaks = {}
+        for name, p in procs.items():
+            p.stdin.close()
+            while (j := read_json_line(p)) is not None:
+                if "peak_rss_mb" in j:
+                    peaks[name] = j["peak_rss_mb"]
+            p.wait(timeout=60)
+        q = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else [ratios[0]] * 3
+        return {"status": "ok", "tier": tier, "rounds": args.interleave, "block": block_calls,
+                "terrace_median_ms": statistics.median(times["terrace"]),
+                "onnxruntime_median_ms": statistics.median(times["onnxruntime"]),
+                "ratio_median": statistics.median(ratios), "ratio_p25": q[0], "ratio_p75": q[2], "ratios": ratios,
+                "terrace_peak_rss_mb": peaks.get("terrace"), "onnxruntime_peak_rss_mb": peaks.get("onnxruntime")}
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        for f in logs.values():
+            f.close()
+
+
 def compare_model(name, args):
     module, input_name, saved, onnx_path = zoo_model(name, args.models_dir, args.small)
     x = model_input(saved, args.batch, args.small)
@@ -241,6 +327,14 @@ def compare_model(name, args):
     rows += [merge_rounds([r[i] for r in terrace_rounds]) for i in range(len(args.tiers))]
     add_ratios(rows, args.tiers)
     add_eager_error_bound(rows, args.device)
+    if args.interleave and with_ort:
+        tier = next((t for t in args.tiers if t != "interp"), args.tiers[0])
+        res = interleaved(tier, onnx_path, input_name, x, in_pb, args, out_dir, name)
+        print(f"compare: {base['model']} interleaved: {json.dumps({k: v for k, v in res.items() if k != 'ratios'})}",
+              flush=True)
+        for r in rows:
+            if r["peer"] == f"terrace-{tier}":
+                r["interleaved"] = res
     return rows
 
 
@@ -321,6 +415,19 @@ def markdown(table, tiers):
         if r["status"] != "ok":
             cells[2:] = [r["status"]] + [""] * (len(cols) - 3)
         lines.append("| " + " | ".join(cells) + " |")
+    inter = [r for r in table["rows"] if "interleaved" in r]
+    if inter:
+        lines += ["", "Interleaved (both resident, blocks of calls alternating; the ratio per round):", "",
+                  "| model | Terrace tier | rounds x calls | Terrace median ms | ONNX Runtime median ms | "
+                  "Terrace / ORT median (p25-p75) | peak RSS MB Terrace / ORT |", "|---|---|---|---|---|---|---|"]
+        for r in inter:
+            i = r["interleaved"]
+            if i["status"] != "ok":
+                lines.append(f"| {r['model']} | | {i['status']} | | | | |")
+                continue
+            lines.append(f"| {r['model']} | {i['tier']} | {i['rounds']} x {i['block']} | {fmt(i['terrace_median_ms'])} | "
+                         f"{fmt(i['onnxruntime_median_ms'])} | {fmt(i['ratio_median'])} ({fmt(i['ratio_p25'])}-"
+                         f"{fmt(i['ratio_p75'])}) | {fmt(i['terrace_peak_rss_mb'])} / {fmt(i['onnxruntime_peak_rss_mb'])} |")
     return "\n".join(lines) + "\n"
 
 
@@ -333,6 +440,11 @@ def main():
                    help="runs of Terrace's and ONNX Runtime's processes, alternating; each row then gives the "
                         "median of the rounds' medians (a machine whose speed drifts from minute to minute slows "
                         "both alike)")
+    p.add_argument("--interleave", type=int, default=0,
+                   help="after the rounds, N rounds with Terrace (its first compiled tier) and ONNX Runtime resident "
+                        "at once, blocks of --block calls alternating between them; the ratio is taken per round")
+    p.add_argument("--block", type=int, default=5,
+                   help="calls in a block of --interleave (default 5; more where 5 take under 25 ms)")
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     p.add_argument("--threads", type=int, default=os.cpu_count(),
@@ -363,7 +475,8 @@ def main():
              "onnxruntime_threads": {"intra_op_num_threads": args.threads, "inter_op_num_threads": 1,
                                      "execution_mode": "ORT_SEQUENTIAL"},
              "device": args.device, "tf32": False, "batch": args.batch,
-             "calls": args.calls, "warmup": args.warmup, "rounds": args.rounds, "command": " ".join(sys.argv), "rows": []}
+             "calls": args.calls, "warmup": args.warmup, "rounds": args.rounds, "interleave": args.interleave,
+             "block": args.block, "command": " ".join(sys.argv), "rows": []}
     for name in args.models.split(","):
         table["rows"] += compare_model(name, args)
     with open(os.path.join(args.out, "compare.json"), "w") as f:

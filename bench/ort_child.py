@@ -3,11 +3,13 @@
 ONNX Runtime's alone (not the comparing process's PyTorch), and no other runtime's threads share its
 cores. Imports only numpy and onnxruntime.
 
-  ort_child.py MODEL.onnx INPUT_NAME INPUT.npy OUTPUT.npy THREADS CALLS WARMUP
+  ort_child.py MODEL.onnx INPUT_NAME INPUT.npy OUTPUT.npy THREADS CALLS WARMUP [--serve]
 
 Prints one JSON object: peer, setup_ms, first_call_ms, times_ms (the timed calls), peak_rss_mb
 (this process's VmHWM after the last call), or {"status": reason} when ONNX Runtime
-cannot be imported or run.
+cannot be imported or run. With --serve (compare.py --interleave), after the warm-up calls: a line
+{"ready": true}, then for each line of stdin holding a count N, N calls and a line {"times_ms":
+[...]}; at the end of stdin the JSON object above (its times_ms: every served call's).
 """
 import json
 import resource
@@ -29,6 +31,7 @@ def peak_rss_mb():
 
 def main():
     model, input_name, in_npy, out_npy, threads, calls, warmup = sys.argv[1:8]
+    serve = "--serve" in sys.argv[8:]
     threads, calls, warmup = int(threads), int(calls), int(warmup)
     try:
         import onnxruntime as ort
@@ -55,7 +58,16 @@ def main():
     np.save(out_npy, out)
     for _ in range(warmup):
         timed()
-    times = [timed()[0] for _ in range(calls)]
+    if serve:
+        print(json.dumps({"ready": True}), flush=True)
+        times = []
+        for line in sys.stdin:
+            if line.strip():
+                block = [timed()[0] for _ in range(int(line))]
+                times += block
+                print(json.dumps({"times_ms": block}), flush=True)
+    else:
+        times = [timed()[0] for _ in range(calls)]
     print(json.dumps({"peer": f"onnxruntime-{ort.__version__}-cpu", "setup_ms": setup, "first_call_ms": first,
                       "times_ms": times, "peak_rss_mb": peak_rss_mb()}))
 

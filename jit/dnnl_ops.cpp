@@ -510,20 +510,13 @@ class MatMul : public DnnlPrimitive {
       own_->multiply(in[0], a_.dims()[0], bias_ ? in.at(2) : nullptr, out, team);
       if (!prims_.has_activation()) return;
       // As Activated::run: oneDNN's activation only where every input is finite.
-      const bool finite = !never_fused_ && (!check_[0] || all_finite(in[0], floats_of(a_), team)) &&
-                          (!bias_ || !check_[2] || all_finite(in.at(2), floats_of(*bias_), team));
-      if (finite)
+      if (inputs_finite(in))
         execute(own_activation_, own_activation_scratch_, {{DNNL_ARG_SRC, wrap(dst_, out)}, {DNNL_ARG_DST, wrap(dst_, out)}}, t);
       else
         apply_activation(prims_.activation, out, floats_of(dst_));
       return;
     }
-    auto finite = [&] {
-      return !never_fused_ && (!check_[0] || all_finite(in[0], floats_of(a_), t)) &&
-             (!check_[1] || all_finite(in[1], floats_of(b_), t)) &&
-             (!c_ || !check_[2] || all_finite(in.at(2), size_t(shape_numel(*c_)), t)) &&
-             (!bias_ || !check_[2] || all_finite(in.at(2), floats_of(*bias_), t));
-    };
+    auto finite = [&] { return inputs_finite(in); };
     if (c_) broadcast_c(in.at(2), out);
     // This object's bound arguments, or a set of this call's own when another call holds them.
     std::unique_lock<std::mutex> lock(bound_mu_, std::try_to_lock);
@@ -538,6 +531,17 @@ class MatMul : public DnnlPrimitive {
   }
 
  private:
+  // Whether the inputs read on each call (check_) are all finite, so that oneDNN's fused activation
+  // may run (Activated); read with the threads this thread may run (threads_to_run: one on a
+  // background thread, a validation's, which must start no OpenMP team: interp/omp_threads.h).
+  bool inputs_finite(const std::vector<const float*>& in) const {
+    const int t = threads_to_run(prims_.threads);
+    return !never_fused_ && (!check_[0] || all_finite(in[0], floats_of(a_), t)) &&
+           (!check_[1] || all_finite(in[1], floats_of(b_), t)) &&
+           (!c_ || !check_[2] || all_finite(in.at(2), size_t(shape_numel(*c_)), t)) &&
+           (!bias_ || !check_[2] || all_finite(in.at(2), floats_of(*bias_), t));
+  }
+
   // Gemm's C, of any shape that broadcasts to [M, N], written into the [M, N] output.
   void broadcast_c(const float* c, float* out) const {
     const int64_t M = out_[0], N = out_[1];

@@ -475,4 +475,19 @@ Progress::~Progress() {
   if (shown_ms_ > 0) std::fprintf(stderr, "\r%*s\r", int(width_), "");
 }
 
+// This process's peak resident memory in MB since it started (/proc/self/status VmHWM), or -1
+// where that is not available. Not getrusage's ru_maxrss: across fork and exec it keeps the
+// parent's peak, so a process started by a large one (compare.py holding a PyTorch model) reports
+// at least the parent's size.
+double peak_rss_mb() {
+  std::FILE* f = std::fopen("/proc/self/status", "r");
+  if (!f) return -1;
+  char line[256];
+  double mb = -1;
+  while (std::fgets(line, sizeof line, f))
+    if (std::strncmp(line, "VmHWM:", 6) == 0) mb = std::strtod(line + 6, nullptr) / 1024;  // kB
+  std::fclose(f);
+  return mb;
+}
+
 }  // namespace terrace::cli

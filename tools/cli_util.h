@@ -144,4 +144,8 @@ class Progress {
   bool tty_;
 };
 
+// This process's peak resident memory in MB since it started (/proc/self/status VmHWM), or -1
+// where that is not available.
+double peak_rss_mb();
+
 }  // namespace terrace::cli

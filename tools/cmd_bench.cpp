@@ -138,8 +138,6 @@ int64_t steady_from(const TimedRun& run) {
 
 // Loads the model into a new Session (a cold start) and runs it `calls` times; then, while fewer
 // than `steady_calls` of them are steady (or a compile is in flight), more, for at most 5 minutes.
-double peak_rss_mb();
-
 TimedRun timed_run(const BenchArgs& b, Options options, int64_t calls, int64_t steady_calls,
                    NamedTensors& inputs) {
   TimedRun run;
@@ -301,21 +299,6 @@ std::string joined(const std::vector<std::string>& parts) {
   std::string s;
   for (auto& p : parts) s += (s.empty() ? "" : "+") + p;
   return s;
-}
-
-// This process's peak resident memory in MB since it started (/proc/self/status VmHWM), or -1
-// where that is not available. Not getrusage's ru_maxrss: across fork and exec it keeps the
-// parent's peak, so a process started by a large one (compare.py holding a PyTorch model) reports
-// at least the parent's size.
-double peak_rss_mb() {
-  std::FILE* f = std::fopen("/proc/self/status", "r");
-  if (!f) return -1;
-  char line[256];
-  double mb = -1;
-  while (std::fgets(line, sizeof line, f))
-    if (std::strncmp(line, "VmHWM:", 6) == 0) mb = std::strtod(line + 6, nullptr) / 1024;  // kB
-  std::fclose(f);
-  return mb;
 }
 
 Json stats_json(const Stats& s) {

@@ -1,8 +1,10 @@
 // terrace run: runs a model N times, printing each call's latency and tiers and the outputs.
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 
 #include "interp/compare.h"
 #include "interp/log.h"
@@ -30,6 +32,7 @@ const CommandDef kRunCommand{
         {"--json", "FILE", "write the outputs' shapes, the checks and the session's report as JSON"},
         {"--output-dir", "DIR", "write the last call's outputs as DIR/output_N.pb (TensorProto, ONNX test-data layout)"},
         {"--quiet", nullptr, "no per-call lines and no report"},
+        {"--serve", nullptr, "instead of --repeat: read counts of calls from stdin, one a line; run each count and print its calls' times as one JSON line (bench/compare.py --interleave)"},
         kProfileOption,
         kStrictOption,
         kModeOption,
@@ -89,6 +92,36 @@ int64_t warm_up(Session& session, const NamedTensors& inputs, const Options& opt
   return calls;
 }
 
+// --serve: a line `{"ready": true}`, then for each line of stdin holding a count N, N calls and
+// one line `{"times_ms": [...]}` (each call's wall time, as the caller would see it); at the end
+// of stdin a line `{"peak_rss_mb": ...}`. A line that is not a positive count ends it with a
+// UsageError. bench/compare.py --interleave alternates blocks of calls between this process and
+// ONNX Runtime's, so that a machine whose speed drifts slows both alike.
+void serve_calls(const std::function<void()>& call) {
+  std::printf("{\"ready\": true}\n");
+  std::fflush(stdout);
+  char line[64];
+  while (std::fgets(line, sizeof line, stdin)) {
+    std::string text(line);
+    while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) text.pop_back();
+    if (text.empty()) continue;
+    const int64_t n = parse_positive("--serve: a count of calls", text);
+    std::string times;
+    for (int64_t i = 0; i < n; ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      call();
+      const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%s%.6g", i ? ", " : "", ms);
+      times += buf;
+    }
+    std::printf("{\"times_ms\": [%s]}\n", times.c_str());
+    std::fflush(stdout);
+  }
+  std::printf("{\"peak_rss_mb\": %.1f}\n", peak_rss_mb());
+  std::fflush(stdout);
+}
+
 }  // namespace
 
 int cmd_run(const ParsedArgs& args) {
@@ -104,6 +137,7 @@ int cmd_run(const ParsedArgs& args) {
   if (args.get("--json") && json_path.empty()) throw UsageError{"--json needs a file name"};
   if (args.get("--output-dir") && output_dir.empty()) throw UsageError{"--output-dir needs a folder name"};
   if (!dims.empty() && !random) throw UsageError{"--dim sets the random inputs' dims: it needs --random-inputs"};
+  if (args.has("--serve") && args.get("--repeat")) throw UsageError{"--serve reads its counts of calls from stdin: no --repeat"};
   Options options = Options::from_env();
   bool asked = tier_from_env();
   if (auto t = args.get("--tier")) options.max_tier = parse_tier(*t), asked = true;
@@ -138,7 +172,8 @@ int cmd_run(const ParsedArgs& args) {
     if (!quiet) std::printf("warm-up: %lld calls\n", (long long)warm);
   }
   std::vector<std::string> ran;  // every tier any call ran on, lowest first
-  for (int64_t c = 0; c < repeat; ++c) {
+  const bool serve = args.has("--serve");
+  auto call = [&] {
     outputs = session->run(inputs);
     CallRecord r = session->last_call();
     for (auto& t : r.tiers)
@@ -146,8 +181,10 @@ int cmd_run(const ParsedArgs& args) {
     std::string tiers;
     for (auto& t : r.tiers) tiers += (tiers.empty() ? "" : "+") + t;
     log(LogLevel::Trace, "run: call ", r.index, " took ", r.ms, " ms on ", tiers);
-    if (!quiet) std::printf("call %3lld  %10.3f ms  [%s]\n", (long long)r.index, r.ms, tiers.c_str());
-  }
+    if (!quiet && !serve) std::printf("call %3lld  %10.3f ms  [%s]\n", (long long)r.index, r.ms, tiers.c_str());
+  };
+  if (serve) serve_calls(call);
+  for (int64_t c = 0; c < (serve ? 0 : repeat); ++c) call();
   if (!quiet) std::fputs(session->report().c_str(), stdout);
   if (!options.profile_file.empty()) {
     session->wait_for_compiles();  // their spans end in the trace

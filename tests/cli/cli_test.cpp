@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -268,6 +269,36 @@ TEST(CliTiers, run_warm_reports_calls_after_every_region_settled_on_its_tier) {
   EXPECT_NE(j.find("\"validation\":\"passed\""), std::string::npos) << j.substr(0, 600);
   EXPECT_EQ(j.find("\"validation\":\"pending\""), std::string::npos) << j.substr(0, 600);
   EXPECT_EQ(j.find("\"warm_calls\":0"), std::string::npos) << j.substr(0, 300);
+}
+
+// `terrace run --serve` (bench/compare.py --interleave): after the warm-up a ready line, then one
+// line of call times per count read from stdin, the peak RSS at the end of stdin; bad counts and
+// --repeat beside it are usage errors.
+TEST(CliTiers, run_serve_times_each_count_of_calls_read_from_stdin) {
+  fs::path counts = scratch() / "serve_counts.txt";
+  std::ofstream(counts) << "2\n\n3\n";
+  Result r = terrace("run " + elementwise_model() + " --random-inputs --warm --tier cpu --quiet --serve < " + counts.string());
+  ASSERT_EQ(r.code, 0) << show(r);
+  std::istringstream lines(r.out);
+  std::string line;
+  std::vector<std::string> json;
+  while (std::getline(lines, line))
+    if (!line.empty() && line[0] == '{') json.push_back(line);
+  ASSERT_EQ(json.size(), 4u) << show(r);
+  EXPECT_EQ(json[0], "{\"ready\": true}");
+  EXPECT_EQ(std::count(json[1].begin(), json[1].end(), ','), 1) << json[1];  // two times
+  EXPECT_EQ(std::count(json[2].begin(), json[2].end(), ','), 2) << json[2];  // three
+  EXPECT_EQ(json[1].rfind("{\"times_ms\": [", 0), 0u) << json[1];
+  EXPECT_EQ(json[3].rfind("{\"peak_rss_mb\": ", 0), 0u) << json[3];
+  EXPECT_NE(r.out.find("tiers: up to cpu allowed; ran on cpu\n"), std::string::npos) << show(r);
+
+  std::ofstream(counts) << "two\n";
+  Result bad = terrace("run " + elementwise_model() + " --random-inputs --serve < " + counts.string());
+  EXPECT_EQ(bad.code, 2) << show(bad);
+  EXPECT_NE(bad.err.find("--serve"), std::string::npos) << show(bad);
+  Result both = terrace("run " + elementwise_model() + " --random-inputs --serve --repeat 2 < " + counts.string());
+  EXPECT_EQ(both.code, 2) << show(both);
+  EXPECT_NE(both.err.find("no --repeat"), std::string::npos) << show(both);
 }
 
 TEST(CliTiers, the_clang_jit_is_loaded_by_the_first_generated_kernel_only) {
