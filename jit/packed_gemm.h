@@ -2,7 +2,7 @@
 // weight layout of its own: below AVX-512, oneDNN 2.6 runs MatMul through its gemm:jit, which
 // reads the weights in a plain order and packs them again on every call (the weights of a
 // transformer's layer come from memory each time). Here the weights are copied once into panels
-// of 16 columns by 256-deep blocks, the order in which an AVX2/FMA micro-kernel of 6 rows by 16
+// of 16 columns by 768-deep blocks, the order in which an AVX2/FMA micro-kernel of 6 rows by 16
 // columns reads them, as ONNX Runtime's MLAS does with its pre-packed weights.
 #pragma once
 #include <cstddef>
@@ -17,6 +17,9 @@ bool packed_gemm_supported();
 
 class PackedWeights {
  public:
+  // The blocking: a panel's depth (rows of the weights) and the rows of A a pass keeps in cache.
+  static constexpr int64_t kDepthBlock = 768, kRowBlock = 120;
+
   // `b`: the weights as [k, n] row-major, or as [n, k] row-major when `transposed` (Gemm's transB,
   // a copy stored by columns). The values are copied; `b` may go once this returns.
   PackedWeights(const float* b, int64_t k, int64_t n, bool transposed);

@@ -1,7 +1,7 @@
 // Tier 1's packed-weight product (jit/packed_gemm.h) against a double-precision reference: every
-// tail of its blocking (rows not a multiple of 6 or of its 240-row blocks, columns not a multiple
-// of 16, depths not a multiple of 256 or under it), both orders of the weights, with and without
-// a bias, on one thread and on the caller's team.
+// tail of its blocking (rows not a multiple of 6 or of its row blocks, columns not a multiple of
+// 16, depths not a multiple of its depth blocks or under one), both orders of the weights, with
+// and without a bias, on one thread and on the caller's team.
 #include "jit/packed_gemm.h"
 
 #include <gtest/gtest.h>
@@ -24,8 +24,9 @@ std::vector<float> uniform(size_t n, uint32_t seed) {
 TEST(PackedGemm, MatchesADoubleReferenceOnEveryTail) {
   if (!jit::packed_gemm_supported()) GTEST_SKIP() << "this CPU has no AVX2 and FMA (or TERRACE_PACKED_GEMM=0)";
   const int team = omp_get_max_threads();
-  for (int64_t m : {1, 5, 6, 13, 250})
-    for (int64_t k : {1, 255, 256, 257, 700})
+  const int64_t rows = jit::PackedWeights::kRowBlock, depth = jit::PackedWeights::kDepthBlock;
+  for (int64_t m : {int64_t(1), int64_t(5), int64_t(6), int64_t(13), 2 * rows + 5})
+    for (int64_t k : {int64_t(1), depth - 1, depth, depth + 1, 2 * depth + 100})
       for (int64_t n : {1, 15, 16, 17, 50})
         for (bool transposed : {false, true})
           for (bool with_bias : {false, true})
