@@ -206,8 +206,8 @@ def read_json_line(proc):
 def interleaved(tier, onnx_path, input_name, x_np, in_pb, args, out_dir, model):
     """Terrace (`terrace run --serve` on `tier`) and ONNX Runtime (ort_child.py --serve) resident in
     two processes at once, both warmed up, their calls in blocks that alternate: --interleave rounds,
-    each a block of --block calls in each (which goes first alternating too), after a pause in which
-    both runtimes' idle threads stop spinning; a block's first call is not counted (it wakes them).
+    each a block of --block calls in each (which goes first alternating too), after a 250 ms pause in
+    which both runtimes' idle threads stop spinning; a block's first call is not counted (it wakes them).
     Terrace / ONNX Runtime is taken per round, from the two blocks' medians: on a machine whose speed
     drifts from one minute or process to the next (bench/RESULTS.md: the 2-core VM, up to 2x) both
     blocks of a round see the same machine. Reports the median ratio and its quartiles."""
@@ -229,22 +229,24 @@ def interleaved(tier, onnx_path, input_name, x_np, in_pb, args, out_dir, model):
             if not ready or not ready.get("ready"):
                 return {"status": f"{name} did not start serving: {ready}"}
         # A block lasts at least 25 ms of the slower runtime's calls (the MLP's are 50 microseconds:
-        # ten of them measured the waking threads more than the model), judged from a first block.
+        # ten of them measured the waking threads more than the model), judged from the fastest
+        # call of a first block of each (its median was once a waking team's 5 ms on 16 cores,
+        # which left the MLP blocks of 5 calls).
         slowest = 0.0
         for name, p in procs.items():
-            p.stdin.write("3\n")
+            p.stdin.write("5\n")
             p.stdin.flush()
             reply = read_json_line(p)
             if not reply or "times_ms" not in reply:
                 return {"status": f"{name} stopped serving: {reply}"}
-            slowest = max(slowest, statistics.median(reply["times_ms"]))
+            slowest = max(slowest, min(reply["times_ms"]))
         block_calls = max(args.block, int(25.0 / max(slowest, 1e-3)) + 1)
         times = {name: [] for name in procs}
         ratios = []
         for r in range(args.interleave):
             medians = {}
             for name in (["terrace", "onnxruntime"] if r % 2 == 0 else ["onnxruntime", "terrace"]):
-                time.sleep(0.05)
+                time.sleep(0.25)  # 50 ms left ONNX Runtime's 16 threads spinning into Terrace's MLP block
                 procs[name].stdin.write(f"{block_calls + 1}\n")
                 procs[name].stdin.flush()
                 reply = read_json_line(procs[name])
