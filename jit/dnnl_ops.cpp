@@ -119,20 +119,6 @@ void* thread_scratch(size_t bytes) {
   return buffer.data();
 }
 
-// Runs p with `threads` OpenMP threads and gives the caller back its own setting.
-void execute(const dnnl::primitive& p, const memory::desc& scratch, std::unordered_map<int, memory> args,
-             int threads) {
-  ScopedOmpThreads scope(threads_to_run(threads));
-  if (const size_t bytes = scratch.get_size(); bytes > 0)
-    args.emplace(DNNL_ARG_SCRATCHPAD, memory(scratch, cpu_engine(), thread_scratch(bytes)));
-  try {
-    p.execute(thread_stream(), args);
-    thread_stream().wait();
-  } catch (const dnnl::error& e) {
-    fail(ErrorCode::RuntimeError, "oneDNN could not run a primitive: ", e.what());
-  }
-}
-
 // A primitive's arguments as oneDNN memory objects made on first use and pointed at each call's
 // buffers afterwards: creating one took 270 ns and re-pointing it 11 ns (oneDNN 2.6, the 2-core
 // machine), and with the argument map that was a tenth of a batch-1 Linear layer's call. Used by
@@ -149,26 +135,31 @@ class BoundArgs {
     ids_.push_back(arg);
     mems_.emplace_back(d, cpu_engine(), const_cast<void*>(data));
   }
-  void bind(int arg, const memory& m) {  // a memory object of the owner's (constant weights)
+  void bind(int arg, const memory& m) {  // a memory object made by the caller
     for (size_t i = 0; i < ids_.size(); ++i)
       if (ids_[i] == arg) return;
     ids_.push_back(arg);
     mems_.push_back(m);
   }
-  // Runs p as execute() does, on the bound arguments and this thread's scratchpad.
+  // Runs p on the bound arguments and this thread's scratchpad with `threads` OpenMP threads
+  // (threads_to_run), and gives the caller back its own setting.
   void execute(const dnnl::primitive& p, const memory::desc& scratch, int threads) {
     ScopedOmpThreads scope(threads_to_run(threads));
+    raw_.clear();
+    for (size_t i = 0; i < ids_.size(); ++i) raw_.push_back({ids_[i], mems_[i].get()});
     if (const size_t bytes = scratch.get_size(); bytes > 0) {
       if (bytes != scratch_bytes_) scratch_ = memory(scratch, cpu_engine(), nullptr);
       scratch_bytes_ = bytes;
       scratch_.set_data_handle(thread_scratch(bytes));
+      raw_.push_back({DNNL_ARG_SCRATCHPAD, scratch_.get()});
     }
-    raw_.clear();
-    for (size_t i = 0; i < ids_.size(); ++i) raw_.push_back({ids_[i], mems_[i].get()});
-    if (scratch.get_size() > 0) raw_.push_back({DNNL_ARG_SCRATCHPAD, scratch_.get()});
-    dnnl_status_t status = dnnl_primitive_execute(p.get(), thread_stream().get(), int(raw_.size()), raw_.data());
-    if (status == dnnl_success) status = dnnl_stream_wait(thread_stream().get());
-    TERRACE_CHECK(status == dnnl_success, RuntimeError, "oneDNN could not run a primitive: status ", int(status));
+    try {
+      dnnl::error::wrap_c_api(dnnl_primitive_execute(p.get(), thread_stream().get(), int(raw_.size()), raw_.data()),
+                              "could not execute a primitive");
+      dnnl::error::wrap_c_api(dnnl_stream_wait(thread_stream().get()), "could not wait on a stream");
+    } catch (const dnnl::error& e) {
+      fail(ErrorCode::RuntimeError, "oneDNN could not run a primitive: ", e.what());
+    }
   }
 
  private:
@@ -178,6 +169,14 @@ class BoundArgs {
   size_t scratch_bytes_ = 0;
   std::vector<dnnl_exec_arg_t> raw_;
 };
+
+// Runs p once on `args`, memory objects the caller made (BoundArgs::execute).
+void execute(const dnnl::primitive& p, const memory::desc& scratch, const std::unordered_map<int, memory>& args,
+             int threads) {
+  BoundArgs bound;
+  for (const auto& [arg, m] : args) bound.bind(arg, m);
+  bound.execute(p, scratch, threads);
+}
 
 void append_activation(dnnl::post_ops& ops, const DnnlActivation& a) { dnnl_append_activation(ops, a); }
 
@@ -458,7 +457,7 @@ class MatMul : public DnnlPrimitive {
                                                   {DNNL_ARG_DST, wrap(dst_, dst.data())}};
           if (bias_) args.emplace(DNNL_ARG_BIAS, wrap(*bias_, bias.data()));
           const auto t0 = std::chrono::steady_clock::now();
-          execute(p, scratch, std::move(args), timed_threads);
+          execute(p, scratch, args, timed_threads);
           return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
         };
         const bool forced = order == "other";
@@ -909,7 +908,7 @@ class ConvChain : public DnnlPrimitive {
         }
         std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_DST, dst}};
         if (s.b >= 0) args.emplace(DNNL_ARG_BIAS, wrap(s.bias, in[size_t(s.b)]));
-        execute(s.conv, s.scratch, std::move(args), s.threads);
+        execute(s.conv, s.scratch, args, s.threads);
       }
       result[k] = dst;
       for (size_t j = 0; j < outputs_.size(); ++j)  // results read outside, to plain NCHW now
