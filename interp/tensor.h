@@ -1,5 +1,6 @@
 // Tensor, DType and Shape: dense row-major tensors with shared, 64-byte-aligned storage.
 #pragma once
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -99,6 +100,10 @@ class Tensor {
   }
 
   bool defined() const { return state_ != nullptr; }
+  // No other Tensor (view or copy) shares this one's storage: a holder may write it for a new
+  // value (tier 1 reuses a model output's buffer that the caller has let go of). The reads and
+  // writes of the tensors that let go happen before this returns true.
+  bool sole_owner() const;
   // Over caller memory (borrow(), or a reshaped view of such a tensor).
   bool borrowed() const;
   // Its elements are in device memory (on_device()); where: device_storage()->where().
@@ -162,6 +167,11 @@ struct Tensor::State {
 };
 
 inline bool Tensor::borrowed() const { return state_ && state_->borrowed; }
+inline bool Tensor::sole_owner() const {
+  if (!state_ || state_.use_count() != 1) return false;
+  std::atomic_thread_fence(std::memory_order_acquire);  // use_count is a relaxed load
+  return true;
+}
 inline bool Tensor::is_file_backed() const { return state_ && state_->mapped > 0; }
 inline bool Tensor::on_device() const { return state_ && state_->device; }
 inline const DeviceStorage* Tensor::device_storage() const { return state_ ? state_->device.get() : nullptr; }
