@@ -17,8 +17,8 @@ bool packed_gemm_supported();
 
 class PackedWeights {
  public:
-  // The blocking: a panel's depth (rows of the weights) and the rows of A a pass keeps in cache.
-  static constexpr int64_t kDepthBlock = 768, kRowBlock = 120;
+  // The blocking: a panel's depth (rows of the weights) and the most rows of A a pass keeps in cache.
+  static constexpr int64_t kDepthBlock = 768, kRowBlock = 132;
 
   // `b`: the weights as [k, n] row-major, or as [n, k] row-major when `transposed` (Gemm's transB,
   // a copy stored by columns). The values are copied; `b` may go once this returns.

@@ -25,7 +25,7 @@ TEST(PackedGemm, MatchesADoubleReferenceOnEveryTail) {
   if (!jit::packed_gemm_supported()) GTEST_SKIP() << "this CPU has no AVX2 and FMA (or TERRACE_PACKED_GEMM=0)";
   const int team = omp_get_max_threads();
   const int64_t rows = jit::PackedWeights::kRowBlock, depth = jit::PackedWeights::kDepthBlock;
-  for (int64_t m : {int64_t(1), int64_t(5), int64_t(6), int64_t(13), rows + 8, 2 * rows + 5})
+  for (int64_t m : {int64_t(1), int64_t(5), int64_t(6), int64_t(13), rows - 4, rows + 8, 2 * rows + 5})
     for (int64_t k : {int64_t(1), depth - 1, depth, depth + 1, 2 * depth + 100})
       for (int64_t n : {1, 15, 16, 17, 50})
         for (bool transposed : {false, true})
