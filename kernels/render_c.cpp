@@ -39,6 +39,16 @@ const DialectTraits& traits(Dialect d) {
   return d == Dialect::Cpp ? cpp : cuda;
 }
 
+// True where `e` reads a buffer (a Load anywhere in it).
+bool reads_memory(const Expr& e) {
+  struct Finder : IRVisitor {
+    bool found = false;
+    void visit_node(const Load*) override { found = true; }
+  } finder;
+  finder.visit(e);
+  return finder.found;
+}
+
 const char* c_type(DType t) {
   switch (t) {
     case DType::Float32: return "float";
@@ -198,6 +208,16 @@ class CRenderer : public IRVisitor {
     expr_ = "(" + print(op->a) + " " + cmp_op_name(op->op) + " " + print(op->b) + ")";
   }
   void visit_node(const Select* op) override {
+    // A ternary with a read on one side stays a branch per element in clang's output (the read is
+    // conditional, and clang does not speculate it): GPT-2's masked softmax (Where(mask, -inf, x /
+    // 8)) ran its max pass one scalar at a time. Every read under a Select is in bounds whatever the
+    // condition (a lowering guards a read that might not be with an IfThenElse statement, never a
+    // Select), so on the CPU both sides are computed as tr_select's arguments and blended.
+    if (dialect_ == Dialect::Cpp && (reads_memory(op->true_value) || reads_memory(op->false_value))) {
+      expr_ = std::string("tr_select<") + c_type(op->type) + ">(" + print(op->cond) + ", " + print(op->true_value) +
+              ", " + print(op->false_value) + ")";
+      return;
+    }
     expr_ = "(" + print(op->cond) + " ? " + print(op->true_value) + " : " +
             print(op->false_value) + ")";
   }

@@ -22,6 +22,8 @@ typedef int int32_t; typedef unsigned int uint32_t;
 typedef long long int64_t; typedef unsigned long long uint64_t;
 TR_FN float tr_as_float(uint32_t i) { return __builtin_bit_cast(float, i); }
 TR_FN uint32_t tr_as_uint(float f) { return __builtin_bit_cast(uint32_t, f); }
+// A select whose sides are both computed (their reads unconditional), for the vectoriser to blend.
+template <typename T> TR_FN T tr_select(bool c, T a, T b) { return c ? a : b; }
 )";
 
 constexpr const char* kCudaHeader = R"(

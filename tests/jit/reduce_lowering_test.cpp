@@ -501,7 +501,8 @@ struct FusedCase {
   std::vector<Tensor> params;  // the node's inputs after input 0 (LayerNormalization's Scale, B)
 };
 
-void expect_fused_matches(FusedCase& c, const std::string& what) {
+// Returns the kernels' sources.
+std::string expect_fused_matches(FusedCase& c, const std::string& what) {
   SCOPED_TRACE(what);
   const Tensor& x = c.pro.expected.at(0);
   // The reference: the node on the prologue's value, then the epilogue's own reference.
@@ -522,6 +523,7 @@ void expect_fused_matches(FusedCase& c, const std::string& what) {
     want = c.epi->expected.at(0);
   }
   OpKernels k = kernels::lower_reduction(c.node, in, "fused_test", 17, fusion);
+  std::string sources;
   // Slots: the node's inputs (input 0 not read), its outputs, the prologue's inputs, the
   // epilogue's inputs but its first.
   std::vector<void*> table{nullptr};
@@ -540,8 +542,34 @@ void expect_fused_matches(FusedCase& c, const std::string& what) {
     for (int s : call.slots) buffers.push_back(table.at(size_t(s)));
     jit::run_cpu_kernel(kernel, buffers);
     EXPECT_EQ(kernel.source.find("in0["), std::string::npos) << "input 0 is computed, never loaded";
+    sources += kernel.source;
   }
   expect_close(outs.at(0), want, what);
+  return sources;
+}
+
+// GPT-2's causal attention: Softmax(Where(mask, -inf, scores / 8)), the masked half of each row
+// -inf. The Where's sides are loads: rendered as tr_select (both computed, blended), not as a
+// ternary that clang keeps as a branch per element.
+TEST(FusedReduction, CausalMaskWhereFusesIntoSoftmax) {
+  FusedCase c;
+  Ref q = c.pro.input(random_tensor(DType::Float32, {2, 3, 16, 16}, -8, 8, 52, false));
+  Tensor causal = Tensor::empty(DType::Bool, {16, 16});
+  for (int64_t i = 0; i < 16; ++i)
+    for (int64_t j = 0; j < 16; ++j) causal.data<bool>()[i * 16 + j] = j > i;
+  Ref mask = c.pro.input(causal);
+  Ref minus_inf = c.pro.input(Tensor::scalar<float>(-INFINITY));
+  Ref scale = c.pro.constant(Tensor::scalar<float>(8.0f));
+  c.pro.output(c.pro.op(Op::Where, {mask, minus_inf, c.pro.op(Op::Div, {q, scale})}));
+  c.node.op = Op::Softmax;
+  c.node.name = "causal_softmax";
+  c.node.inputs = {0};
+  c.node.outputs = {1};
+  c.node.attrs["axis"] = int_attr(-1);
+  const std::string source = expect_fused_matches(c, "Softmax(Where(causal, -inf, q / 8))");
+  const std::string body = source.substr(source.find("extern \"C\""));  // past the prelude's own ternaries
+  EXPECT_NE(body.find("tr_select<float>("), std::string::npos) << body;
+  EXPECT_EQ(body.find(" ? "), std::string::npos) << "a select with loads rendered as a ternary:\n" << body;
 }
 
 TEST(FusedReduction, ScaleAndMaskFuseIntoSoftmaxOverRowsAndColumns) {
