@@ -86,6 +86,8 @@ class Tensor {
   // values stay, faulted back from the file's page cache on the next read, by any thread, so it
   // is safe while others read it). Nothing for any other tensor.
   void drop_resident_pages() const;
+  // The same for the whole pages inside bytes [offset, offset + bytes) of its values.
+  void drop_resident_range(size_t offset, size_t bytes) const;
   template <typename T> static Tensor scalar(T v) {
     Tensor t = empty(dtype_of<T>::value, {});
     t.data<T>()[0] = v;

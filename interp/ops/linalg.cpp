@@ -52,10 +52,29 @@ void matmul_kernel(KernelContext& ctx) {
     using T = decltype(tag);
     using Acc = acc_t<T>;
     T* o = out.data<T>();
+    // A weight in a file's pages (a large initializer: tier 1 reads its own packed copy) is let go
+    // as the product passes it, a block of columns at a time, so that running the product here
+    // (a validation call of a compiled vocabulary projection) does not bring all of it back into
+    // resident memory at once: GPT-2's 154 MB head weight raised the peak RSS by as much on each.
+    int64_t released = 0;
+    auto done_with_b = [&](int64_t cols) {
+      if (!b.is_file_backed() || b.rank() != 2) return;
+      if (cols >= p.N) {
+        b.drop_resident_pages();
+        return;
+      }
+      const size_t row = size_t(p.N) * sizeof(T), from = size_t(released) * sizeof(T), to = size_t(cols) * sizeof(T);
+      const size_t page = 4096;  // a page that ends past `to` in its row is kept; larger pages only drop less
+      for (int64_t k = 0; k < p.K; ++k) {
+        const size_t start = size_t(k) * row, lo = std::max(start, (start + from) / page * page);
+        b.drop_resident_range(lo, start + to - lo);
+      }
+      released = cols;
+    };
     run_matmul<Acc>(p, a.data<T>(), b.data<T>(), [&](int64_t row, int64_t j0, int64_t n, const Acc* s) {
       T* dst = o + row * p.N + j0;
       for (int64_t j = 0; j < n; ++j) dst[j] = round_to<T>(s[j]);
-    });
+    }, done_with_b);
   });
   ctx.set_output(0, std::move(out));
 }
