@@ -39,14 +39,16 @@ const DialectTraits& traits(Dialect d) {
   return d == Dialect::Cpp ? cpp : cuda;
 }
 
-// True where `e` reads a buffer (a Load anywhere in it).
-bool reads_memory(const Expr& e) {
+// True where a node of kind N occurs in `x` (an Expr or a Stmt): contains<Load> reads memory,
+// contains<For> holds a loop.
+template <typename N, typename IR>
+bool contains(const IR& x) {
   struct Finder : IRVisitor {
     bool found = false;
-    void visit_node(const Load*) override { found = true; }
-  } finder;
-  finder.visit(e);
-  return finder.found;
+    void visit_node(const N*) override { found = true; }
+  } f;
+  f.visit(x);
+  return f.found;
 }
 
 const char* c_type(DType t) {
@@ -133,15 +135,6 @@ bool reads_var(const Stmt& s, const std::string& name, const std::set<const IRNo
   return f.found;
 }
 
-bool has_loop(const Stmt& s) {
-  struct Finder : IRVisitor {
-    bool found = false;
-    void visit_node(const For*) override { found = true; }
-  } f;
-  f.visit(s);
-  return f.found;
-}
-
 class CRenderer : public IRVisitor {
  public:
   CRenderer(std::ostream& os, Dialect d, const CudaSchedule* schedule = nullptr)
@@ -213,7 +206,7 @@ class CRenderer : public IRVisitor {
     // 8)) ran its max pass one scalar at a time. Every read under a Select is in bounds whatever the
     // condition (a lowering guards a read that might not be with an IfThenElse statement, never a
     // Select), so on the CPU both sides are computed as tr_select's arguments and blended.
-    if (dialect_ == Dialect::Cpp && (reads_memory(op->true_value) || reads_memory(op->false_value))) {
+    if (dialect_ == Dialect::Cpp && (contains<Load>(op->true_value) || contains<Load>(op->false_value))) {
       expr_ = std::string("tr_select<") + c_type(op->type) + ">(" + print(op->cond) + ", " + print(op->true_value) +
               ", " + print(op->false_value) + ")";
       return;
@@ -238,7 +231,7 @@ class CRenderer : public IRVisitor {
       emit_row_warp_loop(op);
       return;
     }
-    bool innermost = !has_loop(op->body);
+    bool innermost = !contains<For>(op->body);
     if (innermost && (op->for_kind == ForKind::Vectorized || op->for_kind == ForKind::Parallel))
       line() << traits_.vectorize_pragma;
     line() << loop_header(op) << " {\n";

@@ -13,13 +13,14 @@
 namespace terrace::test {
 namespace {
 
-// VmRSS of this process in bytes (0 where /proc cannot be read).
-size_t resident_bytes() {
+// A size of /proc/self/status in bytes (`key` "VmRSS:", the resident set, or "VmHWM:", its peak);
+// 0 where /proc cannot be read.
+size_t status_bytes(const char* key) {
   std::ifstream f("/proc/self/status");
-  std::string key;
+  std::string k;
   size_t kb = 0;
-  while (f >> key) {
-    if (key == "VmRSS:") {
+  while (f >> k) {
+    if (k == key) {
       f >> kb;
       return kb * 1024;
     }
@@ -27,6 +28,7 @@ size_t resident_bytes() {
   }
   return 0;
 }
+size_t resident_bytes() { return status_bytes("VmRSS:"); }
 
 Tensor counting(Shape shape) {
   Tensor t = Tensor::empty(DType::Float32, std::move(shape));
@@ -129,19 +131,7 @@ TEST(FileBacked, a_model_whose_weights_tier1_packs_answers_as_the_interpreter_be
 // vocabulary projection (GPT-2's 154 MB head) no longer brings the whole weight back at once.
 // X[8, 256] . W[256, 131072] (128 MiB): the peak resident set of a call grows by a block of W
 // (8,192 columns, 8 MiB) and the output (19 MiB here), not by W.
-size_t peak_resident_bytes() {
-  std::ifstream f("/proc/self/status");
-  std::string key;
-  size_t kb = 0;
-  while (f >> key) {
-    if (key == "VmHWM:") {
-      f >> kb;
-      return kb * 1024;
-    }
-    f.ignore(1 << 10, '\n');
-  }
-  return 0;
-}
+size_t peak_resident_bytes() { return status_bytes("VmHWM:"); }
 
 TEST(FileBacked, the_interpreters_product_lets_a_large_file_backed_weight_go_as_it_passes) {
   constexpr int64_t K = 256, N = 131072;
