@@ -36,36 +36,6 @@ std::string dims_str(const Dims& d) { return shape_str(Shape(d.begin(), d.end())
 
 bool has_zero_dim(const Shape& s) { return std::find(s.begin(), s.end(), 0) != s.end(); }
 
-// The calling thread's buffer number `slot` of at least `bytes`, kept across calls.
-float* thread_buffer(size_t slot, size_t bytes) {
-  thread_local std::vector<std::vector<float>> pool;
-  if (pool.size() <= slot) pool.resize(slot + 1);
-  std::vector<float>& b = pool[slot];
-  if (b.size() * sizeof(float) < bytes) b.resize((bytes + sizeof(float) - 1) / sizeof(float));
-  return b.data();
-}
-
-void execute(const dnnl::primitive& p, const memory::desc& scratch, std::unordered_map<int, memory> args,
-             int threads) {
-  thread_local dnnl::stream stream(cpu_engine());
-  ScopedOmpThreads scope(threads_to_run(threads));
-  if (const size_t bytes = scratch.get_size(); bytes > 0)
-    args.emplace(DNNL_ARG_SCRATCHPAD, memory(scratch, cpu_engine(), thread_buffer(0, bytes)));
-  try {
-    p.execute(stream, args);
-    stream.wait();
-  } catch (const dnnl::error& e) {
-    fail(ErrorCode::RuntimeError, "oneDNN could not run a deconvolution: ", e.what());
-  }
-}
-
-bool all_finite(const float* p, size_t n) {
-  const uint32_t* bits = reinterpret_cast<const uint32_t*>(p);
-  uint32_t top = 0;
-  for (size_t i = 0; i < n; ++i) top = std::max(top, bits[i] & 0x7f800000u);
-  return top != 0x7f800000u;
-}
-
 // The interpreter's activation (NaN stays); oneDNN's fused ones agree on finite values only.
 float activate(const DnnlActivation& a, float x) { return dnnl_activation_apply(a, x); }
 
@@ -137,7 +107,7 @@ class Deconvolution : public DnnlPrimitive {
     threads_ = threads_for(double(shape_numel(shapes[0])) * double(cout_g) * double(K));
     for (size_t i = 0; i < constants.size() && i < shapes.size(); ++i)
       if (constants[i] && activation.kind != DnnlActivation::Kind::None &&
-          !all_finite(constants[i]->data<float>(), size_t(constants[i]->numel())))
+          !all_finite(constants[i]->data<float>(), size_t(constants[i]->numel()), 1))
         reference_only_ = true;  // non-finite constants: the fused activation would differ
     auto pd = building(node, threads_, "deconvolution", [&] {
       const memory::desc weights(wdims, memory::data_type::f32, memory::format_tag::any);
@@ -193,7 +163,7 @@ class Deconvolution : public DnnlPrimitive {
     bool finite = true;
     if (activation_.kind != DnnlActivation::Kind::None && !reference_only_)
       for (size_t i = 0; i < in.size() && finite; ++i)
-        finite = all_finite(in[i], size_t(shape_numel(shapes_[i])));
+        finite = all_finite(in[i], size_t(shape_numel(shapes_[i])), threads_to_run(threads_));
     if (reference_only_ || !finite) return run_reference(in, out);
     const float* bias = shapes_.size() == 3 ? in[2] : nullptr;
     if (bias_only_) return fill(bias, out);
@@ -209,7 +179,7 @@ class Deconvolution : public DnnlPrimitive {
     float* dst = direct_ ? out : thread_buffer(2, dst_.get_size());
     std::unordered_map<int, memory> args{{DNNL_ARG_SRC, wrap(src_, in[0])}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_DST, wrap(dst_, dst)}};
     if (bias) args.emplace(DNNL_ARG_BIAS, wrap(bias_, bias));
-    execute(prim_, scratch_, std::move(args), threads_);
+    execute(prim_, scratch_, args, threads_);
     if (direct_) return;
     // The computed window into the output, whose other points hold the bias.
     fill(bias, out);

@@ -119,90 +119,7 @@ void* thread_scratch(size_t bytes) {
   return buffer.data();
 }
 
-// A primitive's arguments as oneDNN memory objects made on first use and pointed at each call's
-// buffers afterwards: creating one took 270 ns and re-pointing it 11 ns (oneDNN 2.6, the 2-core
-// machine), and with the argument map that was a tenth of a batch-1 Linear layer's call. Used by
-// one call at a time (its owner's try_lock); an argument keeps the descriptor it was first bound
-// with, but for the scratchpad, whose size may differ between an owner's primitives.
-class BoundArgs {
- public:
-  void bind(int arg, const memory::desc& d, const void* data) {
-    for (size_t i = 0; i < ids_.size(); ++i)
-      if (ids_[i] == arg) {
-        mems_[i].set_data_handle(const_cast<void*>(data));
-        return;
-      }
-    ids_.push_back(arg);
-    mems_.emplace_back(d, cpu_engine(), const_cast<void*>(data));
-  }
-  void bind(int arg, const memory& m) {  // a memory object made by the caller
-    for (size_t i = 0; i < ids_.size(); ++i)
-      if (ids_[i] == arg) return;
-    ids_.push_back(arg);
-    mems_.push_back(m);
-  }
-  // Runs p on the bound arguments and this thread's scratchpad with `threads` OpenMP threads
-  // (threads_to_run), and gives the caller back its own setting.
-  void execute(const dnnl::primitive& p, const memory::desc& scratch, int threads) {
-    ScopedOmpThreads scope(threads_to_run(threads));
-    raw_.clear();
-    for (size_t i = 0; i < ids_.size(); ++i) raw_.push_back({ids_[i], mems_[i].get()});
-    if (const size_t bytes = scratch.get_size(); bytes > 0) {
-      if (bytes != scratch_bytes_) scratch_ = memory(scratch, cpu_engine(), nullptr);
-      scratch_bytes_ = bytes;
-      scratch_.set_data_handle(thread_scratch(bytes));
-      raw_.push_back({DNNL_ARG_SCRATCHPAD, scratch_.get()});
-    }
-    try {
-      dnnl::error::wrap_c_api(dnnl_primitive_execute(p.get(), thread_stream().get(), int(raw_.size()), raw_.data()),
-                              "could not execute a primitive");
-      dnnl::error::wrap_c_api(dnnl_stream_wait(thread_stream().get()), "could not wait on a stream");
-    } catch (const dnnl::error& e) {
-      fail(ErrorCode::RuntimeError, "oneDNN could not run a primitive: ", e.what());
-    }
-  }
-
- private:
-  std::vector<int> ids_;
-  std::vector<memory> mems_;
-  memory scratch_;
-  size_t scratch_bytes_ = 0;
-  std::vector<dnnl_exec_arg_t> raw_;
-};
-
-// Runs p once on `args`, memory objects the caller made (BoundArgs::execute).
-void execute(const dnnl::primitive& p, const memory::desc& scratch, const std::unordered_map<int, memory>& args,
-             int threads) {
-  BoundArgs bound;
-  for (const auto& [arg, m] : args) bound.bind(arg, m);
-  bound.execute(p, scratch, threads);
-}
-
 void append_activation(dnnl::post_ops& ops, const DnnlActivation& a) { dnnl_append_activation(ops, a); }
-
-// oneDNN's Relu (and Clip) post-op is the interpreter's Relu on finite values only, and what it
-// does with infinities and NaN depends on the implementation oneDNN picks for the shape and the
-// CPU: measured with oneDNN 2.6 on AVX-512, a small convolution's reference path turns -inf into
-// NaN (0 * -inf), while the JIT paths of a 3x3 or 1x1 convolution and of MatMul turn NaN into 0
-// (vmaxps). The interpreter gives 0 for -inf and keeps NaN. A non-finite value before the
-// activation needs a non-finite input (or an fp32 overflow, which validation judges like any
-// rounding difference), so a fused primitive runs only on inputs that are all finite; other calls
-// run the same product without the post-op and apply the interpreter's Relu after it.
-bool all_finite(const float* p, size_t n, int threads) {
-  const uint32_t* bits = reinterpret_cast<const uint32_t*>(p);  // floats read as their bits
-  uint32_t top = 0;  // the largest exponent field: all ones only for an infinity or a NaN
-  const int64_t count = int64_t(n);
-  if (threads <= 1 || count <= (int64_t(1) << 16)) {
-    // No parallel region at all: libgomp starts (and allocates) a team of one even for an `if`
-    // clause that is false, which cost a batch-1 layer more than reading its input.
-#pragma omp simd reduction(max : top)
-    for (int64_t i = 0; i < count; ++i) top = std::max(top, bits[i] & 0x7f800000u);
-    return top != 0x7f800000u;
-  }
-#pragma omp parallel for simd reduction(max : top) num_threads(threads) schedule(static)
-  for (int64_t i = 0; i < count; ++i) top = std::max(top, bits[i] & 0x7f800000u);
-  return top != 0x7f800000u;
-}
 
 // The interpreter's Relu and Clip: NaN stays.
 float activate(const DnnlActivation& a, float x) {
@@ -778,25 +695,6 @@ PoolSpec pool_spec(const Node& node, const Shape& x) {
 
 // ---- Conv ----
 
-// A buffer of the calling thread for a chain's blocked values, at least `bytes` long and 64-byte
-// aligned, kept across calls (a fresh allocation of a few MB per call costs its page faults again
-// each time). A chain numbers its slots itself.
-float* thread_buffer(size_t slot, size_t bytes) {
-  struct Buffer {
-    std::unique_ptr<float, decltype(&std::free)> data{nullptr, &std::free};
-    size_t bytes = 0;
-  };
-  thread_local std::vector<Buffer> pool;
-  if (pool.size() <= slot) pool.resize(slot + 1);
-  Buffer& b = pool[slot];
-  if (b.bytes < bytes) {
-    const size_t rounded = (bytes + 63) / 64 * 64;
-    b.data.reset(static_cast<float*>(std::aligned_alloc(64, rounded)));
-    TERRACE_CHECK(b.data, OutOfMemory, "tier 1: no memory for a ", rounded, "-byte convolution buffer");
-    b.bytes = rounded;
-  }
-  return b.data.get();
-}
 
 // Runs a reorder from one memory to another with `threads` OpenMP threads.
 struct Reorder {
@@ -1313,6 +1211,85 @@ class Pool : public DnnlPrimitive {
 };
 
 }  // namespace
+
+// ---- dnnl_common.h's shared helpers ----
+
+void BoundArgs::bind(int arg, const memory::desc& d, const void* data) {
+  for (size_t i = 0; i < ids_.size(); ++i)
+    if (ids_[i] == arg) {
+      mems_[i].set_data_handle(const_cast<void*>(data));
+      return;
+    }
+  ids_.push_back(arg);
+  mems_.emplace_back(d, cpu_engine(), const_cast<void*>(data));
+}
+
+void BoundArgs::bind(int arg, const memory& m) {
+  for (size_t i = 0; i < ids_.size(); ++i)
+    if (ids_[i] == arg) return;
+  ids_.push_back(arg);
+  mems_.push_back(m);
+}
+
+void BoundArgs::execute(const dnnl::primitive& p, const memory::desc& scratch, int threads) {
+  ScopedOmpThreads scope(threads_to_run(threads));
+  raw_.clear();
+  for (size_t i = 0; i < ids_.size(); ++i) raw_.push_back({ids_[i], mems_[i].get()});
+  if (const size_t bytes = scratch.get_size(); bytes > 0) {
+    if (bytes != scratch_bytes_) scratch_ = memory(scratch, cpu_engine(), nullptr);
+    scratch_bytes_ = bytes;
+    scratch_.set_data_handle(thread_scratch(bytes));
+    raw_.push_back({DNNL_ARG_SCRATCHPAD, scratch_.get()});
+  }
+  try {
+    dnnl::error::wrap_c_api(dnnl_primitive_execute(p.get(), thread_stream().get(), int(raw_.size()), raw_.data()),
+                            "could not execute a primitive");
+    dnnl::error::wrap_c_api(dnnl_stream_wait(thread_stream().get()), "could not wait on a stream");
+  } catch (const dnnl::error& e) {
+    fail(ErrorCode::RuntimeError, "oneDNN could not run a primitive: ", e.what());
+  }
+}
+
+void execute(const dnnl::primitive& p, const memory::desc& scratch, const std::unordered_map<int, memory>& args,
+             int threads) {
+  BoundArgs bound;
+  for (const auto& [arg, m] : args) bound.bind(arg, m);
+  bound.execute(p, scratch, threads);
+}
+
+bool all_finite(const float* p, size_t n, int threads) {
+  const uint32_t* bits = reinterpret_cast<const uint32_t*>(p);  // floats read as their bits
+  uint32_t top = 0;  // the largest exponent field: all ones only for an infinity or a NaN
+  const int64_t count = int64_t(n);
+  if (threads <= 1 || count <= (int64_t(1) << 16)) {
+    // No parallel region at all: libgomp starts (and allocates) a team of one even for an `if`
+    // clause that is false, which cost a batch-1 layer more than reading its input.
+#pragma omp simd reduction(max : top)
+    for (int64_t i = 0; i < count; ++i) top = std::max(top, bits[i] & 0x7f800000u);
+    return top != 0x7f800000u;
+  }
+#pragma omp parallel for simd reduction(max : top) num_threads(threads) schedule(static)
+  for (int64_t i = 0; i < count; ++i) top = std::max(top, bits[i] & 0x7f800000u);
+  return top != 0x7f800000u;
+}
+
+
+float* thread_buffer(size_t slot, size_t bytes) {
+  struct Buffer {
+    std::unique_ptr<float, decltype(&std::free)> data{nullptr, &std::free};
+    size_t bytes = 0;
+  };
+  thread_local std::vector<Buffer> pool;
+  if (pool.size() <= slot) pool.resize(slot + 1);
+  Buffer& b = pool[slot];
+  if (b.bytes < bytes) {
+    const size_t rounded = (bytes + 63) / 64 * 64;
+    b.data.reset(static_cast<float*>(std::aligned_alloc(64, rounded)));
+    TERRACE_CHECK(b.data, OutOfMemory, "tier 1: no memory for a ", rounded, "-byte oneDNN buffer");
+    b.bytes = rounded;
+  }
+  return b.data.get();
+}
 
 std::unique_ptr<DnnlPrimitive> make_dnnl_conv_chain(const std::vector<DnnlChainOp>& ops,
                                                     const std::vector<Shape>& input_shapes,

@@ -87,20 +87,6 @@ std::string refusal(const Node& node, std::string* rnn_activation = nullptr) {
   return "";
 }
 
-float* thread_buffer(size_t slot, size_t floats) {
-  thread_local std::vector<std::vector<float>> pool;
-  if (pool.size() <= slot) pool.resize(slot + 1);
-  if (pool[slot].size() < floats) pool[slot].resize(floats);
-  return pool[slot].data();
-}
-
-bool all_finite(const float* p, size_t n) {
-  const uint32_t* bits = reinterpret_cast<const uint32_t*>(p);
-  uint32_t top = 0;
-  for (size_t i = 0; i < n; ++i) top = std::max(top, bits[i] & 0x7f800000u);
-  return top != 0x7f800000u;
-}
-
 class Recurrent : public DnnlPrimitive {
  public:
   Recurrent(const Node& node, const std::vector<bool>& present, const std::vector<Shape>& shapes,
@@ -224,7 +210,7 @@ class Recurrent : public DnnlPrimitive {
     // Constant weights and biases in oneDNN's layout once; a non-finite constant sends every call
     // to the interpreter's kernel.
     for (size_t i : {size_t(1), size_t(2), size_t(3), size_t(7)})
-      if (constant_[i] && !all_finite(constant_[i]->data<float>(), size_t(constant_[i]->numel()))) reference_only_ = true;
+      if (constant_[i] && !all_finite(constant_[i]->data<float>(), size_t(constant_[i]->numel()), 1)) reference_only_ = true;
     if (constant_[1]) pack_weights(constant_[1]->data<float>(), I_, packed_w_ = std::vector<float>(size_t(D_ * I_ * G_ * H_)));
     if (constant_[2]) pack_weights(constant_[2]->data<float>(), H_, packed_r_ = std::vector<float>(size_t(D_ * H_ * G_ * H_)));
     if (!present_[3] || constant_[3])
@@ -249,7 +235,7 @@ class Recurrent : public DnnlPrimitive {
                   ": a recurrent primitive got ", given_in.size(), " inputs and ", out.size(), " outputs");
     bool finite = true;
     for (size_t i = 0; i < 8 && finite; ++i)
-      if (present_[i] && !constant_[i] && i != 4) finite = all_finite(in[i], size_t(shape_numel(shapes_[i])));
+      if (present_[i] && !constant_[i] && i != 4) finite = all_finite(in[i], size_t(shape_numel(shapes_[i])), 1);
     // sequence_lens (int32): oneDNN runs every sequence to T; other lengths run the interpreter's kernel.
     bool full = true;
     if (present_[4])
@@ -262,23 +248,23 @@ class Recurrent : public DnnlPrimitive {
     const float* b = packed_b_.empty() ? nullptr : packed_b_.data();
     const size_t state = size_t(D_ * N_ * H_);
     if (!w) {
-      float* buf = thread_buffer(1, size_t(D_ * I_ * G_ * H_));
+      float* buf = thread_buffer(1, size_t(D_ * I_ * G_ * H_) * sizeof(float));
       pack_weights(in[1], I_, buf);
       w = buf;
     }
     if (!r) {
-      float* buf = thread_buffer(2, size_t(D_ * H_ * G_ * H_));
+      float* buf = thread_buffer(2, size_t(D_ * H_ * G_ * H_) * sizeof(float));
       pack_weights(in[2], H_, buf);
       r = buf;
     }
     if (!b) {
-      float* buf = thread_buffer(3, size_t(D_ * (G_ + (lbr_ ? 1 : 0)) * H_));
+      float* buf = thread_buffer(3, size_t(D_ * (G_ + (lbr_ ? 1 : 0)) * H_) * sizeof(float));
       pack_bias(in[3], buf);
       b = buf;
     }
     const float* peep = packed_p_.empty() ? nullptr : packed_p_.data();
     if (present_[7] && !peep) {
-      float* buf = thread_buffer(8, size_t(D_ * 3 * H_));
+      float* buf = thread_buffer(8, size_t(D_ * 3 * H_) * sizeof(float));
       pack_peephole(in[7], buf);
       peep = buf;
     }
@@ -288,17 +274,17 @@ class Recurrent : public DnnlPrimitive {
     const float* init_h = present_[5] ? in[5] : nullptr;
     const float* init_c = present_[6] ? in[6] : nullptr;
     if (batch_first_) {
-      float* xt = thread_buffer(9, size_t(T_ * N_ * I_));
+      float* xt = thread_buffer(9, size_t(T_ * N_ * I_) * sizeof(float));
       for (int64_t n = 0; n < N_; ++n)
         for (int64_t t = 0; t < T_; ++t) std::memcpy(xt + (t * N_ + n) * I_, x + (n * T_ + t) * I_, size_t(I_) * sizeof(float));
       x = xt;
-      if (init_h) init_h = swap_state(init_h, thread_buffer(10, state), true);
-      if (init_c) init_c = swap_state(init_c, thread_buffer(11, state), true);
+      if (init_h) init_h = swap_state(init_h, thread_buffer(10, state * sizeof(float)), true);
+      if (init_c) init_c = swap_state(init_c, thread_buffer(11, state * sizeof(float)), true);
     }
-    float* y = D_ == 1 && wanted[0] && !batch_first_ ? wanted[0] : thread_buffer(4, size_t(T_ * N_ * D_ * H_));
-    float* yh = wanted[1] && !batch_first_ ? wanted[1] : thread_buffer(5, state);
-    float* yc = cell_ == Cell::Lstm ? (wanted[2] && !batch_first_ ? wanted[2] : thread_buffer(6, state)) : nullptr;
-    float* scratch = thread_buffer(0, scratch_.get_size() / sizeof(float) + 1);
+    float* y = D_ == 1 && wanted[0] && !batch_first_ ? wanted[0] : thread_buffer(4, size_t(T_ * N_ * D_ * H_) * sizeof(float));
+    float* yh = wanted[1] && !batch_first_ ? wanted[1] : thread_buffer(5, state * sizeof(float));
+    float* yc = cell_ == Cell::Lstm ? (wanted[2] && !batch_first_ ? wanted[2] : thread_buffer(6, state * sizeof(float))) : nullptr;
+    float* scratch = thread_buffer(0, scratch_.get_size() + sizeof(float));
     std::unordered_map<int, memory> args{{DNNL_ARG_SRC_LAYER, wrap(src_layer_, x)},
                                          {DNNL_ARG_WEIGHTS_LAYER, wrap(w_layer_, w)},
                                          {DNNL_ARG_WEIGHTS_ITER, wrap(w_iter_, r)},
@@ -306,7 +292,7 @@ class Recurrent : public DnnlPrimitive {
                                          {DNNL_ARG_DST_LAYER, wrap(dst_layer_, y)},
                                          {DNNL_ARG_DST_ITER, wrap(dst_iter_, yh)}};
     auto zeros = [&]() -> const float* {
-      float* z = thread_buffer(7, state);
+      float* z = thread_buffer(7, state * sizeof(float));
       std::fill(z, z + state, 0.0f);
       return z;
     };

@@ -632,7 +632,9 @@ TEST(CliProfile, run_repeat_10_writes_a_chrome_trace_with_compiles_off_the_calli
   std::set<int64_t> call_tids, compile_tids;
   for (const auto& e : trace.at("traceEvents")) {
     for (const char* k : {"ph", "ts", "pid", "tid"}) ASSERT_TRUE(e.contains(k)) << k << " missing: " << e.dump();
-    if (e["ph"] == "X") ASSERT_TRUE(e.contains("dur")) << e.dump();
+    if (e["ph"] == "X") {
+      ASSERT_TRUE(e.contains("dur")) << e.dump();
+    }
     if (e["ph"] == "M") continue;
     const std::string cat = e.at("cat");
     ++by_cat[cat];
@@ -644,7 +646,9 @@ TEST(CliProfile, run_repeat_10_writes_a_chrome_trace_with_compiles_off_the_calli
   EXPECT_EQ(by_cat["region"], 10);
   EXPECT_GE(by_cat["compile"], 1);
   // The compile may land after the last call; where a compiled version served, it was validated.
-  if (by_cat["region on cpu"] > 0) EXPECT_GE(by_cat["validation"], 1);
+  if (by_cat["region on cpu"] > 0) {
+    EXPECT_GE(by_cat["validation"], 1);
+  }
   ASSERT_EQ(call_tids.size(), 1u);
   ASSERT_FALSE(compile_tids.empty());
   EXPECT_EQ(call_tids.count(*compile_tids.begin()), 0u);
