@@ -25,6 +25,7 @@
 #include "jit/dnnl_activation.h"
 #include "jit/dnnl_common.h"
 #include "jit/packed_gemm.h"
+#include "jit/winograd_conv.h"
 
 namespace terrace::jit {
 
@@ -794,6 +795,13 @@ class ConvChain : public DnnlPrimitive {
       } else {
         if (s.sum_input >= 0) s.sum_reorder(wrap(s.sum_user, in[size_t(s.sum_input)]), dst, s.threads);
         if (s.sum_step >= 0 && !s.sum_in_place) s.sum_reorder(result[size_t(s.sum_step)], dst, s.threads);
+        if (s.winograd) {
+          s.winograd->run(static_cast<const float*>(src.get_data_handle()), s.b >= 0 ? in[size_t(s.b)] : nullptr,
+                        static_cast<float*>(dst.get_data_handle()), threads_to_run(s.threads));
+          result[k] = dst;
+          write_outputs(k, dst, out);
+          continue;
+        }
         memory w = s.weights;
         if (!w) {
           memory user = wrap(s.user_w, in[size_t(s.w)]);
@@ -809,15 +817,21 @@ class ConvChain : public DnnlPrimitive {
         execute(s.conv, s.scratch, args, s.threads);
       }
       result[k] = dst;
-      for (size_t j = 0; j < outputs_.size(); ++j)  // results read outside, to plain NCHW now
-        if (outputs_[j] == int(k) && s.direct_output != int(j)) {
-          if (out_reorder_[j]) (*out_reorder_[j])(dst, wrap(out_user_[j], out[j]), s.threads);
-          else std::memcpy(out[j], dst.get_data_handle(), out_user_[j].get_size());
-        }
+      write_outputs(k, dst, out);
     }
   }
 
  private:
+  // Step k's result read outside the chain, to plain NCHW now.
+  void write_outputs(size_t k, const memory& dst, const std::vector<float*>& out) const {
+    const Step& s = steps_[k];
+    for (size_t j = 0; j < outputs_.size(); ++j)
+      if (outputs_[j] == int(k) && s.direct_output != int(j)) {
+        if (out_reorder_[j]) (*out_reorder_[j])(dst, wrap(out_user_[j], out[j]), s.threads);
+        else std::memcpy(out[j], dst.get_data_handle(), out_user_[j].get_size());
+      }
+  }
+
   struct Step {
     Node node;                   // the Conv, or the pool
     bool pool = false;           // a MaxPool or AveragePool: `conv` holds its primitive, no weights
@@ -835,6 +849,7 @@ class ConvChain : public DnnlPrimitive {
     dnnl::primitive conv;
     memory::desc scratch, src, dst, user_w, w_desc, bias, sum_user;
     memory weights;                   // constant weights in the primitive's layout
+    std::shared_ptr<const WinogradConv> winograd;  // Terrace's own kernel in oneDNN's place (winograd_for)
     std::optional<Reorder> w_reorder;  // weights given at run time, into the primitive's layout
     Reorder sum_reorder;              // the addend into dst's layout
     int slot = -1;                    // the thread buffer holding the result
@@ -1003,7 +1018,10 @@ class ConvChain : public DnnlPrimitive {
       s.sum_reorder = make_reorder(s.node, s.sum_user, s.dst, s.threads);
     }
     if (s.sum_step >= 0) s.sum_reorder = make_reorder(s.node, steps_[size_t(s.sum_step)].dst, s.dst, s.threads);
-    if (constant_w) {
+    if (constant_w && (s.winograd = winograd_for(s, g, constant_w))) {
+      has_winograd_ = true;
+      constant_w->drop_resident_pages();  // the kernel reads its own copy (Tensor::file_backed)
+    } else if (constant_w) {
       s.weights = memory(s.w_desc, cpu_engine());
       // Reordered once, where the chain is built (a background thread: threads_to_run).
       make_reorder(s.node, s.user_w, s.w_desc, threads_to_run(s.threads))(wrap(s.user_w, constant_w->data<float>()),
@@ -1012,10 +1030,11 @@ class ConvChain : public DnnlPrimitive {
     } else if (s.w_desc != s.user_w) {
       s.w_reorder = make_reorder(s.node, s.user_w, s.w_desc, s.threads);
     }
-    s.text = "convolution_forward (" + s.node.describe() + ", " + pd.impl_info_str() + "): src " +
+    s.text = "convolution_forward (" + s.node.describe() + ", " +
+             (s.winograd ? std::string("Terrace's Winograd F(2x2, 3x3), AVX2/FMA") : pd.impl_info_str()) + "): src " +
              (s.x >= 0 ? "input " + std::to_string(s.x) : "step " + std::to_string(s.x_step)) + " " +
              dims_str(dims_of(s.x_shape)) + ", weights " + dims_str(w) +
-             (constant_w ? " (constant, reordered once)" : s.w_reorder ? " (reordered each call)" : "") +
+             (s.winograd ? " (constant, transformed once)" : constant_w ? " (constant, reordered once)" : s.w_reorder ? " (reordered each call)" : "") +
              (s.b >= 0 ? ", bias" : "") + " -> dst " + dims_str(dims_of(s.out_shape)) + "; strides " +
              dims_str(strides) + ", dilations (gaps) " + dims_str(dil) + ", pads " + dims_str(pad_l) + " " +
              dims_str(pad_r) + ", groups " + std::to_string(g.group) + "; post-ops:";
@@ -1025,6 +1044,29 @@ class ConvChain : public DnnlPrimitive {
                                                       : " sum(step " + std::to_string(s.sum_step) + ")";
     if (s.post.empty()) s.text += " none";
     s.text += "; " + std::to_string(s.threads) + " OpenMP threads";
+  }
+
+  // Terrace's own convolution for step s where it computes what oneDNN would, faster
+  // (jit/winograd_conv.h): a 3x3 of stride 1 and pads 1, one group, no dilation, constant weights,
+  // a bias or none and at most a Relu after it, on an AVX2/FMA CPU whose chain keeps nChw8c on both
+  // sides of the step (what oneDNN picks there below AVX-512), with at least 64 channels in and out
+  // and enough tiles for each thread (WinogradConv::fits). Null otherwise (oneDNN runs the step).
+  // TERRACE_WINOGRAD=0 leaves every step to oneDNN.
+  static std::shared_ptr<const WinogradConv> winograd_for(const Step& s, const ops::ConvGeometry& g, const Tensor* w) {
+    const char* env = std::getenv("TERRACE_WINOGRAD");
+    if ((env && std::string(env) == "0") || s.x_shape.size() != 4 || g.group != 1 || s.sum_input >= 0 ||
+        s.sum_step >= 0 || s.w_shape[2] != 3 || s.w_shape[3] != 3)
+      return nullptr;
+    for (size_t d = 0; d < 2; ++d)
+      if (g.dilations[d] != 1 || g.strides[d] != 1 || g.pads_begin[d] != 1 || g.pads_end[d] != 1) return nullptr;
+    for (const DnnlActivation& a : s.post)
+      if (a.kind != DnnlActivation::Kind::Relu) return nullptr;
+    const memory::desc blocked_x(dims_of(s.x_shape), memory::data_type::f32, memory::format_tag::aBcd8b);
+    const memory::desc blocked_y(dims_of(s.out_shape), memory::data_type::f32, memory::format_tag::aBcd8b);
+    if (s.src != blocked_x || s.dst != blocked_y || s.x_shape[1] < 64 || s.out_shape[1] < 64) return nullptr;
+    const WinogradConv::Geometry wg{s.x_shape[0], s.x_shape[1], s.out_shape[1], s.x_shape[2], s.x_shape[3]};
+    if (!WinogradConv::fits(wg, s.threads)) return nullptr;
+    return std::make_shared<const WinogradConv>(wg, w->data<float>(), !s.post.empty());
   }
 
   // Which thread buffer holds each step's result: a buffer is free again after its value's last
@@ -1067,9 +1109,10 @@ class ConvChain : public DnnlPrimitive {
   }
 
   // Whether a call's inputs must be finite for the library's answer to be the interpreter's: fused
-  // activations treat infinities and NaN otherwise (see all_finite), and oneDNN's max need not
-  // propagate a NaN as the interpreter's does.
-  bool checks_finite() const { return has_activation_ || has_pool_; }
+  // activations treat infinities and NaN otherwise (see all_finite), oneDNN's max need not
+  // propagate a NaN as the interpreter's does, and Winograd's transforms subtract inputs (inf - inf
+  // is NaN where the direct sum gives an infinity).
+  bool checks_finite() const { return has_activation_ || has_pool_ || has_winograd_; }
 
   // Every input that is not a constant (constants were checked once) holds finite values only.
   bool inputs_finite(const std::vector<const float*>& in) const {
@@ -1128,7 +1171,7 @@ class ConvChain : public DnnlPrimitive {
   std::vector<int> op_step_;     // per op: its step
   std::vector<int> outputs_;     // per output: the step whose result it is
   std::vector<Shape> out_shapes_;
-  bool reference_only_ = false, has_activation_ = false, has_pool_ = false;
+  bool reference_only_ = false, has_activation_ = false, has_pool_ = false, has_winograd_ = false;
   size_t n_slots_ = 0;
   std::vector<memory::desc> out_user_;
   std::vector<std::optional<Reorder>> out_reorder_;

@@ -711,6 +711,80 @@ TEST(DnnlOps, ConvChainsKeepTheInterpretersNonFiniteValues) {
   }
 }
 
+// Whether a chain's 3x3 step of stride 1 runs on Terrace's Winograd kernel here
+// (jit/winograd_conv.h): an AVX2/FMA CPU whose oneDNN keeps nChw8c (at most AVX2: on AVX-512 it
+// keeps nChw16c and the step stays oneDNN's, unless DNNL_MAX_CPU_ISA lowers it).
+bool winograd_expected() {
+  const unsigned isa = unsigned(dnnl::get_effective_cpu_isa());
+  const char* off = std::getenv("TERRACE_WINOGRAD");
+  return jit::packed_gemm_supported() && (isa & ~unsigned(dnnl::cpu_isa::avx2)) == 0 && !(off && std::string(off) == "0");
+}
+
+// ResNet's 3x3 convolutions of stride 1 with 64 channels or more: on Winograd's F(2x2, 3x3) where
+// the CPU allows it (the description says so), the interpreter's answer on odd image sizes (tiles
+// over the edge), batch 2, without bias or Relu, and with infinities and NaN in the input (the
+// transforms would turn inf - inf into NaN: such calls take the reference path).
+TEST(DnnlOps, WinogradConvolutionsMatchTheInterpreter) {
+  std::vector<std::pair<std::string, Chain>> chains = {{"bottleneck", bottleneck({1, 128, 14, 14}, 64)}};
+  {
+    Chain c;
+    const int in = c.input(random_tensor(DType::Float32, {2, 64, 9, 11}, -1, 1, 6, false), false);
+    c.conv(in, {72, 64, 3, 3}, false, {{"pads", Ints{1, 1, 1, 1}}});
+    c.activation(kRelu);
+    c.conv(Chain::kPrevious, {64, 72, 3, 3}, true, {{"pads", Ints{1, 1, 1, 1}}});
+    chains.emplace_back("batch 2, 9x11, no bias then no Relu", std::move(c));
+  }
+  for (const auto& [what, c] : chains) {
+    SCOPED_TRACE(what);
+    auto prim = c.compile();
+    const std::string d = prim->describe();
+    if (winograd_expected()) {
+      EXPECT_NE(d.find("Winograd"), std::string::npos) << d;
+    }
+    expect_close(c.run(*prim), c.reference(), what);
+    expect_close(c.run(*prim), c.reference(), what + ", a second call");
+    for (float bad : {INFINITY, NAN, -INFINITY}) {
+      Chain p = c;
+      p.inputs[0] = c.inputs[0].clone();
+      for (int64_t i = 0; i < p.inputs[0].numel(); i += 97) p.inputs[0].data<float>()[i] = bad;
+      p.inputs[0].data<float>()[1] = -bad;  // inf and -inf in one tile
+      expect_close(p.run(*prim), p.reference(), what + ", non-finite input");
+    }
+  }
+}
+
+// Steps Winograd does not take stay oneDNN's: stride 2, 5x5, fewer than 64 channels, a chain with
+// TERRACE_WINOGRAD=0.
+TEST(DnnlOps, WinogradTakesOnlyTheConvolutionsItComputes) {
+  auto lone = [](Shape x, Shape w, std::map<std::string, Attr> attrs) {
+    Chain c;
+    const int in = c.input(random_tensor(DType::Float32, x, -1, 1, 8, false), false);
+    c.conv(in, w, true, attrs);
+    c.activation(kRelu);
+    return c;
+  };
+  const std::vector<std::pair<std::string, Chain>> chains = {
+      {"stride 2", lone({1, 64, 28, 28}, {64, 64, 3, 3}, {{"pads", Ints{1, 1, 1, 1}}, {"strides", Ints{2, 2}}})},
+      {"5x5", lone({1, 64, 28, 28}, {64, 64, 5, 5}, {{"pads", Ints{2, 2, 2, 2}}})},
+      {"32 channels", lone({1, 32, 28, 28}, {32, 32, 3, 3}, {{"pads", Ints{1, 1, 1, 1}}})},
+      {"no padding", lone({1, 64, 28, 28}, {64, 64, 3, 3}, {})},
+  };
+  for (const auto& [what, c] : chains) {
+    SCOPED_TRACE(what);
+    auto prim = c.compile();
+    EXPECT_EQ(prim->describe().find("Winograd"), std::string::npos) << prim->describe();
+    expect_close(c.run(*prim), c.reference(), what);
+  }
+  if (!winograd_expected()) return;
+  Chain c = lone({1, 64, 28, 28}, {64, 64, 3, 3}, {{"pads", Ints{1, 1, 1, 1}}});
+  EXPECT_NE(c.compile()->describe().find("Winograd"), std::string::npos);
+  setenv("TERRACE_WINOGRAD", "0", 1);
+  auto prim = c.compile();
+  unsetenv("TERRACE_WINOGRAD");
+  EXPECT_EQ(prim->describe().find("Winograd"), std::string::npos) << prim->describe();
+  expect_close(c.run(*prim), c.reference(), "TERRACE_WINOGRAD=0");
+}
+
 // A chain keeps its intermediates in oneDNN's layout: reorders only at its edges, and the
 // description says what each step runs.
 TEST(DnnlOps, ConvChainDescribesItsStepsAndLayouts) {

@@ -1,0 +1,170 @@
+// WinogradConv: F(2x2, 3x3) over blocks of tiles, each thread transforming, multiplying and
+// transforming back its own tiles (no barrier between the phases).
+#include "jit/winograd_conv.h"
+
+#include <immintrin.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <array>
+
+#include "interp/error.h"
+
+namespace terrace::jit {
+namespace {
+
+// Tiles a thread transforms and multiplies at once: the 16 positions' inputs and products of 64
+// tiles by 256 channels (2 MB) stay in L2 and L3 between the transforms and the products.
+constexpr int64_t kBlockTiles = 64;
+
+struct Layout {
+  int64_t cin, cout, h, w, th, tw, tiles;  // tiles: th * tw, per image
+};
+
+// V[pos][p][c] = (B^T d B)[pos] for the block's tiles p and every input channel c: d the 4x4
+// patch whose top left is (2 ty - 1, 2 tx - 1), zeros outside the image.
+__attribute__((target("avx2,fma"))) void transform_inputs(const Layout& l, const float* src, int64_t first,
+                                                           int64_t count, float* v) {
+  const int64_t plane = l.h * l.w * 8, image = l.cin * l.h * l.w;
+  const __m256 zero = _mm256_setzero_ps();
+  for (int64_t p = 0; p < count; ++p) {
+    const int64_t tile = first + p, img = tile / l.tiles, ty = tile % l.tiles / l.tw, tx = tile % l.tw;
+    const int64_t y0 = 2 * ty - 1, x0 = 2 * tx - 1;
+    const bool inside = y0 >= 0 && x0 >= 0 && y0 + 4 <= l.h && x0 + 4 <= l.w;
+    for (int64_t cb = 0; cb < l.cin / 8; ++cb) {
+      const float* base = src + img * image + cb * plane;
+      __m256 d[4][4];
+      for (int r = 0; r < 4; ++r)
+        for (int c = 0; c < 4; ++c) {
+          const int64_t y = y0 + r, x = x0 + c;
+          d[r][c] = inside || (y >= 0 && y < l.h && x >= 0 && x < l.w) ? _mm256_loadu_ps(base + (y * l.w + x) * 8)
+                                                                       : zero;
+        }
+      __m256 t[4][4];
+      for (int c = 0; c < 4; ++c) {
+        t[0][c] = _mm256_sub_ps(d[0][c], d[2][c]);
+        t[1][c] = _mm256_add_ps(d[1][c], d[2][c]);
+        t[2][c] = _mm256_sub_ps(d[2][c], d[1][c]);
+        t[3][c] = _mm256_sub_ps(d[1][c], d[3][c]);
+      }
+      float* out = v + p * l.cin + cb * 8;
+      const int64_t pos_stride = count * l.cin;
+      for (int r = 0; r < 4; ++r) {
+        _mm256_storeu_ps(out + (4 * r + 0) * pos_stride, _mm256_sub_ps(t[r][0], t[r][2]));
+        _mm256_storeu_ps(out + (4 * r + 1) * pos_stride, _mm256_add_ps(t[r][1], t[r][2]));
+        _mm256_storeu_ps(out + (4 * r + 2) * pos_stride, _mm256_sub_ps(t[r][2], t[r][1]));
+        _mm256_storeu_ps(out + (4 * r + 3) * pos_stride, _mm256_sub_ps(t[r][1], t[r][3]));
+      }
+    }
+  }
+}
+
+// dst's 2x2 of each tile = A^T m A (+ bias, Relu) from the 16 positions' products m[pos][p][k].
+__attribute__((target("avx2,fma"))) void transform_outputs(const Layout& l, const float* m, int64_t first,
+                                                            int64_t count, const float* bias, bool relu,
+                                                            float* dst) {
+  const int64_t plane = l.h * l.w * 8, image = l.cout * l.h * l.w, pos_stride = count * l.cout;
+  const __m256 zero = _mm256_setzero_ps();
+  for (int64_t p = 0; p < count; ++p) {
+    const int64_t tile = first + p, img = tile / l.tiles, ty = tile % l.tiles / l.tw, tx = tile % l.tw;
+    for (int64_t kb = 0; kb < l.cout / 8; ++kb) {
+      const float* in = m + p * l.cout + kb * 8;
+      __m256 s[2][4];
+      for (int c = 0; c < 4; ++c) {
+        const __m256 m0 = _mm256_loadu_ps(in + (0 + c) * pos_stride), m1 = _mm256_loadu_ps(in + (4 + c) * pos_stride);
+        const __m256 m2 = _mm256_loadu_ps(in + (8 + c) * pos_stride), m3 = _mm256_loadu_ps(in + (12 + c) * pos_stride);
+        s[0][c] = _mm256_add_ps(_mm256_add_ps(m0, m1), m2);
+        s[1][c] = _mm256_sub_ps(_mm256_sub_ps(m1, m2), m3);
+      }
+      const __m256 b = bias ? _mm256_loadu_ps(bias + kb * 8) : zero;
+      float* out = dst + img * image + kb * plane;
+      for (int r = 0; r < 2; ++r) {
+        const int64_t y = 2 * ty + r;
+        if (y >= l.h) break;
+        __m256 v0 = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(s[r][0], s[r][1]), s[r][2]), b);
+        __m256 v1 = _mm256_add_ps(_mm256_sub_ps(_mm256_sub_ps(s[r][1], s[r][2]), s[r][3]), b);
+        if (relu) {  // max(0, x) keeps a NaN x, as the interpreter's Relu
+          v0 = _mm256_max_ps(zero, v0);
+          v1 = _mm256_max_ps(zero, v1);
+        }
+        _mm256_storeu_ps(out + (y * l.w + 2 * tx) * 8, v0);
+        if (2 * tx + 1 < l.w) _mm256_storeu_ps(out + (y * l.w + 2 * tx + 1) * 8, v1);
+      }
+    }
+  }
+}
+
+float* thread_floats(size_t n) {
+  thread_local std::vector<float> buffer;
+  if (buffer.size() < n) buffer.resize(n);
+  return buffer.data();
+}
+
+Layout layout_of(const WinogradConv::Geometry& g) {
+  const int64_t th = (g.h + 1) / 2, tw = (g.w + 1) / 2;
+  return {g.cin, g.cout, g.h, g.w, th, tw, th * tw};
+}
+
+}  // namespace
+
+bool WinogradConv::fits(const Geometry& g, int threads) {
+  if (!packed_gemm_supported() || g.n <= 0 || g.cin <= 0 || g.cout <= 0 || g.cin % 8 || g.cout % 8 || g.h < 2 ||
+      g.w < 2)
+    return false;
+  return g.n * layout_of(g).tiles >= 12 * int64_t(std::max(1, threads));
+}
+
+WinogradConv::WinogradConv(const Geometry& g, const float* w, bool relu) : g_(g), relu_(relu) {
+  TERRACE_CHECK(g.cin > 0 && g.cout > 0 && g.cin % 8 == 0 && g.cout % 8 == 0, Internal,
+                "WinogradConv: channels not in blocks of 8");
+  // U = G g G^T per output and input channel, G = [1 0 0; 1/2 1/2 1/2; 1/2 -1/2 1/2; 0 0 1], in
+  // double and rounded once.
+  std::vector<std::vector<float>> u(16, std::vector<float>(size_t(g.cin * g.cout)));
+  for (int64_t k = 0; k < g.cout; ++k)
+    for (int64_t c = 0; c < g.cin; ++c) {
+      const float* f = w + (k * g.cin + c) * 9;
+      double gg[4][3];
+      for (int j = 0; j < 3; ++j) {
+        const double f0 = f[j], f1 = f[3 + j], f2 = f[6 + j];
+        gg[0][j] = f0;
+        gg[1][j] = 0.5 * (f0 + f1 + f2);
+        gg[2][j] = 0.5 * (f0 - f1 + f2);
+        gg[3][j] = f2;
+      }
+      for (int i = 0; i < 4; ++i) {
+        const double r[4] = {gg[i][0], 0.5 * (gg[i][0] + gg[i][1] + gg[i][2]), 0.5 * (gg[i][0] - gg[i][1] + gg[i][2]),
+                             gg[i][2]};
+        for (int j = 0; j < 4; ++j) u[size_t(4 * i + j)][size_t(c * g.cout + k)] = float(r[j]);
+      }
+    }
+  for (int pos = 0; pos < 16; ++pos)
+    u_.push_back(std::make_unique<PackedWeights>(u[size_t(pos)].data(), g.cin, g.cout, false));
+}
+
+size_t WinogradConv::bytes() const {
+  size_t n = 0;
+  for (const auto& p : u_) n += p->bytes();
+  return n;
+}
+
+void WinogradConv::run(const float* src, const float* bias, float* dst, int threads) const {
+  const Layout l = layout_of(g_);
+  const int64_t total = g_.n * l.tiles;
+#pragma omp parallel num_threads(threads) if (threads > 1)
+  {
+    const int team = omp_get_num_threads(), id = omp_get_thread_num();
+    const int64_t begin = total * id / team, end = total * (id + 1) / team;
+    const int64_t blocks = (end - begin + kBlockTiles - 1) / kBlockTiles;
+    float* v = thread_floats(size_t(16 * kBlockTiles * (l.cin + l.cout)));
+    float* m = v + 16 * kBlockTiles * l.cin;
+    for (int64_t b = 0; b < blocks; ++b) {  // blocks of equal size
+      const int64_t first = begin + (end - begin) * b / blocks, count = begin + (end - begin) * (b + 1) / blocks - first;
+      transform_inputs(l, src, first, count, v);
+      for (int pos = 0; pos < 16; ++pos)
+        u_[size_t(pos)]->multiply(v + pos * count * l.cin, count, nullptr, m + pos * count * l.cout, 1);
+      transform_outputs(l, m, first, count, bias, relu_, dst);
+    }
+  }
+}
+
+}  // namespace terrace::jit
