@@ -1,11 +1,14 @@
 // Tier 1's 3x3 convolution of stride 1 by Winograd's minimal filtering F(2x2, 3x3) for AVX2/FMA
-// CPUs, in oneDNN's nChw8c layout (as DirectConv, jit/direct_conv.h): each 4x4 patch of the input
-// and each 3x3 filter are transformed, the 16 positions of the transformed domain are 16 products
-// (tiles x input channels by input channels x output channels, on PackedWeights), and each 4x4 of
-// products becomes a 2x2 of outputs. 16 multiplies per 4 outputs and input channel against 36: 2.25x
-// fewer. The transforms add and subtract (factors 1 and 1/2, exact in binary), so the error stays
-// that of the sums (bench/RESULTS.md, seventeenth session, has the measured error against the
-// interpreter's double sums).
+// CPUs, in oneDNN's nChw8c layout (the layout a convolution chain keeps between its steps there):
+// each 4x4 patch of the input and each 3x3 filter are transformed, the 16 positions of the
+// transformed domain are 16 products (tiles x input channels by input channels x output channels,
+// on PackedWeights), and each 4x4 of products becomes a 2x2 of outputs: 16 multiplies per 4 outputs
+// and input channel against 36, 2.25x fewer. oneDNN 2.6 has Winograd on AVX-512 only; its jit:avx2
+// direct convolution ran ResNet-50's 3x3s at 1.25-1.38x ONNX Runtime's time on 2 cores, and a
+// direct kernel of our own (12 accumulators, tiles of 3 to 6 pixels) did no better than oneDNN's
+// (bench/RESULTS.md, seventeenth session). The transforms add and subtract with factors 1 and 1/2,
+// so the error stays that of the float sums over the transformed magnitudes
+// (tests/jit/winograd_conv_test.cpp checks it against that bound).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -26,7 +29,8 @@ class WinogradConv {
   // reading all of the transformed weights).
   static bool fits(const Geometry& g, int threads);
 
-  // `w`: [cout, cin, 3, 3] row-major (transformed and copied); `relu`: as DirectConv's.
+  // `w`: [cout, cin, 3, 3] row-major (transformed and copied); `relu`: max(0, x) after the bias
+  // (NaN stays NaN, as the interpreter's Relu).
   WinogradConv(const Geometry& g, const float* w, bool relu);
 
   // dst = conv(src) + bias in nChw8c (src [n][cin/8][h][w][8], dst [n][cout/8][h][w][8]); `bias`:
