@@ -1,7 +1,8 @@
 // Tier 1's Winograd convolution (jit/winograd_conv.h) against the direct sum in double: images of
-// even and odd sizes (tiles over the edge), one and several channel blocks, batch 2, with and
-// without a bias and Relu, on one thread and on the caller's team. The bound is that of F(2x2, 3x3)'s
-// float sums: (cin + 12) roundings of the magnitudes in the transformed domain, twice over.
+// even and odd sizes (tiles over the edge), one and several channel blocks and blocks of tiles,
+// batch 2, with and without a bias and Relu, on one thread and on the caller's team. The bound is
+// that of F(2x2, 3x3)'s float sums: (cin + 12) roundings of the magnitudes in the transformed
+// domain, twice over.
 #include "jit/winograd_conv.h"
 
 #include <gtest/gtest.h>
@@ -37,7 +38,8 @@ TEST(WinogradConv, MatchesTheDirectSumWithinItsBound) {
     int64_t n, cin, cout, h, w;
   };
   const int team = omp_get_max_threads();
-  for (const Case& k : {Case{1, 8, 8, 2, 2}, Case{1, 16, 24, 5, 7}, Case{2, 8, 16, 6, 6}, Case{1, 64, 16, 9, 4}})
+  for (const Case& k : {Case{1, 8, 8, 2, 2}, Case{1, 16, 24, 5, 7}, Case{2, 8, 16, 6, 6}, Case{1, 64, 16, 9, 4},
+                        Case{1, 8, 8, 20, 17}})  // the last: 90 tiles, several blocks a thread
     for (bool with_bias : {false, true})
       for (bool relu : {false, true})
         for (int threads : {1, team}) {
