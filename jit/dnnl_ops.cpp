@@ -1050,12 +1050,12 @@ class ConvChain : public DnnlPrimitive {
   // (jit/winograd_conv.h): a 3x3 of stride 1 and pads 1, one group, no dilation, constant weights,
   // a bias or none and at most a Relu after it, on an AVX2/FMA CPU whose chain keeps nChw8c on both
   // sides of the step (what oneDNN picks there below AVX-512), with at least 64 channels in and out
-  // and enough tiles for each thread (WinogradConv::fits). Null otherwise (oneDNN runs the step).
-  // TERRACE_WINOGRAD=0 leaves every step to oneDNN.
+  // (winograd_enabled; TERRACE_WINOGRAD=0 leaves every step to oneDNN) and enough tiles for each
+  // thread (WinogradConv::fits). Null otherwise (oneDNN runs the step). Validation allows such a
+  // step Winograd's rounding too (winograd_rounding_bound).
   static std::shared_ptr<const WinogradConv> winograd_for(const Step& s, const ops::ConvGeometry& g, const Tensor* w) {
-    const char* env = std::getenv("TERRACE_WINOGRAD");
-    if ((env && std::string(env) == "0") || s.x_shape.size() != 4 || g.group != 1 || s.sum_input >= 0 ||
-        s.sum_step >= 0 || s.w_shape[2] != 3 || s.w_shape[3] != 3)
+    if (s.x_shape.size() != 4 || g.group != 1 || s.sum_input >= 0 || s.sum_step >= 0 || s.w_shape[2] != 3 ||
+        s.w_shape[3] != 3 || !winograd_enabled(s.x_shape[1], s.out_shape[1]))
       return nullptr;
     for (size_t d = 0; d < 2; ++d)
       if (g.dilations[d] != 1 || g.strides[d] != 1 || g.pads_begin[d] != 1 || g.pads_end[d] != 1) return nullptr;
@@ -1063,7 +1063,7 @@ class ConvChain : public DnnlPrimitive {
       if (a.kind != DnnlActivation::Kind::Relu) return nullptr;
     const memory::desc blocked_x(dims_of(s.x_shape), memory::data_type::f32, memory::format_tag::aBcd8b);
     const memory::desc blocked_y(dims_of(s.out_shape), memory::data_type::f32, memory::format_tag::aBcd8b);
-    if (s.src != blocked_x || s.dst != blocked_y || s.x_shape[1] < 64 || s.out_shape[1] < 64) return nullptr;
+    if (s.src != blocked_x || s.dst != blocked_y) return nullptr;
     const WinogradConv::Geometry wg{s.x_shape[0], s.x_shape[1], s.out_shape[1], s.x_shape[2], s.x_shape[3]};
     if (!WinogradConv::fits(wg, s.threads)) return nullptr;
     return std::make_shared<const WinogradConv>(wg, w->data<float>(), !s.post.empty());

@@ -7,6 +7,9 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
+#include <cstdlib>
+#include <string>
 
 #include "interp/error.h"
 
@@ -107,6 +110,47 @@ Layout layout_of(const WinogradConv::Geometry& g) {
 }
 
 }  // namespace
+
+bool winograd_enabled(int64_t cin, int64_t cout) {
+  const char* env = std::getenv("TERRACE_WINOGRAD");
+  return packed_gemm_supported() && !(env && std::string(env) == "0") && cin >= 64 && cout >= 64 && cin % 8 == 0 &&
+         cout % 8 == 0;
+}
+
+Tensor winograd_rounding_bound(const Tensor& z, const Tensor& w) {
+  TERRACE_CHECK(z.dtype() == DType::Float64 && z.shape().size() == 4 && w.dtype() == DType::Float32 &&
+                    w.shape().size() == 4 && w.shape()[1] == z.shape()[1] && w.shape()[2] == 3 && w.shape()[3] == 3,
+                Internal, "winograd_rounding_bound: magnitudes ", shape_str(z.shape()), ", weights ", shape_str(w.shape()));
+  const int64_t n = z.shape()[0], c = z.shape()[1], h = z.shape()[2], wd = z.shape()[3], k = w.shape()[0];
+  const int64_t th = (h + 1) / 2, tw = (wd + 1) / 2;
+  const double u = std::ldexp(1.0, -24), kw = 2.0 * double(c + 12), gamma = kw * u / (1 - kw * u);
+  std::vector<double> wsum(size_t(k * c), 0.0), patch(size_t(c * th * tw));
+  for (int64_t i = 0; i < k * c; ++i)
+    for (int t = 0; t < 9; ++t) wsum[size_t(i)] += std::abs(double(w.data<float>()[i * 9 + t]));
+  Tensor out = Tensor::zeros(DType::Float64, {n, k, h, wd});
+  for (int64_t img = 0; img < n; ++img) {
+    const double* zi = z.data<double>() + img * c * h * wd;
+    for (int64_t ch = 0; ch < c; ++ch)
+      for (int64_t ty = 0; ty < th; ++ty)
+        for (int64_t tx = 0; tx < tw; ++tx) {
+          double sum = 0;
+          for (int64_t y = 2 * ty - 1; y < 2 * ty + 3; ++y)
+            for (int64_t x = 2 * tx - 1; x < 2 * tx + 3; ++x)
+              if (y >= 0 && y < h && x >= 0 && x < wd) sum += zi[(ch * h + y) * wd + x];
+          patch[size_t((ch * th + ty) * tw + tx)] = sum;
+        }
+    double* o = out.data<double>() + img * k * h * wd;
+    for (int64_t kk = 0; kk < k; ++kk)
+      for (int64_t ty = 0; ty < th; ++ty)
+        for (int64_t tx = 0; tx < tw; ++tx) {
+          double s = 0;
+          for (int64_t ch = 0; ch < c; ++ch) s += wsum[size_t(kk * c + ch)] * patch[size_t((ch * th + ty) * tw + tx)];
+          for (int64_t y = 2 * ty; y < std::min(h, 2 * ty + 2); ++y)
+            for (int64_t x = 2 * tx; x < std::min(wd, 2 * tx + 2); ++x) o[(kk * h + y) * wd + x] = gamma * 4.0 * s;
+        }
+  }
+  return out;
+}
 
 bool WinogradConv::fits(const Geometry& g, int threads) {
   if (!packed_gemm_supported() || g.n <= 0 || g.cin <= 0 || g.cout <= 0 || g.cin % 8 || g.cout % 8 || g.h < 2 ||

@@ -15,9 +15,25 @@
 #include <memory>
 #include <vector>
 
+#include "interp/tensor.h"
 #include "jit/packed_gemm.h"
 
 namespace terrace::jit {
+
+// Whether WinogradConv may take a chain's convolution of these channels on this machine: an
+// AVX2/FMA CPU (packed_gemm_supported), TERRACE_WINOGRAD not "0", at least 64 channels in and out,
+// in blocks of 8. A chain also needs a 3x3 of stride 1 and pads 1, nChw8c on both sides and enough
+// tiles (dnnl_ops.cpp, winograd_for).
+bool winograd_enabled(int64_t cin, int64_t cout);
+
+// What F(2x2, 3x3)'s rounding may add to a 3x3 convolution of stride 1 and pads 1 (validation's
+// allowance, tiers/cpu_library.cpp): over magnitudes z (Float64 [N, C, H, W]: |x| plus x's own
+// error bound) and weights w (Float32 [K, C, 3, 3]), per output element
+//   gamma_{2 (C + 12)} 4 sum_c (sum of |w[k, c]|) (sum of z[c] over the output's tile's 4x4 patch).
+// The transformed domain's magnitudes, sum_ij |A| |U| |V|, are at most 4 times those sums (the
+// largest of sum_i |At[r, i]| |G[i, a]| |Bt[i, p]| is 2); C + 12 roundings (the C products' sum,
+// the input, weight and output transforms, the bias) are counted twice over. Float64 [N, K, H, W].
+Tensor winograd_rounding_bound(const Tensor& z, const Tensor& w);
 
 class WinogradConv {
  public:

@@ -9,9 +9,11 @@
 #include <optional>
 
 #include "interp/interpreter.h"
+#include "interp/ops/conv.h"
 #include "jit/dnnl_activation.h"
 #include "jit/dnnl_deconv.h"
 #include "jit/dnnl_rnn.h"
+#include "jit/winograd_conv.h"
 
 namespace terrace::cpu_library {
 namespace {
@@ -231,6 +233,39 @@ bool absorbs(const Graph& g, const Node& last, const Node& next) {
 // classic gamma_K (|A| |B| + |C|). Relu and Clip are monotone and 1-Lipschitz: the bound passes
 // through them. An Add of a' and an exact r rounds once: E = (1 + 2u) E_a + 2u |a + r|. A wrong
 // kernel is off by the size of the terms, far outside.
+namespace {
+
+// Whether a chain may run this Conv on Winograd's F(2x2, 3x3) (jit/winograd_conv.h): a 3x3 of
+// stride 1 and pads 1, one group, no dilation, channels winograd_enabled takes. Its allowance then
+// adds winograd_rounding_bound (sound whichever kernel runs it).
+bool may_run_winograd(const Node& node, const Tensor& x, const Tensor& w) {
+#ifdef TERRACE_HAVE_DNNL
+  if (node.op != Op::Conv || x.shape().size() != 4 || w.shape().size() != 4 || w.shape()[2] != 3 || w.shape()[3] != 3 ||
+      w.dtype() != DType::Float32 || !jit::winograd_enabled(x.shape()[1], w.shape()[0]))
+    return false;
+  const ops::ConvGeometry g = ops::conv_geometry(node, x.shape(), w.shape());
+  for (size_t d = 0; d < 2; ++d)
+    if (g.strides[d] != 1 || g.dilations[d] != 1 || g.pads_begin[d] != 1 || g.pads_end[d] != 1) return false;
+  return g.group == 1;
+#else
+  (void)node;
+  (void)x;
+  (void)w;
+  return false;
+#endif
+}
+
+Tensor winograd_rounding_bound(const Tensor& z, const Tensor& w) {
+#ifdef TERRACE_HAVE_DNNL
+  return jit::winograd_rounding_bound(z, w);
+#else
+  (void)w;
+  return Tensor::zeros(DType::Float64, z.shape());
+#endif
+}
+
+}  // namespace
+
 std::vector<Tensor> error_allowance(const Graph& g, const Region& region, const std::vector<Tensor>& inputs) {
   std::vector<Tensor> out(region.outputs.size());
   if (!is_library_op(g.nodes[size_t(region.nodes[0])].op)) return out;
@@ -316,6 +351,14 @@ std::vector<Tensor> error_allowance(const Graph& g, const Region& region, const 
         ptrs.push_back(&args.back());
       }
       bound[result] = interpret_node(magnitude, ptrs).at(0).tensor;
+      if (may_run_winograd(node, a, value_of(node.inputs[1]))) {  // plus F(2x2, 3x3)'s rounding
+        Tensor za = abs64(a, 1.0);
+        if (auto e = bound.find(node.inputs[0]); e != bound.end())
+          for (int64_t i = 0; i < za.numel(); ++i) za.data<double>()[i] += e->second.data<double>()[i];
+        const Tensor w = winograd_rounding_bound(za, value_of(node.inputs[1]));
+        double* b = bound[result].data<double>();
+        for (int64_t i = 0; i < w.numel(); ++i) b[i] += w.data<double>()[i];
+      }
     } else if (node.op == Op::Add) {  // E = (1 + 2u) (E_a + E_b) + 2u |a + b|, either bound possibly 0
       RValue x(value_of(node.inputs[0])), y(value_of(node.inputs[1]));
       value[result] = interpret_node(node, {&x, &y}).at(0).tensor;

@@ -12,6 +12,7 @@
 
 #include "interp/compare.h"
 #include "interp/omp_threads.h"
+#include "jit/winograd_conv.h"
 #include "tests/support/graph_builder.h"
 #include "tests/support/session_helpers.h"
 #include "tiers/session.h"
@@ -282,6 +283,44 @@ TEST(LibraryRegions, miscompiled_chain_is_caught_within_its_allowance) {
   const std::string json = s->report_json();
   EXPECT_EQ(count(json, "\"validation\":\"failed: output"), 1u) << json;
   EXPECT_EQ(count(json, "\"tier\":\"cpu\""), 0u) << json;
+}
+
+// Winograd's rounding grows with its tile's inputs, not only with the output's own terms: odd rows
+// of the input near 1e3, even rows near 1e-2, and a kernel whose top and bottom rows are zero, so an
+// even output row reads small values only while F(2x2, 3x3) (jit/winograd_conv.h, where this
+// machine runs it) sums huge ones that cancel. Validation allows what winograd_rounding_bound
+// proves on top of the direct sum's bound: the region stays on tier 1 with its validation passed,
+// and its answers are the interpreter's within that allowance.
+TEST(LibraryRegions, a_winograd_step_is_validated_within_its_own_rounding_bound) {
+  GraphBuilder gb;
+  const Shape xs{1, 64, 12, 12};
+  const int x = gb.input("x", DType::Float32, xs);
+  Tensor w = random_tensor({64, 64, 3, 3}, 21, -0.3f, 0.3f);
+  for (int64_t i = 0; i < w.numel(); ++i)
+    if (i / 3 % 3 != 1) w.data<float>()[i] = 0.0f;  // kernel rows 0 and 2
+  const int conv = gb.node(Op::Conv, {x, gb.constant("w", w), gb.constant("b", random_tensor({64}, 22, -0.01f, 0.01f))},
+                           {{"pads", GraphBuilder::attr_ints({1, 1, 1, 1})}});
+  gb.output(gb.node(Op::Relu, {conv}));
+  auto g = gb.build();
+  Tensor in = random_tensor(xs, 23, -0.01f, 0.01f);
+  for (int64_t i = 0; i < in.numel(); ++i)
+    if (i / 12 % 2 == 1) in.data<float>()[i] *= 1e5f;  // odd rows
+  auto s = Session::from_graph(g, tiered());
+  warm_up(*s, {{"x", in}});
+  Tensor magnitude = in.cast(DType::Float64);
+  for (int64_t i = 0; i < magnitude.numel(); ++i) magnitude.data<double>()[i] = std::abs(magnitude.data<double>()[i]);
+  const Tensor allowance = jit::winograd_rounding_bound(magnitude, w);
+  const Tensor want = reference(g, {{"x", in}})[0].second;
+  for (int call = 0; call < 4; ++call) {
+    const Tensor got = s->run({{"x", in}})[0].second;
+    for (int64_t i = 0; i < got.numel(); ++i) {
+      const double err = std::abs(double(got.data<float>()[i]) - want.data<float>()[i]);
+      ASSERT_LE(err, 1e-5 + 1e-3 * std::abs(want.data<float>()[i]) + allowance.data<double>()[i]) << "element " << i;
+    }
+  }
+  const std::string json = s->report_json();
+  EXPECT_EQ(count(json, "\"tier\":\"cpu\""), 1u) << json;
+  EXPECT_EQ(count(json, "\"validation\":\"passed\""), 1u) << json;
 }
 
 // A value the region computes and a node outside reads (here a graph output) is one more output
