@@ -795,43 +795,36 @@ class ConvChain : public DnnlPrimitive {
       } else {
         if (s.sum_input >= 0) s.sum_reorder(wrap(s.sum_user, in[size_t(s.sum_input)]), dst, s.threads);
         if (s.sum_step >= 0 && !s.sum_in_place) s.sum_reorder(result[size_t(s.sum_step)], dst, s.threads);
-        if (s.winograd) {
+        if (s.winograd) {  // its blocks in the slot after the chain's own (those above)
           s.winograd->run(static_cast<const float*>(src.get_data_handle()), s.b >= 0 ? in[size_t(s.b)] : nullptr,
-                        static_cast<float*>(dst.get_data_handle()), threads_to_run(s.threads));
-          result[k] = dst;
-          write_outputs(k, dst, out);
-          continue;
-        }
-        memory w = s.weights;
-        if (!w) {
-          memory user = wrap(s.user_w, in[size_t(s.w)]);
-          if (s.w_reorder) {
-            w = memory(s.w_desc, cpu_engine(), thread_buffer(n_slots_, s.w_desc.get_size()));
-            (*s.w_reorder)(user, w, s.threads);
-          } else {
-            w = user;
+                          static_cast<float*>(dst.get_data_handle()), threads_to_run(s.threads),
+                          n_slots_ + 1 + steps_.size());
+        } else {
+          memory w = s.weights;
+          if (!w) {
+            memory user = wrap(s.user_w, in[size_t(s.w)]);
+            if (s.w_reorder) {
+              w = memory(s.w_desc, cpu_engine(), thread_buffer(n_slots_, s.w_desc.get_size()));
+              (*s.w_reorder)(user, w, s.threads);
+            } else {
+              w = user;
+            }
           }
+          std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_DST, dst}};
+          if (s.b >= 0) args.emplace(DNNL_ARG_BIAS, wrap(s.bias, in[size_t(s.b)]));
+          execute(s.conv, s.scratch, args, s.threads);
         }
-        std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_DST, dst}};
-        if (s.b >= 0) args.emplace(DNNL_ARG_BIAS, wrap(s.bias, in[size_t(s.b)]));
-        execute(s.conv, s.scratch, args, s.threads);
       }
       result[k] = dst;
-      write_outputs(k, dst, out);
+      for (size_t j = 0; j < outputs_.size(); ++j)  // results read outside, to plain NCHW now
+        if (outputs_[j] == int(k) && s.direct_output != int(j)) {
+          if (out_reorder_[j]) (*out_reorder_[j])(dst, wrap(out_user_[j], out[j]), s.threads);
+          else std::memcpy(out[j], dst.get_data_handle(), out_user_[j].get_size());
+        }
     }
   }
 
  private:
-  // Step k's result read outside the chain, to plain NCHW now.
-  void write_outputs(size_t k, const memory& dst, const std::vector<float*>& out) const {
-    const Step& s = steps_[k];
-    for (size_t j = 0; j < outputs_.size(); ++j)
-      if (outputs_[j] == int(k) && s.direct_output != int(j)) {
-        if (out_reorder_[j]) (*out_reorder_[j])(dst, wrap(out_user_[j], out[j]), s.threads);
-        else std::memcpy(out[j], dst.get_data_handle(), out_user_[j].get_size());
-      }
-  }
-
   struct Step {
     Node node;                   // the Conv, or the pool
     bool pool = false;           // a MaxPool or AveragePool: `conv` holds its primitive, no weights

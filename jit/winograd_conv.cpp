@@ -11,6 +11,7 @@
 #include <string>
 
 #include "interp/error.h"
+#include "jit/dnnl_common.h"
 
 namespace terrace::jit {
 namespace {
@@ -95,12 +96,6 @@ __attribute__((target("avx2,fma"))) void transform_outputs(const Layout& l, cons
       }
     }
   }
-}
-
-float* thread_floats(size_t n) {
-  thread_local std::vector<float> buffer;
-  if (buffer.size() < n) buffer.resize(n);
-  return buffer.data();
 }
 
 Layout layout_of(const WinogradConv::Geometry& g) {
@@ -191,7 +186,7 @@ size_t WinogradConv::bytes() const {
   return n;
 }
 
-void WinogradConv::run(const float* src, const float* bias, float* dst, int threads) const {
+void WinogradConv::run(const float* src, const float* bias, float* dst, int threads, size_t slot) const {
   const Layout l = layout_of(g_);
   const int64_t total = g_.n * l.tiles;
 #pragma omp parallel num_threads(threads) if (threads > 1)
@@ -203,7 +198,7 @@ void WinogradConv::run(const float* src, const float* bias, float* dst, int thre
     // rounded up to 36 rows: 36, 36, 26.
     const int64_t even = (end - begin + blocks - 1) / std::max<int64_t>(1, blocks);
     const int64_t per = std::min(kBlockTiles, (even + kRows - 1) / kRows * kRows);
-    float* v = thread_floats(size_t(16 * per * (l.cin + l.cout)));
+    float* v = thread_buffer(slot, size_t(16 * per * (l.cin + l.cout)) * sizeof(float));
     float* m = v + 16 * per * l.cin;
     for (int64_t first = begin; first < end; first += per) {
       const int64_t count = std::min(per, end - first);

@@ -50,8 +50,10 @@ class WinogradConv {
   WinogradConv(const Geometry& g, const float* w, bool relu);
 
   // dst = conv(src) + bias in nChw8c (src [n][cin/8][h][w][8], dst [n][cout/8][h][w][8]); `bias`:
-  // cout values or null; `threads` as PackedWeights::multiply. Needs packed_gemm_supported().
-  void run(const float* src, const float* bias, float* dst, int threads) const;
+  // cout values or null; `threads` as PackedWeights::multiply; `slot`: the thread_buffer
+  // (jit/dnnl_common.h) each thread keeps its blocks in, one the caller leaves free. Needs
+  // packed_gemm_supported().
+  void run(const float* src, const float* bias, float* dst, int threads, size_t slot) const;
 
   size_t bytes() const;
 

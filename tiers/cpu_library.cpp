@@ -239,7 +239,6 @@ namespace {
 // stride 1 and pads 1, one group, no dilation, channels winograd_enabled takes. Its allowance then
 // adds winograd_rounding_bound (sound whichever kernel runs it).
 bool may_run_winograd(const Node& node, const Tensor& x, const Tensor& w) {
-#ifdef TERRACE_HAVE_DNNL
   if (node.op != Op::Conv || x.shape().size() != 4 || w.shape().size() != 4 || w.shape()[2] != 3 || w.shape()[3] != 3 ||
       w.dtype() != DType::Float32 || !jit::winograd_enabled(x.shape()[1], w.shape()[0]))
     return false;
@@ -247,21 +246,6 @@ bool may_run_winograd(const Node& node, const Tensor& x, const Tensor& w) {
   for (size_t d = 0; d < 2; ++d)
     if (g.strides[d] != 1 || g.dilations[d] != 1 || g.pads_begin[d] != 1 || g.pads_end[d] != 1) return false;
   return g.group == 1;
-#else
-  (void)node;
-  (void)x;
-  (void)w;
-  return false;
-#endif
-}
-
-Tensor winograd_rounding_bound(const Tensor& z, const Tensor& w) {
-#ifdef TERRACE_HAVE_DNNL
-  return jit::winograd_rounding_bound(z, w);
-#else
-  (void)w;
-  return Tensor::zeros(DType::Float64, z.shape());
-#endif
 }
 
 }  // namespace
@@ -355,7 +339,7 @@ std::vector<Tensor> error_allowance(const Graph& g, const Region& region, const 
         Tensor za = abs64(a, 1.0);
         if (auto e = bound.find(node.inputs[0]); e != bound.end())
           for (int64_t i = 0; i < za.numel(); ++i) za.data<double>()[i] += e->second.data<double>()[i];
-        const Tensor w = winograd_rounding_bound(za, value_of(node.inputs[1]));
+        const Tensor w = jit::winograd_rounding_bound(za, value_of(node.inputs[1]));
         double* b = bound[result].data<double>();
         for (int64_t i = 0; i < w.numel(); ++i) b[i] += w.data<double>()[i];
       }

@@ -81,8 +81,9 @@ void run_matmul(const MatMulPlan& p, const TA* a, const TB* b, Emit&& emit, Done
     auto A = pack_a<Acc>(a + p.a_off[size_t(t)], p.M, p.K, p.K, 1);
     auto rows = [&](int64_t i, int64_t j0, int64_t n, const Acc* s) { emit(t * p.M + i, j0, n, s); };
     if (by_blocks) {
-      if (batches == 1) gemm_b_by_blocks(A, b + p.b_off[size_t(t)], p.K, p.N, rows, done_with_b);
-      else gemm_b_by_blocks(A, b + p.b_off[size_t(t)], p.K, p.N, rows, [](int64_t) {});
+      gemm_b_by_blocks(A, b + p.b_off[size_t(t)], p.K, p.N, rows, [&](int64_t cols) {
+        if (batches == 1) done_with_b(cols);
+      });
       continue;
     }
     if (t == 0 || p.b_off[size_t(t)] != p.b_off[size_t(t) - 1]) {

@@ -56,7 +56,7 @@ TEST(WinogradConv, MatchesTheDirectSumWithinItsBound) {
                   src[blocked_index(k.cin, k.h, k.w, i, c, y, xx)] = x[size_t(((i * k.cin + c) * k.h + y) * k.w + xx)];
           const jit::WinogradConv::Geometry g{k.n, k.cin, k.cout, k.h, k.w};
           jit::WinogradConv conv(g, f.data(), relu);
-          conv.run(src.data(), with_bias ? bias.data() : nullptr, dst.data(), threads);
+          conv.run(src.data(), with_bias ? bias.data() : nullptr, dst.data(), threads, 0);
           // |U| per output and input channel, in double.
           std::vector<double> u_abs(size_t(k.cout * k.cin * 16));
           for (int64_t o = 0; o < k.cout; ++o)
