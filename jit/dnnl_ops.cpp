@@ -424,7 +424,10 @@ class MatMul : public DnnlPrimitive {
     if (own_) {
       // threads_to_run: one thread where this is a background thread (a validation), as execute().
       const int team = threads_to_run(t);
-      own_->multiply(in[0], a_.dims()[0], bias_ ? in.at(2) : nullptr, out, team);
+      const int64_t m = a_.dims()[0];
+      const size_t rows = own_->rows_floats(m);
+      own_->multiply(in[0], m, bias_ ? in.at(2) : nullptr, out, team,
+                     rows ? thread_buffer(0, rows * sizeof(float)) : nullptr);
       if (!prims_.has_activation()) return;
       // As Activated::run: oneDNN's activation only where every input is finite.
       if (inputs_finite(in))

@@ -29,9 +29,14 @@ class PackedWeights {
 
   // c[m, n] = a[m, k] . B (+ bias[n] on every row when `bias` is set); a and c row-major and
   // dense. `threads`: 1, or the size of the calling thread's OpenMP team (tier 1 never starts a
-  // team of another size: dnnl_ops.cpp, threads_for); the columns are split between them. Needs
-  // packed_gemm_supported().
-  void multiply(const float* a, int64_t m, const float* bias, float* c, int threads) const;
+  // team of another size: dnnl_ops.cpp, threads_for); the columns are split between them.
+  // `rows`: null, or scratch of m k floats (rows_floats) into which the team first copies A in the
+  // order the micro-kernel reads it (packed_gemm.cpp). Needs packed_gemm_supported().
+  void multiply(const float* a, int64_t m, const float* bias, float* c, int threads, float* rows = nullptr) const;
+
+  // The scratch `multiply` can use for m rows of A, or 0 where reading A in place is as fast (few
+  // rows, or too few columns to pay for the copy).
+  size_t rows_floats(int64_t m) const;
 
  private:
   struct Free {

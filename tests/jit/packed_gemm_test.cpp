@@ -1,7 +1,8 @@
 // Tier 1's packed-weight product (jit/packed_gemm.h) against a double-precision reference: every
 // tail of its blocking (rows not a multiple of 6 or of its row blocks, columns not a multiple of
 // 16, depths not a multiple of its depth blocks or under one), both orders of the weights, with
-// and without a bias, on one thread and on the caller's team.
+// and without a bias, A read in place or from the team's copy, on one thread and on the caller's
+// team.
 #include "jit/packed_gemm.h"
 
 #include <gtest/gtest.h>
@@ -30,32 +31,35 @@ TEST(PackedGemm, MatchesADoubleReferenceOnEveryTail) {
       for (int64_t n : {1, 15, 16, 17, 50})
         for (bool transposed : {false, true})
           for (bool with_bias : {false, true})
-            for (int threads : {1, team}) {
-              SCOPED_TRACE(std::to_string(m) + "x" + std::to_string(k) + "x" + std::to_string(n) +
-                           (transposed ? " weights [n, k]" : " weights [k, n]") + (with_bias ? ", bias" : "") +
-                           ", threads " + std::to_string(threads));
-              const std::vector<float> a = uniform(size_t(m * k), 1), b = uniform(size_t(k * n), 2),
-                                       bias = uniform(size_t(n), 3);
-              jit::PackedWeights w(b.data(), k, n, transposed);
-              EXPECT_EQ(w.k(), k);
-              EXPECT_EQ(w.n(), n);
-              std::vector<float> c(size_t(m * n), NAN);
-              w.multiply(a.data(), m, with_bias ? bias.data() : nullptr, c.data(), threads);
-              double worst = 0;
-              for (int64_t i = 0; i < m; ++i)
-                for (int64_t j = 0; j < n; ++j) {
-                  double want = with_bias ? bias[size_t(j)] : 0.0, scale = std::abs(want);
-                  for (int64_t p = 0; p < k; ++p) {
-                    const double t = double(a[size_t(i * k + p)]) * (transposed ? b[size_t(j * k + p)] : b[size_t(p * n + j)]);
-                    want += t;
-                    scale += std::abs(t);
+            for (int threads : {1, team})
+              for (bool copy : {false, true}) {
+                SCOPED_TRACE(std::to_string(m) + "x" + std::to_string(k) + "x" + std::to_string(n) +
+                             (transposed ? " weights [n, k]" : " weights [k, n]") + (with_bias ? ", bias" : "") +
+                             ", threads " + std::to_string(threads) + (copy ? ", A copied" : ", A in place"));
+                const std::vector<float> a = uniform(size_t(m * k), 1), b = uniform(size_t(k * n), 2),
+                                         bias = uniform(size_t(n), 3);
+                jit::PackedWeights w(b.data(), k, n, transposed);
+                EXPECT_EQ(w.k(), k);
+                EXPECT_EQ(w.n(), n);
+                // The copy's scratch: m k floats, as rows_floats asks for where it asks for any.
+                std::vector<float> c(size_t(m * n), NAN), scratch(copy ? size_t(m * k) : 0, NAN);
+                w.multiply(a.data(), m, with_bias ? bias.data() : nullptr, c.data(), threads,
+                           copy ? scratch.data() : nullptr);
+                double worst = 0;
+                for (int64_t i = 0; i < m; ++i)
+                  for (int64_t j = 0; j < n; ++j) {
+                    double want = with_bias ? bias[size_t(j)] : 0.0, scale = std::abs(want);
+                    for (int64_t p = 0; p < k; ++p) {
+                      const double t = double(a[size_t(i * k + p)]) * (transposed ? b[size_t(j * k + p)] : b[size_t(p * n + j)]);
+                      want += t;
+                      scale += std::abs(t);
+                    }
+                    // A float sum of k + 1 terms: at most (k + 1) 2^-24 of the terms' magnitudes.
+                    const double err = std::abs(double(c[size_t(i * n + j)]) - want);
+                    ASSERT_LE(err, double(k + 1) * std::ldexp(scale, -24)) << "row " << i << ", column " << j;
+                    worst = std::max(worst, err);
                   }
-                  // A float sum of k + 1 terms: at most (k + 1) 2^-24 of the terms' magnitudes.
-                  const double err = std::abs(double(c[size_t(i * n + j)]) - want);
-                  ASSERT_LE(err, double(k + 1) * std::ldexp(scale, -24)) << "row " << i << ", column " << j;
-                  worst = std::max(worst, err);
-                }
-            }
+              }
 }
 
 TEST(PackedGemm, EmptyDepthGivesTheBiasAndEmptyRowsWriteNothing) {
