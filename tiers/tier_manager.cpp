@@ -599,8 +599,16 @@ void TierManager::Core::maybe_recheck(RegionState& st, const std::shared_ptr<Ver
     if (st.recheck_queued || st.recheck_ms + st.interp_ms > options_.recheck_budget * st.served_ms) return;
     st.recheck_queued = true;
   }
+  // An initializer cannot change once run() returns: the job shares it. A copy read all of it
+  // and, file-backed, brought its pages back: GPT-2's 154 MB token table (the embedding region's
+  // Gather, which reads 128 rows of it) raised the resident memory by ~290 MB for seconds at
+  // each re-check, over ONNX Runtime's peak (bench/RESULTS.md, eighteenth session).
   std::vector<Tensor> in_copy, out_copy;
-  for (const Tensor& t : in) in_copy.push_back(t.on_device() ? t.to_host() : t.clone());
+  for (size_t i = 0; i < in.size(); ++i) {
+    const Tensor& t = in[i];
+    const bool constant = graph_.initializers.count(st.region->inputs[i]) && !t.on_device();
+    in_copy.push_back(constant ? t : t.on_device() ? t.to_host() : t.clone());
+  }
   for (const Tensor& t : out) out_copy.push_back(t.on_device() ? t.to_host() : t.clone());
   RegionState* sp = &st;
   checks_->enqueue([self = shared_from_this(), sp, v, in_copy = std::move(in_copy), out_copy = std::move(out_copy), call] {
