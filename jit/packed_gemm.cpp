@@ -101,9 +101,6 @@ constexpr MicroKernel kKernels[2][kMr + 1] = {
     {nullptr, micro_kernel<1, true>, micro_kernel<2, true>, micro_kernel<3, true>, micro_kernel<4, true>,
      micro_kernel<5, true>, micro_kernel<6, true>}};
 
-// A block's rows split into groups of at most kMr, as evenly as they go: 128 rows are 18 groups of
-// 6 and 4 of 5, not 21 of 6 and one of 2, a group on which the kernel (4 accumulators) waits on its
-// FMAs' latency and streams the panel from L2 three times as fast.
 // Copies a group's `count` rows of A (kc elements each, row r at a + r lda) interleaved: element kk
 // of row r to to[kk count + r]. Eight elements of every row at a time, transposed in registers
 // (rows past `count` read row 0 again), each element's `count` values stored with 8 - count more
@@ -143,6 +140,9 @@ __attribute__((target("avx2,fma"))) void copy_group(const float* a, int64_t lda,
     for (int r = 0; r < count; ++r) to[kk * count + r] = a[r * lda + kk];
 }
 
+// A block's rows split into groups of at most kMr, as evenly as they go: 128 rows are 18 groups of
+// 6 and 4 of 5, not 21 of 6 and one of 2, a group on which the kernel (4 accumulators) waits on its
+// FMAs' latency and streams the panel from L2 three times as fast.
 struct RowGroups {
   int64_t begin, count, groups;
   RowGroups(int64_t b, int64_t e) : begin(b), count(e - b), groups((e - b + kMr - 1) / kMr) {}
