@@ -207,7 +207,7 @@ void PackedWeights::multiply(const float* a, int64_t m, const float* bias, float
   // (element kk of the group's row r at kk rows + r): the kernel reads one stream of whole lines
   // instead of 6 rows 3 KB apart, and A's block sits in each thread's L2 more surely while the
   // panels pass (the team copies it once for all panels).
-  auto group_a = [&](int64_t pc, int64_t kc, int64_t i) { return rows ? rows + pc * m + i * kc : a + i * k + pc; };
+  auto copied = [&](int64_t pc, int64_t kc, int64_t i) { return rows + pc * m + i * kc; };
 #pragma omp parallel num_threads(threads) if (threads > 1)
   {
     const int team = omp_get_num_threads(), t = omp_get_thread_num();
@@ -220,7 +220,7 @@ void PackedWeights::multiply(const float* a, int64_t m, const float* bias, float
           for (int64_t q = 0; q < g.groups; ++q, ++turn) {
             if (turn % team != t) continue;
             const int64_t i = g.start(q);
-            copy_group(a + i * k + pc, k, g.rows(q), kc, rows + pc * m + i * kc);
+            copy_group(a + i * k + pc, k, g.rows(q), kc, copied(pc, kc, i));
           }
         }
       }
@@ -239,8 +239,8 @@ void PackedWeights::multiply(const float* a, int64_t m, const float* bias, float
             const float* panel_bias = bias ? bias + j * kNr : nullptr;
             for (int64_t q = 0; q < g.groups; ++q) {
               const int64_t i = g.start(q);
-              kernels[g.rows(q)](kc, group_a(pc, kc, i), k, block + j * kc * kNr, c + i * n + j * kNr, n, pc == 0,
-                                 ncols, panel_bias);
+              kernels[g.rows(q)](kc, rows ? copied(pc, kc, i) : a + i * k + pc, k, block + j * kc * kNr,
+                                 c + i * n + j * kNr, n, pc == 0, ncols, panel_bias);
             }
           }
         }

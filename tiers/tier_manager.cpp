@@ -606,8 +606,8 @@ void TierManager::Core::maybe_recheck(RegionState& st, const std::shared_ptr<Ver
   std::vector<Tensor> in_copy, out_copy;
   for (size_t i = 0; i < in.size(); ++i) {
     const Tensor& t = in[i];
-    const bool constant = graph_.initializers.count(st.region->inputs[i]) && !t.on_device();
-    in_copy.push_back(constant ? t : t.on_device() ? t.to_host() : t.clone());
+    const bool initializer = graph_.initializers.count(st.region->inputs[i]) > 0;
+    in_copy.push_back(t.on_device() ? t.to_host() : initializer ? t : t.clone());
   }
   for (const Tensor& t : out) out_copy.push_back(t.on_device() ? t.to_host() : t.clone());
   RegionState* sp = &st;
