@@ -5,6 +5,7 @@
 // while the calling thread has switched it on.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -255,14 +256,16 @@ TEST(SteadyStateAllocations, a_recheck_does_not_copy_the_regions_initializers) {
     const size_t at = json.find("\"rechecks\":");
     return at == std::string::npos ? 0 : std::atoll(json.c_str() + at + 11);
   };
-  Counts n;
-  for (int i = 0; i < 400 && rechecks() < 3; ++i) {
-    const Counts call = count_allocations([&] { s->run(in); });
-    n.bytes += call.bytes;
+  // A re-check waits until the region has served its interpreter time over the budget: ~100 calls
+  // of 0.4 us per re-check here, several hundred on a loaded machine (CI saw 2 in 400 calls). Each
+  // call's allocations are counted alone: a call that queues a re-check copies what the job keeps.
+  int64_t most = 0;
+  for (int i = 0; i < 50000 && (i % 64 != 0 || rechecks() < 3); ++i) {
+    most = std::max(most, count_allocations([&] { s->run(in); }).bytes);
     s->wait_for_compiles();  // the re-check done before the next call may queue another
   }
   ASSERT_GE(rechecks(), 3) << "no re-checks to measure: " << s->report_json();
-  EXPECT_LT(n.bytes, rows * cols * int64_t(sizeof(float))) << "bytes allocated by the calls that queued re-checks";
+  EXPECT_LT(most, rows * cols * int64_t(sizeof(float))) << "the most bytes one call allocated";
 }
 
 }  // namespace
