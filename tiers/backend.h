@@ -36,6 +36,13 @@ inline int64_t& thread_transfers() {
   return copies;
 }
 
+// Regions the interpreter ran on the calling thread (a cold region, a validation, a deopt): a
+// session reads it before and after a call to learn whether the call ran the interpreter.
+inline int64_t& thread_interpreted() {
+  thread_local int64_t runs = 0;
+  return runs;
+}
+
 class Backend {
  public:
   virtual ~Backend() = default;

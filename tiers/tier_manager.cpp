@@ -299,6 +299,7 @@ static std::vector<Tensor> host_copies(const std::vector<Tensor>& out) {
 
 // Values made inside the region are released after their last reader there (released_after).
 void TierManager::Core::interpret_region(const Region& region, Frame& frame) const {
+  ++thread_interpreted();
   const std::vector<std::vector<int>>& release = release_after_[size_t(&region - plan_.regions.data())];
   for (size_t k = 0; k < region.nodes.size(); ++k) {
     run_node(frame, region.nodes[k]);
