@@ -311,16 +311,21 @@ class MatMul : public DnnlPrimitive {
     // and FMA. Measured on the 2-core AVX2 machine (bench/RESULTS.md, fifteenth session) with the
     // two paths in one process, calls alternating (whole models in separate processes gave no
     // answer through that machine's noise): BERT 0.90 and GPT-2 0.92 of gemm:jit's time, and BERT
-    // 3% slower with only its two largest products packed than with all. A batch-1 product stays
-    // on oneDNN (its gemv).
+    // 3% slower with only its two largest products packed than with all. A product of one row (a
+    // batch-1 Linear layer) takes the packed weights' GEMV even where oneDNN offers a blocked
+    // layout (it does for one row on AVX2), Relu in its stores: the MLP's call 0.0125-0.0129 ms
+    // against 0.0158-0.0159 on oneDNN, MobileNetV2's and ResNet-50's classifiers 39-41 and 170-175
+    // us against 45-48 and 186-196 (2 cores, nineteenth session).
     const Dims& ad = a_.dims();
     const Dims& bd = b_.dims();
     const bool b_rows = b_ == plain(bd), b_columns = !b_rows && b_ == transposed_last_two(bd);
-    if (pack && !is_blocked(weights) && packed_gemm_supported() && ad.size() == 2 && a_ == plain(ad) &&
-        bd.size() == 2 && dst.size() == 2 && !c_ && alpha == 1.0f && ad[0] >= kPackedGemmRows &&
+    const bool one_row = ad.size() == 2 && ad[0] == 1;
+    if (pack && (!is_blocked(weights) || one_row) && packed_gemm_supported() && ad.size() == 2 && a_ == plain(ad) &&
+        bd.size() == 2 && dst.size() == 2 && !c_ && alpha == 1.0f && (ad[0] >= kPackedGemmRows || one_row) &&
         double(floats_of(b_)) * sizeof(float) >= packed_gemm_bytes() && (b_rows || b_columns)) {
       own_ = std::make_unique<PackedWeights>(constants[1]->data<float>(), bd[0], bd[1], b_columns);
-      if (prims_.has_activation()) {
+      own_relu_ = activation.kind == DnnlActivation::Kind::Relu;  // in the product's own stores
+      if (prims_.has_activation() && !own_relu_) {
         // The activation in place over the result, as the fused post-op computes it.
         dnnl::post_ops ops;
         append_activation(ops, activation);
@@ -427,8 +432,8 @@ class MatMul : public DnnlPrimitive {
       const int64_t m = a_.dims()[0];
       const size_t rows = own_->rows_floats(m);
       own_->multiply(in[0], m, bias_ ? in.at(2) : nullptr, out, team,
-                     rows ? thread_buffer(0, rows * sizeof(float)) : nullptr);
-      if (!prims_.has_activation()) return;
+                     rows ? thread_buffer(0, rows * sizeof(float)) : nullptr, own_relu_);
+      if (!prims_.has_activation() || own_relu_) return;
       // As Activated::run: oneDNN's activation only where every input is finite.
       if (inputs_finite(in))
         execute(own_activation_, own_activation_scratch_, {{DNNL_ARG_SRC, wrap(dst_, out)}, {DNNL_ARG_DST, wrap(dst_, out)}}, t);
@@ -481,7 +486,8 @@ class MatMul : public DnnlPrimitive {
   mutable BoundArgs bound_;  // the arguments' memory objects, kept between calls (BoundArgs)
   memory packed_;  // constant weights in the primitive's own layout (empty: read from the input)
   std::unique_ptr<PackedWeights> own_;  // or in Terrace's panels, multiplied by jit/packed_gemm
-  dnnl::primitive own_activation_;      // with own_: the activation, in place over the result
+  bool own_relu_ = false;               // with own_: a Relu, applied by own_->multiply
+  dnnl::primitive own_activation_;      // with own_: another activation, in place over the result
   memory::desc own_activation_scratch_;
   std::array<bool, 3> check_{true, true, true};  // per input: read for non-finite values on each call
   bool never_fused_ = false;  // a constant input holds a non-finite value: the activation runs after

@@ -101,6 +101,61 @@ constexpr MicroKernel kKernels[2][kMr + 1] = {
     {nullptr, micro_kernel<1, true>, micro_kernel<2, true>, micro_kernel<3, true>, micro_kernel<4, true>,
      micro_kernel<5, true>, micro_kernel<6, true>}};
 
+// Relu as ONNX's (x < 0 ? 0 : x): max(0, x) returns x when x is NaN.
+__attribute__((target("avx2,fma"))) inline __m256 relu8(__m256 x) { return _mm256_max_ps(_mm256_setzero_ps(), x); }
+inline float relu1(float x) { return x < 0.0f ? 0.0f : x; }
+
+// c[j .. j + 16 P) = a . panels j .. j + P (+ bias, then Relu): one row of A, as a batch-1 layer
+// has (a GEMV, bound by reading the weights). The 6-row kernel's one row has two accumulators,
+// which wait on the FMAs' latency: here P panels side by side, 2 P accumulators, each panel's
+// values consecutive as that kernel reads them, summed over every depth block in registers.
+template <int P>
+__attribute__((target("avx2,fma"))) void row_kernel(const float* a, int64_t k, const float* packed, int64_t panels,
+                                                    int64_t j, float* c, int64_t n, const float* bias, bool relu) {
+  __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00, c31 = c00;
+  for (int64_t pc = 0; pc < k; pc += kKc) {
+    const int64_t kc = std::min(kKc, k - pc);
+    const float* b = packed + pc * panels * kNr + j * kc * kNr;  // panel j of this block; j + p follows at p kc kNr
+    const float* ak = a + pc;
+#define TR_PANEL(p)                                                              \
+  if constexpr (P > p) {                                                         \
+    c##p##0 = _mm256_fmadd_ps(x, _mm256_load_ps(b + (p * kc + kk) * kNr), c##p##0);     \
+    c##p##1 = _mm256_fmadd_ps(x, _mm256_load_ps(b + (p * kc + kk) * kNr + 8), c##p##1); \
+  }
+#pragma GCC unroll 4
+    for (int64_t kk = 0; kk < kc; ++kk) {
+      const __m256 x = _mm256_broadcast_ss(ak + kk);
+      TR_PANEL(0) TR_PANEL(1) TR_PANEL(2) TR_PANEL(3)
+    }
+#undef TR_PANEL
+  }
+  const __m256 acc[4][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}};
+  for (int p = 0; p < P; ++p) {
+    const int64_t col = (j + p) * kNr;
+    const int ncols = int(std::min<int64_t>(kNr, n - col));
+    float* out = c + col;
+    if (ncols == kNr) {
+      __m256 v0 = acc[p][0], v1 = acc[p][1];
+      if (bias) v0 = _mm256_add_ps(v0, _mm256_loadu_ps(bias + col)), v1 = _mm256_add_ps(v1, _mm256_loadu_ps(bias + col + 8));
+      if (relu) v0 = relu8(v0), v1 = relu8(v1);
+      _mm256_storeu_ps(out, v0);
+      _mm256_storeu_ps(out + 8, v1);
+      continue;
+    }
+    alignas(32) float t[kNr];  // the last panel of a width that is not a multiple of 16
+    _mm256_store_ps(t, acc[p][0]);
+    _mm256_store_ps(t + 8, acc[p][1]);
+    for (int q = 0; q < ncols; ++q) {
+      const float v = t[q] + (bias ? bias[col + q] : 0.0f);
+      out[q] = relu ? relu1(v) : v;
+    }
+  }
+}
+
+using RowKernel = void (*)(const float*, int64_t, const float*, int64_t, int64_t, float*, int64_t, const float*, bool);
+constexpr int kRowPanels = 4;
+constexpr RowKernel kRowKernels[kRowPanels + 1] = {nullptr, row_kernel<1>, row_kernel<2>, row_kernel<3>, row_kernel<4>};
+
 // Copies a group's `count` rows of A (kc elements each, row r at a + r lda) interleaved: element kk
 // of row r to to[kk count + r]. Eight elements of every row at a time, transposed in registers
 // (rows past `count` read row 0 again), each element's `count` values stored with 8 - count more
@@ -192,15 +247,26 @@ size_t PackedWeights::rows_floats(int64_t m) const {
   return pays ? size_t(m) * size_t(k_) : 0;
 }
 
-void PackedWeights::multiply(const float* a, int64_t m, const float* bias, float* c, int threads, float* rows) const {
+void PackedWeights::multiply(const float* a, int64_t m, const float* bias, float* c, int threads, float* rows,
+                             bool relu) const {
   if (m <= 0 || n_ <= 0) return;
   if (k_ == 0) {  // an empty sum: the bias, or zero
     for (int64_t i = 0; i < m; ++i)
-      for (int64_t j = 0; j < n_; ++j) c[i * n_ + j] = bias ? bias[j] : 0.0f;
+      for (int64_t j = 0; j < n_; ++j) c[i * n_ + j] = relu ? relu1(bias ? bias[j] : 0.0f) : bias ? bias[j] : 0.0f;
     return;
   }
   const int64_t k = k_, n = n_, panels = panels_;
   const float* packed = data_.get();
+  if (m == 1) {  // the panels split between the team, kRowPanels at a time
+#pragma omp parallel num_threads(threads) if (threads > 1)
+    {
+      const int team = omp_get_num_threads(), t = omp_get_thread_num();
+      const int64_t p0 = panels * t / team, p1 = panels * (t + 1) / team;
+      for (int64_t j = p0; j < p1; j += kRowPanels)
+        kRowKernels[std::min<int64_t>(kRowPanels, p1 - j)](a, k, packed, panels, j, c, n, bias, relu);
+    }
+    return;
+  }
   const int64_t blocks = (m + kMc - 1) / kMc, block_rows = ((m + blocks - 1) / blocks + kMr - 1) / kMr * kMr;
   const MicroKernel* kernels = kKernels[rows ? 1 : 0];
   // The copy holds each depth block's m rows in turn, and in a block each group's rows interleaved
@@ -246,6 +312,9 @@ void PackedWeights::multiply(const float* a, int64_t m, const float* bias, float
         }
       }
     }
+    if (relu)  // this thread's columns, while they are in its cache
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = p0 * kNr, end = std::min(n, p1 * kNr); j < end; ++j) c[i * n + j] = relu1(c[i * n + j]);
   }
 }
 

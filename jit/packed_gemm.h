@@ -31,8 +31,10 @@ class PackedWeights {
   // dense. `threads`: 1, or the size of the calling thread's OpenMP team (tier 1 never starts a
   // team of another size: dnnl_ops.cpp, threads_for); the columns are split between them.
   // `rows`: null, or scratch of m k floats (rows_floats) into which the team first copies A in the
-  // order the micro-kernel reads it (packed_gemm.cpp). Needs packed_gemm_supported().
-  void multiply(const float* a, int64_t m, const float* bias, float* c, int threads, float* rows = nullptr) const;
+  // order the micro-kernel reads it (packed_gemm.cpp). `relu`: then c = max(0, c) (NaN kept), as
+  // ONNX's Relu after the product. Needs packed_gemm_supported().
+  void multiply(const float* a, int64_t m, const float* bias, float* c, int threads, float* rows = nullptr,
+                bool relu = false) const;
 
   // The scratch `multiply` can use for m rows of A, or 0 where reading A in place is as fast (few
   // rows, or too few columns to pay for the copy).

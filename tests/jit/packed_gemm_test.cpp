@@ -2,7 +2,7 @@
 // tail of its blocking (rows not a multiple of 6 or of its row blocks, columns not a multiple of
 // 16, depths not a multiple of its depth blocks or under one), both orders of the weights, with
 // and without a bias, A read in place or from the team's copy, on one thread and on the caller's
-// team.
+// team; one row of A (the GEMV's own kernel) among them.
 #include "jit/packed_gemm.h"
 
 #include <gtest/gtest.h>
@@ -60,6 +60,39 @@ TEST(PackedGemm, MatchesADoubleReferenceOnEveryTail) {
                     worst = std::max(worst, err);
                   }
               }
+}
+
+// Relu in the product's stores (one row: the GEMV's; more: after the panels): max(0, x) of the
+// sum with its bias, NaN kept (ONNX's Relu, as the interpreter computes it), on every path.
+TEST(PackedGemm, ReluKeepsNaNAndZeroesNegativeSums) {
+  if (!jit::packed_gemm_supported()) GTEST_SKIP() << "this CPU has no AVX2 and FMA (or TERRACE_PACKED_GEMM=0)";
+  const int64_t depth = jit::PackedWeights::kDepthBlock;
+  for (int64_t m : {int64_t(1), int64_t(13)})
+    for (int64_t k : {int64_t(0), int64_t(7), depth + 1})
+      for (int64_t n : {int64_t(15), int64_t(50), int64_t(64)})
+        for (int threads : {1, omp_get_max_threads()}) {
+          SCOPED_TRACE(std::to_string(m) + "x" + std::to_string(k) + "x" + std::to_string(n) + ", threads " +
+                       std::to_string(threads));
+          std::vector<float> a = uniform(size_t(m * k), 4), b = uniform(size_t(k * n), 5), bias = uniform(size_t(n), 6);
+          if (k > 0) b[size_t(3 * n + 2)] = NAN;  // column 2 sums a NaN on every row
+          jit::PackedWeights w(b.data(), k, n, false);
+          std::vector<float> plain(size_t(m * n)), relu(size_t(m * n));
+          w.multiply(a.data(), m, bias.data(), plain.data(), threads);
+          w.multiply(a.data(), m, bias.data(), relu.data(), threads, nullptr, true);
+          int negative = 0;
+          for (size_t i = 0; i < plain.size(); ++i) {
+            if (std::isnan(plain[i])) {
+              EXPECT_TRUE(std::isnan(relu[i])) << "element " << i;
+              continue;
+            }
+            negative += plain[i] < 0;
+            EXPECT_EQ(relu[i], plain[i] < 0 ? 0.0f : plain[i]) << "element " << i;
+          }
+          EXPECT_GT(negative, 0);
+          if (k > 0) {
+            EXPECT_TRUE(std::isnan(relu[2]));
+          }
+        }
 }
 
 TEST(PackedGemm, EmptyDepthGivesTheBiasAndEmptyRowsWriteNothing) {
