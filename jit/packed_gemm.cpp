@@ -117,8 +117,8 @@ __attribute__((target("avx2,fma"))) void row_kernel(const float* a, int64_t k, c
     const int64_t kc = std::min(kKc, k - pc);
     const float* b = packed + pc * panels * kNr + j * kc * kNr;  // panel j of this block; j + p follows at p kc kNr
     const float* ak = a + pc;
-#define TR_PANEL(p)                                                              \
-  if constexpr (P > p) {                                                         \
+#define TR_PANEL(p)                                                                     \
+  if constexpr (P > p) {                                                                \
     c##p##0 = _mm256_fmadd_ps(x, _mm256_load_ps(b + (p * kc + kk) * kNr), c##p##0);     \
     c##p##1 = _mm256_fmadd_ps(x, _mm256_load_ps(b + (p * kc + kk) * kNr + 8), c##p##1); \
   }
