@@ -312,10 +312,12 @@ class MatMul : public DnnlPrimitive {
     // two paths in one process, calls alternating (whole models in separate processes gave no
     // answer through that machine's noise): BERT 0.90 and GPT-2 0.92 of gemm:jit's time, and BERT
     // 3% slower with only its two largest products packed than with all. A product of one row (a
-    // batch-1 Linear layer) takes the packed weights' GEMV even where oneDNN offers a blocked
-    // layout (it does for one row on AVX2), Relu in its stores: the MLP's call 0.0125-0.0129 ms
-    // against 0.0158-0.0159 on oneDNN, MobileNetV2's and ResNet-50's classifiers 39-41 and 170-175
-    // us against 45-48 and 186-196 (2 cores, nineteenth session).
+    // batch-1 Linear layer) takes the packed weights' GEMV, Relu in its stores, also where oneDNN
+    // has a blocked layout of its own (AVX-512). On a 2-core AVX-512 machine (nineteenth session):
+    // the MLP's call 0.0125-0.0129 ms against 0.0158-0.0159 on oneDNN, MobileNetV2's and
+    // ResNet-50's classifiers 39-41 and 170-175 us against 45-48 and 186-196; with oneDNN held to
+    // AVX2 (DNNL_MAX_CPU_ISA), 0.0145-0.0155 ms against 0.0246-0.0258, 48-52 and 127-139 us
+    // against 72-90 and 188-193.
     const Dims& ad = a_.dims();
     const Dims& bd = b_.dims();
     const bool b_rows = b_ == plain(bd), b_columns = !b_rows && b_ == transposed_last_two(bd);
