@@ -308,7 +308,8 @@ TEST(SteadyStateAllocations, a_call_that_runs_the_interpreter_returns_the_heaps_
   const int64_t after = resident_bytes();
   for (void* p : pins) std::free(p);
   ASSERT_GT(before, 0);
-  EXPECT_LT(after, before - int64_t(kBlocks * kBlock) / 2) << "resident before the call " << before << ", after " << after;
+  EXPECT_LT(after, before - int64_t(kBlocks * kBlock) / 2)
+      << "resident before the call " << before << ", after " << after;
 }
 #endif
 
