@@ -136,7 +136,10 @@ __attribute__((target("avx2,fma"))) void row_kernel(const float* a, int64_t k, c
     float* out = c + col;
     if (ncols == kNr) {
       __m256 v0 = acc[p][0], v1 = acc[p][1];
-      if (bias) v0 = _mm256_add_ps(v0, _mm256_loadu_ps(bias + col)), v1 = _mm256_add_ps(v1, _mm256_loadu_ps(bias + col + 8));
+      if (bias) {
+        v0 = _mm256_add_ps(v0, _mm256_loadu_ps(bias + col));
+        v1 = _mm256_add_ps(v1, _mm256_loadu_ps(bias + col + 8));
+      }
       if (relu) v0 = relu8(v0), v1 = relu8(v1);
       _mm256_storeu_ps(out, v0);
       _mm256_storeu_ps(out + 8, v1);
