@@ -255,7 +255,10 @@ void PackedWeights::multiply(const float* a, int64_t m, const float* bias, float
   if (m <= 0 || n_ <= 0) return;
   if (k_ == 0) {  // an empty sum: the bias, or zero
     for (int64_t i = 0; i < m; ++i)
-      for (int64_t j = 0; j < n_; ++j) c[i * n_ + j] = relu ? relu1(bias ? bias[j] : 0.0f) : bias ? bias[j] : 0.0f;
+      for (int64_t j = 0; j < n_; ++j) {
+        const float v = bias ? bias[j] : 0.0f;
+        c[i * n_ + j] = relu ? relu1(v) : v;
+      }
     return;
   }
   const int64_t k = k_, n = n_, panels = panels_;

@@ -13,10 +13,9 @@
 #include <thread>
 #include <vector>
 
-#include <unistd.h>
-
 #include "interp/compare.h"
 #include "tests/support/graph_builder.h"
+#include "tests/support/process_memory.h"
 #include "tiers/backend.h"
 #include "tiers/session.h"
 
@@ -73,6 +72,7 @@ namespace {
 
 using testing::GraphBuilder;
 using testing::random_tensor;
+using testing::resident_bytes;
 
 struct Counts {
   int64_t news = 0, aligned_allocs = 0, bytes = 0;
@@ -272,16 +272,6 @@ TEST(SteadyStateAllocations, a_recheck_does_not_copy_the_regions_initializers) {
 }
 
 #if defined(__GLIBC__)
-// This process's resident bytes (/proc/self/statm).
-int64_t resident_bytes() {
-  long pages = 0, resident = 0;
-  FILE* f = std::fopen("/proc/self/statm", "r");
-  if (!f) return -1;
-  const int n = std::fscanf(f, "%ld %ld", &pages, &resident);
-  std::fclose(f);
-  return n == 2 ? int64_t(resident) * ::sysconf(_SC_PAGESIZE) : -1;
-}
-
 // A call in which the interpreter runs gives the free pages of malloc's heaps back to the OS
 // (tiers/session.cpp, release_free_heap): BERT's warm-up calls left ~100 MB of freed intermediates
 // resident in the main heap, over the packed weights. Here 64 MB freed in blocks that small ones
@@ -297,7 +287,7 @@ TEST(SteadyStateAllocations, a_call_that_runs_the_interpreter_returns_the_heaps_
     std::memset(blocks.back(), 1, kBlock);
   }
   for (void* p : blocks) std::free(p);
-  const int64_t before = resident_bytes();
+  const int64_t before = int64_t(resident_bytes());
   GraphBuilder b;
   int x = b.input("x", DType::Float32, {4});
   b.output(b.node(Op::Relu, {x}));
@@ -305,7 +295,7 @@ TEST(SteadyStateAllocations, a_call_that_runs_the_interpreter_returns_the_heaps_
   o.max_tier = Tier::Interp;
   auto s = Session::from_graph(b.build(), o);
   s->run({{"x", random_tensor({4}, 9, -1, 1)}});
-  const int64_t after = resident_bytes();
+  const int64_t after = int64_t(resident_bytes());
   for (void* p : pins) std::free(p);
   ASSERT_GT(before, 0);
   EXPECT_LT(after, before - int64_t(kBlocks * kBlock) / 2)

@@ -8,27 +8,14 @@
 
 #include "interp/compare.h"
 #include "tests/import/import_util.h"
+#include "tests/support/process_memory.h"
 #include "tiers/session.h"
 
 namespace terrace::test {
 namespace {
 
-// A size of /proc/self/status in bytes (`key` "VmRSS:", the resident set, or "VmHWM:", its peak);
-// 0 where /proc cannot be read.
-size_t status_bytes(const char* key) {
-  std::ifstream f("/proc/self/status");
-  std::string k;
-  size_t kb = 0;
-  while (f >> k) {
-    if (k == key) {
-      f >> kb;
-      return kb * 1024;
-    }
-    f.ignore(1 << 10, '\n');
-  }
-  return 0;
-}
-size_t resident_bytes() { return status_bytes("VmRSS:"); }
+using testing::resident_bytes;
+using testing::status_bytes;
 
 Tensor counting(Shape shape) {
   Tensor t = Tensor::empty(DType::Float32, std::move(shape));
