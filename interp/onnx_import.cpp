@@ -387,9 +387,10 @@ Model load_onnx_bytes(std::string_view bytes, const std::string& base_dir) {
   }
 }
 
-Model load_onnx_model(onnx::ModelProto& mp, const std::string& base_dir) {
+namespace {
+Model load_model_from(onnx::ModelProto& mp, const std::string& base_dir, const std::string& link_root) {
   try {
-    verify_model(mp, base_dir);  // before ONNX's checker, which crashes on some malformed models
+    verify_model(mp, base_dir, link_root);  // before ONNX's checker, which crashes on some malformed models
     std::vector<std::string> warnings;
     {
       NewerVersionsHidden hidden(mp);
@@ -404,6 +405,9 @@ Model load_onnx_model(onnx::ModelProto& mp, const std::string& base_dir) {
     fail(ErrorCode::OutOfMemory, "out of memory while loading the model");
   }
 }
+}  // namespace
+
+Model load_onnx_model(onnx::ModelProto& mp, const std::string& base_dir) { return load_model_from(mp, base_dir, ""); }
 
 Model load_onnx_file(const std::string& path) {
   std::string dir = std::filesystem::path(path).parent_path().string();
@@ -416,7 +420,11 @@ Model load_onnx_file(const std::string& path) {
       return ok;
     };
     parse_model(parse, mp);
-    return load_onnx_model(mp, dir.empty() ? "." : dir);
+    // A model file that is a symbolic link (the Hugging Face cache's snapshots/REV/model.onnx):
+    // its external data may also lie in the folder the link resolves into.
+    std::error_code ec;
+    std::filesystem::path target = std::filesystem::canonical(path, ec);
+    return load_model_from(mp, dir.empty() ? "." : dir, ec ? "" : target.parent_path().string());
   } catch (const std::bad_alloc&) {
     throw Error(ErrorCode::OutOfMemory, path + ": out of memory while loading the model");
   } catch (const Error& e) {

@@ -129,7 +129,23 @@ void check_nonzero_input(const std::string& op, InferenceContext& ctx, size_t i)
     if (t.get_as_double(k) == 0) skip(op, "input " + std::to_string(i) + " holds a zero");
 }
 
+// A rank-giving input known to be longer than kMaxRank: skip, so no 2^40-dim shape is built (a
+// declared one is refused at load; this catches lengths inference itself computed).
+void check_rank_length(const std::string& op, InferenceContext& ctx) {
+  int second = -1;
+  for (int i : {rank_giving_input(op, &second), second}) {
+    if (i < 0 || size_t(i) >= ctx.getNumInputs()) continue;
+    const onnx::TypeProto* t = ctx.getInputType(size_t(i));
+    if (!t || !t->has_tensor_type() || !t->tensor_type().has_shape()) continue;
+    for (const auto& d : t->tensor_type().shape().dim())
+      if (d.has_dim_value() && d.dim_value() > kMaxRank)
+        skip(op, "input " + std::to_string(i) + " holds " + std::to_string(d.dim_value()) + " values, more dims than " +
+                     std::to_string(kMaxRank));
+  }
+}
+
 void check_node(const std::string& op, InferenceContext& ctx) {
+  check_rank_length(op, ctx);
   check_axis(op, ctx);
   check_axes(op, ctx);
   check_perm(op, ctx);
@@ -214,6 +230,12 @@ void collect_graphs(onnx::GraphProto* g, std::vector<onnx::GraphProto*>& out) {
 
 }  // namespace
 
+int rank_giving_input(const std::string& op, int* second) {
+  if (second) *second = op == "Col2Im" ? 2 : -1;
+  if (op == "ConstantOfShape") return 0;
+  if (op == "Expand" || op == "Reshape" || op == "Col2Im") return 1;
+  return -1;
+}
 
 // ---- Terrace's own inference of the nodes ONNX 1.12 has no schema for (kOwnDomain) ----
 namespace {
@@ -414,6 +436,8 @@ namespace {
 // "[2,3]", "[N,3]" or "[?]" for a type's shape; "" when it has no shape.
 std::string shape_text(const onnx::TypeProto& t) {
   if (!t.has_tensor_type() || !t.tensor_type().has_shape()) return "";
+  const int rank = t.tensor_type().shape().dim_size();
+  if (rank > 16) return "[" + std::to_string(rank) + " dims]";  // a warning line stays short
   std::string s = "[";
   for (const auto& d : t.tensor_type().shape().dim()) {
     if (s.size() > 1) s += ",";

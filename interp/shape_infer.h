@@ -2,6 +2,7 @@
 #pragma once
 #include <onnx/onnx_pb.h>
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,14 @@ namespace terrace {
 // are Terrace's to infer: their outputs' dtypes, and shapes where the op's rule is simple
 // (same shape, broadcasting, Reduce*, Split); ONNX then carries on from what they give.
 std::vector<std::string> infer_shapes(onnx::ModelProto& m);
+
+// The most dims a value may have. An input whose length becomes a result's rank (Expand's and
+// Reshape's shape, ConstantOfShape's input) is refused past it: a declared int64[2^40] would make
+// inference build a shape of 2^40 dims.
+inline constexpr int64_t kMaxRank = 64;
+
+// Which input of `op` gives a result's rank by its length (-1: none); `second`: a second such input.
+int rank_giving_input(const std::string& op, int* second = nullptr);
 
 // The private domain of nodes whose op version is newer than ONNX 1.12's registry.
 inline constexpr const char* kOwnDomain = "terrace.own";

@@ -1,6 +1,7 @@
 // TensorProto <-> Tensor conversion, confined external-data loading and bounded proto parsing.
 #include "interp/tensor_proto.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <climits>
@@ -10,6 +11,7 @@
 #include <fstream>
 #include <optional>
 #include <sstream>
+#include <vector>
 
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/io/zero_copy_stream_impl.h>
@@ -246,9 +248,15 @@ std::string real_path(const std::string& path, const std::string& what) {
   return s;
 }
 
-// Walks the path one component at a time with lstat, so no symlink anywhere is followed; returns
-// the checked file's full path and its stat.
-std::string confined_file(const std::string& base_dir, const std::string& loc,
+bool inside(const std::string& file, const std::string& root) {
+  return !root.empty() && file.compare(0, root.size() + 1, root + "/") == 0;
+}
+
+// Walks the path one component at a time with lstat. A symbolic link is followed only where its
+// full resolution lies inside one of `roots` (the real paths of the model's folder and the
+// link root); the walk carries on from there. Returns the checked file's path (no link left in
+// it) and its stat.
+std::string confined_file(const std::string& base_dir, const std::vector<std::string>& roots, const std::string& loc,
                           const std::string& what, struct stat* st) {
   std::vector<std::string> parts = confined_components(loc, what);
   std::string path = base_dir;
@@ -256,17 +264,23 @@ std::string confined_file(const std::string& base_dir, const std::string& loc,
     path += "/" + parts[i];
     TERRACE_CHECK(::lstat(path.c_str(), st) == 0, InvalidModel, what, ": external data file '",
                   loc, "' does not exist in the model's folder");
-    TERRACE_CHECK(!S_ISLNK(st->st_mode), InvalidModel, what, ": external data path '", loc,
-                  "' goes through a symbolic link, which is not allowed");
+    if (S_ISLNK(st->st_mode)) {
+      path = real_path(path, what);
+      TERRACE_CHECK(std::any_of(roots.begin(), roots.end(), [&](const std::string& r) { return inside(path, r); }),
+                    InvalidModel, what, ": external data path '", loc, "' goes through a symbolic link to '", path,
+                    "', outside the model's folder");
+      TERRACE_CHECK(::lstat(path.c_str(), st) == 0, InvalidModel, what, ": cannot stat external data file '", path,
+                    "'");
+    }
     bool last = i + 1 == parts.size();
     TERRACE_CHECK(last ? S_ISREG(st->st_mode) : S_ISDIR(st->st_mode), InvalidModel, what,
                   ": external data path '", loc, "' is not a regular file inside a folder");
   }
   TERRACE_CHECK(st->st_nlink == 1, InvalidModel, what, ": external data file '", loc,
                 "' has several hard links, which is not allowed");
-  std::string root = real_path(base_dir, what), file = real_path(path, what);
-  TERRACE_CHECK(file.compare(0, root.size() + 1, root + "/") == 0, InvalidModel, what,
-                ": external data file '", loc, "' lies outside the model's folder");
+  std::string file = real_path(path, what);
+  TERRACE_CHECK(std::any_of(roots.begin(), roots.end(), [&](const std::string& r) { return inside(file, r); }),
+                InvalidModel, what, ": external data file '", loc, "' lies outside the model's folder");
   return path;
 }
 
@@ -295,14 +309,17 @@ std::string read_checked_file(const std::string& path, const struct stat& checke
 
 }  // namespace
 
-void load_external_data(onnx::TensorProto& p, const std::string& base_dir, const std::string& what) {
+void load_external_data(onnx::TensorProto& p, const std::string& base_dir, const std::string& what,
+                        const std::string& link_root) {
   if (p.data_location() != onnx::TensorProto_DataLocation_EXTERNAL) return;
   TERRACE_CHECK(!base_dir.empty(), InvalidModel, what,
                 ": uses external data, but the model was not loaded from a folder");
   TERRACE_CHECK(!p.has_raw_data(), InvalidModel, what, ": has both raw_data and external data");
   ExternalRef ref = parse_external_ref(p, what);
+  std::vector<std::string> roots{real_path(base_dir, what)};
+  if (!link_root.empty()) roots.push_back(real_path(link_root, what));
   struct stat st{};
-  std::string path = confined_file(base_dir, ref.location, what, &st);
+  std::string path = confined_file(base_dir, roots, ref.location, what, &st);
   uint64_t size = uint64_t(st.st_size);
   TERRACE_CHECK(ref.offset <= size, InvalidModel, what, ": external data offset ", ref.offset,
                 " is past the end of '", ref.location, "' (", size, " bytes)");

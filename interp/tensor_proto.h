@@ -26,9 +26,12 @@ Tensor tensor_from_proto(const onnx::TensorProto& p, const std::string& what);
 void tensor_to_proto(const Tensor& t, onnx::TensorProto* p, const std::string& name = "");
 
 // Replaces a tensor's external data (data_location EXTERNAL) with raw_data read from its file.
-// The file must lie inside `base_dir`: relative path, no "..", no symlink in any component, no
-// hard link, and offset/length inside the file. Tensors without external data are left alone.
-void load_external_data(onnx::TensorProto& p, const std::string& base_dir, const std::string& what);
+// The file must lie inside `base_dir`: a relative path without "..", no hard link, offset and
+// length inside the file. A symbolic link on the way is followed only where it resolves inside
+// `base_dir` or `link_root` (the Hugging Face cache: snapshots/REV/x -> ../../blobs/HASH), and the
+// file it reaches must be a regular one. Tensors without external data are left alone.
+void load_external_data(onnx::TensorProto& p, const std::string& base_dir, const std::string& what,
+                        const std::string& link_root = "");
 
 // How deep If/Loop/Scan bodies may nest in a model: each level is three protobuf messages
 // (node, attribute, graph), and protobuf's parser recurses once per message level.

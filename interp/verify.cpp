@@ -12,7 +12,9 @@
 
 #include "interp/graph.h"
 #include "interp/kernel.h"
+#include "interp/log.h"
 #include "interp/op_versions.h"
+#include "interp/shape_infer.h"
 #include "interp/tensor_proto.h"
 
 namespace terrace {
@@ -44,6 +46,28 @@ std::string node_what(const onnx::NodeProto& n, int index, const std::string& wh
   return s + ")";
 }
 
+// A declared dim of -1 is how paddle2onnx and older exporters mark a dynamic dim; ONNX Runtime
+// reads it so. It becomes an unknown dim here; returns how many were rewritten.
+int dynamic_minus_one(onnx::TypeProto& t) {
+  switch (t.value_case()) {
+    case onnx::TypeProto::kTensorType: {
+      int n = 0;
+      if (!t.tensor_type().has_shape()) return 0;
+      for (auto& d : *t.mutable_tensor_type()->mutable_shape()->mutable_dim())
+        if (d.has_dim_value() && d.dim_value() == -1) {
+          d.clear_dim_value();
+          ++n;
+        }
+      return n;
+    }
+    case onnx::TypeProto::kSequenceType:
+      return t.sequence_type().has_elem_type() ? dynamic_minus_one(*t.mutable_sequence_type()->mutable_elem_type()) : 0;
+    case onnx::TypeProto::kOptionalType:
+      return t.optional_type().has_elem_type() ? dynamic_minus_one(*t.mutable_optional_type()->mutable_elem_type()) : 0;
+    default: return 0;
+  }
+}
+
 void check_type(const onnx::TypeProto& t, const std::string& what) {
   switch (t.value_case()) {
     case onnx::TypeProto::kTensorType:
@@ -63,16 +87,32 @@ void check_type(const onnx::TypeProto& t, const std::string& what) {
   }
 }
 
+// An input whose length is a result's rank (shape_infer.h) declared longer than kMaxRank.
+void check_rank_inputs(const onnx::NodeProto& n, const std::unordered_map<std::string, const onnx::TypeProto*>& declared,
+                       const std::string& what) {
+  int second = -1;
+  for (int i : {rank_giving_input(n.op_type(), &second), second}) {
+    if (i < 0 || i >= n.input_size()) continue;
+    auto it = declared.find(n.input(i));
+    if (it == declared.end() || !it->second->has_tensor_type()) continue;
+    for (const auto& d : it->second->tensor_type().shape().dim())
+      TERRACE_CHECK(!d.has_dim_value() || d.dim_value() <= kMaxRank, InvalidModel, what, ": input ", i, " ('",
+                    n.input(i), "') is declared with ", d.dim_value(), " values, but its length is the rank of ",
+                    n.op_type(), "'s result, at most ", kMaxRank);
+  }
+}
+
 class Verifier {
  public:
-  Verifier(std::string base_dir, int opset) : base_dir_(std::move(base_dir)), opset_(opset) {}
+  Verifier(std::string base_dir, std::string link_root, int opset)
+      : base_dir_(std::move(base_dir)), link_root_(std::move(link_root)), opset_(opset) {}
 
   // Checks a graph and sorts its nodes; returns the names it reads from enclosing graphs.
   std::set<std::string> graph(onnx::GraphProto& g, const Scope* outer, const std::string& where);
 
  private:
   void tensor(onnx::TensorProto& t, const std::string& what) {
-    load_external_data(t, base_dir_, what);
+    load_external_data(t, base_dir_, what, link_root_);
     check_tensor_proto(t, what);
   }
   void op(const onnx::NodeProto& n, const std::string& what);
@@ -81,9 +121,18 @@ class Verifier {
   // Checks a node's attributes; returns the names its subgraphs read from enclosing graphs.
   std::set<std::string> attributes(onnx::NodeProto& n, const Scope& scope, const std::string& what);
   void declare(Scope& scope, const std::string& name, const std::string& what);
+  // Checks a graph input's, output's or value_info's type, reading a dim of -1 as dynamic.
+  void declared_type(onnx::ValueInfoProto& v, const std::string& what) {
+    if (int n = dynamic_minus_one(*v.mutable_type()); n > 0 && minus_one_dims_++ == 0) first_minus_one_ = what;
+    check_type(v.type(), what);
+  }
 
-  std::string base_dir_;
+  std::string base_dir_, link_root_;
   int opset_;
+
+ public:
+  int minus_one_dims_ = 0;        // declared dims of -1 read as dynamic
+  std::string first_minus_one_;   // where the first was
 };
 
 // Models of opsets below 7 load when each of their ops means what it means at opset 7 (the same
@@ -223,17 +272,21 @@ std::set<std::string> Verifier::graph(onnx::GraphProto& g, const Scope* outer,
     tensor(t, what);
   }
   std::unordered_set<std::string> input_names;
-  for (const auto& v : g.input()) {
+  for (auto& v : *g.mutable_input()) {
     std::string what = where + "graph input '" + v.name() + "'";
     TERRACE_CHECK(!v.name().empty() && input_names.insert(v.name()).second, InvalidModel, what,
                   " is empty or listed twice");
     scope.names.insert(v.name());  // an input may share an initializer's name (its default)
-    check_type(v.type(), what);
+    declared_type(v, what);
   }
   for (int i = 0; i < g.node_size(); ++i)
     for (const auto& o : g.node(i).output())
       if (!o.empty()) declare(scope, o, node_what(g.node(i), i, where) + " output");
-  for (const auto& v : g.value_info()) check_type(v.type(), where + "value info '" + v.name() + "'");
+  for (auto& v : *g.mutable_value_info()) declared_type(v, where + "value info '" + v.name() + "'");
+
+  std::unordered_map<std::string, const onnx::TypeProto*> declared;  // for check_rank_inputs
+  for (const auto& v : g.input()) declared[v.name()] = &v.type();
+  for (const auto& v : g.value_info()) declared[v.name()] = &v.type();
 
   std::set<std::string> free;  // names read here but defined by enclosing graphs
   auto read = [&](const std::string& name, const std::string& what) {
@@ -246,6 +299,7 @@ std::set<std::string> Verifier::graph(onnx::GraphProto& g, const Scope* outer,
     onnx::NodeProto& n = *g.mutable_node(i);
     std::string what = node_what(n, i, where);
     op(n, what);
+    check_rank_inputs(n, declared, what);
     reads[size_t(i)] = attributes(n, scope, what);
     for (const std::string& r : reads[size_t(i)]) read(r, what);
     for (const auto& in : n.input())
@@ -254,11 +308,11 @@ std::set<std::string> Verifier::graph(onnx::GraphProto& g, const Scope* outer,
         reads[size_t(i)].insert(in);
       }
   }
-  for (const auto& v : g.output()) {
+  for (auto& v : *g.mutable_output()) {
     std::string what = where + "graph output '" + v.name() + "'";
     TERRACE_CHECK(!v.name().empty(), InvalidModel, what, " has no name");
     read(v.name(), what);
-    check_type(v.type(), what);
+    declared_type(v, what);
   }
   sort_nodes(g, reads, where);
   return free;
@@ -266,7 +320,7 @@ std::set<std::string> Verifier::graph(onnx::GraphProto& g, const Scope* outer,
 
 }  // namespace
 
-void verify_model(onnx::ModelProto& m, const std::string& base_dir) {
+void verify_model(onnx::ModelProto& m, const std::string& base_dir, const std::string& link_root) {
   TERRACE_CHECK(m.has_graph(), InvalidModel, "the model has no graph (is this an ONNX file?)");
   int opset = default_opset(m);
   if (opset == -1) {  // fine for a model of other domains only, which Terrace does not support
@@ -278,7 +332,11 @@ void verify_model(onnx::ModelProto& m, const std::string& base_dir) {
   TERRACE_CHECK(opset > 0, InvalidModel, "the default-domain opset version must be positive");
   TERRACE_CHECK(opset <= kMaxOpset, NotImplemented, "default-domain opset ", opset,
                 " is not supported (Terrace supports ", kMinOpset, " to ", kMaxOpset, ")");
-  Verifier(base_dir, opset).graph(*m.mutable_graph(), nullptr, "");
+  Verifier verifier(base_dir, link_root, opset);
+  verifier.graph(*m.mutable_graph(), nullptr, "");
+  if (verifier.minus_one_dims_ > 0)
+    log(LogLevel::Warn, "model: ", verifier.minus_one_dims_, " declared dim(s) of -1 (the first in ",
+        verifier.first_minus_one_, ") read as dynamic, as older exporters mean them");
 }
 
 }  // namespace terrace

@@ -20,7 +20,9 @@ constexpr int kMaxOpset = 23;
 // Along the way it reads external data into raw_data (confined to `base_dir`, see
 // load_external_data) and sorts every graph's nodes topologically (a cycle is InvalidModel), so
 // the model it leaves is self-contained and ordered. Throws terrace::Error naming the problem.
-void verify_model(onnx::ModelProto& m, const std::string& base_dir);
+// `link_root`: a second folder a symbolic link to external data may resolve into (where the model
+// file's own link points: the Hugging Face cache's blobs folder).
+void verify_model(onnx::ModelProto& m, const std::string& base_dir, const std::string& link_root = "");
 
 // The default-domain opset version the model imports (after verify_model: always present).
 int default_opset(const onnx::ModelProto& m);

@@ -2,6 +2,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "tests/import/import_util.h"
@@ -88,6 +89,44 @@ TEST_F(ExternalData, symlink_to_a_file_outside_is_rejected) {
 TEST_F(ExternalData, symlinked_folder_is_rejected) {
   fs::create_directory_symlink(dir_, model_dir() + "/up");
   expect_rejected("up/outside.bin", "symbolic link");
+}
+
+TEST_F(ExternalData, symlink_to_a_file_inside_the_folder_loads) {
+  fs::create_symlink("weights.bin", model_dir() + "/link.bin");
+  Model m = load_file("link.bin", 4);
+  EXPECT_EQ(m.graph->initializers.at(m.graph->find_value("B")).data<float>()[0], 2.0f);
+}
+
+// The Hugging Face hub's cache: snapshots/REV/<file> are links to ../../blobs/<hash>.
+TEST_F(ExternalData, hugging_face_cache_layout_loads) {
+  fs::create_directories(dir_ + "/hf/blobs");
+  fs::create_directories(dir_ + "/hf/snapshots/rev1");
+  write(dir_ + "/hf/blobs/aaa", model("weights.bin", 4));
+  fs::copy_file(model_dir() + "/weights.bin", dir_ + "/hf/blobs/bbb");
+  fs::create_symlink("../../blobs/aaa", dir_ + "/hf/snapshots/rev1/model.onnx");
+  fs::create_symlink("../../blobs/bbb", dir_ + "/hf/snapshots/rev1/weights.bin");
+  Model m = load_onnx_file(dir_ + "/hf/snapshots/rev1/model.onnx");
+  const Tensor& b = m.graph->initializers.at(m.graph->find_value("B"));
+  EXPECT_EQ(b.data<float>()[0], 2.0f);
+  EXPECT_EQ(b.data<float>()[2], 4.0f);
+  // Without the model's own link, the blobs folder is outside.
+  fs::remove(dir_ + "/hf/snapshots/rev1/model.onnx");
+  write(dir_ + "/hf/snapshots/rev1/model.onnx", model("weights.bin", 4));
+  try {
+    load_onnx_file(dir_ + "/hf/snapshots/rev1/model.onnx");
+    ADD_FAILURE() << "a link out of the model's folder was followed";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::InvalidModel) << e.what();
+    EXPECT_NE(e.message().find("outside the model's folder"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(ExternalData, symlink_to_a_fifo_or_a_device_is_rejected) {
+  ASSERT_EQ(::mkfifo((model_dir() + "/pipe").c_str(), 0600), 0);
+  fs::create_symlink("pipe", model_dir() + "/to_pipe.bin");
+  expect_rejected("to_pipe.bin", "not a regular file");
+  fs::create_symlink("/dev/zero", model_dir() + "/zero.bin");
+  expect_rejected("zero.bin", "symbolic link");
 }
 
 TEST_F(ExternalData, hard_link_is_rejected) {
