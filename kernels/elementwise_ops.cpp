@@ -124,14 +124,10 @@ Expr fold(const Args& args, Expr (*f)(const Expr&, const Expr&)) {
 }
 Expr add(const Expr& a, const Expr& b) { return a + b; }
 
-// std::max / std::min as the interpreter uses them: a NaN second argument loses to the first.
-Expr std_max(const Expr& a, const Expr& b) { return sel(cmp(CmpOp::LT, a, b), b, a); }
-Expr std_min(const Expr& a, const Expr& b) { return sel(cmp(CmpOp::LT, b, a), b, a); }
-
-// y = max(0, min(1, alpha * x + beta)); NaN gives 1, as in the interpreter.
+// y = clip(alpha * x + beta, 0, 1); NaN stays NaN, as in the interpreter.
 Expr hard_sigmoid(const Expr& x, double alpha, double beta) {
   Expr v = cst(x, alpha) * x + cst(x, beta);
-  return std_max(cst(x, 0), std_min(cst(x, 1), v));
+  return sel(cmp(CmpOp::LT, v, cst(x, 0)), cst(x, 0), sel(cmp(CmpOp::GT, v, cst(x, 1)), cst(x, 1), v));
 }
 // log(1 + exp(x)) without overflow: max(x, 0) + log1p(exp(-|x|)).
 Expr softplus(const Expr& x) {
@@ -226,9 +222,9 @@ Expr lower_op(const Node& node, const Args& a) {
       Expr gamma = c(node.attr_float("gamma", 1.05070102214813232421875f));
       return sel(cmp(CmpOp::GT, x(), c(0)), gamma * x(), gamma * (al * exp_(x()) - al));
     }
-    case Op::Celu: {
+    case Op::Celu: {  // the interpreter's form: NaN stays NaN
       Expr al = alpha(1.0);
-      return std_max(c(0), x()) + std_min(c(0), al * (exp_(x() / al) - c(1)));
+      return sel(cmp(CmpOp::GT, x(), c(0)), x(), al * (exp_(x() / al) - c(1)));
     }
     case Op::Softplus: return softplus(x());
     case Op::Softsign: return x() / (c(1) + abs_of(x()));

@@ -105,8 +105,8 @@ extern "C" __global__ void terrace_conv_pad(float* y, const float* x, i64 n, i64
 __device__ __forceinline__ i64 terrace_ceil_div(i64 a, i64 b) { return (a + b - 1) / b; }
 
 // MaxPool and AveragePool, one thread per output, as the interpreter's nn_pool.cpp: the taps of
-// a window that lie inside the input; max keeps the first maximum and propagates NaN (an empty
-// window gives -inf); the average sums in double and divides by the taps inside the input (mode
+// a window that lie inside the input; max keeps the first maximum and passes over NaN (a window
+// of NaN only gives NaN, an empty one -inf); the average sums in double and divides by the taps inside the input (mode
 // 1) or inside the padded input (mode 2), 0 for none.
 extern "C" __global__ void terrace_pool(float* y, const float* x, i64 n, PoolParams g) {
   const i64 step = (i64)gridDim.x * blockDim.x;
@@ -136,7 +136,7 @@ extern "C" __global__ void terrace_pool(float* y, const float* x, i64 n, PoolPar
             const i64 a = start[0] + k0 * g.dilation[0], b = start[1] + k1 * g.dilation[1],
                       c = start[2] + k2 * g.dilation[2];
             const float v = xp[(a * g.in[1] + b) * g.in[2] + c];
-            if (!found || v > best || (v != v && best == best)) {
+            if (!found || v > best || (best != best && v == v)) {
               best = v;
               found = true;
             }

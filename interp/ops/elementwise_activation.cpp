@@ -58,9 +58,11 @@ struct Celu : FloatActivation {
   explicit Celu(const Node& n) : alpha(n.attr_float("alpha", 1.0f)) {
     TERRACE_CHECK(alpha != 0.0f, InvalidModel, n.describe(), ": attribute 'alpha' must not be 0");
   }
+  // max(0, x) + min(0, a (exp(x / a) - 1)), which is one branch or the other for any a != 0,
+  // written so that NaN stays NaN (as ONNX's reference, with np.maximum, gives).
   template <typename C> C operator()(C x) const {
     C a = C(alpha);
-    return std::max(C(0), x) + std::min(C(0), a * (std::exp(x / a) - C(1)));
+    return x > C(0) ? x : a * (std::exp(x / a) - C(1));
   }
 };
 
@@ -68,8 +70,10 @@ struct HardSigmoid : FloatActivation {
   float alpha, beta;
   explicit HardSigmoid(const Node& n)
       : alpha(n.attr_float("alpha", 0.2f)), beta(n.attr_float("beta", 0.5f)) {}
+  // clip(alpha x + beta, 0, 1), NaN staying NaN (ONNX's reference and ONNX Runtime).
   template <typename C> C operator()(C x) const {
-    return std::max(C(0), std::min(C(1), C(alpha) * x + C(beta)));
+    C v = C(alpha) * x + C(beta);
+    return v < C(0) ? C(0) : v > C(1) ? C(1) : v;
   }
 };
 

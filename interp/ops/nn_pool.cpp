@@ -180,17 +180,20 @@ T lowest_value() {
     return T(-std::numeric_limits<float>::infinity());
 }
 
-// Max that propagates NaN (as numpy and PyTorch do), keeping the first maximum on ties.
+// MaxPool's max, as ONNX's reference (which drops a window's NaN before np.max) and ONNX Runtime
+// (whose scan compares with >): NaN taps are passed over, a window of NaN only gives NaN.
+// GlobalMaxPool's (the reference's np.max over the plane) propagates NaN. The first maximum is
+// kept on ties.
 template <typename T>
-inline bool takes_max(T v, T best) {
+inline bool takes_max(T v, T best, bool skip_nan) {
   if constexpr (std::is_integral_v<T>)
     return v > best;
   else
-    return v > best || (v != v && best == best);
+    return v > best || (skip_nan ? best != best && v == v : v != v && best == best);
 }
 
 template <typename T>
-void max_pool(const PoolGeometry& g, const T* x, T* y, int64_t* indices, bool column_major) {
+void max_pool(const PoolGeometry& g, const T* x, T* y, int64_t* indices, bool column_major, bool skip_nan = true) {
   // Indices are flat over the whole input; storage_order 1 numbers the spatial dims column-major.
   Dims3 row{g.in[1] * g.in[2], g.in[2], 1}, col{1, g.in[0], g.in[0] * g.in[1]};
   const Dims3& istride = column_major ? col : row;
@@ -201,7 +204,7 @@ void max_pool(const PoolGeometry& g, const T* x, T* y, int64_t* indices, bool co
     bool found = false;
     for_each_tap(g, o0, o1, o2, [&](int64_t i0, int64_t i1, int64_t i2) {
       T v = xp[i0 * row[0] + i1 * row[1] + i2];
-      if (!found || takes_max(v, best)) {
+      if (!found || takes_max(v, best, skip_nan)) {
         best = v;
         arg = i0 * istride[0] + i1 * istride[1] + i2 * istride[2];
         found = true;
@@ -291,7 +294,7 @@ void global_max_pool_kernel(KernelContext& ctx) {
   Tensor y = Tensor::empty(x.dtype(), g.out_shape(x.shape()));
   dispatch_float(ctx.node, x.dtype(), "input X", [&](auto tag) {
     using T = decltype(tag);
-    max_pool<T>(g, x.data<T>(), y.data<T>(), nullptr, false);
+    max_pool<T>(g, x.data<T>(), y.data<T>(), nullptr, false, /*skip_nan=*/false);
   });
   ctx.set_output(0, std::move(y));
 }

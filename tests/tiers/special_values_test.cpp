@@ -105,5 +105,65 @@ TEST(SpecialValues, the_same_holds_for_kernels_split_across_threads) {
   check(24 * 24 * 512);  // large enough to be split into parallel pieces
 }
 
+// What each activation and pool gives for NaN, as ONNX's reference computes it, on the interpreter
+// and on tier 1: NaN stays NaN (HardSigmoid's clip and Celu's np.maximum included), but for
+// ThresholdedRelu and Shrink, whose np.where picks 0; MaxPool passes over a window's NaN (the
+// reference drops them before np.max; a window of NaN only gives NaN), GlobalMaxPool's np.max and
+// AveragePool's sum propagate it.
+TEST(SpecialValues, every_activation_and_pool_meets_nan_as_onnxs_reference_on_every_tier) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  GraphBuilder g;
+  int x = g.input("x", DType::Float32, {4});
+  std::vector<std::pair<Op, bool>> activations = {  // op, NaN gives NaN
+      {Op::Relu, true},      {Op::LeakyRelu, true}, {Op::Elu, true},      {Op::Selu, true},
+      {Op::Celu, true},      {Op::HardSigmoid, true}, {Op::HardSwish, true}, {Op::Sigmoid, true},
+      {Op::Tanh, true},      {Op::Softplus, true},  {Op::Softsign, true},  {Op::Mish, true},
+      {Op::Gelu, true},      {Op::ThresholdedRelu, false}, {Op::Shrink, false}};
+  for (auto [op, _] : activations) g.output(g.node(op, {x}));
+  int p = g.input("p", DType::Float32, {1, 1, 1, 8});
+  const auto k12 = GraphBuilder::attr_ints({1, 2});
+  g.output(g.node(Op::MaxPool, {p}, {{"kernel_shape", k12}, {"strides", k12}}));
+  g.output(g.node(Op::GlobalMaxPool, {p}));
+  g.output(g.node(Op::AveragePool, {p}, {{"kernel_shape", k12}, {"strides", k12}}));
+  auto graph = g.build();
+  // x: NaN, then values every op handles in its usual way; p: windows {NaN,1} {2,NaN} {NaN,NaN} {-1,-2}.
+  const NamedTensors in = {{"x", Tensor::from_vector<float>({4}, {nan, 0.5f, -0.5f, 2.0f})},
+                           {"p", Tensor::from_vector<float>({1, 1, 1, 8}, {nan, 1, 2, nan, nan, nan, -1, -2})}};
+  auto expect_reference = [&](const NamedTensors& out, const std::string& tier) {
+    ASSERT_EQ(out.size(), activations.size() + 3);
+    for (size_t i = 0; i < activations.size(); ++i) {
+      const float y = out[i].second.data<float>()[0];
+      const std::string what = std::string(op_name(activations[i].first)) + "(NaN) on " + tier;
+      if (activations[i].second) EXPECT_TRUE(std::isnan(y)) << what << " gives " << y;
+      else EXPECT_EQ(y, 0.0f) << what;
+    }
+    const float* max = out[activations.size()].second.data<float>();
+    EXPECT_EQ(max[0], 1.0f) << "MaxPool on " << tier;
+    EXPECT_EQ(max[1], 2.0f) << "MaxPool on " << tier;
+    EXPECT_TRUE(std::isnan(max[2])) << "MaxPool of NaN only on " << tier << " gives " << max[2];
+    EXPECT_EQ(max[3], -1.0f) << "MaxPool on " << tier;
+    EXPECT_TRUE(std::isnan(out[activations.size() + 1].second.data<float>()[0])) << "GlobalMaxPool on " << tier;
+    const float* avg = out[activations.size() + 2].second.data<float>();
+    EXPECT_TRUE(std::isnan(avg[0]) && std::isnan(avg[1]) && std::isnan(avg[2])) << "AveragePool on " << tier;
+    EXPECT_EQ(avg[3], -1.5f) << "AveragePool on " << tier;
+  };
+  Options interp;
+  interp.max_tier = Tier::Interp;
+  interp.cache_dir = "";
+  expect_reference(Session::from_graph(graph, interp)->run(in), "interp");
+  Options cpu;
+  cpu.max_tier = Tier::Cpu;
+  cpu.cache_dir = "";
+  auto s = Session::from_graph(graph, cpu);
+  for (int i = 0; i < 6; ++i) {  // promotion, then the validated calls
+    s->run(in);
+    s->wait_for_compiles();
+  }
+  NamedTensors got = s->run(in);
+  const CallRecord last = s->last_call();
+  ASSERT_NE(std::find(last.tiers.begin(), last.tiers.end(), "cpu"), last.tiers.end()) << s->report_json();
+  expect_reference(got, "tier 1");
+}
+
 }  // namespace
 }  // namespace terrace
