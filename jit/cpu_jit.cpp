@@ -12,6 +12,7 @@
 #include <mutex>
 
 #include "interp/error.h"
+#include "interp/exit_order.h"
 #include "interp/log.h"
 #include "jit/clang_jit_plugin.h"
 
@@ -71,6 +72,7 @@ const TerraceClangJitApi& plugin() {
         continue;
       }
       log(LogLevel::Debug, "tier 1: Clang JIT plugin ", path);
+      at_exit_refresh();  // LLVM's statics now exist: stop compiles at exit before they go
       return found;
     }
     fail(ErrorCode::CompileFailed, "tier 1 cannot load its Clang JIT plugin (libterrace_clang_jit.so; ",
@@ -115,6 +117,12 @@ CompiledCode::~CompiledCode() {
   if (impl_ && impl_->dylib) plugin().unlink(impl_->jit->jit, impl_->dylib);
 }
 
+void CompiledCode::forget_cached() const {
+  std::error_code ec;
+  if (!cache_file_.empty() && std::filesystem::remove(cache_file_, ec))
+    log(LogLevel::Info, "code cache: removed ", cache_file_.string(), " (", name_, " failed validation)");
+}
+
 void* CompiledCode::symbol(const std::string& name) const {
   for (const auto& [n, addr] : symbols_)
     if (n == name) return addr;
@@ -157,6 +165,7 @@ std::shared_ptr<CompiledCode> CpuJit::compile(const std::string& name, const std
   const CodeCache& disk = cache ? *cache : impl_->cache;
   const std::string key = disk.enabled() ? api.cache_key_prefix(impl_->jit) + source : std::string();
   std::string object;
+  if (disk.enabled()) code->cache_file_ = disk.path_of(key);
   if (std::optional<std::string> hit = disk.enabled() ? disk.load(key) : std::nullopt) {
     object = std::move(*hit);
     code->timings_.cached = true;

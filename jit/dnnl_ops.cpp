@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "interp/error.h"
+#include "interp/exit_order.h"
 #include "interp/interpreter.h"
 #include "interp/omp_threads.h"
 #include "interp/ops/conv.h"
@@ -29,9 +30,22 @@
 
 namespace terrace::jit {
 
+// Never destroyed, and made with a first small primitive: oneDNN builds its own statics (the
+// primitive cache, CPU detection) then, after which the handler that stops compiles at exit is
+// registered again, to run before they are destroyed (interp/exit_order.h).
 dnnl::engine& cpu_engine() {
-  static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
-  return engine;
+  static dnnl::engine* engine = [] {
+    auto* e = new dnnl::engine(dnnl::engine::kind::cpu, 0);
+    try {
+      const dnnl::memory::desc m = plain({1, 1});
+      dnnl::matmul(dnnl::matmul::primitive_desc(dnnl::matmul::desc(m, m, m), *e));
+    } catch (const dnnl::error&) {
+      // a product oneDNN cannot build here fails again, with its reason, where it is needed
+    }
+    at_exit_refresh();
+    return e;
+  }();
+  return *engine;
 }
 
 dnnl::memory::desc plain(const dnnl::memory::dims& dims) {

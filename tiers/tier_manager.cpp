@@ -2,6 +2,7 @@
 // with deopts per call and demotion on a failed validation), and the background compile jobs.
 #include "tiers/tier_manager.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -12,9 +13,11 @@
 #include <unistd.h>
 #include <deque>
 #include <functional>
+#include <system_error>
 #include <thread>
 
 #include "interp/compare.h"
+#include "interp/exit_order.h"
 #include "interp/log.h"
 #include "interp/omp_threads.h"
 #include "tiers/repro.h"
@@ -35,25 +38,23 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
 // away, queued jobs are dropped unrun, a running one is waited for up to a limit and abandoned
 // past it: its thread is detached and finishes on its own; everything the job touches is held by
 // the shared Core, and this object is leaked with the thread rather than destroyed under it.
+// Threads start with the first job; one that cannot start (std::system_error: EAGAIN under a
+// thread limit) makes enqueue() return why, and the caller keeps the region where it is.
 struct TierManager::Jobs {
   std::mutex mu;
   std::condition_variable work, idle;
   std::deque<std::function<void()>> queue;
   int in_flight = 0;  // queued or running
   bool stopping = false;
+  int wanted, nice;
   std::vector<std::thread> threads;
 
   // `nice`: the threads' scheduling priority (0 as the caller's; 19 yields to every other thread).
-  explicit Jobs(int n, int nice = 0) {
-    for (int i = 0; i < std::max(1, n); ++i)
-      threads.emplace_back([this, nice] {
-        if (nice > 0) ::setpriority(PRIO_PROCESS, pid_t(::syscall(SYS_gettid)), nice);  // Linux: per thread
-        mark_background_thread();  // its OpenMP code on one thread (interp/omp_threads.h says why)
-        loop();
-      });
-  }
+  explicit Jobs(int n, int nice_ = 0) : wanted(std::max(1, n)), nice(nice_) { register_pool(this); }
   ~Jobs() {  // only once stop() has found nothing running
-    for (std::thread& t : threads) t.join();
+    unregister_pool(this);
+    for (std::thread& t : threads)
+      if (t.joinable()) t.join();
   }
   void loop() {
     for (;;) {
@@ -67,48 +68,90 @@ struct TierManager::Jobs {
       }
       f();
       f = nullptr;  // its captures go before the job counts as done
+      at_exit_refresh();  // after the first jobs built oneDNN's and LLVM's statics (exit_order.h)
       std::lock_guard<std::mutex> lock(mu);
       if (--in_flight == 0) idle.notify_all();
     }
   }
-  void enqueue(std::function<void()> f) {
+  // Starts the threads not yet running (mu held); "" once at least one runs, else why none can.
+  std::string start_threads() {
+    std::string why;
+    while (int(threads.size()) < wanted) {
+      try {
+        if (fault_enabled("thread-create:cpu"))  // as a process at its thread limit
+          throw std::system_error(std::make_error_code(std::errc::resource_unavailable_try_again));
+        threads.emplace_back([this] {
+          if (nice > 0) ::setpriority(PRIO_PROCESS, pid_t(::syscall(SYS_gettid)), nice);  // Linux: per thread
+          mark_background_thread();  // its OpenMP code on one thread (interp/omp_threads.h says why)
+          loop();
+        });
+      } catch (const std::system_error& e) {
+        why = e.what();
+        break;
+      }
+    }
+    return threads.empty() ? "cannot start a background thread: " + why : "";
+  }
+  // Queues f; "" when it will run, else why it cannot (no thread could be started).
+  std::string enqueue(std::function<void()> f) {
     std::lock_guard<std::mutex> lock(mu);
-    if (stopping) return;
+    if (stopping) return "";  // the session is going away: dropped, as queued jobs are
+    if (std::string why = start_threads(); !why.empty()) return why;
     ++in_flight;
     queue.push_back(std::move(f));
     work.notify_one();
+    return "";
   }
   void wait() {
     std::unique_lock<std::mutex> lock(mu);
     idle.wait(lock, [&] { return in_flight == 0; });
   }
-  // Drops the queued jobs and waits up to `ms` for the running ones: true when none is left.
-  bool stop(int ms) {
+  // Drops the queued jobs and waits until `deadline` for the running ones: true when none is left.
+  bool stop_until(std::chrono::steady_clock::time_point deadline) {
     std::unique_lock<std::mutex> lock(mu);
     stopping = true;
     in_flight -= int(queue.size());
     queue.clear();
     work.notify_all();
-    return idle.wait_for(lock, std::chrono::milliseconds(std::max(0, ms)), [&] { return in_flight == 0; });
+    return idle.wait_until(lock, deadline, [&] { return in_flight == 0; });
+  }
+  bool stop(int ms) {
+    return stop_until(std::chrono::steady_clock::now() + std::chrono::milliseconds(std::max(0, ms)));
   }
   void abandon() {
     for (std::thread& t : threads) t.detach();
   }
+
+  static void register_pool(Jobs* p);
+  static void unregister_pool(Jobs* p);
 };
 
-// Job pools abandoned by destroyed sessions, whose running job may still be inside a compiler
-// when the process exits: an exit handler (registered at the first abandonment, so after LLVM's
-// static objects exist, and so run before they are destroyed) waits for those jobs, at most
-// kExitWaitMs in all, instead of letting a compile run on against destroyed statics (a crash at
-// exit, seen under ThreadSanitizer). Never destroyed.
+// Every job pool, live sessions' and abandoned ones'. A program may return from main with a
+// session alive, its compile inside oneDNN: at exit (exit_order.h: before the statics of the
+// libraries the jobs use go) every pool stops, its running jobs are waited for, at most
+// kExitWaitMs in all, and its threads joined. Never destroyed.
 constexpr int kExitWaitMs = 10000;
-struct AbandonedJobs {
+struct JobPools {
   std::mutex mu;
   std::vector<TierManager::Jobs*> pools;
+  bool exited = false;
 };
-static AbandonedJobs& abandoned_jobs() {
-  static auto* a = new AbandonedJobs;
+static JobPools& job_pools() {
+  static auto* a = new JobPools;
   return *a;
+}
+
+void TierManager::Jobs::register_pool(Jobs* p) {
+  JobPools& a = job_pools();
+  std::lock_guard<std::mutex> lock(a.mu);
+  a.pools.push_back(p);
+  at_exit_first(stop_jobs_at_exit);
+}
+
+void TierManager::Jobs::unregister_pool(Jobs* p) {
+  JobPools& a = job_pools();
+  std::lock_guard<std::mutex> lock(a.mu);  // waits for a running stop_jobs_at_exit
+  a.pools.erase(std::remove(a.pools.begin(), a.pools.end(), p), a.pools.end());
 }
 
 struct TierManager::RegionState {
@@ -223,30 +266,23 @@ TierManager::~TierManager() {
     }
     log(LogLevel::Warn, "a background job still runs after ", core_->options_.compile_wait_ms,
         " ms; abandoned: it ends on its own thread and its result is dropped");
-    jobs->abandon();  // and the Jobs object is left alive for the detached thread
-    AbandonedJobs& a = abandoned_jobs();
-    std::lock_guard<std::mutex> lock(a.mu);
-    a.pools.push_back(jobs);
-    static std::once_flag registered;
-    std::call_once(registered, [] { std::atexit(wait_for_abandoned_jobs); });
+    jobs->abandon();  // and the Jobs object is left alive (registered) for the detached thread
   }
 }
 
-void TierManager::wait_for_abandoned_jobs() {
-  AbandonedJobs& a = abandoned_jobs();
-  std::vector<Jobs*> pools;
-  {
-    std::lock_guard<std::mutex> lock(a.mu);
-    pools = a.pools;
-  }
+void TierManager::stop_jobs_at_exit() {
+  JobPools& a = job_pools();
+  std::lock_guard<std::mutex> lock(a.mu);
+  if (a.exited) return;
+  a.exited = true;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kExitWaitMs);
-  for (Jobs* jobs : pools) {
-    std::unique_lock<std::mutex> lock(jobs->mu);
-    if (!jobs->idle.wait_until(lock, deadline, [&] { return jobs->in_flight == 0; })) {
-      std::fprintf(stderr, "[terrace warn] exiting while an abandoned background job still runs after %d ms\n",
-                   kExitWaitMs);
+  for (Jobs* jobs : a.pools) {
+    if (!jobs->stop_until(deadline)) {
+      std::fprintf(stderr, "[terrace warn] exiting while a background job still runs after %d ms\n", kExitWaitMs);
       return;
     }
+    for (std::thread& t : jobs->threads)  // idle and stopping: each returns at once
+      if (t.joinable()) t.join();
   }
 }
 
@@ -445,10 +481,15 @@ void TierManager::Core::maybe_promote(RegionState& st, const std::string& sig,
   // thread's default: tier 1 runs parallel work on one thread or on the whole team, never on a
   // team of another size (jit/dnnl_ops.cpp's threads_for).
   const int team = omp_get_max_threads();
-  jobs_->enqueue([self = shared_from_this(), sp, sig, shapes, call, team] {
+  std::string why = jobs_->enqueue([self = shared_from_this(), sp, sig, shapes, call, team] {
     ScopedOmpThreads threads(team);
     self->compile_job(*sp, sig, shapes, call);
   });
+  if (why.empty()) return;
+  st.compiling.erase(sig);  // the region stays on the interpreter, and says why
+  st.stopped = std::string(error_code_name(ErrorCode::RuntimeError)) + ": " + why;
+  if (st.validation == "pending" && st.load()->empty()) st.validation = "off";
+  log(LogLevel::Warn, "region ", st.region->id, " (", st.region->ops(), "): stays on the interpreter: ", st.stopped);
 }
 
 void TierManager::Core::compile_job(RegionState& st, std::string sig, std::vector<Tensor> in, int64_t call) {
@@ -469,10 +510,14 @@ void TierManager::Core::maybe_promote_gpu(RegionState& st, const std::string& si
   std::vector<Tensor> shapes = compile_inputs(in);
   RegionState* sp = &st;
   const int team = omp_get_max_threads();  // as maybe_promote's
-  jobs_->enqueue([self = shared_from_this(), sp, key, sig, shapes, call, team] {
+  std::string why = jobs_->enqueue([self = shared_from_this(), sp, key, sig, shapes, call, team] {
     ScopedOmpThreads threads(team);
     self->compile_job(*sp, *self->gpu_, key, sig, shapes, call);
   });
+  if (why.empty()) return;
+  st.compiling.erase(key);
+  st.failed.insert(key);
+  st.gpu_state = "stays on tier 1: " + std::string(error_code_name(ErrorCode::RuntimeError)) + ": " + why;
 }
 
 void TierManager::Core::compile_job(RegionState& st, Backend& backend, std::string key, std::string sig,
@@ -551,6 +596,7 @@ std::optional<std::string> TierManager::Core::mismatch(const Region& region, con
 
 void TierManager::Core::demote(RegionState& st, Version& v, const std::string& why) {
   v.demoted = true;
+  if (v.code) v.code->forget_cached();
   st.failed.insert(v.signature);
   st.validation = "failed: " + why;
   if (v.tier == Tier::Gpu) st.gpu_state = "back on tier 1: the GPU version was demoted: " + why;
@@ -612,9 +658,14 @@ void TierManager::Core::maybe_recheck(RegionState& st, const std::shared_ptr<Ver
   }
   for (const Tensor& t : out) out_copy.push_back(t.on_device() ? t.to_host() : t.clone());
   RegionState* sp = &st;
-  checks_->enqueue([self = shared_from_this(), sp, v, in_copy = std::move(in_copy), out_copy = std::move(out_copy), call] {
-    self->recheck_job(*sp, v, in_copy, out_copy, call);
-  });
+  std::string why = checks_->enqueue(
+      [self = shared_from_this(), sp, v, in_copy = std::move(in_copy), out_copy = std::move(out_copy), call] {
+        self->recheck_job(*sp, v, in_copy, out_copy, call);
+      });
+  if (!why.empty()) {  // no re-check this time; a later call tries again
+    std::lock_guard<std::mutex> lock(st.mu);
+    st.recheck_queued = false;
+  }
 }
 
 void TierManager::Core::recheck_job(RegionState& st, std::shared_ptr<Version> v, std::vector<Tensor> in,

@@ -77,8 +77,9 @@ class TierManager {
  private:
   struct RegionState;
   struct Core;  // regions, policy and jobs' work; shared with the jobs, so a job may outlive this
-  // At exit: waits (bounded) for the jobs of destroyed sessions that were still running.
-  static void wait_for_abandoned_jobs();
+  // At exit (interp/exit_order.h): stops every session's jobs, waits (bounded) for the running
+  // ones, live sessions' and abandoned ones', and joins the live sessions' threads.
+  static void stop_jobs_at_exit();
   std::shared_ptr<Core> core_;
   Jobs* jobs_;    // compiles; owned, left alive (leaked) when a running job is abandoned
   Jobs* checks_;  // continuous validation's re-checks, on a lowest-priority thread; the same
