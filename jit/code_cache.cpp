@@ -2,6 +2,8 @@
 // object's checksum (3 x uint64, little-endian as written), then the key, then the object.
 #include "jit/code_cache.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -10,13 +12,11 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <sstream>
 #include <vector>
 
 #include "interp/error.h"
 #include "interp/log.h"
-#include "interp/tensor_proto.h"
 
 namespace terrace::jit {
 namespace {
@@ -44,6 +44,69 @@ void warn_unwritable(const std::filesystem::path& dir, const std::string& why) {
   log(LogLevel::Warn, "code cache: cannot write to ", dir.string(), " (", why,
       "); compiled code is not kept for later processes. Set TERRACE_CACHE_DIR to a writable "
       "folder, or to an empty value to turn the cache off");
+}
+
+// Code from the cache is executed, so only what this user wrote counts: a file owned by another
+// user, or that others may write, is refused, as is a folder another user owns or anyone may
+// write without the sticky bit (where anyone may swap an entry); said once per process.
+std::string unsafe(const struct stat& st, bool folder) {
+  if (st.st_uid != ::geteuid()) return "owned by user " + std::to_string(st.st_uid) + ", not this one";
+  if (folder ? (st.st_mode & S_IWOTH) && !(st.st_mode & S_ISVTX) : (st.st_mode & (S_IWGRP | S_IWOTH)))
+    return "writable by other users";
+  return "";
+}
+
+void warn_unsafe(const std::filesystem::path& path, const std::string& why) {
+  static std::atomic<bool> warned{false};
+  if (warned.exchange(true)) return;
+  log(LogLevel::Warn, "code cache: ", path.string(), " is ", why, "; its code is not loaded, and nothing is stored there");
+}
+
+// The cache's entry folder (dir/cpu), when it is this user's own; else a warning once and false.
+bool safe_folder(const std::filesystem::path& folder) {
+  struct stat st{};
+  if (::lstat(folder.c_str(), &st) != 0) return true;  // not there yet: store() makes it
+  std::string why = S_ISDIR(st.st_mode) ? unsafe(st, true) : "not a folder";
+  if (why.empty()) return true;
+  warn_unsafe(folder, why);
+  return false;
+}
+
+// The entry's bytes, from a regular file of this user's that others cannot write, of at most
+// kMaxEntryBytes (checked on the opened file: a FIFO, a link to a device or a swapped file is a miss).
+std::optional<std::string> read_entry(const std::filesystem::path& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  struct stat st{};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || uint64_t(st.st_size) > kMaxEntryBytes) {
+    ::close(fd);
+    return std::nullopt;
+  }
+  if (std::string why = unsafe(st, false); !why.empty()) {
+    ::close(fd);
+    warn_unsafe(path, why);
+    return std::nullopt;
+  }
+  std::string data(size_t(st.st_size), '\0');
+  size_t done = 0;
+  while (done < data.size()) {
+    const ssize_t n = ::read(fd, data.data() + done, data.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    done += size_t(n);
+  }
+  ::close(fd);
+  if (done != data.size()) return std::nullopt;
+  return data;
+}
+
+// Makes the entry folder, for this user alone (0700, whatever the umask: under umask 0 a folder
+// anyone may write would be refused by safe_folder). Returns the error, if any.
+std::error_code make_entry_folder(const std::filesystem::path& folder) {
+  std::error_code ec;
+  std::filesystem::create_directories(folder.parent_path(), ec);
+  if (!ec && ::mkdir(folder.c_str(), 0700) != 0 && errno != EEXIST) ec = std::error_code(errno, std::generic_category());
+  return ec;
 }
 
 bool is_entry(const std::filesystem::directory_entry& e) {
@@ -89,13 +152,10 @@ std::filesystem::path CodeCache::path_of(std::string_view key) const {
 
 std::optional<std::string> CodeCache::load(std::string_view key) const {
   if (!enabled()) return std::nullopt;
-  // A FIFO, a device (a symlink to /dev/zero) or a file past the limit is a miss, read no further.
-  std::string data;
-  try {
-    data = read_file_bytes(path_of(key).string(), kMaxEntryBytes);
-  } catch (const Error&) {
-    return std::nullopt;
-  }
+  if (!safe_folder(dir_ / "cpu")) return std::nullopt;
+  std::optional<std::string> read = read_entry(path_of(key));
+  if (!read) return std::nullopt;
+  std::string data = std::move(*read);
   const size_t header = kMagicSize + 3 * sizeof(uint64_t);
   if (data.size() < header || data.compare(0, kMagicSize, kMagic) != 0) return std::nullopt;
   uint64_t key_size, object_size, checksum;
@@ -119,28 +179,36 @@ std::optional<std::string> CodeCache::load(std::string_view key) const {
 void CodeCache::store(std::string_view key, std::string_view object) const {
   if (!enabled()) return;
   const std::filesystem::path path = path_of(key);
-  std::error_code ec;
-  std::filesystem::create_directories(path.parent_path(), ec);
+  std::error_code ec = make_entry_folder(path.parent_path());
   if (ec) {
     warn_unwritable(dir_, ec.message());
     return;
   }
+  if (!safe_folder(path.parent_path())) return;
   static std::atomic<uint64_t> counter{0};
   std::filesystem::path tmp = path;
   tmp += ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
   {
-    std::ofstream out(tmp, std::ios::binary);
+    // 0600: an entry others could write is refused by load(), whatever the umask.
+    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0) {
+      warn_unwritable(dir_, std::strerror(errno));
+      return;
+    }
     const uint64_t sizes[3] = {key.size(), object.size(), fnv1a(object)};
-    out.write(kMagic, kMagicSize);
-    out.write(reinterpret_cast<const char*>(sizes), sizeof sizes);
-    out.write(key.data(), std::streamsize(key.size()));
-    out.write(object.data(), std::streamsize(object.size()));
-    out.flush();
-    if (!out) {
-      const int err = errno;
-      out.close();
+    std::string bytes(kMagic, kMagicSize);
+    bytes.append(reinterpret_cast<const char*>(sizes), sizeof sizes).append(key).append(object);
+    size_t done = 0;
+    while (done < bytes.size()) {
+      const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      done += size_t(n);
+    }
+    const int err = errno;
+    if (::close(fd) != 0 || done != bytes.size()) {
       std::filesystem::remove(tmp, ec);
-      warn_unwritable(dir_, err ? std::strerror(err) : "write failed");
+      warn_unwritable(dir_, done != bytes.size() && err ? std::strerror(err) : "write failed");
       return;
     }
   }
@@ -152,6 +220,23 @@ void CodeCache::store(std::string_view key, std::string_view object) const {
   }
   log(LogLevel::Trace, "code cache: stored ", path.string(), " (", object.size(), " bytes)");
   evict();
+}
+
+std::string CodeCache::writable() const {
+  if (!enabled()) return "the cache is turned off";
+  const std::filesystem::path folder = dir_ / "cpu";
+  std::error_code ec = make_entry_folder(folder);
+  if (ec) return folder.string() + ": " + ec.message();
+  struct stat st{};
+  if (::lstat(folder.c_str(), &st) == 0)
+    if (std::string why = S_ISDIR(st.st_mode) ? unsafe(st, true) : "not a folder"; !why.empty())
+      return folder.string() + " is " + why;
+  const std::filesystem::path probe = folder / (".probe." + std::to_string(::getpid()) + ".o.tmp.0");
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) return folder.string() + ": " + std::strerror(errno);
+  ::close(fd);
+  std::filesystem::remove(probe, ec);
+  return "";
 }
 
 CodeCache::Info CodeCache::info() const {

@@ -7,6 +7,8 @@
 // takes it past the limit, the least recently used entries (a hit refreshes an entry's time) are
 // removed until it fits again. A directory that cannot be written is reported once per process
 // (a warning on stderr) and then skipped. `terrace cache info|clear` inspects and empties it.
+// Its code is executed: an entry owned by another user or writable by others, or an entry folder
+// another user owns or anyone may write (without the sticky bit), is never loaded (a warning).
 #pragma once
 #include <cstdint>
 #include <filesystem>
@@ -38,6 +40,8 @@ class CodeCache {
   // Stores the object under the key, then evicts the oldest entries past max_bytes. Best effort:
   // a cache that cannot be written is skipped (with a warning, once per process).
   void store(std::string_view key, std::string_view object) const;
+  // "" when entries can be stored (the folder made, a file written and removed), else why not.
+  std::string writable() const;
   // The file an entry for this key lives in (for tests).
   std::filesystem::path path_of(std::string_view key) const;
 

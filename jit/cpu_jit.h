@@ -41,6 +41,9 @@ class CompiledCode {
     return reinterpret_cast<CpuKernelFn>(symbol(name));
   }
   const CompileTimings& timings() const { return timings_; }
+  // Removes the object's disk cache entry (validation found the code wrong): the next process
+  // compiles the source again instead of loading the same object. Nothing when it has none.
+  void forget_cached() const;
 
   struct Impl;  // the JIT-side state (resource tracker)
 
@@ -50,6 +53,7 @@ class CompiledCode {
   std::string name_;
   std::vector<std::pair<std::string, void*>> symbols_;
   CompileTimings timings_;
+  std::filesystem::path cache_file_;  // the disk cache entry it was loaded from or stored to
   std::unique_ptr<Impl> impl_;
 };
 

@@ -27,6 +27,9 @@ class CompiledRegion {
   // version takes host or device inputs and returns device tensors (Tensor::on_device); the tier
   // manager gives every other consumer host tensors.
   std::atomic<int64_t> transfers{0};
+  // Drops the version's entries in the disk code cache once validation found it wrong, so that
+  // the next process compiles it again instead of loading the same wrong code.
+  virtual void forget_cached() {}
 };
 
 // Host<->device copies made on the calling thread (tier 2's uploads, the tier manager's and the

@@ -57,6 +57,11 @@ class CpuRegion : public CompiledRegion {
     plan_memory();
   }
 
+  void forget_cached() override {
+    for (const Part& p : parts_)
+      if (p.kernel && p.kernel->code) p.kernel->code->forget_cached();
+  }
+
   std::vector<Tensor> run(const std::vector<Tensor>& inputs) override {
     std::unique_ptr<Workspace> ws = take_workspace();
     // Back to the pool however run() ends (a run-time check's error included).

@@ -1,6 +1,7 @@
 // The disk code cache: round trips, misses on another key or a damaged file, and a second JIT
 // that links the object without compiling it.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -162,6 +163,65 @@ TEST(CodeCache, a_second_jit_links_the_cached_object_without_compiling) {
   // Another source is another key.
   auto third = other->compile("add_two", std::string(src) + "\n", {"add_two"}, &cache);
   EXPECT_FALSE(third->timings().cached);
+}
+
+// Cached code is executed, so only entries this user wrote count: not one others may write, not
+// one another user owns, not one in a folder anyone may write without the sticky bit.
+TEST(CodeCache, only_this_users_entries_that_others_cannot_write_are_loaded) {
+  using std::filesystem::perms;
+  const auto dir = fresh_dir("owner");
+  CodeCache cache(dir);
+  cache.store("k", "object");
+  ASSERT_TRUE(cache.load("k"));
+  const auto entry = cache.path_of("k"), folder = dir / "cpu";
+  std::filesystem::permissions(entry, perms::owner_read | perms::owner_write | perms::group_write);
+  EXPECT_FALSE(cache.load("k")) << "an entry its group may write was loaded";
+  std::filesystem::permissions(entry, perms::owner_read | perms::owner_write);
+  EXPECT_TRUE(cache.load("k"));
+  std::filesystem::permissions(folder, perms::all);
+  EXPECT_FALSE(cache.load("k")) << "an entry in a folder anyone may write was loaded";
+  cache.store("k2", "other");
+  EXPECT_FALSE(std::filesystem::exists(cache.path_of("k2"))) << "stored into a folder anyone may write";
+  std::filesystem::permissions(folder, perms::all | perms::sticky_bit);  // as /tmp: entries cannot be swapped
+  EXPECT_TRUE(cache.load("k"));
+  std::filesystem::permissions(folder, perms::owner_all);
+  if (::geteuid() == 0) {
+    ASSERT_EQ(::chown(entry.c_str(), 65534, 65534), 0);
+    EXPECT_FALSE(cache.load("k")) << "an entry another user owns was loaded";
+  }
+}
+
+TEST(CodeCache, entries_are_stored_for_their_owner_alone_whatever_the_umask) {
+  const mode_t old = ::umask(0);
+  CodeCache cache(fresh_dir("umask"));
+  cache.store("k", "object");
+  ::umask(old);
+  EXPECT_EQ(std::filesystem::status(cache.path_of("k")).permissions() & std::filesystem::perms::all,
+            std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  EXPECT_TRUE(cache.load("k"));
+}
+
+TEST(CodeCache, writable_says_why_a_folder_cannot_take_entries) {
+  const auto dir = fresh_dir("writable");
+  EXPECT_EQ(CodeCache(dir).writable(), "");
+  std::filesystem::remove_all(dir);
+  std::ofstream(dir) << "a file, not a folder";
+  EXPECT_NE(CodeCache(dir).writable(), "");
+  std::filesystem::remove(dir);
+  EXPECT_NE(CodeCache(std::filesystem::path()).writable(), "");
+}
+
+// Validation found the code wrong: the entry goes, and the next compile is a real one.
+TEST(CodeCache, forgetting_compiled_code_removes_its_entry) {
+  CodeCache cache(fresh_dir("forget"));
+  const char* src = R"(extern "C" void one(void** b, long long begin, long long end) {
+  for (long long i = begin; i < end; ++i) ((float*)b[0])[i] = 1.0f;
+})";
+  auto first = CpuJit::create()->compile("one", src, {"one"}, &cache);
+  auto second = CpuJit::create()->compile("one", src, {"one"}, &cache);
+  ASSERT_TRUE(second->timings().cached);
+  second->forget_cached();
+  EXPECT_FALSE(CpuJit::create()->compile("one", src, {"one"}, &cache)->timings().cached);
 }
 
 }  // namespace

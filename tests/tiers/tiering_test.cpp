@@ -391,6 +391,78 @@ TEST(Tiering, the_process_exit_waits_for_a_compile_its_session_abandoned) {
   EXPECT_GT(seconds, 1.5) << "the process exited without waiting for the abandoned compile";
 }
 
+// A program that returns from main with its session alive: exit() stops the session's jobs and
+// waits for the running compile before the libraries' statics are destroyed under it.
+TEST(Tiering, the_process_exit_waits_for_a_compile_of_a_session_still_alive) {
+  ::testing::FLAGS_gtest_death_test_style = "threadsafe";
+  auto child = [] {
+    GraphBuilder gb;
+    int x = gb.input("x", DType::Float32, {4, 5});
+    gb.output(gb.node(Op::Neg, {gb.node(Op::Tanh, {x})}));
+    setenv("TERRACE_FAULT", "slow-compile:cpu", 1);
+    auto s = Session::from_graph(gb.build(), tiered());
+    NamedTensors in = {{"x", random_tensor({4, 5}, 3)}};
+    s->run(in);
+    s->run(in);  // the compile is queued
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // and has started (it sleeps 2 s)
+    s.release();  // never destroyed
+    std::exit(0);
+  };
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EXIT(child(), ::testing::ExitedWithCode(0), "");
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_GT(seconds, 1.5) << "the process exited without waiting for the live session's compile";
+}
+
+// A job thread that cannot start (TERRACE_FAULT=thread-create:cpu, as std::system_error with
+// EAGAIN at a thread limit): the regions stay on the interpreter with a coded reason, and the
+// session keeps answering.
+TEST(Tiering, a_compile_thread_that_cannot_start_leaves_the_region_on_the_interpreter) {
+  setenv("TERRACE_FAULT", "thread-create:cpu", 1);
+  auto g = chain_model();
+  auto s = Session::from_graph(g, tiered());
+  NamedTensors in = chain_inputs(16, 16, 9);
+  warm_up(*s, in, 4);
+  expect_matches_reference(s->run(in), reference(g, in));
+  unsetenv("TERRACE_FAULT");
+  EXPECT_FALSE(ran_tier(*s, "cpu"));
+  const std::string json = s->report_json();
+  EXPECT_NE(json.find("RuntimeError: cannot start a background thread"), std::string::npos) << json;
+}
+
+// A version validation demotes leaves no disk cache entry behind: the next process compiles anew
+// instead of loading the same wrong object (a tampered entry, a compiler fault).
+TEST(Tiering, a_demoted_versions_cache_entries_are_removed) {
+  auto dir = std::filesystem::temp_directory_path() / ("terrace-demoted-cache-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  auto entries = [&] {
+    int n = 0;
+    std::error_code ec;
+    for (auto& e : std::filesystem::directory_iterator(dir / "cpu", ec)) n += e.path().extension() == ".o";
+    return n;
+  };
+  GraphBuilder gb;
+  int x = gb.input("x", DType::Float32, {4, 5});
+  gb.output(gb.node(Op::Neg, {gb.node(Op::Tanh, {x})}));
+  auto g = gb.build();
+  Options o = tiered();
+  o.cache_dir = dir.string();
+  NamedTensors in = {{"x", random_tensor({4, 5}, 3)}};
+  {
+    auto healthy = Session::from_graph(g, o);
+    warm_up(*healthy, in, 3);
+    ASSERT_TRUE(ran_tier(*healthy, "cpu")) << healthy->report_json();
+  }
+  ASSERT_EQ(entries(), 1);
+  setenv("TERRACE_FAULT", "miscompile:cpu", 1);
+  auto s = Session::from_graph(g, o);
+  warm_up(*s, in, 4);
+  unsetenv("TERRACE_FAULT");
+  EXPECT_NE(s->report_json().find("\"validation\":\"failed: output"), std::string::npos) << s->report_json();
+  EXPECT_EQ(entries(), 0) << "the demoted version's object is still in the cache";
+  std::filesystem::remove_all(dir);
+}
+
 // A compile that never comes back (TERRACE_FAULT=hang-compile:cpu) blocks no call; the session's
 // destructor abandons it after Options::compile_wait_ms; and other sessions keep compiling (each
 // has its own compile threads). (A bound on waiting, with a wide margin, not a performance figure.)
