@@ -11,6 +11,7 @@
 #include <optional>
 #include <vector>
 
+#include "interp/env_flag.h"
 #include "interp/error.h"
 #include "interp/log.h"
 #include "interp/tensor.h"
@@ -321,8 +322,7 @@ CudnnConv::CudnnConv(const ConvSpec& spec) : spec_(spec), impl_(std::make_unique
   // Timed where there is a choice (this runs at compile time, on the background thread): each
   // candidate once to warm up, then 3 times, on zeroed scratch tensors of the problem's sizes.
   // TERRACE_CUDNN_TUNE=0 keeps the heuristic's first.
-  const char* tune = std::getenv("TERRACE_CUDNN_TUNE");
-  if (candidates.size() > 1 && !(tune && std::string(tune) == "0")) {
+  if (candidates.size() > 1 && env_flag("TERRACE_CUDNN_TUNE", true)) {
     try {
       Stream stream;
       TERRACE_DNN(CompileFailed, cudnnSetStream, h.h, stream.get());

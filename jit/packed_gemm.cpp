@@ -9,6 +9,7 @@
 #include <cstring>
 #include <string>
 
+#include "interp/env_flag.h"
 #include "interp/error.h"
 
 namespace terrace::jit {
@@ -215,8 +216,7 @@ bool packed_gemm_supported() {
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   }();
-  const char* v = std::getenv("TERRACE_PACKED_GEMM");  // read at each build: tests switch it
-  return cpu && !(v && std::string(v) == "0");
+  return cpu && env_flag("TERRACE_PACKED_GEMM", true);  // read at each build: tests switch it
 }
 
 void PackedWeights::Free::operator()(float* p) const { std::free(p); }

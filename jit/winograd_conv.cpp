@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "interp/env_flag.h"
 #include "interp/error.h"
 #include "jit/dnnl_common.h"
 
@@ -106,8 +107,7 @@ Layout layout_of(const WinogradConv::Geometry& g) {
 }  // namespace
 
 bool winograd_enabled(int64_t cin, int64_t cout) {
-  const char* env = std::getenv("TERRACE_WINOGRAD");
-  return packed_gemm_supported() && !(env && std::string(env) == "0") && cin >= 64 && cout >= 64 && cin % 8 == 0 &&
+  return packed_gemm_supported() && env_flag("TERRACE_WINOGRAD", true) && cin >= 64 && cout >= 64 && cin % 8 == 0 &&
          cout % 8 == 0;
 }
 

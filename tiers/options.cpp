@@ -4,8 +4,13 @@
 #include <algorithm>
 #include <cstdlib>
 #include <mutex>
+#include <set>
 #include <string>
+#include <thread>
 
+#include <omp.h>
+
+#include "interp/env_flag.h"
 #include "interp/error.h"
 #include "interp/log.h"
 
@@ -60,17 +65,35 @@ Options Options::from_env() {
              {OptimizeLevel::None, OptimizeLevel::Basic, OptimizeLevel::Extended}, o.optimize);
   read_level("TERRACE_MODE", {"default", "reduce-overhead", "max-autotune"},
              {Mode::Default, Mode::ReduceOverhead, Mode::MaxAutotune}, o.mode);
-  if (const char* s = std::getenv("TERRACE_STRICT")) {
-    const std::string v = s;
-    TERRACE_CHECK(v == "0" || v == "1" || v.empty(), InvalidArgument, "TERRACE_STRICT='", v, "': expected 1 or 0");
-    o.strict = v == "1";
-  }
+  o.strict = env_flag("TERRACE_STRICT", false);
   if (const char* p = std::getenv("TERRACE_PROFILE")) o.profile_file = p;
   return o;
 }
 
+namespace {
+// A thread count past the machine's hardware threads is cut down to them, said once per kind:
+// 100,000 OpenMP threads crash inside libgomp, and more than the cores only oversubscribe them.
+int clamp_threads(int n, const char* what) {
+  const int hw = int(std::max(1u, std::thread::hardware_concurrency()));
+  if (n <= hw) return n;
+  static std::mutex mu;
+  static std::set<std::string> said;
+  std::lock_guard<std::mutex> lock(mu);
+  if (said.insert(what).second)
+    log(LogLevel::Warn, what, " asks for ", n, " threads, more than this machine's ", hw, "; using ", hw);
+  return hw;
+}
+}  // namespace
+
 Options Options::resolved() const {
+  check_env_flags();
   Options o = *this;
+  TERRACE_CHECK(interp_threads >= 0 && compile_threads >= 1, InvalidArgument, "Options: ", interp_threads,
+                " interpreter and ", compile_threads, " compile threads (0 or more, and 1 or more)");
+  if (interp_threads > 0) o.interp_threads = clamp_threads(interp_threads, "Options::interp_threads");
+  else if (const int omp = omp_get_max_threads(), n = clamp_threads(omp, "OMP_NUM_THREADS"); n < omp)
+    o.interp_threads = n;  // the caller's OpenMP setting (OMP_NUM_THREADS), cut down
+  o.compile_threads = clamp_threads(compile_threads, "Options::compile_threads");
   switch (mode) {
     case Mode::Default: break;
     case Mode::ReduceOverhead:

@@ -84,7 +84,11 @@ std::unique_ptr<Session> Session::from_graph(std::shared_ptr<const Graph> graph,
   if (!options.profile_file.empty() && !options.trace) options.trace = Trace::for_file(options.profile_file);
   auto impl = std::make_unique<Impl>();
   // The graph optimizer (tiers/passes/): the plan, the tiers and graph() see the optimized graph.
-  impl->graph = optimize_graph(std::move(graph), options.optimize);
+  // Constant folding runs the interpreter: on the session's threads, as run() does.
+  {
+    ScopedOmpThreads threads(options.interp_threads);
+    impl->graph = optimize_graph(std::move(graph), options.optimize);
+  }
   impl->options = options;
   std::unique_ptr<Backend> backend;
   if (options.max_tier >= Tier::Cpu) backend = make_cpu_backend(options.cache_dir);

@@ -357,7 +357,13 @@ TerraceStatus* RunOptionsSetDeadline(TerraceRunOptions* options, int64_t millise
     TERRACE_C_NOT_NULL(options);
     TERRACE_CHECK(milliseconds_from_now >= 0, InvalidArgument, "", milliseconds_from_now,
                   " ms (must be 0 or more)");
-    options->options.deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(milliseconds_from_now);
+    // A deadline past the clock's range (INT64_MAX as "no deadline") is none, not an overflow.
+    using Clock = std::chrono::steady_clock;
+    const Clock::time_point now = Clock::now();
+    const auto room = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::time_point::max() - now);
+    options->options.deadline = milliseconds_from_now >= room.count()
+                                    ? Clock::time_point::max()
+                                    : now + std::chrono::milliseconds(milliseconds_from_now);
   });
 }
 void ReleaseRunOptions(TerraceRunOptions* options) { delete options; }

@@ -103,7 +103,8 @@ typedef struct TerraceApi {
   TerraceStatus* (*CreateOptions)(TerraceOptions** out);
   TerraceStatus* (*SetMaxTier)(TerraceOptions* options, TerraceTier tier);
   /* Interpreter threads during a run (0: OMP_NUM_THREADS or all cores) and background compile
-   * threads (at least 1). */
+   * threads (at least 1); a session uses at most the machine's hardware threads of each (and says
+   * so when it cuts a count down). */
   TerraceStatus* (*SetThreads)(TerraceOptions* options, int interp_threads, int compile_threads);
   /* The disk cache of compiled code; "" turns it off. */
   TerraceStatus* (*SetCacheDir)(TerraceOptions* options, const char* dir);
@@ -145,7 +146,8 @@ typedef struct TerraceApi {
   void (*ReleaseValue)(TerraceValue* value);
 
   /* Run options: Terminate (from any thread) stops the runs given these options at their next
-   * step with TERRACE_CANCELLED, as does passing the deadline (milliseconds from now). */
+   * step with TERRACE_CANCELLED, as does passing the deadline (milliseconds from now; one past the
+   * clock's range, INT64_MAX included, means no deadline). */
   TerraceStatus* (*CreateRunOptions)(TerraceRunOptions** out);
   TerraceStatus* (*RunOptionsTerminate)(TerraceRunOptions* options);
   TerraceStatus* (*RunOptionsSetDeadline)(TerraceRunOptions* options, int64_t milliseconds_from_now);

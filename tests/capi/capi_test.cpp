@@ -3,6 +3,7 @@
 // The models are written by the public graph builder (test fixtures, not the API under test).
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -361,6 +362,39 @@ TEST_F(Fixture, terminated_or_past_deadline_runs_are_cancelled_and_the_session_s
   api()->ReleaseValue(out[0]);
   api()->ReleaseValue(out[1]);
   api()->ReleaseRunOptions(ro);
+}
+
+// A deadline past the clock's range (INT64_MAX as "no deadline") is none: it overflowed into the
+// past, and every run was cancelled at once.
+TEST_F(Fixture, a_deadline_past_the_clocks_range_is_no_deadline) {
+  std::vector<float> x = {1, 2, 3, 4, 5, 6};
+  for (int64_t ms : {int64_t(9'300'000'000'000), INT64_MAX}) {
+    TerraceValue* out[2] = {nullptr, nullptr};
+    TerraceRunOptions* ro = nullptr;
+    ASSERT_OK(api()->CreateRunOptions(&ro));
+    ASSERT_OK(api()->RunOptionsSetDeadline(ro, ms));
+    ASSERT_OK(run(x, 2, out, "x", ro));
+    api()->ReleaseValue(out[0]);
+    api()->ReleaseValue(out[1]);
+    api()->ReleaseRunOptions(ro);
+  }
+}
+
+// Thread counts past the machine's (100,000 interpreter threads crashed inside libgomp, as many
+// compile threads aborted the session's creation) are cut down to its hardware threads.
+TEST(CApi, thread_counts_past_the_machine_are_cut_down_and_the_session_runs) {
+  const std::string bytes = mlp_model();
+  for (auto [interp, compile] : {std::pair{100000, 1}, std::pair{1, 100000}}) {
+    TerraceOptions* o = nullptr;
+    ASSERT_OK(api()->CreateOptions(&o));
+    ASSERT_OK(api()->SetCacheDir(o, ""));
+    ASSERT_OK(api()->SetThreads(o, interp, compile));
+    TerraceSession* s = nullptr;
+    ASSERT_OK(api()->CreateSessionFromBytes(bytes.data(), bytes.size(), o, &s));
+    for (int i = 0; i < 4; ++i) ASSERT_OK(run_once(s));
+    api()->ReleaseSession(s);
+    api()->ReleaseOptions(o);
+  }
 }
 
 // The report lists the regions (tier 1's candidates, so the session may use tier 1) and the calls.
