@@ -191,6 +191,14 @@ int cmd_compile(const ParsedArgs& args) {
   }
 #endif
 
+  // Filling the cache is the command's purpose: one it cannot write fails it before any compile.
+#ifdef TERRACE_HAVE_CPU_JIT
+  if (!cache_dir.empty())
+    if (std::string why = jit::CodeCache(cache_dir).writable(); !why.empty()) {
+      std::printf("the cache cannot be written: %s\n", why.c_str());
+      return 1;
+    }
+#endif
   std::printf("model %s: %zu regions, tier %s%s, cache %s\n", model.c_str(), plan.regions.size(), tier.c_str(),
               tier == "gpu" ? (" " + arch).c_str() : "", cache_dir.empty() ? "(none)" : cache_dir.c_str());
   std::vector<RegionResult> results;
@@ -225,6 +233,9 @@ int cmd_compile(const ParsedArgs& args) {
   const bool passed = failed == 0;
   std::printf("%zu regions: %zu compiled, %d skipped, %d failed\n", results.size(),
               results.size() - size_t(failed + skipped), skipped, failed);
+  if (results.empty()) std::printf("nothing to compile: the model has no region for tier %s\n", tier.c_str());
+  else if (size_t(skipped) == results.size())
+    std::printf("nothing was compiled: every region was skipped (above), so the cache holds nothing new\n");
   if (auto path = args.get("--json")) write_json(*path, model, tier, arch, cache_dir.string(), results, passed);
   return passed ? 0 : 1;
 }

@@ -199,7 +199,8 @@ int cmd_run(const ParsedArgs& args) {
   });
   std::string ran_text;
   for (auto& t : ran) ran_text += (ran_text.empty() ? "" : ", ") + t;
-  std::printf("tiers: up to %s allowed; ran on %s\n", tier_name(options.max_tier), ran_text.c_str());
+  std::printf("tiers: up to %s allowed; ran on %s\n", tier_name(options.max_tier),
+              ran.empty() ? "none (no call was made)" : ran_text.c_str());
 
   bool ok = true;
   Json checks = Json::array();
@@ -207,6 +208,12 @@ int cmd_run(const ParsedArgs& args) {
     const Tensor* got = nullptr;
     for (auto& [n, t] : outputs)
       if (n == name) got = &t;
+    if (!got) {  // --serve with no count on stdin: no call, so nothing to compare
+      std::printf("check %s: FAILED: no call was made, so there is no output to check\n", name.c_str());
+      ok = false;
+      checks.push_back({{"output", name}, {"equal", false}, {"message", "no call was made"}});
+      continue;
+    }
     Tensor want = load_tensor_pb(file);
     Comparison c = compare_tensors(want, *got, Tolerance::for_dtype(want.dtype()));
     std::printf("check %s: %s (max abs err %.3g, max rel err %.3g)%s%s\n", name.c_str(),
