@@ -137,6 +137,68 @@ case "$NAME" in
         "$TERRACE" run $m.onnx --input x=$x --expect y=y_$m.pb --repeat 20000 --quiet
     done
     ;;
+  F1_*)  # a shape input declared int64[2^40] or [1e5]: inference built a 2^40-dim shape (hang, then
+         # out of memory), or printed a 1.3 MB error line
+    cd "$HERE/$NAME"
+    for m in expand_s_2p40.onnx cos_2p40.onnx expand_s_1e5.onnx; do
+      expect 1 'InvalidModel: .*node 0 \((Expand|ConstantOfShape)\): input .* is declared with [0-9]+ values, but its length is the rank' -- \
+        "$TERRACE" explain "$m"
+      if [ "$(timeout 20 "$TERRACE" run "$m" --random-inputs --tier interp 2>&1 | wc -c)" -gt 2000 ]; then
+        echo "FAIL ($NAME): $m: more than 2000 bytes of output"
+        failures=$((failures + 1))
+      fi
+    done
+    ;;
+  F2_*)  # a graph input declared with dim -1 (paddle2onnx's dynamic dim) was refused
+    cd "$HERE/$NAME"
+    expect 0 'output y: float32\[1,4\]' 'read as dynamic' -- \
+      "$TERRACE" run relu_dim_minus1.onnx --random-inputs --tier interp
+    ;;
+  F3_*)  # external data through symbolic links, as in the Hugging Face cache, was refused
+    cd "$HERE/$NAME"
+    mkdir -p "$WORK/hf/blobs" "$WORK/hf/snapshots/rev1"
+    cp ext_good.onnx "$WORK/hf/blobs/aaa"
+    cp good.bin "$WORK/hf/blobs/bbb"
+    ln -s ../../blobs/aaa "$WORK/hf/snapshots/rev1/model.onnx"
+    ln -s ../../blobs/bbb "$WORK/hf/snapshots/rev1/good.bin"
+    expect 0 'output' -- "$TERRACE" run "$WORK/hf/snapshots/rev1/model.onnx" --input x=x4.pb --tier interp
+    ln -s /dev/zero "$WORK/hf/blobs/zero"
+    rm "$WORK/hf/snapshots/rev1/good.bin"
+    ln -s ../../blobs/zero "$WORK/hf/snapshots/rev1/good.bin"
+    expect 1 'InvalidModel: .*good.bin.*symbolic link' -- \
+      "$TERRACE" run "$WORK/hf/snapshots/rev1/model.onnx" --input x=x4.pb --tier interp
+    ;;
+  F6_*)  # HardSigmoid(NaN) gave 1.0 (ONNX's reference and ONNX Runtime: NaN), also after a Conv
+    cd "$HERE/$NAME"
+    for tier in interp cpu; do
+      expect 0 'check y: matches' -- "$TERRACE" run u_HardSigmoid.onnx --input x=x64.pb --expect y=y_HardSigmoid.pb \
+        --tier $tier --warm --repeat 3 --quiet
+      expect 0 'check y: matches' -- "$TERRACE" run c_ConvHardSigmoid.onnx --input x=x1_1_8_8.pb \
+        --expect y=y_ConvHardSigmoid.pb --tier $tier --warm --repeat 3 --quiet
+    done
+    ;;
+  F7_*)  # a cached object that fails validation stayed in the cache: no later process recompiled
+    cd "$HERE/$NAME"
+    expect 0 'region 0 .*cpu, compiled' -- "$TERRACE" run ew.onnx --input x=x.pb --expect y=y.pb --warm --repeat 2
+    entries=("$TERRACE_CACHE_DIR"/cpu/*.o)
+    # a tanh coefficient of the prelude (0.4678368866f) patched to 0.9f, the checksum recomputed
+    expect 0 'occurrences [1-9]' -- /usr/bin/python3 tamper.py "${entries[0]}" 5188ef3e 6666663f
+    expect 0 'region 0 .*validation failed' -- "$TERRACE" run ew.onnx --input x=x.pb --expect y=y.pb --warm --repeat 2
+    expect 0 'region 0 .*cpu, compiled.*validation passed' -- \
+      "$TERRACE" run ew.onnx --input x=x.pb --expect y=y.pb --warm --repeat 2
+    ;;
+  F8_*)  # `terrace compile` into a cache folder it cannot write printed PASSED
+    cd "$HERE/$NAME"
+    echo x > "$WORK/not_a_dir"
+    expect 1 'the cache cannot be written' 'FAILED' -- "$TERRACE" compile ew.onnx --tier cpu --cache-dir "$WORK/not_a_dir"
+    expect 0 '1 regions: 1 compiled' 'PASSED' -- "$TERRACE" compile ew.onnx --tier cpu --cache-dir "$WORK/cc"
+    ;;
+  F10_*)  # run --serve --expect with no count on stdin: SIGSEGV comparing an output never made
+    cd "$HERE/$NAME"
+    expect 1 'no call was made' 'FAILED' -- bash -c "\"\$0\" run ew.onnx --input x=x.pb --serve --expect y=y.pb < /dev/null" "$TERRACE"
+    expect 1 'no call was made' 'FAILED' -- bash -c "printf '\n\n' | \"\$0\" run ew.onnx --input x=x.pb --serve --expect y=y.pb" "$TERRACE"
+    expect 0 'check y: matches' -- bash -c "echo 2 | \"\$0\" run ew.onnx --input x=x.pb --serve --expect y=y.pb" "$TERRACE"
+    ;;
   *)
     echo "unknown reproducer $NAME"
     exit 2
