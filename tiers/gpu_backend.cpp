@@ -145,6 +145,8 @@ std::vector<bool> constant_inputs(const Graph& g, const Region& region) {
   return constant;
 }
 
+std::string cubin_key(const std::string& source, const std::string& arch);  // below compile_gpu_cubin
+
 class GpuRegion : public CompiledRegion {
  public:
   // `constant[i]`: region input i is a graph initializer (weights): copied to the device once and
@@ -303,6 +305,16 @@ class GpuRegion : public CompiledRegion {
     }
   }
   std::shared_ptr<jit::cuda::Module> module_;
+
+ public:
+  std::filesystem::path cache_file;  // the generated kernels' cubin in the disk cache, if any
+  void forget_cached() override {
+    std::error_code ec;
+    if (!cache_file.empty() && std::filesystem::remove(cache_file, ec))
+      log(LogLevel::Info, "code cache: removed ", cache_file.string(), " (failed validation)");
+  }
+
+ private:
   std::vector<GpuKernel> kernels_;
   std::vector<kernels::TensorSig> slots_;  // the region's inputs, its outputs, then intermediates
   size_t n_inputs_, n_outputs_;
@@ -355,7 +367,10 @@ class GpuBackend : public Backend {
       if (!k.copy) k.fn = module->function(k.name);
       if (!k.aligned.empty()) k.element_fn = module->function(kernels::cuda_element_copy_name(k.name));
     }
-    return make_region(g, region, std::move(p), std::move(module));
+    std::filesystem::path entry = cache_.enabled() ? cache_.path_of(cubin_key(p.source, arch_)) : "";
+    std::unique_ptr<CompiledRegion> compiled = make_region(g, region, std::move(p), std::move(module));
+    static_cast<GpuRegion&>(*compiled).cache_file = std::move(entry);
+    return compiled;
   }
 
   Tensor to_device(const Tensor& host) override { return jit::cuda::upload(host, stream()); }
@@ -487,12 +502,21 @@ GpuRegionCode render_gpu_region(const Graph& graph, const Region& region, const 
   return code;
 }
 
+namespace {
+const std::vector<std::string> kNvrtcOptions = {"-default-device"};
+
+// The disk cache key of a cubin: everything it depends on (compile_gpu_cubin's comment).
+std::string cubin_key(const std::string& source, const std::string& arch) {
+  std::string key = "terrace tier-2 cubin 1\nNVRTC " + jit::nvrtc_version() + "\n" + arch + "\n";
+  for (const std::string& o : kNvrtcOptions) key += o + " ";
+  return key + "\n" + source;
+}
+}  // namespace
+
 std::vector<char> compile_gpu_cubin(const std::string& source, const std::string& arch, const std::string& program,
                                     const jit::CodeCache& cache, bool* cached) {
-  const std::vector<std::string> options = {"-default-device"};
-  std::string key = "terrace tier-2 cubin 1\nNVRTC " + jit::nvrtc_version() + "\n" + arch + "\n";
-  for (const std::string& o : options) key += o + " ";
-  key += "\n" + source;
+  const std::vector<std::string>& options = kNvrtcOptions;
+  const std::string key = cubin_key(source, arch);
   if (cached) *cached = false;
   jit::dump_file(program, source);  // TERRACE_DUMP_DIR: the CUDA source as NVRTC gets it
   if (std::optional<std::string> hit = cache.load(key)) {

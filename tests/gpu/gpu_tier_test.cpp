@@ -4,8 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <set>
 
 #include "interp/compare.h"
@@ -141,6 +143,33 @@ TEST(GpuTier, miscompiled_gpu_version_is_demoted_to_tier1) {
     EXPECT_EQ(r.tier, Tier::Cpu);
     EXPECT_NE(r.gpu.find("demoted"), std::string::npos) << s->report();
   }
+}
+
+// A demoted GPU version's cubin leaves the disk cache (the tier-1 objects of the same regions stay).
+TEST(GpuTier, a_demoted_gpu_versions_cubin_is_removed_from_the_cache) {
+  SKIP_WITHOUT_GPU();
+  auto dir = std::filesystem::temp_directory_path() / ("terrace-gpu-demoted-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  auto entries = [&] {
+    int n = 0;
+    std::error_code ec;
+    for (auto& e : std::filesystem::directory_iterator(dir / "cpu", ec)) n += e.path().extension() == ".o";
+    return n;
+  };
+  auto g = one_region_model();
+  Options o = gpu_options();
+  o.cache_dir = dir.string();
+  {
+    auto healthy = Session::from_graph(g, o);
+    ASSERT_TRUE(has(run_calls(*healthy, inputs(), reference(g, inputs()), 10), "gpu")) << healthy->report();
+  }
+  const int both = entries();  // the tier-1 object and the cubin
+  ASSERT_GE(both, 2);
+  ScopedFault fault("miscompile:gpu");
+  auto s = Session::from_graph(g, o);
+  EXPECT_FALSE(has(run_calls(*s, inputs(), reference(g, inputs()), 10), "gpu"));
+  EXPECT_EQ(entries(), both - 1) << "the demoted GPU version's cubin is still in the cache";
+  std::filesystem::remove_all(dir);
 }
 
 TEST(GpuTier, gpu_compile_failure_leaves_the_region_on_tier1) {
