@@ -150,12 +150,7 @@ TEST(GpuTier, a_demoted_gpu_versions_cubin_is_removed_from_the_cache) {
   SKIP_WITHOUT_GPU();
   auto dir = std::filesystem::temp_directory_path() / ("terrace-gpu-demoted-" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
-  auto entries = [&] {
-    int n = 0;
-    std::error_code ec;
-    for (auto& e : std::filesystem::directory_iterator(dir / "cpu", ec)) n += e.path().extension() == ".o";
-    return n;
-  };
+  auto entries = [&] { return testing::cache_entries(dir); };
   auto g = one_region_model();
   Options o = gpu_options();
   o.cache_dir = dir.string();

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -20,6 +21,14 @@ inline Options on_tier(Tier t) {
   o.max_tier = t;
   o.cache_dir = "";
   return o;
+}
+
+// The entries (tier-1 objects, tier-2 cubins) a disk code cache at `dir` holds.
+inline int cache_entries(const std::filesystem::path& dir) {
+  int n = 0;
+  std::error_code ec;
+  for (auto& e : std::filesystem::directory_iterator(dir / "cpu", ec)) n += e.path().extension() == ".o";
+  return n;
 }
 
 // How many times `needle` occurs in `text` (overlaps counted).

@@ -13,6 +13,7 @@
 #include "interp/interpreter.h"
 #include "interp/onnx_import.h"
 #include "tests/support/graph_builder.h"
+#include "tests/support/session_helpers.h"
 #include "tiers/session.h"
 
 namespace terrace {
@@ -435,12 +436,7 @@ TEST(Tiering, a_compile_thread_that_cannot_start_leaves_the_region_on_the_interp
 TEST(Tiering, a_demoted_versions_cache_entries_are_removed) {
   auto dir = std::filesystem::temp_directory_path() / ("terrace-demoted-cache-" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
-  auto entries = [&] {
-    int n = 0;
-    std::error_code ec;
-    for (auto& e : std::filesystem::directory_iterator(dir / "cpu", ec)) n += e.path().extension() == ".o";
-    return n;
-  };
+  auto entries = [&] { return testing::cache_entries(dir); };
   GraphBuilder gb;
   int x = gb.input("x", DType::Float32, {4, 5});
   gb.output(gb.node(Op::Neg, {gb.node(Op::Tanh, {x})}));
