@@ -88,17 +88,16 @@ void check_type(const onnx::TypeProto& t, const std::string& what) {
 }
 
 // An input whose length is a result's rank (shape_infer.h) declared longer than kMaxRank.
-void check_rank_inputs(const onnx::NodeProto& n, const std::unordered_map<std::string, const onnx::TypeProto*>& declared,
+// `lengths`: the largest dim each graph input, value_info or initializer is declared with.
+void check_rank_inputs(const onnx::NodeProto& n, const std::unordered_map<std::string, int64_t>& lengths,
                        const std::string& what) {
   int second = -1;
   for (int i : {rank_giving_input(n.op_type(), &second), second}) {
     if (i < 0 || i >= n.input_size()) continue;
-    auto it = declared.find(n.input(i));
-    if (it == declared.end() || !it->second->has_tensor_type()) continue;
-    for (const auto& d : it->second->tensor_type().shape().dim())
-      TERRACE_CHECK(!d.has_dim_value() || d.dim_value() <= kMaxRank, InvalidModel, what, ": input ", i, " ('",
-                    n.input(i), "') is declared with ", d.dim_value(), " values, but its length is the rank of ",
-                    n.op_type(), "'s result, at most ", kMaxRank);
+    auto it = lengths.find(n.input(i));
+    TERRACE_CHECK(it == lengths.end() || it->second <= kMaxRank, InvalidModel, what, ": input ", i, " ('",
+                  n.input(i), "') is declared with ", it->second, " values, but its length is the rank of ",
+                  n.op_type(), "'s result, at most ", kMaxRank);
   }
 }
 
@@ -284,9 +283,16 @@ std::set<std::string> Verifier::graph(onnx::GraphProto& g, const Scope* outer,
       if (!o.empty()) declare(scope, o, node_what(g.node(i), i, where) + " output");
   for (auto& v : *g.mutable_value_info()) declared_type(v, where + "value info '" + v.name() + "'");
 
-  std::unordered_map<std::string, const onnx::TypeProto*> declared;  // for check_rank_inputs
-  for (const auto& v : g.input()) declared[v.name()] = &v.type();
-  for (const auto& v : g.value_info()) declared[v.name()] = &v.type();
+  std::unordered_map<std::string, int64_t> lengths;  // for check_rank_inputs
+  auto longest = [&](const std::string& name, const auto& dims, auto value) {
+    for (const auto& d : dims) lengths[name] = std::max(lengths[name], value(d));
+  };
+  for (const auto& t : g.initializer()) longest(t.name(), t.dims(), [](int64_t d) { return d; });
+  for (const auto* list : {&g.input(), &g.value_info()})
+    for (const auto& v : *list)
+      if (v.type().has_tensor_type())
+        longest(v.name(), v.type().tensor_type().shape().dim(),
+                [](const onnx::TensorShapeProto_Dimension& d) { return d.has_dim_value() ? d.dim_value() : 0; });
 
   std::set<std::string> free;  // names read here but defined by enclosing graphs
   auto read = [&](const std::string& name, const std::string& what) {
@@ -299,7 +305,7 @@ std::set<std::string> Verifier::graph(onnx::GraphProto& g, const Scope* outer,
     onnx::NodeProto& n = *g.mutable_node(i);
     std::string what = node_what(n, i, where);
     op(n, what);
-    check_rank_inputs(n, declared, what);
+    check_rank_inputs(n, lengths, what);
     reads[size_t(i)] = attributes(n, scope, what);
     for (const std::string& r : reads[size_t(i)]) read(r, what);
     for (const auto& in : n.input())

@@ -26,6 +26,18 @@ g (float[3] x, int64[65] s) => (float y) { y = Reshape(x, s) }
   }
 }
 
+TEST(HostileShapes, a_shape_initializer_longer_than_any_rank_is_invalid_model) {
+  std::string ones;
+  for (int i = 0; i < 65; ++i) ones += i ? ", 1" : "1";
+  const std::string text = "<ir_version: 8, opset_import: [\"\" : 17]>\ng (float[1] x) => (float[1] y)\n<int64[65] s = {" +
+                           ones + "}>\n{ y = Reshape(x, s) }\n";
+  std::optional<Error> e = load_error(bytes_of(parse_model(text.c_str())));
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->code(), ErrorCode::InvalidModel) << e->what();
+  EXPECT_NE(e->message().find("node 0 (Reshape): input 1 ('s') is declared with 65 values"), std::string::npos)
+      << e->what();
+}
+
 // A length only inference computes (ConstantOfShape's [2^40] output) skips Expand's inference:
 // the model loads at once instead of building a shape of 2^40 dims.
 TEST(HostileShapes, a_computed_shape_length_past_any_rank_is_not_inferred) {
