@@ -38,8 +38,9 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
 // away, queued jobs are dropped unrun, a running one is waited for up to a limit and abandoned
 // past it: its thread is detached and finishes on its own; everything the job touches is held by
 // the shared Core, and this object is leaked with the thread rather than destroyed under it.
-// Threads start with the first job; one that cannot start (std::system_error: EAGAIN under a
-// thread limit) makes enqueue() return why, and the caller keeps the region where it is.
+// A thread that cannot start (std::system_error: EAGAIN under a thread limit) is tried again at
+// the next job while none runs; enqueue() then returns why, and the caller keeps the region where
+// it is.
 struct TierManager::Jobs {
   std::mutex mu;
   std::condition_variable work, idle;
@@ -50,7 +51,11 @@ struct TierManager::Jobs {
   std::vector<std::thread> threads;
 
   // `nice`: the threads' scheduling priority (0 as the caller's; 19 yields to every other thread).
-  explicit Jobs(int n, int nice_ = 0) : wanted(std::max(1, n)), nice(nice_) { register_pool(this); }
+  explicit Jobs(int n, int nice_ = 0) : wanted(std::max(1, n)), nice(nice_) {
+    register_pool(this);
+    std::lock_guard<std::mutex> lock(mu);
+    start_threads();  // a failure is said by the first enqueue()
+  }
   ~Jobs() {  // only once stop() has found nothing running
     unregister_pool(this);
     for (std::thread& t : threads)
@@ -96,7 +101,8 @@ struct TierManager::Jobs {
   std::string enqueue(std::function<void()> f) {
     std::lock_guard<std::mutex> lock(mu);
     if (stopping) return "";  // the session is going away: dropped, as queued jobs are
-    if (std::string why = start_threads(); !why.empty()) return why;
+    if (threads.empty())
+      if (std::string why = start_threads(); !why.empty()) return why;
     ++in_flight;
     queue.push_back(std::move(f));
     work.notify_one();
