@@ -1128,7 +1128,7 @@ class ConvChain : public DnnlPrimitive {
 
   // Whether a call's inputs must be finite for the library's answer to be the interpreter's: fused
   // activations treat infinities and NaN otherwise (see all_finite), oneDNN's max need not
-  // propagate a NaN as the interpreter's does, and Winograd's transforms subtract inputs (inf - inf
+  // treat a NaN as the interpreter's does, and Winograd's transforms subtract inputs (inf - inf
   // is NaN where the direct sum gives an infinity).
   bool checks_finite() const { return has_activation_ || has_pool_ || has_winograd_; }
 
@@ -1217,7 +1217,7 @@ std::unique_ptr<DnnlPrimitive> make_empty_conv(const Node& node, const std::vect
 // its pads by floor division, so ceil_mode's last window gets extra end padding: for a max or an
 // average that excludes padding this changes nothing, for an average that counts padding it would
 // change the divisor, and such nodes are refused. Non-finite inputs (NaN: the interpreter's max
-// propagates it, oneDNN's need not) and zero-sized tensors run the interpreter's kernel.
+// passes over it as ONNX's reference does, oneDNN's need not) and zero-sized tensors run the interpreter's kernel.
 class Pool : public DnnlPrimitive {
  public:
   Pool(const Node& node, const Shape& x) : node_(node), x_(x), out_(pool_out_shape(node, x)) {

@@ -100,7 +100,7 @@ TEST(GpuConvKernelsOnHost, maxpools_match_the_interpreter) {
   expect_pool_matches("MaxPool", {2, 2, 12}, {{"kernel_shape", I{3}}, {"auto_pad", "SAME_UPPER"}, {"strides", I{2}}});
 }
 
-TEST(GpuConvKernelsOnHost, maxpool_propagates_nan_as_the_interpreter) {
+TEST(GpuConvKernelsOnHost, maxpool_passes_over_nan_as_the_interpreter) {
   expect_pool_matches("MaxPool", {1, 3, 8, 8}, {{"kernel_shape", I{2, 2}}, {"strides", I{2, 2}}}, true);
 }
 
