@@ -1,6 +1,8 @@
 // at_exit_first / at_exit_refresh: one std::atexit handler, registered again on refresh.
 #include "interp/exit_order.h"
 
+#include <unistd.h>
+
 #include <cstdlib>
 #include <mutex>
 #include <vector>
@@ -36,6 +38,19 @@ void run_once() {
   for (void (*fn)() : fns) fn();
 }
 
+// The main thread's thread_local: exit() destroys it before any atexit handler or static runs.
+struct MainThreadExit {
+  ~MainThreadExit() {
+    if (::gettid() == ::getpid()) run_once();  // the main thread's exit, not a thread's end
+  }
+};
+
+void arm_main_thread() {
+  if (::gettid() != ::getpid()) return;
+  thread_local MainThreadExit sentinel;
+  (void)sentinel;
+}
+
 void register_locked(ExitWork& w) {
   if (w.ran || w.fns.empty() || w.registrations >= kMaxRegistrations) return;
   if (std::atexit(run_once) == 0) ++w.registrations;
@@ -44,6 +59,7 @@ void register_locked(ExitWork& w) {
 }  // namespace
 
 void at_exit_first(void (*fn)()) {
+  arm_main_thread();
   ExitWork& w = work();
   std::lock_guard<std::mutex> lock(w.mu);
   for (void (*f)() : w.fns)
@@ -53,6 +69,7 @@ void at_exit_first(void (*fn)()) {
 }
 
 void at_exit_refresh() {
+  arm_main_thread();
   ExitWork& w = work();
   std::lock_guard<std::mutex> lock(w.mu);
   register_locked(w);

@@ -99,6 +99,7 @@ struct TierManager::Jobs {
   }
   // Queues f; "" when it will run, else why it cannot (no thread could be started).
   std::string enqueue(std::function<void()> f) {
+    at_exit_refresh();  // on the main thread: the exit stops this job before any static goes
     std::lock_guard<std::mutex> lock(mu);
     if (stopping) return "";  // the session is going away: dropped, as queued jobs are
     if (threads.empty())
