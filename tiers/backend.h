@@ -52,6 +52,12 @@ class Backend {
   virtual Tier tier() const = 0;
   // "" when this backend can compile the node inside a region, else the reason it cannot.
   virtual std::string can_compile(const Graph& graph, const Node& node) const = 0;
+  // Calls with one input signature before a region climbs to this tier: on the interpreter for the
+  // session's first compiled tier, on the tier below it for the others.
+  virtual int promotion_threshold(const Options& options) const = 0;
+  // True for a tier whose versions take and return tensors in its device memory: the tier
+  // manager hands every other consumer host copies.
+  virtual bool device_resident() const { return false; }
   // True for a node that gets a region of its own (partition's AlonePredicate).
   virtual bool alone(const Node&) const { return false; }
   // True when `next` joins `alone_node`'s region (partition's AbsorbPredicate).

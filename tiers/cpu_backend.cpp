@@ -304,6 +304,7 @@ class CpuBackend : public Backend {
     if (!cache_dir.empty()) cache_.emplace(cache_dir);
   }
   Tier tier() const override { return Tier::Cpu; }
+  int promotion_threshold(const Options& o) const override { return o.hot_threshold; }
 
   std::string can_compile(const Graph& g, const Node& node) const override {
     if (cpu_library::is_library_op(node.op)) return cpu_library::can_compile(g, node);

@@ -342,6 +342,8 @@ class GpuBackend : public Backend {
       : cache_(cache_dir.empty() ? jit::CodeCache::default_dir() : std::filesystem::path(cache_dir)),
         arch_(std::move(arch)) {}
   Tier tier() const override { return Tier::Gpu; }
+  int promotion_threshold(const Options& o) const override { return o.gpu_threshold; }
+  bool device_resident() const override { return true; }
 
   std::string can_compile(const Graph& g, const Node& node) const override { return gpu_can_compile(g, node); }
   // fp32 products against the interpreter's: the same bound as tier 1's library regions.

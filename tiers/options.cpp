@@ -22,7 +22,8 @@ const char* tier_name(Tier t) {
     case Tier::Cpu: return "cpu";
     case Tier::Gpu: return "gpu";
   }
-  return "?";
+  static const char* const kPlugIns[kMaxTiers] = {"?", "?", "?", "tier3", "tier4", "tier5", "tier6", "tier7"};
+  return int(t) >= 0 && int(t) < kMaxTiers ? kPlugIns[int(t)] : "?";
 }
 
 const char* mode_name(Mode m) {

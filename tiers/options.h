@@ -1,14 +1,20 @@
 // Options: what a Session may do (tiers, thresholds, validation, threads, cache).
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace terrace {
 
-class Trace;  // tiers/trace.h
+class Trace;    // tiers/trace.h
+class Backend;  // tiers/backend.h
 
+// The built-in tiers; a plug-in tier (Options::extra_tiers) takes a number above them, below
+// kMaxTiers.
 enum class Tier { Interp = 0, Cpu = 1, Gpu = 2 };
-const char* tier_name(Tier t);  // "interp", "cpu", "gpu"
+inline constexpr int kMaxTiers = 8;
+const char* tier_name(Tier t);  // "interp", "cpu", "gpu", then "tier3" ...
 
 enum class ValidateMode { Off, First, Always };
 
@@ -57,6 +63,11 @@ struct Options {
   // Partition as a session with tier 2 does (an activation tier 2 does not fuse starts a region of
   // its own) even where there is no GPU: for `terrace compile --tier gpu`, whose cache is for one.
   bool plan_for_gpu = false;
+  // Plug-in tiers above the built-in ones that max_tier allows (tier 1 at least), lowest first,
+  // each a factory of its Backend: a region climbs to each from the tier below as it climbs to
+  // tier 2 (Backend::promotion_threshold). Nothing else in the session changes for them (the
+  // tests' fake tier is one).
+  std::vector<std::function<std::unique_ptr<Backend>()>> extra_tiers;
   std::string cache_dir;        // empty: $TERRACE_CACHE_DIR or ~/.cache/terrace
   // The graph optimizer's level before partitioning; $TERRACE_OPTIMIZE (none|basic|extended).
   // Extended by default: as ONNX Runtime's default (all levels), since a BatchNormalization left

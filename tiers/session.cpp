@@ -124,7 +124,18 @@ std::unique_ptr<Session> Session::from_graph(std::shared_ptr<const Graph> graph,
   }
   impl->last_use = last_use_positions(g, impl->step_of_node);
   check_graph_breaks(g, impl->plan, options);  // the graph_breaks log topic; Options::strict
-  impl->tiers = std::make_unique<TierManager>(impl->graph, impl->plan, options, std::move(backend), std::move(gpu));
+  std::vector<std::unique_ptr<Backend>> ladder;
+  for (std::unique_ptr<Backend>* b : {&backend, &gpu})
+    if (*b) ladder.push_back(std::move(*b));
+  if (!ladder.empty())  // a plug-in tier climbs from the built-in ones
+    for (const auto& make : options.extra_tiers) {
+      ladder.push_back(make());
+      TERRACE_CHECK(ladder.back() && int(ladder.back()->tier()) > int(ladder[ladder.size() - 2]->tier()) &&
+                        int(ladder.back()->tier()) < kMaxTiers,
+                    InvalidArgument, "Options::extra_tiers: each tier must be above the one before it, below ",
+                    kMaxTiers);
+    }
+  impl->tiers = std::make_unique<TierManager>(impl->graph, impl->plan, options, std::move(ladder));
   return std::unique_ptr<Session>(new Session(std::move(impl)));
 }
 
@@ -192,7 +203,7 @@ NamedTensors Session::run(const NamedTensors& inputs, const RunOptions& run_opti
   auto t0 = std::chrono::steady_clock::now();
   const int64_t transfers0 = thread_transfers();
   const int64_t interpreted0 = thread_interpreted();
-  bool tiers_used[3] = {false, false, false};
+  bool tiers_used[kMaxTiers] = {};
   Trace* const trace = im.options.trace.get();  // Options::profile_file
   std::unordered_map<int, RValue> device_copies;  // see node_inputs_to_host
   for (size_t s = 0; s < im.plan.steps.size(); ++s) {
@@ -245,7 +256,7 @@ NamedTensors Session::run(const NamedTensors& inputs, const RunOptions& run_opti
   CallRecord& rec = im.calls[size_t(call)];
   rec.ms = ms;
   rec.transfers = thread_transfers() - transfers0;
-  for (int t = 0; t < 3; ++t)
+  for (int t = 0; t < kMaxTiers; ++t)
     if (tiers_used[t]) rec.tiers.push_back(tier_name(Tier(t)));
   if (trace) {
     std::string tiers;
@@ -267,7 +278,7 @@ std::string Session::report_json() const {
         .field("state", r.state).field("calls", r.calls).field("total_ms", r.total_ms).field("compile_ms", r.compile_ms)
         .field("promoted_at_call", r.promoted_at_call).field("deopts", r.deopts)
         .field("guard_failures", r.guard_failures).field("validation", r.validation)
-        .field("transfers", r.transfers).field("gpu", r.gpu)
+        .field("transfers", r.transfers).field("climb", r.climb)
         .field("rechecks", r.rechecks).field("versions", r.versions).end_object();
   }
   j.end_array();
@@ -297,7 +308,7 @@ std::string Session::report() const {
     if (r.rechecks) os << " (" << r.rechecks << " later calls re-checked)";
     if (r.transfers) os << ", " << r.transfers << " host<->device transfers";
     os << "\n";
-    if (!r.gpu.empty()) os << "    gpu: " << r.gpu << "\n";
+    if (!r.climb.empty()) os << "    climb: " << r.climb << "\n";
     for (auto& gf : r.guard_failures) os << "    guard failed: " << gf << "\n";
   }
   return os.str();

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <compare>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
@@ -161,14 +162,23 @@ void TierManager::Jobs::unregister_pool(Jobs* p) {
   a.pools.erase(std::remove(a.pools.begin(), a.pools.end(), p), a.pools.end());
 }
 
+// A version's identity: the rung of the ladder that compiled it, and the input signature
+// (signature_of) it was compiled for. Counting, compiling, failures and dispatch share it.
+struct VersionKey {
+  size_t rung = 0;
+  std::string signature;
+  auto operator<=>(const VersionKey&) const = default;
+};
+
 struct TierManager::RegionState {
   const Region* region = nullptr;
   std::shared_ptr<const VersionList> versions = std::make_shared<VersionList>();  // atomic access
   mutable std::mutex mu;  // guards everything below
   int64_t calls = 0, deopts = 0;
   double total_ms = 0;
-  std::map<std::string, int> signature_calls;
-  std::set<std::string> compiling, failed;  // signatures in flight / never to retry
+  // Calls served one rung below a key's (the interpreter for rung 0), counted for its promotion.
+  std::map<VersionKey, int> served;
+  std::set<VersionKey> compiling, failed;  // keys in flight / never to retry
   std::vector<std::string> guard_failures;
   std::string validation = "pending";
   std::string stopped;  // why the region no longer compiles, if it does not
@@ -180,11 +190,9 @@ struct TierManager::RegionState {
   double interp_ms = 0;  // the interpreter's latest time for the region (a re-check's cost)
   bool recheck_queued = false;
   int64_t rechecks = 0;
-  // Tier 2: why the region cannot go to the GPU ("" when it can), calls served by tier 1 per
-  // signature since its tier-1 version was published, and where its climb stopped.
-  std::string gpu_reason;
-  std::map<std::string, int> cpu_calls;
-  std::string gpu_state;
+  // Per rung: why the region cannot run there ("" when it can; rung 0's partition made sure).
+  std::vector<std::string> unable;
+  std::string climb;  // why a region with a compiled version is not on the next rung up
 
   std::shared_ptr<const VersionList> load() const { return std::atomic_load(&versions); }
   void publish(std::shared_ptr<Version> v) {  // caller holds mu
@@ -197,25 +205,28 @@ struct TierManager::RegionState {
 };
 
 struct TierManager::Core : std::enable_shared_from_this<Core> {
-  Core(std::shared_ptr<const Graph> g, Plan p, const Options& o, std::unique_ptr<Backend> b,
-       std::unique_ptr<Backend> gpu)
-      : graph_ptr(std::move(g)), graph_(*graph_ptr), plan_(std::move(p)), options_(o), backend_(std::move(b)),
-        gpu_(std::move(gpu)) {
+  Core(std::shared_ptr<const Graph> g, Plan p, const Options& o, std::vector<std::unique_ptr<Backend>> ladder)
+      : graph_ptr(std::move(g)), graph_(*graph_ptr), plan_(std::move(p)), options_(o), ladder_(std::move(ladder)) {
     for (const Region& r : plan_.regions) {
       regions_.push_back(std::make_unique<RegionState>());
-      regions_.back()->region = &r;
+      RegionState& st = *regions_.back();
+      st.region = &r;
       release_after_.push_back(released_after(graph_, r));
-      if (gpu_)
+      st.unable.assign(ladder_.size(), "");
+      for (size_t k = 1; k < ladder_.size(); ++k)
         for (int n : r.nodes)
-          if (std::string why = gpu_->can_compile(graph_, graph_.nodes[size_t(n)]); !why.empty()) {
-            regions_.back()->gpu_reason = graph_.nodes[size_t(n)].describe() + ": " + why;
-            regions_.back()->gpu_state = "stays on tier 1: " + regions_.back()->gpu_reason;
+          if (std::string why = ladder_[k]->can_compile(graph_, graph_.nodes[size_t(n)]); !why.empty()) {
+            st.unable[k] = graph_.nodes[size_t(n)].describe() + ": " + why;
             break;
           }
-      if (options_.validate == ValidateMode::Off) regions_.back()->validation = "off";
-      if (!backend_) regions_.back()->stopped = "no compiled tier enabled";
+      if (ladder_.size() > 1 && !st.unable[1].empty()) st.climb = "stays on " + rung_name(0) + ": " + st.unable[1];
+      if (options_.validate == ValidateMode::Off) st.validation = "off";
+      if (ladder_.empty()) st.stopped = "no compiled tier enabled";
     }
   }
+
+  // "tier 1": how reports name a rung.
+  std::string rung_name(size_t rung) const { return "tier " + std::to_string(int(ladder_[rung]->tier())); }
 
   void interpret_region(const Region& region, Frame& frame) const;
   // After the interpreter ran a compiled region for validation or a re-check: lets the OS take back
@@ -224,16 +235,14 @@ struct TierManager::Core : std::enable_shared_from_this<Core> {
   void drop_constant_pages(const Region& region) const;
   Tier execute(int r, Frame& frame, int64_t call);
   Tier dispatch(RegionState& st, Frame& frame, int64_t call);
-  void maybe_promote(RegionState& st, const std::string& sig, const std::vector<Tensor>& in, int64_t call);
-  void compile_job(RegionState& st, std::string sig, std::vector<Tensor> in, int64_t call);
-  // Tier 2: counts a call tier 1 served and queues the region's GPU compile at gpu_threshold.
-  void maybe_promote_gpu(RegionState& st, const std::string& sig, const std::vector<Tensor>& in, int64_t call);
-  void compile_job(RegionState& st, Backend& backend, std::string key, std::string sig, std::vector<Tensor> in,
-                   int64_t call);
+  // Counts a call the rung below `key.rung` served (the interpreter for rung 0) and queues the
+  // region's compile on that rung at its promotion threshold. Caller holds st.mu.
+  void maybe_promote(RegionState& st, const VersionKey& key, const std::vector<Tensor>& in, int64_t call);
+  void compile_job(RegionState& st, VersionKey key, std::vector<Tensor> in, int64_t call);
   bool validate(RegionState& st, Version& v, Frame& frame, const std::vector<Tensor>& in,
                 const std::vector<Tensor>& out);
   // Why `out` (the version's) differs from `expected` (the interpreter's), or nullopt.
-  std::optional<std::string> mismatch(const Region& region, const std::vector<Tensor>& in,
+  std::optional<std::string> mismatch(const Version& v, const Region& region, const std::vector<Tensor>& in,
                                        const std::vector<Tensor>& expected, const std::vector<Tensor>& out) const;
   // Continuous validation: runs the interpreter on a copy of a served call in the background.
   void maybe_recheck(RegionState& st, const std::shared_ptr<Version>& v, const std::vector<Tensor>& in,
@@ -248,8 +257,9 @@ struct TierManager::Core : std::enable_shared_from_this<Core> {
   const Graph& graph_;
   const Plan plan_;
   const Options options_;
-  std::unique_ptr<Backend> backend_;
-  std::unique_ptr<Backend> gpu_;  // tier 2, where there is a GPU and Options::max_tier allows it
+  // The compiled tiers, lowest first: a region climbs from the interpreter to rung 0, then from each
+  // rung to the next once that rung's promotion threshold of calls was served below it.
+  std::vector<std::unique_ptr<Backend>> ladder_;
   std::vector<std::unique_ptr<RegionState>> regions_;
   std::vector<std::vector<std::vector<int>>> release_after_;  // per region: released_after (partition.h)
   Jobs* jobs_ = nullptr;    // compiles; valid while any job may run (leaked when one is abandoned)
@@ -257,9 +267,8 @@ struct TierManager::Core : std::enable_shared_from_this<Core> {
 };
 
 TierManager::TierManager(std::shared_ptr<const Graph> graph, Plan plan, const Options& options,
-                         std::unique_ptr<Backend> backend, std::unique_ptr<Backend> gpu_backend)
-    : core_(std::make_shared<Core>(std::move(graph), std::move(plan), options, std::move(backend),
-                                   std::move(gpu_backend))),
+                         std::vector<std::unique_ptr<Backend>> ladder)
+    : core_(std::make_shared<Core>(std::move(graph), std::move(plan), options, std::move(ladder))),
       jobs_(new Jobs(options.compile_threads)), checks_(new Jobs(1, 19)) {
   core_->jobs_ = jobs_;
   core_->checks_ = checks_;
@@ -297,9 +306,10 @@ Tier TierManager::execute(int r, Frame& frame, int64_t call) { return core_->exe
 std::vector<RegionReport> TierManager::report() const { return core_->report(); }
 
 Tensor TierManager::to_device(const Tensor& t) {
-  TERRACE_CHECK(core_->gpu_ != nullptr, NotImplemented, "no device to put tensor ", shape_str(t.shape()),
-                " on: this session has no tier 2 (no GPU, or Options::max_tier below gpu)");
-  return core_->gpu_->to_device(t);
+  for (auto it = core_->ladder_.rbegin(); it != core_->ladder_.rend(); ++it)
+    if ((*it)->device_resident()) return (*it)->to_device(t);
+  fail(ErrorCode::NotImplemented, "no device to put tensor ", shape_str(t.shape()),
+       " on: this session has no tier 2 or other tier with device memory (no GPU, or Options::max_tier below gpu)");
 }
 
 void TierManager::wait_idle() {
@@ -320,9 +330,9 @@ static std::vector<Tensor> compile_inputs(const std::vector<Tensor>& in) {
   return kept;
 }
 
-// Tier 2's device tensors among a region's inputs, copied to the host for a consumer that is not a
-// GPU version (tier 1, the interpreter, validation), in `in` and in the frame, so that the next
-// host consumer of the value finds it there; each copy counted for the call.
+// Device tensors among a region's inputs, copied to the host for a consumer that is not a
+// device-resident version (tier 1, the interpreter, validation), in `in` and in the frame, so that
+// the next host consumer of the value finds it there; each copy counted for the call.
 static void inputs_to_host(const Region& region, Frame& frame, std::vector<Tensor>& in) {
   for (size_t i = 0; i < in.size(); ++i) {
     if (!in[i].on_device()) continue;
@@ -386,7 +396,7 @@ Tier TierManager::Core::dispatch(RegionState& st, Frame& frame, int64_t call) {
   std::shared_ptr<Version> refused;  // a version whose run-time check rejected this call's inputs
   std::string refused_what;
   // Versions highest tier first: one that fails at run time is demoted and the call goes to the
-  // next (a GPU version's failure to the region's tier-1 version), then to the interpreter.
+  // next (a tier-2 version's failure to the region's tier-1 version), then to the interpreter.
   if (all_tensors)
     for (const auto& v : *versions) {
       if (v->demoted.load()) continue;
@@ -394,12 +404,13 @@ Tier TierManager::Core::dispatch(RegionState& st, Frame& frame, int64_t call) {
         if (!failure) failure = f;
         continue;
       }
-      if (v->tier != Tier::Gpu) inputs_to_host(region, frame, in);
+      const bool device = ladder_[v->rung]->device_resident();
+      if (!device) inputs_to_host(region, frame, in);
       run_t0 = std::chrono::steady_clock::now();
       try {
         out = v->code->run(in);
         chosen = v;
-        if (Trace* t = options_.trace.get(); t && v->tier == Tier::Gpu)
+        if (Trace* t = options_.trace.get(); t && device)
           t->counter("transfer", "host<->device transfers, region " + std::to_string(r), "tensors", double(v->code->transfers.load()));
         break;
       } catch (const std::exception& e) {
@@ -440,7 +451,10 @@ Tier TierManager::Core::dispatch(RegionState& st, Frame& frame, int64_t call) {
     if (!check || passed) {
       for (size_t i = 0; i < region.outputs.size(); ++i)
         frame.env[size_t(region.outputs[i])] = RValue(std::move(out[i]));
-      if (chosen->tier == Tier::Cpu && gpu_) maybe_promote_gpu(st, chosen->signature, in, call);
+      if (chosen->rung + 1 < ladder_.size()) {
+        std::lock_guard<std::mutex> lock(st.mu);
+        maybe_promote(st, {chosen->rung + 1, chosen->signature}, in, call);
+      }
       return chosen->tier;
     }
     return Tier::Interp;  // validation failed: the frame holds the interpreter's results
@@ -460,27 +474,28 @@ Tier TierManager::Core::dispatch(RegionState& st, Frame& frame, int64_t call) {
     log_event(LogTopic::Deopts, LogLevel::Debug, "region ", r, ": deopt, guard failed: ", failure->describe());
     if (Trace* t = options_.trace.get()) t->instant("deopt", "deopt region " + std::to_string(r), {{"reason", failure->describe()}});
   }
-  if (all_tensors) maybe_promote(st, sig, in, call);
+  if (all_tensors && !ladder_.empty()) maybe_promote(st, {0, sig}, in, call);
   return Tier::Interp;
 }
 
-// Caller holds st.mu.
-void TierManager::Core::maybe_promote(RegionState& st, const std::string& sig,
-                                const std::vector<Tensor>& in, int64_t call) {
-  if (!backend_ || !st.stopped.empty()) return;
-  int count = ++st.signature_calls[sig];
-  if (count < options_.hot_threshold || st.compiling.count(sig) || st.failed.count(sig)) return;
+void TierManager::Core::maybe_promote(RegionState& st, const VersionKey& key, const std::vector<Tensor>& in,
+                                      int64_t call) {
+  const bool first = key.rung == 0;  // from the interpreter: a failure stops the region's compiles
+  if (first ? !st.stopped.empty() : !st.unable[key.rung].empty()) return;
+  const int count = ++st.served[key];
+  if (count < ladder_[key.rung]->promotion_threshold(options_) || st.compiling.count(key) || st.failed.count(key))
+    return;
   for (const auto& v : *st.load())
-    if (v->signature == sig) return;  // published (a demoted one is in `failed`)
-  if (int(st.load()->size() + st.compiling.size()) >= options_.max_specializations) {
+    if (v->rung == key.rung && v->signature == key.signature) return;  // published (a demoted one is in `failed`)
+  if (first && int(st.load()->size() + st.compiling.size()) >= options_.max_specializations) {
     st.stopped = "specialization limit (" + std::to_string(options_.max_specializations) + ") reached";
     log(LogLevel::Info, "region ", st.region->id, ": stops compiling: ", st.stopped);
     return;
   }
-  st.compiling.insert(sig);
-  if (!st.load()->empty() || !st.failed.empty())
-    log_event(LogTopic::Recompiles, LogLevel::Debug, "region ", st.region->id, " (", st.region->ops(), "): recompiling for ", sig,
-              " (", st.load()->size(), " version(s) already; last guard failure: ",
+  st.compiling.insert(key);
+  if (first && (!st.load()->empty() || !st.failed.empty()))
+    log_event(LogTopic::Recompiles, LogLevel::Debug, "region ", st.region->id, " (", st.region->ops(), "): recompiling for ",
+              key.signature, " (", st.load()->size(), " version(s) already; last guard failure: ",
               st.guard_failures.empty() ? std::string("none") : st.guard_failures.front(), ")");
   std::vector<Tensor> shapes = compile_inputs(in);
   RegionState* sp = &st;
@@ -488,61 +503,42 @@ void TierManager::Core::maybe_promote(RegionState& st, const std::string& sig,
   // thread's default: tier 1 runs parallel work on one thread or on the whole team, never on a
   // team of another size (jit/dnnl_ops.cpp's threads_for).
   const int team = omp_get_max_threads();
-  std::string why = jobs_->enqueue([self = shared_from_this(), sp, sig, shapes, call, team] {
+  std::string why = jobs_->enqueue([self = shared_from_this(), sp, key, shapes, call, team] {
     ScopedOmpThreads threads(team);
-    self->compile_job(*sp, sig, shapes, call);
+    self->compile_job(*sp, key, shapes, call);
   });
   if (why.empty()) return;
-  st.compiling.erase(sig);  // the region stays on the interpreter, and says why
-  st.stopped = std::string(error_code_name(ErrorCode::RuntimeError)) + ": " + why;
+  st.compiling.erase(key);  // the region stays where it is, and says why
+  why = std::string(error_code_name(ErrorCode::RuntimeError)) + ": " + why;
+  if (!first) {
+    st.failed.insert(key);
+    st.climb = "stays on " + rung_name(key.rung - 1) + ": " + why;
+    return;
+  }
+  st.stopped = why;
   if (st.validation == "pending" && st.load()->empty()) st.validation = "off";
   log(LogLevel::Warn, "region ", st.region->id, " (", st.region->ops(), "): stays on the interpreter: ", st.stopped);
 }
 
-void TierManager::Core::compile_job(RegionState& st, std::string sig, std::vector<Tensor> in, int64_t call) {
-  compile_job(st, *backend_, sig, sig, std::move(in), call);
-}
-
-// The tier-2 compile is keyed "gpu|<signature>" in compiling/failed, and its version carries that
-// signature: a GPU version that fails or is demoted leaves the tier-1 version of the signature.
-void TierManager::Core::maybe_promote_gpu(RegionState& st, const std::string& sig, const std::vector<Tensor>& in,
-                                          int64_t call) {
-  std::lock_guard<std::mutex> lock(st.mu);
-  if (!st.gpu_reason.empty()) return;
-  const std::string key = "gpu|" + sig;
-  if (++st.cpu_calls[sig] < options_.gpu_threshold || st.compiling.count(key) || st.failed.count(key)) return;
-  for (const auto& v : *st.load())
-    if (v->signature == key) return;
-  st.compiling.insert(key);
-  std::vector<Tensor> shapes = compile_inputs(in);
-  RegionState* sp = &st;
-  const int team = omp_get_max_threads();  // as maybe_promote's
-  std::string why = jobs_->enqueue([self = shared_from_this(), sp, key, sig, shapes, call, team] {
-    ScopedOmpThreads threads(team);
-    self->compile_job(*sp, *self->gpu_, key, sig, shapes, call);
-  });
-  if (why.empty()) return;
-  st.compiling.erase(key);
-  st.failed.insert(key);
-  st.gpu_state = "stays on tier 1: " + std::string(error_code_name(ErrorCode::RuntimeError)) + ": " + why;
-}
-
-void TierManager::Core::compile_job(RegionState& st, Backend& backend, std::string key, std::string sig,
-                                    std::vector<Tensor> in, int64_t call) {
+// A version that fails or is demoted above rung 0 leaves the lower rungs' versions of its
+// signature serving; one that fails on rung 0 stops the region's compiles.
+void TierManager::Core::compile_job(RegionState& st, VersionKey key, std::vector<Tensor> in, int64_t call) {
+  Backend& backend = *ladder_[key.rung];
+  const std::string tier = tier_name(backend.tier());
   auto t0 = std::chrono::steady_clock::now();
   std::unique_ptr<CompiledRegion> code;
   std::string error;
-  const bool gpu = backend.tier() == Tier::Gpu;
-  TraceSpan span(options_.trace.get(), "compile", gpu ? "compile (gpu) region" : "compile (cpu) region", st.region->id);
-  span.arg("signature", sig);
+  const std::string what = "compile (" + tier + ") region";
+  TraceSpan span(options_.trace.get(), "compile", what.c_str(), st.region->id);
+  span.arg("signature", key.signature);
   try {
-    std::string tier = tier_name(backend.tier());
     if (fault_enabled("slow-compile:" + tier))  // holds the compile back, for tests of no-waiting
       std::this_thread::sleep_for(std::chrono::seconds(2));
     if (fault_enabled("hang-compile:" + tier))  // a compile that does not come back, for tests of abandoning
       std::this_thread::sleep_for(std::chrono::hours(1));
-    // The host out of memory mid-compile (oom:gpu is the device's, at run time: jit/cuda_memory.h).
-    if (!gpu && fault_enabled("oom:" + tier)) throw std::bad_alloc();
+    // The host out of memory mid-compile (a device-resident tier's oom fault is the device's, at
+    // run time: jit/cuda_memory.h).
+    if (!backend.device_resident() && fault_enabled("oom:" + tier)) throw std::bad_alloc();
     code = backend.compile(graph_, *st.region, in);
   } catch (const std::bad_alloc&) {
     error = std::string(error_code_name(ErrorCode::OutOfMemory)) + ": the host ran out of memory while compiling";
@@ -554,24 +550,22 @@ void TierManager::Core::compile_job(RegionState& st, Backend& backend, std::stri
   std::lock_guard<std::mutex> lock(st.mu);
   st.compiling.erase(key);
   st.compile_ms += ms;
-  if (!code && gpu) {  // the region keeps its tier-1 version
-    st.failed.insert(key);
-    st.gpu_state = "stays on tier 1: compile failed: " + error;
-    log(LogLevel::Warn, "region ", st.region->id, " (", st.region->ops(), "): tier-2 compile failed for ", sig,
-        ": ", error);
-    return;
-  }
   if (!code) {
-    st.failed.insert(sig);  // never retried: a failed compile must not loop
-    log(LogLevel::Warn, "region ", st.region->id, " (", st.region->ops(), "): compile failed for ",
-        sig, ": ", error);
+    st.failed.insert(key);  // never retried: a failed compile must not loop
+    log(LogLevel::Warn, "region ", st.region->id, " (", st.region->ops(), "): ", rung_name(key.rung),
+        " compile failed for ", key.signature, ": ", error);
+    if (key.rung > 0) {
+      st.climb = "stays on " + rung_name(key.rung - 1) + ": compile failed: " + error;
+      return;
+    }
     if (st.validation == "pending" && st.load()->empty()) st.validation = "off";
     st.stopped = "compile failed: " + error;
     return;
   }
   auto v = std::make_shared<Version>();
   v->tier = backend.tier();
-  v->signature = key;
+  v->rung = key.rung;
+  v->signature = key.signature;
   v->guards = GuardSet::exact(in, code->value_inputs);
   v->code = std::move(code);
   v->compile_ms = ms;
@@ -580,12 +574,12 @@ void TierManager::Core::compile_job(RegionState& st, Backend& backend, std::stri
   if (st.promoted_at_call < 0) st.promoted_at_call = call;
   if (options_.validate != ValidateMode::Off) st.validation = "pending";
   st.publish(std::move(v));
-  if (gpu) st.gpu_state = "";
+  if (key.rung > 0) st.climb = "";
   log_event(LogTopic::Promotions, LogLevel::Info, "region ", st.region->id, " (", st.region->ops(), "): promoted to ",
-      tier_name(backend.tier()), " for ", sig, " after call ", call, ", compiled in ", ms, " ms");
+            tier, " for ", key.signature, " after call ", call, ", compiled in ", ms, " ms");
 }
 
-std::optional<std::string> TierManager::Core::mismatch(const Region& region, const std::vector<Tensor>& in,
+std::optional<std::string> TierManager::Core::mismatch(const Version& v, const Region& region, const std::vector<Tensor>& in,
                                                  const std::vector<Tensor>& expected,
                                                  const std::vector<Tensor>& out) const {
   std::vector<Tensor> allowance;  // computed only when the plain tolerance fails: it costs a run
@@ -593,7 +587,7 @@ std::optional<std::string> TierManager::Core::mismatch(const Region& region, con
     const Tolerance tol = Tolerance::for_dtype(expected[i].dtype());
     Comparison c = compare_tensors(expected[i], out[i], tol);
     if (!c.equal) {
-      if (allowance.empty()) allowance = backend_->error_allowance(graph_, region, in);
+      if (allowance.empty()) allowance = ladder_[v.rung]->error_allowance(graph_, region, in);
       if (allowance.at(i).defined()) c = compare_tensors(expected[i], out[i], tol, allowance[i]);
     }
     if (!c.equal) return "output '" + graph_.values[size_t(region.outputs[i])].name + "': " + c.message;
@@ -604,9 +598,10 @@ std::optional<std::string> TierManager::Core::mismatch(const Region& region, con
 void TierManager::Core::demote(RegionState& st, Version& v, const std::string& why) {
   v.demoted = true;
   if (v.code) v.code->forget_cached();
-  st.failed.insert(v.signature);
+  st.failed.insert({v.rung, v.signature});
   st.validation = "failed: " + why;
-  if (v.tier == Tier::Gpu) st.gpu_state = "back on tier 1: the GPU version was demoted: " + why;
+  if (v.rung > 0)
+    st.climb = "back on " + rung_name(v.rung - 1) + ": the " + tier_name(v.tier) + " version was demoted: " + why;
   log_event(LogTopic::Validation, LogLevel::Warn, "region ", st.region->id, " (", st.region->ops(), "): demoted: ", why);
   if (Trace* t = options_.trace.get()) t->instant("deopt", "demoted region " + std::to_string(st.region->id), {{"reason", why}});
 }
@@ -621,9 +616,9 @@ bool TierManager::Core::validate(RegionState& st, Version& v, Frame& frame, cons
   interpret_region(region, frame);
   std::vector<Tensor> expected;
   for (int v : region.outputs) expected.push_back(frame.env[size_t(v)].tensor);
-  if (std::optional<std::string> why = mismatch(region, in, expected, out)) {
+  if (std::optional<std::string> why = mismatch(v, region, in, expected, out)) {
     v.demoted = true;  // before the dump: no later call takes this version
-    std::string dump = dump_repro(graph_, region, in, expected, backend_->error_allowance(graph_, region, in),
+    std::string dump = dump_repro(graph_, region, in, expected, ladder_[v.rung]->error_allowance(graph_, region, in),
                                   v.code.get(), *why);
     std::lock_guard<std::mutex> lock(st.mu);
     demote(st, v, *why + (dump.empty() ? "" : " (repro in " + dump + ")"));
@@ -690,7 +685,7 @@ void TierManager::Core::recheck_job(RegionState& st, std::shared_ptr<Version> v,
     for (size_t i = 0; i < region.inputs.size(); ++i) frame.env[size_t(region.inputs[i])] = RValue(in[i]);
     interpret_region(region, frame);
     for (int o : region.outputs) expected.push_back(frame.env[size_t(o)].tensor);
-    why = mismatch(region, in, expected, out);
+    why = mismatch(*v, region, in, expected, out);
     drop_constant_pages(region);
   } catch (const std::exception& e) {  // compiled code answered where the interpreter raises
     why = std::string("the interpreter raised ") + e.what();
@@ -698,7 +693,7 @@ void TierManager::Core::recheck_job(RegionState& st, std::shared_ptr<Version> v,
   if (why) {
     v->demoted = true;
     std::string dump = expected.size() == region.outputs.size()
-                           ? dump_repro(graph_, region, in, expected, backend_->error_allowance(graph_, region, in),
+                           ? dump_repro(graph_, region, in, expected, ladder_[v->rung]->error_allowance(graph_, region, in),
                                         v->code.get(), *why)
                            : "";
     *why = "re-check of call " + std::to_string(call) + ": " + *why + (dump.empty() ? "" : " (repro in " + dump + ")");
@@ -738,7 +733,7 @@ std::vector<RegionReport> TierManager::Core::report() const {
         ++r.versions;
       }
     }
-    r.gpu = st.gpu_state;
+    r.climb = st.climb;
     if (r.tier == Tier::Interp && st.validation == "pending" && st.compiling.empty()) r.validation = "off";
     r.state = !st.compiling.empty() ? "compiling"
               : !st.stopped.empty() ? "stopped: " + st.stopped

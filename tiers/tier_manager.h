@@ -21,7 +21,8 @@ namespace terrace {
 // A published compiled version of a region: immutable but for its counters.
 struct Version {
   Tier tier = Tier::Cpu;
-  std::string signature;
+  size_t rung = 0;        // its tier's place in the session's ladder of compiled tiers
+  std::string signature;  // the input signature it was compiled for (signature_of)
   GuardSet guards;
   std::shared_ptr<CompiledRegion> code;
   double compile_ms = 0;
@@ -46,17 +47,18 @@ struct RegionReport {
   std::string state;                        // "interpreting", "compiling", "compiled", "stopped: ..."
   int versions = 0;
   int64_t transfers = 0;  // tensors copied between host and device by the region's versions (tier 2)
-  std::string gpu;        // why a region with a tier-1 version is not on tier 2 ("" when it is, or no GPU)
+  std::string climb;      // why a region with a compiled version is not on the next tier up ("" when it is, or none)
 };
 
 class TierManager {
  public:
   // Keeps `graph` and a copy of `plan`: a compile the destructor abandons may outlive this object.
-  // `backend` is tier 1's; `gpu_backend` (optional) tier 2's: a region whose tier-1 version has
-  // served Options::gpu_threshold calls for a signature is compiled for the GPU too, and its GPU
-  // version, while it works, is preferred.
+  // `ladder`: the compiled tiers, lowest first (empty: the interpreter only). A region is compiled
+  // on the first once the interpreter ran it promotion_threshold() times for one input signature,
+  // and on each next one once the one below served it that rung's threshold of calls; the highest
+  // working version is preferred.
   TierManager(std::shared_ptr<const Graph> graph, Plan plan, const Options& options,
-              std::unique_ptr<Backend> backend, std::unique_ptr<Backend> gpu_backend = nullptr);
+              std::vector<std::unique_ptr<Backend>> ladder);
   // Drops the background jobs still queued, waits up to Options::compile_wait_ms for a running one
   // and abandons it past that (it finishes on its own thread; its result is dropped).
   ~TierManager();

@@ -222,7 +222,7 @@ void expect_runs_on_gpu(const std::shared_ptr<Graph>& g, const NamedTensors& in,
     EXPECT_TRUE(found) << what << ": no region " << fused_ops << " (tier 1's partition changed?)\n" << s->report();
   }
   for (const RegionReport& r : s->region_reports()) {
-    EXPECT_EQ(r.tier, Tier::Gpu) << what << ": region " << r.id << " (" << r.ops << ") is not on tier 2: " << r.gpu
+    EXPECT_EQ(r.tier, Tier::Gpu) << what << ": region " << r.id << " (" << r.ops << ") is not on tier 2: " << r.climb
                                  << "\n" << s->report();
     EXPECT_EQ(r.validation, "passed") << what << ": region " << r.id << " (" << r.ops << ")\n" << s->report();
   }

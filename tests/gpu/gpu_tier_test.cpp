@@ -141,7 +141,7 @@ TEST(GpuTier, miscompiled_gpu_version_is_demoted_to_tier1) {
   EXPECT_TRUE(has(tiers, "cpu"));
   for (const RegionReport& r : s->region_reports()) {
     EXPECT_EQ(r.tier, Tier::Cpu);
-    EXPECT_NE(r.gpu.find("demoted"), std::string::npos) << s->report();
+    EXPECT_NE(r.climb.find("demoted"), std::string::npos) << s->report();
   }
 }
 
@@ -177,7 +177,7 @@ TEST(GpuTier, gpu_compile_failure_leaves_the_region_on_tier1) {
   EXPECT_FALSE(has(tiers, "gpu"));
   for (const RegionReport& r : s->region_reports()) {
     EXPECT_EQ(r.state, "compiled");
-    EXPECT_NE(r.gpu.find("compile failed"), std::string::npos) << s->report();
+    EXPECT_NE(r.climb.find("compile failed"), std::string::npos) << s->report();
   }
 }
 
@@ -193,7 +193,7 @@ TEST(GpuTier, gpu_out_of_memory_sends_the_call_to_tier1) {
   expect_matches(s->run(in), want);
   EXPECT_EQ(s->last_call().tiers, std::vector<std::string>{"cpu"}) << "tier 1 answers, not the interpreter";
   for (const RegionReport& r : s->region_reports())
-    EXPECT_NE(r.gpu.find("OutOfMemory"), std::string::npos) << s->report();
+    EXPECT_NE(r.climb.find("OutOfMemory"), std::string::npos) << s->report();
 }
 
 // A region's outputs are made over the buffers of earlier outputs the caller dropped

@@ -1,0 +1,137 @@
+// The ladder of compiled tiers: a plug-in tier (Options::extra_tiers) above tier 1 takes regions
+// from it, is validated, falls back when it fails or answers wrongly, and says why, with nothing in
+// the session, the partitioner or the tier manager written for it.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <memory>
+#include <string>
+
+#include "interp/compare.h"
+#include "tests/support/graph_builder.h"
+#include "tiers/backend.h"
+#include "tiers/session.h"
+#include "tiers/tier_manager.h"
+
+namespace terrace {
+namespace {
+
+using testing::GraphBuilder;
+using testing::random_tensor;
+
+constexpr Tier kFakeTier = Tier(3);
+
+// Tier 1's compiler under another name, which runs no Neg, and compiles wrongly or not at all
+// when told to.
+class FakeTier : public Backend {
+ public:
+  enum class Mode { Healthy, FailsToCompile, AddsOne };
+  explicit FakeTier(Mode mode) : mode_(mode), inner_(make_cpu_backend("")) {}
+  Tier tier() const override { return kFakeTier; }
+  int promotion_threshold(const Options&) const override { return 2; }
+  std::string can_compile(const Graph& g, const Node& n) const override {
+    return n.op == Op::Neg ? "the fake tier runs no Neg" : inner_->can_compile(g, n);
+  }
+  std::vector<Tensor> error_allowance(const Graph& g, const Region& r, const std::vector<Tensor>& in) const override {
+    return inner_->error_allowance(g, r, in);
+  }
+  std::unique_ptr<CompiledRegion> compile(const Graph& g, const Region& r, const std::vector<Tensor>& in) override {
+    if (mode_ == Mode::FailsToCompile) fail(ErrorCode::CompileFailed, "the fake tier fails on purpose");
+    return std::make_unique<Wrapped>(inner_->compile(g, r, in), mode_ == Mode::AddsOne);
+  }
+
+ private:
+  struct Wrapped : CompiledRegion {
+    Wrapped(std::unique_ptr<CompiledRegion> c, bool wrong) : code(std::move(c)), add_one(wrong) {}
+    std::vector<Tensor> run(const std::vector<Tensor>& in) override {
+      std::vector<Tensor> out = code->run(in);
+      if (add_one)
+        for (Tensor& t : out)
+          for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] += 1.0f;
+      return out;
+    }
+    std::unique_ptr<CompiledRegion> code;
+    bool add_one;
+  };
+  Mode mode_;
+  std::unique_ptr<Backend> inner_;
+};
+
+// y = tanh(x) * x + x: one region every tier runs; with `neg`, z = -y in the same region.
+std::shared_ptr<Graph> model(bool neg) {
+  GraphBuilder g;
+  int x = g.input("x", DType::Float32, {8, 8});
+  int y = g.node(Op::Add, {g.node(Op::Mul, {g.node(Op::Tanh, {x}), x}), x});
+  g.output(neg ? g.node(Op::Neg, {y}) : y);
+  return g.build();
+}
+
+struct Climb {
+  std::vector<std::string> last_tiers;
+  RegionReport region;
+};
+
+// Twelve calls, waiting for compiles after each; every answer the interpreter's.
+Climb run_with(FakeTier::Mode mode, bool neg) {
+  Options o;
+  o.max_tier = Tier::Cpu;  // the built-in tiers up to 1, whatever the machine; the fake above
+  o.cache_dir = "";
+  o.hot_threshold = 1;
+  o.extra_tiers.push_back([mode] { return std::make_unique<FakeTier>(mode); });
+  auto g = model(neg);
+  auto s = Session::from_graph(g, o);
+  Options interp;
+  interp.max_tier = Tier::Interp;
+  const NamedTensors in = {{"x", random_tensor({8, 8}, 5)}};
+  const NamedTensors want = Session::from_graph(g, interp)->run(in);
+  for (int call = 0; call < 12; ++call) {
+    const NamedTensors got = s->run(in);
+    s->wait_for_compiles();
+    const Comparison c = compare_tensors(want[0].second, got[0].second, Tolerance::for_dtype(DType::Float32));
+    EXPECT_TRUE(c.equal) << "call " << call << ": " << c.message;
+  }
+  const std::vector<RegionReport> regions = s->region_reports();
+  EXPECT_EQ(regions.size(), 1u) << s->report();
+  return {s->last_call().tiers, regions.at(0)};
+}
+
+bool ran(const Climb& r, const char* tier) {
+  return std::find(r.last_tiers.begin(), r.last_tiers.end(), tier) != r.last_tiers.end();
+}
+
+TEST(Ladder, a_region_climbs_from_tier1_to_a_plug_in_tier_validated) {
+  const Climb r = run_with(FakeTier::Mode::Healthy, false);
+  EXPECT_TRUE(ran(r, "tier3"));
+  EXPECT_EQ(r.region.tier, kFakeTier);
+  EXPECT_EQ(r.region.validation, "passed");
+  EXPECT_EQ(r.region.climb, "");
+  EXPECT_EQ(r.region.versions, 2);  // tier 1's stays below it
+}
+
+TEST(Ladder, a_plug_in_tier_that_fails_to_compile_leaves_the_region_on_tier1) {
+  const Climb r = run_with(FakeTier::Mode::FailsToCompile, false);
+  EXPECT_TRUE(ran(r, "cpu"));
+  EXPECT_EQ(r.region.tier, Tier::Cpu);
+  EXPECT_NE(r.region.climb.find("stays on tier 1: compile failed: CompileFailed: the fake tier fails on purpose"),
+            std::string::npos) << r.region.climb;
+}
+
+TEST(Ladder, a_wrong_plug_in_version_is_demoted_back_to_tier1) {
+  const Climb r = run_with(FakeTier::Mode::AddsOne, false);
+  EXPECT_TRUE(ran(r, "cpu"));
+  EXPECT_FALSE(ran(r, "tier3"));
+  EXPECT_EQ(r.region.tier, Tier::Cpu);
+  EXPECT_NE(r.region.climb.find("back on tier 1: the tier3 version was demoted"), std::string::npos)
+      << r.region.climb;
+}
+
+TEST(Ladder, a_region_a_plug_in_tier_cannot_run_stays_below_and_says_why) {
+  const Climb r = run_with(FakeTier::Mode::Healthy, true);
+  EXPECT_TRUE(ran(r, "cpu"));
+  EXPECT_EQ(r.region.tier, Tier::Cpu);
+  EXPECT_NE(r.region.climb.find("stays on tier 1: "), std::string::npos) << r.region.climb;
+  EXPECT_NE(r.region.climb.find("the fake tier runs no Neg"), std::string::npos) << r.region.climb;
+}
+
+}  // namespace
+}  // namespace terrace
