@@ -58,6 +58,10 @@ class Backend {
   // True for a tier whose versions take and return tensors in its device memory: the tier
   // manager hands every other consumer host copies.
   virtual bool device_resident() const { return false; }
+  // False where this tier cannot run `next` in the region of the library op `last` that the
+  // first tier's rule (absorbs) would put it in: every tier of a session's ladder is asked, and a
+  // node some tier refuses starts a region of its own.
+  virtual bool fuses(const Node& /*last*/, const Node& /*next*/) const { return true; }
   // True for a node that gets a region of its own (partition's AlonePredicate).
   virtual bool alone(const Node&) const { return false; }
   // True when `next` joins `alone_node`'s region (partition's AbsorbPredicate).

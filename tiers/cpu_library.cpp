@@ -498,22 +498,3 @@ LibraryPart compile_library(const Graph& g, const Region& region, std::vector<ke
 }  // namespace terrace::cpu_library
 #endif  // TERRACE_HAVE_CPU_JIT
 
-#ifdef TERRACE_HAVE_DNNL
-#include "jit/dnnl_activation.h"
-#endif
-
-namespace terrace::cpu_library {
-
-bool tier2_fuses(const Node& last, const Node& next) {
-  if (last.op == Op::MatMul && next.op == Op::Add) return false;  // tier 2 runs a MatMul alone or with a Relu
-  // Tier 2's convolution regions (cuDNN) hold no pool.
-  if (is_pool(last.op) || is_pool(next.op)) return false;
-#ifdef TERRACE_HAVE_DNNL
-  return !jit::dnnl_activation_of(next).has_value();  // Relu and Clip are not among these
-#else
-  (void)next;
-  return true;
-#endif
-}
-
-}  // namespace terrace::cpu_library

@@ -32,13 +32,6 @@ std::string can_compile(const Graph& g, const Node& node);
 // Conv; after a pool, the next Conv.
 bool absorbs(const Graph& g, const Node& last, const Node& next);
 
-// False for what tier 1 fuses after a library op `last` and tier 2 does not: the activations
-// Sigmoid, Tanh, LeakyRelu, Elu, HardSwish and Gelu (tier 2's cuBLASLt and cuDNN epilogues take
-// Relu and Clip), a MatMul's bias Add, and a pool in a convolution chain. A session with tier 2 partitions without them, so that
-// such a node does not keep its product or convolution off the GPU (it becomes a region of its
-// own, as before tier 1 fused it). Defined in every build.
-bool tier2_fuses(const Node& last, const Node& next);
-
 // Per region output, the error allowance of a library region (see Backend::error_allowance);
 // undefined tensors for any other region.
 std::vector<Tensor> error_allowance(const Graph& g, const Region& region, const std::vector<Tensor>& inputs);

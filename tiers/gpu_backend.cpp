@@ -2,11 +2,15 @@
 // domain) -> kernel IR -> CUDA C (render_c's Cuda dialect) -> one NVRTC program per region, a cubin
 // for the device's arch, kept in the disk cache -> a module whose kernels run on a stream. A
 // library region (a Gemm or MatMul, and the Relu it absorbed) -> one cuBLASLt matmul, fp32 without
-// TF32, the bias and Relu as its epilogue.
-// This first step takes and returns host tensors: the region's inputs are copied in and its
-// outputs out on every call, each copy counted (CompiledRegion::transfers).
+// TF32, the bias and Relu as its epilogue. Versions take host or device inputs and return device
+// tensors; each copy is counted (CompiledRegion::transfers).
 #include "tiers/backend.h"
 #include "tiers/gpu_backend.h"
+
+#include "tiers/cpu_library.h"
+#ifdef TERRACE_HAVE_DNNL
+#include "jit/dnnl_activation.h"
+#endif
 
 #ifdef TERRACE_HAVE_CUDA
 #include <algorithm>
@@ -35,6 +39,16 @@
 #endif
 
 namespace terrace {
+
+bool gpu_fuses(const Node& last, const Node& next) {
+  if (last.op == Op::MatMul && next.op == Op::Add) return false;  // tier 2 runs a MatMul alone or with a Relu
+  if (cpu_library::is_pool(last.op) || cpu_library::is_pool(next.op)) return false;  // cuDNN regions hold no pool
+#ifdef TERRACE_HAVE_DNNL
+  return !jit::dnnl_activation_of(next).has_value();  // Relu and Clip are not among these
+#else
+  return true;
+#endif
+}
 
 #ifndef TERRACE_HAVE_CUDA
 std::unique_ptr<Backend> make_gpu_backend(const std::string&, std::string* why) {
@@ -344,6 +358,7 @@ class GpuBackend : public Backend {
   Tier tier() const override { return Tier::Gpu; }
   int promotion_threshold(const Options& o) const override { return o.gpu_threshold; }
   bool device_resident() const override { return true; }
+  bool fuses(const Node& last, const Node& next) const override { return gpu_fuses(last, next); }
 
   std::string can_compile(const Graph& g, const Node& node) const override { return gpu_can_compile(g, node); }
   // fp32 products against the interpreter's: the same bound as tier 1's library regions.

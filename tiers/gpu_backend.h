@@ -22,6 +22,13 @@ struct GpuRegionCode {
 // without TERRACE_WITH_CUDA.
 GpuRegionCode render_gpu_region(const Graph& graph, const Region& region, const std::vector<Tensor>& inputs);
 
+// Tier 2's Backend::fuses: false for what tier 1 fuses after a library op `last` and tier 2 does
+// not: the activations Sigmoid, Tanh, LeakyRelu, Elu, HardSwish and Gelu (tier 2's cuBLASLt and
+// cuDNN epilogues take Relu and Clip), a MatMul's bias Add, and a pool in a convolution chain; such
+// a node becomes a region of its own rather than keep its product or convolution off the GPU.
+// Defined in every build: Options::plan_for_gpu partitions with it where there is no GPU.
+bool gpu_fuses(const Node& last, const Node& next);
+
 // The cubin of a tier-2 program (`program` names it in NVRTC's messages) for `arch`: from `cache`,
 // or NVRTC's, then stored. Its key holds everything the cubin depends on: the source, the arch,
 // the options and NVRTC's version; not the driver's, since NVRTC alone makes it, which lets

@@ -19,7 +19,7 @@
 #include "interp/log.h"
 #include "interp/omp_threads.h"
 #include "interp/onnx_import.h"
-#include "tiers/cpu_library.h"
+#include "tiers/gpu_backend.h"
 #include "tiers/graph_breaks.h"
 #include "tiers/input_check.h"
 #include "tiers/passes/pipeline.h"
@@ -102,14 +102,30 @@ std::unique_ptr<Session> Session::from_graph(std::shared_ptr<const Graph> graph,
     static std::once_flag said;
     if (!gpu) std::call_once(said, [&] { log(LogLevel::Info, "tier 2 unavailable: ", why, "; regions stay on tier 1"); });
   }
-  if (backend) {
-    Backend* b = backend.get();
-    // Then only what tier 2 fuses too (cpu_library::tier2_fuses).
-    const bool with_gpu = gpu != nullptr || options.plan_for_gpu;
-    impl->plan = partition(g, [b](const Graph& gr, const Node& n) { return b->can_compile(gr, n); },
-                           [b](const Node& n) { return b->alone(n); },
-                           [b, with_gpu](const Graph& gr, const Node& n, const Node& next) {
-                             return b->absorbs(gr, n, next) && (!with_gpu || cpu_library::tier2_fuses(n, next));
+  std::vector<std::unique_ptr<Backend>> ladder;
+  for (std::unique_ptr<Backend>* b : {&backend, &gpu})
+    if (*b) ladder.push_back(std::move(*b));
+  if (!ladder.empty())  // a plug-in tier climbs from the built-in ones
+    for (const auto& make : options.extra_tiers) {
+      ladder.push_back(make());
+      TERRACE_CHECK(ladder.back() && int(ladder.back()->tier()) > int(ladder[ladder.size() - 2]->tier()) &&
+                        int(ladder.back()->tier()) < kMaxTiers,
+                    InvalidArgument, "Options::extra_tiers: each tier must be above the one before it, below ",
+                    kMaxTiers);
+    }
+  if (!ladder.empty()) {
+    // The first tier's regions, less what a higher tier would not run together (Backend::fuses);
+    // Options::plan_for_gpu adds tier 2's rule where there is no GPU.
+    const Backend* first = ladder.front().get();
+    std::vector<const Backend*> higher;
+    for (size_t k = 1; k < ladder.size(); ++k) higher.push_back(ladder[k].get());
+    const bool plan_for_gpu = options.plan_for_gpu;
+    impl->plan = partition(g, [first](const Graph& gr, const Node& n) { return first->can_compile(gr, n); },
+                           [first](const Node& n) { return first->alone(n); },
+                           [first, higher, plan_for_gpu](const Graph& gr, const Node& n, const Node& next) {
+                             return first->absorbs(gr, n, next) && (!plan_for_gpu || gpu_fuses(n, next)) &&
+                                    std::all_of(higher.begin(), higher.end(),
+                                                [&](const Backend* b) { return b->fuses(n, next); });
                            },
                            size_t(std::max(0, options.max_region_nodes)));
   } else {
@@ -124,17 +140,6 @@ std::unique_ptr<Session> Session::from_graph(std::shared_ptr<const Graph> graph,
   }
   impl->last_use = last_use_positions(g, impl->step_of_node);
   check_graph_breaks(g, impl->plan, options);  // the graph_breaks log topic; Options::strict
-  std::vector<std::unique_ptr<Backend>> ladder;
-  for (std::unique_ptr<Backend>* b : {&backend, &gpu})
-    if (*b) ladder.push_back(std::move(*b));
-  if (!ladder.empty())  // a plug-in tier climbs from the built-in ones
-    for (const auto& make : options.extra_tiers) {
-      ladder.push_back(make());
-      TERRACE_CHECK(ladder.back() && int(ladder.back()->tier()) > int(ladder[ladder.size() - 2]->tier()) &&
-                        int(ladder.back()->tier()) < kMaxTiers,
-                    InvalidArgument, "Options::extra_tiers: each tier must be above the one before it, below ",
-                    kMaxTiers);
-    }
   impl->tiers = std::make_unique<TierManager>(impl->graph, impl->plan, options, std::move(ladder));
   return std::unique_ptr<Session>(new Session(std::move(impl)));
 }

@@ -11,6 +11,7 @@
 #include "tests/support/graph_builder.h"
 #include "tests/support/session_helpers.h"
 #include "tiers/cpu_library.h"
+#include "tiers/gpu_backend.h"
 #include "tiers/session.h"
 
 namespace terrace {
@@ -94,7 +95,7 @@ TEST(LibraryRegions, cancelling_product_before_a_sigmoid_passes_within_its_carri
 }
 
 // A session with tier 2 partitions without the activations tier 2's epilogues lack and without a
-// MatMul's bias Add (Session's absorbs asks cpu_library::tier2_fuses), so that a MatMul then Tanh
+// MatMul's bias Add (tier 2's Backend::fuses, gpu_fuses), so that a MatMul then Tanh
 // stays two GPU regions.
 TEST(LibraryRegions, tier2_fuses_relu_and_clip_but_not_the_other_activations) {
   auto node = [](Op op) {
@@ -104,12 +105,12 @@ TEST(LibraryRegions, tier2_fuses_relu_and_clip_but_not_the_other_activations) {
   };
   for (Op last : {Op::MatMul, Op::Conv}) {
     for (Op op : {Op::Relu, Op::Clip, Op::Conv})
-      EXPECT_TRUE(cpu_library::tier2_fuses(node(last), node(op))) << op_name(last) << ", " << op_name(op);
+      EXPECT_TRUE(gpu_fuses(node(last), node(op))) << op_name(last) << ", " << op_name(op);
     for (Op op : {Op::Sigmoid, Op::Tanh, Op::LeakyRelu, Op::Elu, Op::HardSwish, Op::Gelu})
-      EXPECT_FALSE(cpu_library::tier2_fuses(node(last), node(op))) << op_name(last) << ", " << op_name(op);
+      EXPECT_FALSE(gpu_fuses(node(last), node(op))) << op_name(last) << ", " << op_name(op);
   }
-  EXPECT_TRUE(cpu_library::tier2_fuses(node(Op::Conv), node(Op::Add)));  // a residual: tier 2's conv epilogue
-  EXPECT_FALSE(cpu_library::tier2_fuses(node(Op::MatMul), node(Op::Add)));  // a bias: cuBLASLt's path takes none
+  EXPECT_TRUE(gpu_fuses(node(Op::Conv), node(Op::Add)));  // a residual: tier 2's conv epilogue
+  EXPECT_FALSE(gpu_fuses(node(Op::MatMul), node(Op::Add)));  // a bias: cuBLASLt's path takes none
 }
 
 // Options::plan_for_gpu partitions as a session with tier 2 does, without a GPU (terrace compile
