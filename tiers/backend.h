@@ -12,12 +12,25 @@
 
 namespace terrace {
 
+// What one call did, counted as it runs: host<->device copies (tier 2's uploads, the tier
+// manager's and the session's downloads) and regions the interpreter ran (a cold region, a
+// validation, a deopt). Session::run keeps one per call, for its CallRecord.
+struct CallTally {
+  int64_t transfers = 0;
+  int64_t interpreted = 0;
+};
+
 // One region compiled for one input signature.
 class CompiledRegion {
  public:
   virtual ~CompiledRegion() = default;
-  // Computes the region's outputs (Region::outputs order) from its inputs (Region::inputs order).
-  virtual std::vector<Tensor> run(const std::vector<Tensor>& inputs) = 0;
+  // Computes the region's outputs (Region::outputs order) from its inputs (Region::inputs order),
+  // counting its copies in `tally`.
+  virtual std::vector<Tensor> run(const std::vector<Tensor>& inputs, CallTally& tally) = 0;
+  std::vector<Tensor> run(const std::vector<Tensor>& inputs) {
+    CallTally ignored;
+    return run(inputs, ignored);
+  }
   std::string source;    // the generated code, for dumps and repros
   std::string ir;        // the kernel IR, printed
   // Region inputs whose values (not only dtype and shape) the version was compiled for: small
@@ -31,20 +44,6 @@ class CompiledRegion {
   // the next process compiles it again instead of loading the same wrong code.
   virtual void forget_cached() {}
 };
-
-// Host<->device copies made on the calling thread (tier 2's uploads, the tier manager's and the
-// session's downloads): a session reads it before and after a call for the call's count.
-inline int64_t& thread_transfers() {
-  thread_local int64_t copies = 0;
-  return copies;
-}
-
-// Regions the interpreter ran on the calling thread (a cold region, a validation, a deopt): a
-// session reads it before and after a call to learn whether the call ran the interpreter.
-inline int64_t& thread_interpreted() {
-  thread_local int64_t runs = 0;
-  return runs;
-}
 
 class Backend {
  public:

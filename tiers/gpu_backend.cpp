@@ -187,7 +187,8 @@ class GpuRegion : public CompiledRegion {
   // Inputs on the host or on the device (a device tensor is used where it is); returns device
   // tensors, ready in stream order: nothing waits for the kernels, but for a region whose run-time
   // index check must be read back.
-  std::vector<Tensor> run(const std::vector<Tensor>& inputs) override {
+  using CompiledRegion::run;
+  std::vector<Tensor> run(const std::vector<Tensor>& inputs, CallTally& tally) override {
     std::lock_guard<std::mutex> lock(mu_);  // one staging buffer per region
     jit::cuda::device();
     const CUstream s = stream_->get();
@@ -294,7 +295,7 @@ class GpuRegion : public CompiledRegion {
     }
     if (perturb_) perturb(out);
     transfers += copies;
-    thread_transfers() += copies;
+    tally.transfers += copies;
     return out;
   }
 

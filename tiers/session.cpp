@@ -176,13 +176,14 @@ Tensor Session::to_device(const Tensor& t) { return impl_->tiers->to_device(t); 
 // subgraphs may read any value of the frame by name, so then every device value comes back. Each
 // is copied once: the host copy takes the value's place for later host readers, and the device
 // tensor is kept in `on_device` for later GPU regions, which read it without a second copy.
-static void node_inputs_to_host(Frame& frame, const Node& node, std::unordered_map<int, RValue>& on_device) {
+static void node_inputs_to_host(Frame& frame, const Node& node, std::unordered_map<int, RValue>& on_device,
+                                CallTally& tally) {
   auto fetch = [&](int v) {
     RValue& rv = frame.env[size_t(v)];
     if (rv.kind != ValueKind::Tensor || !rv.tensor.on_device()) return;
     on_device[v] = rv;
     rv = RValue(rv.tensor.to_host());
-    ++thread_transfers();
+    ++tally.transfers;
   };
   if (!node.subgraphs().empty()) {
     for (size_t v = 0; v < frame.env.size(); ++v) fetch(int(v));
@@ -206,8 +207,7 @@ NamedTensors Session::run(const NamedTensors& inputs, const RunOptions& run_opti
     im.calls.push_back({call, 0, {}});
   }
   auto t0 = std::chrono::steady_clock::now();
-  const int64_t transfers0 = thread_transfers();
-  const int64_t interpreted0 = thread_interpreted();
+  CallTally tally;
   bool tiers_used[kMaxTiers] = {};
   Trace* const trace = im.options.trace.get();  // Options::profile_file
   std::unordered_map<int, RValue> device_copies;  // see node_inputs_to_host
@@ -216,7 +216,7 @@ NamedTensors Session::run(const NamedTensors& inputs, const RunOptions& run_opti
     check_cancelled();
     if (step.region < 0) {
       TraceSpan span(trace, "node", "interp node", step.node);
-      node_inputs_to_host(frame, g.nodes[size_t(step.node)], device_copies);
+      node_inputs_to_host(frame, g.nodes[size_t(step.node)], device_copies, tally);
       run_node(frame, step.node);
       tiers_used[0] = true;
       release_dead_inputs(frame, step.node, int(s), im.last_use);
@@ -232,7 +232,7 @@ NamedTensors Session::run(const NamedTensors& inputs, const RunOptions& run_opti
           std::swap(frame.env[size_t(v)], it->second);
           swapped.push_back(v);
         }
-      const Tier tier = im.tiers->execute(step.region, frame, call);
+      const Tier tier = im.tiers->execute(step.region, frame, call, tally);
       for (int v : swapped) std::swap(frame.env[size_t(v)], device_copies[v]);
       tiers_used[int(tier)] = true;
       span.arg("tier", tier_name(tier));
@@ -243,7 +243,7 @@ NamedTensors Session::run(const NamedTensors& inputs, const RunOptions& run_opti
       std::erase_if(device_copies, [&](const auto& e) { return frame.env[size_t(e.first)].kind != ValueKind::Tensor; });
   }
   std::vector<RValue> out = frame_outputs(frame);
-  if (tiers_used[int(Tier::Interp)] || thread_interpreted() != interpreted0) release_free_heap(im.last_trim_ns);
+  if (tiers_used[int(Tier::Interp)] || tally.interpreted > 0) release_free_heap(im.last_trim_ns);
   double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   NamedTensors result;
   for (size_t i = 0; i < g.outputs.size(); ++i) {
@@ -253,14 +253,14 @@ NamedTensors Session::run(const NamedTensors& inputs, const RunOptions& run_opti
     Tensor t = std::move(out[i].tensor);
     if (t.on_device() && !run_options.outputs_on_device) {
       t = t.to_host();
-      ++thread_transfers();
+      ++tally.transfers;
     }
     result.emplace_back(name, std::move(t));
   }
   std::lock_guard<std::mutex> lock(im.mu);
   CallRecord& rec = im.calls[size_t(call)];
   rec.ms = ms;
-  rec.transfers = thread_transfers() - transfers0;
+  rec.transfers = tally.transfers;
   for (int t = 0; t < kMaxTiers; ++t)
     if (tiers_used[t]) rec.tiers.push_back(tier_name(Tier(t)));
   if (trace) {

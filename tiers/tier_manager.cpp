@@ -233,13 +233,13 @@ struct TierManager::Core : std::enable_shared_from_this<Core> {
   // the pages of its file-backed initializers (Tensor::drop_resident_pages), which the compiled
   // version may not read (oneDNN's packed copies); one that reads them faults them back.
   void drop_constant_pages(const Region& region) const;
-  Tier execute(int r, Frame& frame, int64_t call);
-  Tier dispatch(RegionState& st, Frame& frame, int64_t call);
+  Tier execute(int r, Frame& frame, int64_t call, CallTally& tally);
+  Tier dispatch(RegionState& st, Frame& frame, int64_t call, CallTally& tally);
   // Counts a call the rung below `key.rung` served (the interpreter for rung 0) and queues the
   // region's compile on that rung at its promotion threshold. Caller holds st.mu.
   void maybe_promote(RegionState& st, const VersionKey& key, const std::vector<Tensor>& in, int64_t call);
   void compile_job(RegionState& st, VersionKey key, std::vector<Tensor> in, int64_t call);
-  bool validate(RegionState& st, Version& v, Frame& frame, const std::vector<Tensor>& in,
+  bool validate(RegionState& st, Version& v, Frame& frame, CallTally& tally, const std::vector<Tensor>& in,
                 const std::vector<Tensor>& out);
   // Why `out` (the version's) differs from `expected` (the interpreter's), or nullopt.
   std::optional<std::string> mismatch(const Version& v, const Region& region, const std::vector<Tensor>& in,
@@ -302,7 +302,9 @@ void TierManager::stop_jobs_at_exit() {
   }
 }
 
-Tier TierManager::execute(int r, Frame& frame, int64_t call) { return core_->execute(r, frame, call); }
+Tier TierManager::execute(int r, Frame& frame, int64_t call, CallTally& tally) {
+  return core_->execute(r, frame, call, tally);
+}
 std::vector<RegionReport> TierManager::report() const { return core_->report(); }
 
 Tensor TierManager::to_device(const Tensor& t) {
@@ -333,12 +335,12 @@ static std::vector<Tensor> compile_inputs(const std::vector<Tensor>& in) {
 // Device tensors among a region's inputs, copied to the host for a consumer that is not a
 // device-resident version (tier 1, the interpreter, validation), in `in` and in the frame, so that
 // the next host consumer of the value finds it there; each copy counted for the call.
-static void inputs_to_host(const Region& region, Frame& frame, std::vector<Tensor>& in) {
+static void inputs_to_host(const Region& region, Frame& frame, std::vector<Tensor>& in, CallTally& tally) {
   for (size_t i = 0; i < in.size(); ++i) {
     if (!in[i].on_device()) continue;
     in[i] = in[i].to_host();
     frame.env[size_t(region.inputs[i])] = RValue(in[i]);
-    ++thread_transfers();
+    ++tally.transfers;
   }
 }
 
@@ -352,7 +354,6 @@ static std::vector<Tensor> host_copies(const std::vector<Tensor>& out) {
 
 // Values made inside the region are released after their last reader there (released_after).
 void TierManager::Core::interpret_region(const Region& region, Frame& frame) const {
-  ++thread_interpreted();
   const std::vector<std::vector<int>>& release = release_after_[size_t(&region - plan_.regions.data())];
   for (size_t k = 0; k < region.nodes.size(); ++k) {
     run_node(frame, region.nodes[k]);
@@ -365,10 +366,10 @@ void TierManager::Core::drop_constant_pages(const Region& region) const {
     if (auto it = graph_.initializers.find(v); it != graph_.initializers.end()) it->second.drop_resident_pages();
 }
 
-Tier TierManager::Core::execute(int r, Frame& frame, int64_t call) {
+Tier TierManager::Core::execute(int r, Frame& frame, int64_t call, CallTally& tally) {
   RegionState& st = *regions_[size_t(r)];
   auto t0 = std::chrono::steady_clock::now();
-  Tier tier = dispatch(st, frame, call);
+  Tier tier = dispatch(st, frame, call, tally);
   double ms = ms_since(t0);
   std::lock_guard<std::mutex> lock(st.mu);
   ++st.calls;
@@ -376,7 +377,7 @@ Tier TierManager::Core::execute(int r, Frame& frame, int64_t call) {
   return tier;
 }
 
-Tier TierManager::Core::dispatch(RegionState& st, Frame& frame, int64_t call) {
+Tier TierManager::Core::dispatch(RegionState& st, Frame& frame, int64_t call, CallTally& tally) {
   const Region& region = *st.region;
   const int r = region.id;
   std::vector<Tensor> in;
@@ -405,10 +406,10 @@ Tier TierManager::Core::dispatch(RegionState& st, Frame& frame, int64_t call) {
         continue;
       }
       const bool device = ladder_[v->rung]->device_resident();
-      if (!device) inputs_to_host(region, frame, in);
+      if (!device) inputs_to_host(region, frame, in, tally);
       run_t0 = std::chrono::steady_clock::now();
       try {
-        out = v->code->run(in);
+        out = v->code->run(in, tally);
         chosen = v;
         if (Trace* t = options_.trace.get(); t && device)
           t->counter("transfer", "host<->device transfers, region " + std::to_string(r), "tensors", double(v->code->transfers.load()));
@@ -434,7 +435,8 @@ Tier TierManager::Core::dispatch(RegionState& st, Frame& frame, int64_t call) {
     }
 
   if (refused) {
-    inputs_to_host(region, frame, in);
+    inputs_to_host(region, frame, in, tally);
+    ++tally.interpreted;
     interpret_region(region, frame);  // raises the interpreter's own error when the inputs are bad
     refused->demoted = true;          // it answered: the compiled check was wrong
     std::lock_guard<std::mutex> lock(st.mu);
@@ -446,7 +448,7 @@ Tier TierManager::Core::dispatch(RegionState& st, Frame& frame, int64_t call) {
     bool check = options_.validate == ValidateMode::Always ||
                  (options_.validate == ValidateMode::First && chosen->validations_left.fetch_sub(1) > 0);
     if (!check) maybe_recheck(st, chosen, in, out, ms_since(run_t0), call);
-    const bool passed = check && validate(st, *chosen, frame, in, out);
+    const bool passed = check && validate(st, *chosen, frame, tally, in, out);
     if (check) drop_constant_pages(region);
     if (!check || passed) {
       for (size_t i = 0; i < region.outputs.size(); ++i)
@@ -460,8 +462,9 @@ Tier TierManager::Core::dispatch(RegionState& st, Frame& frame, int64_t call) {
     return Tier::Interp;  // validation failed: the frame holds the interpreter's results
   }
 
-  inputs_to_host(region, frame, in);
+  inputs_to_host(region, frame, in, tally);
   const auto interp_t0 = std::chrono::steady_clock::now();
+  ++tally.interpreted;
   interpret_region(region, frame);
   const double interp_ms = ms_since(interp_t0);
   std::string sig = all_tensors ? signature_of(in) : std::string();
@@ -606,13 +609,15 @@ void TierManager::Core::demote(RegionState& st, Version& v, const std::string& w
   if (Trace* t = options_.trace.get()) t->instant("deopt", "demoted region " + std::to_string(st.region->id), {{"reason", why}});
 }
 
-bool TierManager::Core::validate(RegionState& st, Version& v, Frame& frame, const std::vector<Tensor>& device_in,
+bool TierManager::Core::validate(RegionState& st, Version& v, Frame& frame, CallTally& tally,
+                                 const std::vector<Tensor>& device_in,
                            const std::vector<Tensor>& device_out) {
   TraceSpan span(options_.trace.get(), "validation", "validate region", st.region->id);
   const Region& region = *st.region;
   std::vector<Tensor> in = device_in;
-  inputs_to_host(region, frame, in);
+  inputs_to_host(region, frame, in, tally);
   const std::vector<Tensor> out = host_copies(device_out);  // tier 2's results, copied back
+  ++tally.interpreted;
   interpret_region(region, frame);
   std::vector<Tensor> expected;
   for (int v : region.outputs) expected.push_back(frame.env[size_t(v)].tensor);

@@ -64,8 +64,9 @@ class TierManager {
   ~TierManager();
 
   // Runs region `r` for call `call` on the frame: a compiled version whose guards pass, or the
-  // interpreter. Returns the tier that produced the results.
-  Tier execute(int r, Frame& frame, int64_t call);
+  // interpreter. Returns the tier that produced the results; counts copies and interpreter runs in
+  // `tally`.
+  Tier execute(int r, Frame& frame, int64_t call, CallTally& tally);
 
   std::vector<RegionReport> report() const;
   // A device copy of `t` on tier 2's device (Session::to_device).

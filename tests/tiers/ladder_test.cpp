@@ -43,8 +43,8 @@ class FakeTier : public Backend {
  private:
   struct Wrapped : CompiledRegion {
     Wrapped(std::unique_ptr<CompiledRegion> c, bool wrong) : code(std::move(c)), add_one(wrong) {}
-    std::vector<Tensor> run(const std::vector<Tensor>& in) override {
-      std::vector<Tensor> out = code->run(in);
+    std::vector<Tensor> run(const std::vector<Tensor>& in, CallTally& tally) override {
+      std::vector<Tensor> out = code->run(in, tally);
       if (add_one)
         for (Tensor& t : out)
           for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] += 1.0f;
