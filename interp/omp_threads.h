@@ -25,8 +25,8 @@ class ScopedOmpThreads {
 // from a second thread adds its workers to libgomp's count of the threads it manages; once that
 // count exceeds the cores, libgomp cuts every team's spin-wait to 100 iterations (its "throttled"
 // spin count), so the callers' workers fall asleep between back-to-back oneDNN primitives and each
-// primitive pays a futex wake-up: MobileNetV2 on 2 cores took 5.1 ms a call that way against 2.4 ms
-// (bench/RESULTS.md, eighth session). A background job thread calls mark_background_thread once at
+// primitive pays a futex wake-up (MobileNetV2 took twice as long a call: bench/RESULTS.md). A
+// background job thread calls mark_background_thread once at
 // its start. Only what runs there is narrowed: the thread's OpenMP setting stays, since primitives
 // built there are sized for the callers' thread count.
 inline thread_local bool on_background_thread = false;

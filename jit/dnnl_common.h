@@ -22,9 +22,8 @@ dnnl::memory::desc plain(const dnnl::memory::dims& dims);
 dnnl::memory wrap(const dnnl::memory::desc& d, const float* data);
 // The OpenMP threads a primitive of `flops` multiply-adds runs on: 1 below kSerialWork, else the
 // calling thread's whole OpenMP setting (never a team of another size: dnnl_ops.cpp says why).
-// 1e5, not 2e5: the MLP's 512 -> 256 layer (131K) on 2 threads took its call from 0.0167-0.0173 to
-// 0.0144-0.0149 ms on 2 cores (bench/RESULTS.md, nineteenth session); no other zoo product or
-// convolution has between 1e5 and 2e5.
+// 1e5: a batch-1 layer of ~1e5 multiply-adds is already faster on two threads than on one
+// (bench/RESULTS.md).
 inline constexpr double kSerialWork = 1e5;
 int threads_for(double flops);
 // Primitives keep no scratchpad of their own (oneDNN's library-managed one belongs to the thread

@@ -100,11 +100,9 @@ static std::string weight_order() {
 
 // One thread, or every thread of the caller's OpenMP setting: never a team of another size. In
 // libgomp a parallel region whose team size differs from the previous one's re-docks the pool's
-// workers, and on the GPU host's 16 cores (bench/RESULTS.md, twelfth session) that cost far more
-// than it saved: MobileNetV2's convolution chain, whose steps had asked for 1 to 16 threads by
-// their work, took 5.3 ms a call against 2.0 ms with 16 for every step; BERT 42.9 ms against
-// 33.9 once its generated kernels also ran on the full team. Work under kSerialWork multiply-adds
-// runs on the calling thread alone (no fork, no join, the workers left as they are).
+// workers, which on 16 cores cost far more than sizing teams by work saved (bench/RESULTS.md).
+// Work under kSerialWork multiply-adds runs on the calling thread alone (no fork, no join, the
+// workers left as they are).
 int threads_for(double flops) {
   return flops < kSerialWork ? 1 : omp_get_max_threads();
 }
@@ -322,16 +320,9 @@ class MatMul : public DnnlPrimitive {
     // No blocked layout of oneDNN's own (its gemm:jit, below AVX-512, which packs the weights again
     // on every call): a plain 2-D product of at least kPackedGemmRows rows, A by rows, without
     // Gemm's C or alpha, runs on Terrace's packed weights (jit/packed_gemm.h) if the CPU has AVX2
-    // and FMA. Measured on the 2-core AVX2 machine (bench/RESULTS.md, fifteenth session) with the
-    // two paths in one process, calls alternating (whole models in separate processes gave no
-    // answer through that machine's noise): BERT 0.90 and GPT-2 0.92 of gemm:jit's time, and BERT
-    // 3% slower with only its two largest products packed than with all. A product of one row (a
-    // batch-1 Linear layer) takes the packed weights' GEMV, Relu in its stores, also where oneDNN
-    // has a blocked layout of its own (AVX-512). On a 2-core AVX-512 machine (nineteenth session):
-    // the MLP's call 0.0125-0.0129 ms against 0.0158-0.0159 on oneDNN, MobileNetV2's and
-    // ResNet-50's classifiers 39-41 and 170-175 us against 45-48 and 186-196; with oneDNN held to
-    // AVX2 (DNNL_MAX_CPU_ISA), 0.0145-0.0155 ms against 0.0246-0.0258, 48-52 and 127-139 us
-    // against 72-90 and 188-193.
+    // and FMA: faster than gemm:jit on every product measured. A product of one row (a batch-1
+    // Linear layer) takes the packed weights' GEMV, Relu in its stores, also where oneDNN has a
+    // blocked layout of its own (AVX-512): faster than oneDNN's there too (bench/RESULTS.md).
     const Dims& ad = a_.dims();
     const Dims& bd = b_.dims();
     const bool b_rows = b_ == plain(bd), b_columns = !b_rows && b_ == transposed_last_two(bd);
@@ -367,11 +358,9 @@ class MatMul : public DnnlPrimitive {
     if (pack && !is_blocked(weights)) {
       // No blocked layout of its own: oneDNN's gemm-based product (below AVX-512, or forced there
       // by DNNL_MAX_CPU_ISA), which reads the weights in whichever plain order it is given. The
-      // order matters: on the 2-core AVX2 machine of bench/RESULTS.md (2026-11-26), BERT's
-      // [128,768] x [768,3072] took 9.5 ms on ONNX's [K, N] rows and 4.7 ms on a copy stored by
-      // columns ([N, K] row-major), while the zoo's other products ran within 10% either way. A
-      // copy costs the weights' size again, so the weights are read as given unless the other
-      // order, measured here on this machine, takes at most 3/4 of the time.
+      // order can halve a product's time (BERT's up projection: bench/RESULTS.md), but a copy
+      // costs the weights' size again, so the weights are read as given unless the other order,
+      // measured here on this machine, takes at most 3/4 of the time.
       if (weights != b_) {
         weights = b_;
         prims_.fused = build(activation, prims_.fused_scratch, prims_.threads);

@@ -22,13 +22,9 @@ namespace {
 // runs down the rows of A; up to kMc rows of A by kKc (396 KB) stay in L2 while the thread's panels
 // pass. The rows are split into blocks of equal size (a multiple of kMr), so that 128 rows (BERT's
 // and GPT-2's) are one block, not 120 rows and then 8 for which every panel streams past again.
-// With the rows of C prefetched (micro_kernel), against 120-row blocks without: GPT-2's vocabulary
-// projection 0.91, BERT's up, QKV, down and output projections 0.88, 0.92, 0.96, 0.97 of the time
-// (medians of 30 alternating calls in one process, 2 threads, the 2-core AVX2 machine, sixteenth
-// session). 768 deep rather than the 256 that would keep a panel in L1: every product of BERT's with
-// 768 inputs then sums in registers from start to end, without writing C back after each block,
-// and took 0.88-0.91 of the time (its up and QKV projections; 0.96-0.98 for the others; a driver
-// alternating both blockings in one process on the 2-core AVX2 machine, fifteenth session).
+// The rows of C are prefetched (micro_kernel). 768 deep rather than the 256 that would keep a
+// panel in L1: a product with 768 inputs (BERT's) then sums in registers from start to end,
+// without writing C back after each block (both measured in bench/RESULTS.md).
 constexpr int kNr = 16, kMr = 6;
 constexpr int64_t kKc = PackedWeights::kDepthBlock, kMc = PackedWeights::kRowBlock, kPanelsPerPass = 16;
 
@@ -241,11 +237,8 @@ PackedWeights::PackedWeights(const float* b, int64_t k, int64_t n, bool transpos
 }
 
 size_t PackedWeights::rows_floats(int64_t m) const {
-  // Measured against reading A in place (2 threads unless said, medians of 61 alternating rounds,
-  // the 2-core AVX2 machine, eighteenth session): 128 rows by 768 into 768, 2304 or 3072 columns
-  // and 3072 into 768 (BERT's and GPT-2's) 0.88-0.90 of the time with the copy, 8 x 256 by 4096
-  // 0.85, 36 x 512 by 512 on one thread 0.99, 24 x 256 by 512 1.02; 6 x 256 by 256 1.36 and 16 x 64
-  // by 64 1.73 (the team's barrier and the copy against a few microseconds of products).
+  // The copy pays for products of more rows than one micro-kernel takes over 32 panels or more; on
+  // small ones the team's barrier and the copy cost more than the products (bench/RESULTS.md).
   const bool pays = m > kMr && panels_ >= 32;
   return pays ? size_t(m) * size_t(k_) : 0;
 }

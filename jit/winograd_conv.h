@@ -3,10 +3,9 @@
 // each 4x4 patch of the input and each 3x3 filter are transformed, the 16 positions of the
 // transformed domain are 16 products (tiles x input channels by input channels x output channels,
 // on PackedWeights), and each 4x4 of products becomes a 2x2 of outputs: 16 multiplies per 4 outputs
-// and input channel against 36, 2.25x fewer. oneDNN 2.6 has Winograd on AVX-512 only; its jit:avx2
-// direct convolution ran ResNet-50's 3x3s at 1.25-1.38x ONNX Runtime's time on 2 cores, and a
-// direct kernel of our own (12 accumulators, tiles of 3 to 6 pixels) did no better than oneDNN's
-// (bench/RESULTS.md, seventeenth session). The transforms add and subtract with factors 1 and 1/2,
+// and input channel against 36, 2.25x fewer. oneDNN 2.6 has Winograd on AVX-512 only, and neither
+// its jit:avx2 direct convolution nor a direct kernel of our own keeps up with ONNX Runtime's 3x3s
+// there (bench/RESULTS.md). The transforms add and subtract with factors 1 and 1/2,
 // so the error stays that of the float sums over the transformed magnitudes
 // (tests/jit/winograd_conv_test.cpp checks it against that bound).
 #pragma once

@@ -210,8 +210,8 @@ OpKernels lower_moments(const Node& node, const std::vector<OpInput>& in, OpKern
   // once, then z * scale + bias in float (the interpreter rounds once, at the end). Its error,
   // 2^-24 (2 |z scale| + |y|) at most (2^-23 |z scale| plus a rounding of y), stays within
   // rtol 1e-3 / atol 1e-5 unless y cancels to near 0 with |z scale| above 80 (|z| <= sqrt of
-  // the group's size): on the H100 this step in double (its conversions) took a 4,096-column
-  // layernorm from 0.0930 to 0.104 ms at 256 threads (bench/RESULTS.md, thirteenth session).
+  // the group's size); in double, this step's conversions slowed a GPU layernorm by a tenth
+  // (bench/RESULTS.md).
   const bool float_affine = t == DType::Float32 && !spec.mvn && spec.scale;
   Stmt pass3 = nest.over_reduced([&](const At& at, Expr kk) {
     // The interpreter's order: ((x - mean) * inv) * scale + bias.

@@ -35,8 +35,8 @@ std::string render_cuda_program(std::span<const LoweredFunc> funcs, std::string_
 // (the schedule proved the rows' offsets are), empty for every other kernel. Where one is not, the
 // launch takes cuda_element_copy_name(f.name) instead, which render_cuda_program renders beside it:
 // the same kernel element by element (same parameters, launch and results). A test at every
-// access inside the kernel kept both forms' values live: a 4,096-column softmax took 72 registers
-// instead of 56 and ran 7% slower on the H100 (bench/RESULTS.md, thirteenth session).
+// access inside the kernel kept both forms' values live, which cost registers and speed
+// (bench/RESULTS.md).
 std::vector<size_t> cuda_aligned_params(const LoweredFunc& f);
 std::string cuda_element_copy_name(const std::string& kernel);
 

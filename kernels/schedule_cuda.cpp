@@ -674,12 +674,9 @@ bool plan_registers(const RowAccesses& scan, CudaSchedule& s) {
     if (inner) vector = vector && inner->end.as<IntImm>()->value % kVector == 0;
   }
   // The fewest threads that fit, from 128 (element by element) or from 256 (by vectors), at most
-  // 32 words a thread: on the H100, a 4,096-column layernorm took 0.095 ms with 128 threads
-  // against 0.104 with 256 element by element; by vectors, with its affine step in float, 0.0930
-  // with 256 against 0.0950 with 128 (bench/RESULTS.md, thirteenth session). By vectors, first
-  // 128 threads with up to 64 words where the kernel reads no per-column vectors (a layernorm's
-  // scale and bias would take that many more): the 8192x4096 softmax (its input and output rows,
-  // 32 + 32 words) took 0.0915 ms against 0.0918 with 256 (fourteenth session).
+  // 32 words a thread: the faster start for each on the H100's rows. By vectors, first 128 threads
+  // with up to 64 words where the kernel reads no per-column vectors (a layernorm's scale and bias
+  // would take that many more): no slower for a softmax (timings: bench/RESULTS.md).
   struct Try {
     int block;
     int64_t most;  // words a thread
@@ -837,8 +834,7 @@ CudaSchedule row_schedule(const LoweredFunc& f, CudaSchedule s) {
     }
   }
   // In registers a row is read from memory with every load in flight at once and no copy through
-  // shared memory: on the H100 a 4,096-column softmax at the device-to-device copy's speed
-  // (bench/RESULTS.md, tenth session).
+  // shared memory: a row-wise kernel then runs at the device-to-device copy's speed.
   if (plan_registers(scan, b)) {
     mark_whole_folds(b);
     return b;

@@ -157,10 +157,9 @@ class CpuRegion : public CompiledRegion {
   };
 
   // A model output's buffer, reused from an earlier call when no one else holds it; else a new one,
-  // kept for later calls while fewer than kKeptBuffers are. Large outputs (GPT-2's logits, 25.7 MB)
-  // are mapped fresh by glibc and given back at free, so that every call page-faulted them in again:
-  // 17 ms of the 100 ms of GPT-2's vocabulary projection on 2 cores (its output fresh each call
-  // against a reused one, sixteenth session). Two buffers cover a caller that holds the last call's
+  // kept for later calls while fewer than kKeptBuffers are. Large outputs (GPT-2's logits) are
+  // mapped fresh by glibc and given back at free, so that every call page-faulted them in again (a
+  // sixth of its vocabulary projection's time: bench/RESULTS.md). Two buffers cover a caller that holds the last call's
   // outputs until the next call returns (`out = session.run(in)`), as ONNX Runtime's arena does.
   // Intermediates between regions are not kept: their memory goes back between calls and peak RSS
   // stays the liveness plan's.

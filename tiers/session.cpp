@@ -45,12 +45,10 @@ namespace {
 // (a graph break, a cold region, a validation, a deopt), at most every 250 ms. The interpreter's
 // intermediates (1-10 MB each on BERT) are freed at their last use but their pages stay resident:
 // glibc's dynamic mmap threshold, raised by the first such buffer freed, puts the next ones in the
-// main heap, which trims only a free top over twice that threshold. BERT's warm-up calls left 120
-// MB of main heap with 11 MB in use, resident beside the 343 MB of packed weights the compiles
-// add: peak RSS 550-560 MB against ONNX Runtime's 560, 522 with this (bench/RESULTS.md,
-// nineteenth session). A trim walks the free lists: 0.85 ms over 125 MB of free 64 KB chunks, 12
-// ms the first time (the pages given back), at most 0.4% of a steady state with a graph break.
-// Calls that run only compiled code never trim.
+// main heap, which trims only a free top over twice that threshold, so that a warmed-up model kept
+// ~100 MB of free heap resident beside its compiled weights. A trim walks the free lists, a small
+// share of a call with a graph break (figures: bench/RESULTS.md). Calls that run only compiled
+// code never trim.
 void release_free_heap(std::atomic<int64_t>& last_ns) {
 #if defined(__GLIBC__)
   const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(

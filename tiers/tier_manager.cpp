@@ -653,10 +653,9 @@ void TierManager::Core::maybe_recheck(RegionState& st, const std::shared_ptr<Ver
     if (st.recheck_queued || st.recheck_ms + st.interp_ms > options_.recheck_budget * st.served_ms) return;
     st.recheck_queued = true;
   }
-  // An initializer cannot change once run() returns: the job shares it. A copy read all of it
-  // and, file-backed, brought its pages back: GPT-2's 154 MB token table (the embedding region's
-  // Gather, which reads 128 rows of it) raised the resident memory by ~290 MB for seconds at
-  // each re-check, over ONNX Runtime's peak (bench/RESULTS.md, eighteenth session).
+  // An initializer cannot change once run() returns: the job shares it. A copy would read all of
+  // it and bring a file-backed one's pages back (a token table read a few rows a call: hundreds of
+  // MB resident at each re-check).
   std::vector<Tensor> in_copy, out_copy;
   for (size_t i = 0; i < in.size(); ++i) {
     const Tensor& t = in[i];
