@@ -1,26 +1,18 @@
 // TierManager: the state machine each region goes through (interpreting -> compiling -> compiled,
-// with deopts per call and demotion on a failed validation), and the background compile jobs.
+// with deopts per call and demotion on a failed validation) over the ladder of compiled tiers; its
+// background jobs run on tiers/jobs.h.
 #include "tiers/tier_manager.h"
 
 #include <algorithm>
 #include <chrono>
 #include <compare>
-#include <cstdio>
-#include <cstdlib>
 #include <mutex>
-#include <condition_variable>
-#include <sys/resource.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-#include <deque>
-#include <functional>
-#include <system_error>
 #include <thread>
 
 #include "interp/compare.h"
-#include "interp/exit_order.h"
 #include "interp/log.h"
 #include "interp/omp_threads.h"
+#include "tiers/jobs.h"
 #include "tiers/repro.h"
 #include "tiers/trace.h"
 
@@ -33,134 +25,6 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 }  // namespace
-
-// Background jobs (compiles, re-checks) run on threads of the session's own, not on a shared
-// pool: a compile that hangs then holds up only its own session's jobs. When the session goes
-// away, queued jobs are dropped unrun, a running one is waited for up to a limit and abandoned
-// past it: its thread is detached and finishes on its own; everything the job touches is held by
-// the shared Core, and this object is leaked with the thread rather than destroyed under it.
-// A thread that cannot start (std::system_error: EAGAIN under a thread limit) is tried again at
-// the next job while none runs; enqueue() then returns why, and the caller keeps the region where
-// it is.
-struct TierManager::Jobs {
-  std::mutex mu;
-  std::condition_variable work, idle;
-  std::deque<std::function<void()>> queue;
-  int in_flight = 0;  // queued or running
-  bool stopping = false;
-  int wanted, nice;
-  std::vector<std::thread> threads;
-
-  // `nice`: the threads' scheduling priority (0 as the caller's; 19 yields to every other thread).
-  explicit Jobs(int n, int nice_ = 0) : wanted(std::max(1, n)), nice(nice_) {
-    register_pool(this);
-    std::lock_guard<std::mutex> lock(mu);
-    start_threads();  // a failure is said by the first enqueue()
-  }
-  ~Jobs() {  // only once stop() has found nothing running
-    unregister_pool(this);
-    for (std::thread& t : threads)
-      if (t.joinable()) t.join();
-  }
-  void loop() {
-    for (;;) {
-      std::function<void()> f;
-      {
-        std::unique_lock<std::mutex> lock(mu);
-        work.wait(lock, [&] { return stopping || !queue.empty(); });
-        if (queue.empty()) return;  // stopping
-        f = std::move(queue.front());
-        queue.pop_front();
-      }
-      f();
-      f = nullptr;  // its captures go before the job counts as done
-      at_exit_refresh();  // after the first jobs built oneDNN's and LLVM's statics (exit_order.h)
-      std::lock_guard<std::mutex> lock(mu);
-      if (--in_flight == 0) idle.notify_all();
-    }
-  }
-  // Starts the threads not yet running (mu held); "" once at least one runs, else why none can.
-  std::string start_threads() {
-    std::string why;
-    while (int(threads.size()) < wanted) {
-      try {
-        if (fault_enabled("thread-create:cpu"))  // as a process at its thread limit
-          throw std::system_error(std::make_error_code(std::errc::resource_unavailable_try_again));
-        threads.emplace_back([this] {
-          if (nice > 0) ::setpriority(PRIO_PROCESS, pid_t(::syscall(SYS_gettid)), nice);  // Linux: per thread
-          mark_background_thread();  // its OpenMP code on one thread (interp/omp_threads.h says why)
-          loop();
-        });
-      } catch (const std::system_error& e) {
-        why = e.what();
-        break;
-      }
-    }
-    return threads.empty() ? "cannot start a background thread: " + why : "";
-  }
-  // Queues f; "" when it will run, else why it cannot (no thread could be started).
-  std::string enqueue(std::function<void()> f) {
-    at_exit_refresh();  // on the main thread: the exit stops this job before any static goes
-    std::lock_guard<std::mutex> lock(mu);
-    if (stopping) return "";  // the session is going away: dropped, as queued jobs are
-    if (threads.empty())
-      if (std::string why = start_threads(); !why.empty()) return why;
-    ++in_flight;
-    queue.push_back(std::move(f));
-    work.notify_one();
-    return "";
-  }
-  void wait() {
-    std::unique_lock<std::mutex> lock(mu);
-    idle.wait(lock, [&] { return in_flight == 0; });
-  }
-  // Drops the queued jobs and waits until `deadline` for the running ones: true when none is left.
-  bool stop_until(std::chrono::steady_clock::time_point deadline) {
-    std::unique_lock<std::mutex> lock(mu);
-    stopping = true;
-    in_flight -= int(queue.size());
-    queue.clear();
-    work.notify_all();
-    return idle.wait_until(lock, deadline, [&] { return in_flight == 0; });
-  }
-  bool stop(int ms) {
-    return stop_until(std::chrono::steady_clock::now() + std::chrono::milliseconds(std::max(0, ms)));
-  }
-  void abandon() {
-    for (std::thread& t : threads) t.detach();
-  }
-
-  static void register_pool(Jobs* p);
-  static void unregister_pool(Jobs* p);
-};
-
-// Every job pool, live sessions' and abandoned ones'. A program may return from main with a
-// session alive, its compile inside oneDNN: at exit (exit_order.h: before the statics of the
-// libraries the jobs use go) every pool stops, its running jobs are waited for, at most
-// kExitWaitMs in all, and its threads joined. Never destroyed.
-constexpr int kExitWaitMs = 10000;
-struct JobPools {
-  std::mutex mu;
-  std::vector<TierManager::Jobs*> pools;
-  bool exited = false;
-};
-static JobPools& job_pools() {
-  static auto* a = new JobPools;
-  return *a;
-}
-
-void TierManager::Jobs::register_pool(Jobs* p) {
-  JobPools& a = job_pools();
-  std::lock_guard<std::mutex> lock(a.mu);
-  a.pools.push_back(p);
-  at_exit_first(stop_jobs_at_exit);
-}
-
-void TierManager::Jobs::unregister_pool(Jobs* p) {
-  JobPools& a = job_pools();
-  std::lock_guard<std::mutex> lock(a.mu);  // waits for a running stop_jobs_at_exit
-  a.pools.erase(std::remove(a.pools.begin(), a.pools.end(), p), a.pools.end());
-}
 
 // A version's identity: the rung of the ladder that compiled it, and the input signature
 // (signature_of) it was compiled for. Counting, compiling, failures and dispatch share it.
@@ -262,43 +126,27 @@ struct TierManager::Core : std::enable_shared_from_this<Core> {
   std::vector<std::unique_ptr<Backend>> ladder_;
   std::vector<std::unique_ptr<RegionState>> regions_;
   std::vector<std::vector<std::vector<int>>> release_after_;  // per region: released_after (partition.h)
-  Jobs* jobs_ = nullptr;    // compiles; valid while any job may run (leaked when one is abandoned)
-  Jobs* checks_ = nullptr;  // continuous validation's re-checks, at the lowest priority
+  JobPool* jobs_ = nullptr;    // compiles; valid while any job may run (leaked when one is abandoned)
+  JobPool* checks_ = nullptr;  // continuous validation's re-checks, at the lowest priority
 };
 
 TierManager::TierManager(std::shared_ptr<const Graph> graph, Plan plan, const Options& options,
                          std::vector<std::unique_ptr<Backend>> ladder)
     : core_(std::make_shared<Core>(std::move(graph), std::move(plan), options, std::move(ladder))),
-      jobs_(new Jobs(options.compile_threads)), checks_(new Jobs(1, 19)) {
+      jobs_(new JobPool(options.compile_threads)), checks_(new JobPool(1, 19)) {
   core_->jobs_ = jobs_;
   core_->checks_ = checks_;
 }
 
 TierManager::~TierManager() {
-  for (Jobs* jobs : {jobs_, checks_}) {
+  for (JobPool* jobs : {jobs_, checks_}) {
     if (jobs->stop(core_->options_.compile_wait_ms)) {
       delete jobs;
       continue;
     }
     log(LogLevel::Warn, "a background job still runs after ", core_->options_.compile_wait_ms,
         " ms; abandoned: it ends on its own thread and its result is dropped");
-    jobs->abandon();  // and the Jobs object is left alive (registered) for the detached thread
-  }
-}
-
-void TierManager::stop_jobs_at_exit() {
-  JobPools& a = job_pools();
-  std::lock_guard<std::mutex> lock(a.mu);
-  if (a.exited) return;
-  a.exited = true;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kExitWaitMs);
-  for (Jobs* jobs : a.pools) {
-    if (!jobs->stop_until(deadline)) {
-      std::fprintf(stderr, "[terrace warn] exiting while a background job still runs after %d ms\n", kExitWaitMs);
-      return;
-    }
-    for (std::thread& t : jobs->threads)  // idle and stopping: each returns at once
-      if (t.joinable()) t.join();
+    jobs->abandon();  // and the pool is left alive for the detached thread
   }
 }
 

@@ -18,6 +18,8 @@
 
 namespace terrace {
 
+class JobPool;  // tiers/jobs.h
+
 // A published compiled version of a region: immutable but for its counters.
 struct Version {
   Tier tier = Tier::Cpu;
@@ -75,17 +77,12 @@ class TierManager {
   // calls it).
   void wait_idle();
 
-  struct Jobs;  // the background threads and their queue
-
  private:
   struct RegionState;
   struct Core;  // regions, policy and jobs' work; shared with the jobs, so a job may outlive this
-  // At exit (interp/exit_order.h): stops every session's jobs, waits (bounded) for the running
-  // ones, live sessions' and abandoned ones', and joins the live sessions' threads.
-  static void stop_jobs_at_exit();
   std::shared_ptr<Core> core_;
-  Jobs* jobs_;    // compiles; owned, left alive (leaked) when a running job is abandoned
-  Jobs* checks_;  // continuous validation's re-checks, on a lowest-priority thread; the same
+  JobPool* jobs_;    // compiles; owned, left alive (leaked) when a running job is abandoned
+  JobPool* checks_;  // continuous validation's re-checks, on a lowest-priority thread; the same
 };
 
 }  // namespace terrace
