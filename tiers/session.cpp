@@ -19,9 +19,9 @@
 #include "interp/log.h"
 #include "interp/omp_threads.h"
 #include "interp/onnx_import.h"
-#include "tiers/gpu_backend.h"
 #include "tiers/graph_breaks.h"
 #include "tiers/input_check.h"
+#include "tiers/ladder.h"
 #include "tiers/passes/pipeline.h"
 #include "tiers/tier_manager.h"
 #include "tiers/trace.h"
@@ -88,47 +88,9 @@ std::unique_ptr<Session> Session::from_graph(std::shared_ptr<const Graph> graph,
     impl->graph = optimize_graph(std::move(graph), options.optimize);
   }
   impl->options = options;
-  std::unique_ptr<Backend> backend;
-  if (options.max_tier >= Tier::Cpu) backend = make_cpu_backend(options.cache_dir);
   const Graph& g = *impl->graph;
-  // Tier 2 where Options::max_tier allows it and there is a GPU; without one the regions stay on
-  // the lower tiers, said once per process.
-  std::unique_ptr<Backend> gpu;
-  if (options.max_tier >= Tier::Gpu && backend) {
-    std::string why;
-    gpu = make_gpu_backend(options.cache_dir, &why);
-    static std::once_flag said;
-    if (!gpu) std::call_once(said, [&] { log(LogLevel::Info, "tier 2 unavailable: ", why, "; regions stay on tier 1"); });
-  }
-  std::vector<std::unique_ptr<Backend>> ladder;
-  for (std::unique_ptr<Backend>* b : {&backend, &gpu})
-    if (*b) ladder.push_back(std::move(*b));
-  if (!ladder.empty())  // a plug-in tier climbs from the built-in ones
-    for (const auto& make : options.extra_tiers) {
-      ladder.push_back(make());
-      TERRACE_CHECK(ladder.back() && int(ladder.back()->tier()) > int(ladder[ladder.size() - 2]->tier()) &&
-                        int(ladder.back()->tier()) < kMaxTiers,
-                    InvalidArgument, "Options::extra_tiers: each tier must be above the one before it, below ",
-                    kMaxTiers);
-    }
-  if (!ladder.empty()) {
-    // The first tier's regions, less what a higher tier would not run together (Backend::fuses);
-    // Options::plan_for_gpu adds tier 2's rule where there is no GPU.
-    const Backend* first = ladder.front().get();
-    std::vector<const Backend*> higher;
-    for (size_t k = 1; k < ladder.size(); ++k) higher.push_back(ladder[k].get());
-    const bool plan_for_gpu = options.plan_for_gpu;
-    impl->plan = partition(g, [first](const Graph& gr, const Node& n) { return first->can_compile(gr, n); },
-                           [first](const Node& n) { return first->alone(n); },
-                           [first, higher, plan_for_gpu](const Graph& gr, const Node& n, const Node& next) {
-                             return first->absorbs(gr, n, next) && (!plan_for_gpu || gpu_fuses(n, next)) &&
-                                    std::all_of(higher.begin(), higher.end(),
-                                                [&](const Backend* b) { return b->fuses(n, next); });
-                           },
-                           size_t(std::max(0, options.max_region_nodes)));
-  } else {
-    impl->plan = partition(g, [](const Graph&, const Node&) { return std::string("tier 1 is disabled"); });
-  }
+  std::vector<std::unique_ptr<Backend>> ladder = make_ladder(options);
+  impl->plan = partition_for(g, ladder, options);
   impl->step_of_node.assign(g.nodes.size(), 0);
   for (size_t s = 0; s < impl->plan.steps.size(); ++s) {
     const Step& step = impl->plan.steps[s];
