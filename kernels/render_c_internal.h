@@ -1,0 +1,559 @@
+// The printer of kernel IR as C++ or CUDA C that render_c.cpp drives (CRenderer), shared with
+// render_cuda_loops.cpp, which holds its CUDA element and row loops. Not for other files:
+// kernels/render_c.h is the interface.
+#pragma once
+#include <map>
+#include <optional>
+#include <ostream>
+#include <set>
+#include <string>
+
+#include "kernels/mutator.h"
+#include "kernels/render_c.h"
+#include "kernels/schedule_cuda.h"
+#include "kernels/visitor.h"
+
+namespace terrace::kernels::render_detail {
+
+struct DialectTraits {
+  const char* kernel_qualifier;
+  const char* restrict_kw;
+  bool buffers_as_array;         // void** buffers (C++) or one parameter per buffer (CUDA)
+  const char* vectorize_pragma;  // before an innermost loop
+};
+
+const DialectTraits& traits(Dialect d);
+
+const char* c_type(DType t);
+
+// The unsigned type signed integer arithmetic wraps in (C leaves signed overflow undefined; the
+// interpreter wraps).
+const char* wrap_type(DType t);
+
+std::string float_literal(double v, DType t);
+
+std::string int_literal(int64_t v, DType t);
+
+std::string lower_name(const char* s);
+
+// True when `s` reads variable `name` other than in the index of a vector access (a lane whose
+// every access is a vector's needs no index of its own: NVRTC would warn of an unused variable).
+bool reads_var(const Stmt& s, const std::string& name, const std::set<const IRNode*>& vector_accesses);
+
+// True where a node of kind N occurs in `x` (an Expr or a Stmt): contains<Load> reads memory,
+// contains<For> holds a loop.
+template <typename N, typename IR>
+bool contains(const IR& x) {
+  struct Finder : IRVisitor {
+    bool found = false;
+    void visit_node(const N*) override { found = true; }
+  } f;
+  f.visit(x);
+  return f.found;
+}
+
+// Buffers the body stores to (the others are declared const).
+class StoredBuffers : public IRVisitor {
+ public:
+  std::set<int> slots;
+  using IRVisitor::visit;
+
+ protected:
+  void visit_node(const Store* op) override {
+    slots.insert(op->buffer.slot);
+    IRVisitor::visit_node(op);
+  }
+};
+
+class CRenderer : public IRVisitor {
+ public:
+  CRenderer(std::ostream& os, Dialect d, const CudaSchedule* schedule = nullptr)
+      : os_(os), dialect_(d), traits_(traits(d)), schedule_(schedule) {}
+
+  std::string print(const Expr& e) {
+    visit(e);
+    return std::move(expr_);
+  }
+  void emit(const Stmt& s) { visit(s); }
+  void indent(int n) { indent_ = n; }
+
+ protected:
+  void visit_node(const IntImm* op) override { expr_ = int_literal(op->value, op->type); }
+  void visit_node(const FloatImm* op) override { expr_ = float_literal(op->value, op->type); }
+  void visit_node(const Var* op) override {
+    auto it = renamed_.find(op->name);
+    expr_ = it != renamed_.end() ? it->second : op->name;
+  }
+  void visit_node(const Load* op) override {
+    if (auto it = vector_name_.find(op); it != vector_name_.end() && in_lanes_) {
+      expr_ = it->second + ".v[tr_k]";
+      return;
+    }
+    if (const Expr* offset = cached_offset(op)) {
+      expr_ = row_element(op->buffer.name, *offset);
+      return;
+    }
+    if (in_register_loop_ && row_vector() > 1 && schedule_->vector_loads.count(op)) {
+      // Its index is the loop's element: vector tr_lane + (tr_k / 4) * block, lane tr_k % 4,
+      // written so that the four unrolled reads of one vector are visibly one load (an index
+      // computed from the element was not merged: four loads each, a 4,096-column layernorm 16%
+      // slower on the H100).
+      expr_ = "tr_ld4(" + op->buffer.name + ", tr_lane + (tr_k / " + std::to_string(row_vector()) + ") * " +
+              std::to_string(schedule_->block) + ", tr_k % " + std::to_string(row_vector()) + ")";
+      return;
+    }
+    if (op->buffer.slot == kLocalSlot && slot_register_.count(op->buffer.name)) {
+      expr_ = slot_name(op->buffer.name);  // the schedule proved the index is the thread's slot
+      return;
+    }
+    expr_ = op->buffer.name + "[" + print(op->index) + "]";
+  }
+  void visit_node(const Unary* op) override {
+    std::string a = print(op->a);
+    const char* w = wrap_type(op->type);
+    if (op->op == UnaryOp::Neg && w)
+      expr_ = cast(op->type, std::string("(0u - (") + w + ")" + a + ")");
+    else
+      expr_ = cast_if_int(op->type, std::string("(") + unary_op_name(op->op) + a + ")");
+  }
+  void visit_node(const Binary* op) override {
+    std::string a = print(op->a), b = print(op->b);
+    const char* w = wrap_type(op->type);
+    bool wraps = w && (op->op == BinaryOp::Add || op->op == BinaryOp::Sub || op->op == BinaryOp::Mul);
+    if (wraps) {
+      a = std::string("(") + w + ")" + a;
+      b = std::string("(") + w + ")" + b;
+    }
+    // Integer promotion makes a op b an int for small types; convert back to the node's type.
+    expr_ = cast_if_int(op->type, "(" + a + " " + binary_op_name(op->op) + " " + b + ")");
+  }
+  void visit_node(const Compare* op) override {
+    expr_ = "(" + print(op->a) + " " + cmp_op_name(op->op) + " " + print(op->b) + ")";
+  }
+  void visit_node(const Select* op) override {
+    // A ternary with a read on one side stays a branch per element in clang's output (the read is
+    // conditional, and clang does not speculate it): GPT-2's masked softmax (Where(mask, -inf, x /
+    // 8)) ran its max pass one scalar at a time. Every read under a Select is in bounds whatever the
+    // condition (a lowering guards a read that might not be with an IfThenElse statement, never a
+    // Select), so on the CPU both sides are computed as tr_select's arguments and blended.
+    if (dialect_ == Dialect::Cpp && (contains<Load>(op->true_value) || contains<Load>(op->false_value))) {
+      expr_ = std::string("tr_select<") + c_type(op->type) + ">(" + print(op->cond) + ", " + print(op->true_value) +
+              ", " + print(op->false_value) + ")";
+      return;
+    }
+    expr_ = "(" + print(op->cond) + " ? " + print(op->true_value) + " : " +
+            print(op->false_value) + ")";
+  }
+  void visit_node(const Cast* op) override { expr_ = convert(op->value.type(), op->type, print(op->value)); }
+  void visit_node(const Call* op) override {
+    std::string s = "tr_" + lower_name(intrinsic_name(op->fn)) +
+                    (op->args[0].type() == DType::Float32 ? "_f32(" : "_f64(");
+    for (size_t i = 0; i < op->args.size(); ++i) s += (i ? ", " : "") + print(op->args[i]);
+    expr_ = s + ")";
+  }
+
+  void visit_node(const For* op) override {
+    if (schedule_ && op == schedule_->parallel && schedule_->mapping == CudaMapping::PerElement) {
+      emit_per_element(op);
+      return;
+    }
+    if (schedule_ && (schedule_->mapping == CudaMapping::PerRowWarp || schedule_->mapping == CudaMapping::PerRowBlock)) {
+      emit_row_warp_loop(op);
+      return;
+    }
+    bool innermost = !contains<For>(op->body);
+    if (innermost && (op->for_kind == ForKind::Vectorized || op->for_kind == ForKind::Parallel))
+      line() << traits_.vectorize_pragma;
+    line() << loop_header(op) << " {\n";
+    ++indent_;
+    visit(op->body);
+    --indent_;
+    line() << "}\n";
+  }
+  void visit_node(const Store* op) override {
+    if (op->buffer.slot == kLocalSlot && slot_register_.count(op->buffer.name)) {
+      line() << slot_name(op->buffer.name) << " = " << print(op->value) << ";\n";
+      return;
+    }
+    if (auto it = vector_name_.find(op); it != vector_name_.end() && in_lanes_) {
+      line() << it->second << ".v[tr_k] = " << print(op->value) << ";\n";
+      return;
+    }
+    if (const Expr* offset = cached_offset(op)) {
+      // A row kept in shared memory: the value goes there, and to memory unless a later loop
+      // writes the whole row again.
+      const std::string row = row_element(op->buffer.name, *offset);
+      const bool dead = schedule_->dead_stores.count(op) > 0;
+      const std::string value = print(op->value);
+      const std::string to_memory = op->buffer.name + "[" + print(op->index) + "] = " + row + ";";
+      if (in_row_ && row_loop_depth_ == 0) {
+        line() << "if (tr_lane == 0) { " << row << " = " << value << "; " << to_memory << " }\n";
+        line() << sync() << "\n";
+      } else {
+        line() << row << " = " << value << ";\n";
+        if (!dead && in_register_loop_ && row_vector() > 1)
+          written_rows_.insert(op->buffer.name);  // to memory after the loop, by vectors
+        else if (!dead)
+          line() << to_memory << "\n";
+      }
+      return;
+    }
+    if (in_row_ && row_loop_depth_ == 0 && op->buffer.slot != kLocalSlot) {
+      // A row's store outside its loops: one lane makes it, the others see it after the sync.
+      line() << "if (tr_lane == 0) " << op->buffer.name << "[" << print(op->index) << "] = " << print(op->value)
+             << ";\n";
+      line() << sync() << "\n";
+      return;
+    }
+    line() << op->buffer.name << "[" << print(op->index) << "] = " << print(op->value) << ";\n";
+  }
+  // Let bodies stay in the enclosing C scope: verify() guarantees every name is bound once.
+  void visit_node(const LetStmt* op) override {
+    line() << "const " << c_type(op->value.type()) << " " << op->name << " = " << print(op->value)
+           << ";\n";
+    fill_after_lets(op->body);
+    visit(op->body);
+  }
+  // A local array in the enclosing C scope (names are unique, as for LetStmt).
+  void visit_node(const Allocate* op) override {
+    line() << c_type(op->buffer.dtype) << " " << op->buffer.name << "[" << op->extent << "];\n";
+    visit(op->body);
+  }
+  void visit_node(const IfThenElse* op) override {
+    line() << "if (" << print(op->cond) << ") {\n";
+    nested(op->then_case);
+    if (op->else_case.defined()) {
+      line() << "} else {\n";
+      nested(op->else_case);
+    }
+    line() << "}\n";
+  }
+
+ private:
+  std::ostream& line() { return os_ << std::string(size_t(2 * indent_), ' '); }
+  void nested(const Stmt& s) {
+    ++indent_;
+    visit(s);
+    --indent_;
+  }
+
+  // The PerElement schedule: the Parallel loop (and in 2-D the Vectorized loop inside it) as one
+  // grid-stride range [tr_lo, tr_hi) of elements. With vector_width W > 1 and every vector
+  // buffer aligned to W elements at run time, each step takes W elements: vector loads, the
+  // body once per lane (unrolled; the lanes live in registers), vector stores; the elements
+  // before the first and after the last whole vector (1-D ranges only) run one by one.
+  void emit_per_element(const For* op);
+
+  // The PerRowWarp schedule: the Parallel loop over warps (one row per warp, grid-stride), the
+  // lane loops strided by 32 with element r always on lane r % 32, each fold combined by a
+  // butterfly of shuffles and lane 0's result broadcast (every lane then holds the same value,
+  // NaN included); a __syncwarp after each lane loop orders the lanes' stores before the next
+  // reads. The other loops run in every lane.
+  void emit_row_warp_loop(const For* op);
+
+  // PerRowBlock in registers: a lane loop from 0 (or a nest [0, J) x [0, W), flattened) over its n
+  // elements, element r on thread r % block as its register r / block: fully unrolled, so that
+  // the rows' arrays are indexed by constants and stay in registers.
+  void emit_register_loop(const For* op, const For* inner) {
+    const int64_t block = schedule_->block, vec = row_vector();
+    const int64_t w = inner ? inner->end.as<IntImm>()->value : 1;
+    const int64_t n = op->end.as<IntImm>()->value * w;
+    const std::string r = inner ? "tr_r" : op->var;
+    line() << "#pragma unroll\n";
+    line() << "for (int tr_k = 0; tr_k < " << (n + vec * block - 1) / (vec * block) * vec << "; ++tr_k) {\n";
+    ++indent_;
+    const bool partial = n % (vec * block) != 0;
+    if (vec > 1) {
+      line() << "const int " << r << " = (tr_lane + (tr_k / " << vec << ") * " << block << ") * " << vec << " + tr_k % "
+             << vec << ";\n";
+    } else {
+      line() << "const int " << r << " = tr_lane + tr_k * " << block << ";\n";
+    }
+    if (partial) {
+      line() << "if (" << r << " < " << n << ") {\n";
+      ++indent_;
+    }
+    if (inner) {
+      line() << "const int " << op->var << " = tr_r / " << w << ";\n";
+      line() << "const int " << inner->var << " = tr_r % " << w << ";\n";
+    }
+    ++row_loop_depth_;
+    in_register_loop_ = true;
+    visit(inner ? inner->body : op->body);
+    in_register_loop_ = false;
+    --row_loop_depth_;
+    if (partial) {
+      --indent_;
+      line() << "}\n";
+    }
+    --indent_;
+    line() << "}\n";
+    // By vectors: the rows the loop wrote, from their registers to memory.
+    for (const CudaSchedule::RowCache& c : schedule_->row_caches)
+      if (written_rows_.count(c.buffer.name)) move_row(c, false, std::min(n, c.length));
+    written_rows_.clear();
+  }
+
+  // By vectors (row_vector 4, the row 16-byte aligned): a cached row between memory and its
+  // registers by streaming 16-byte loads or stores; vector q on thread q % block, registers
+  // 4 (q / block) ... 4 (q / block) + 3. A store moves the loop's elements [0, count) only.
+  void move_row(const CudaSchedule::RowCache& c, bool load, int64_t count = -1) {
+    const int64_t block = schedule_->block, vec = row_vector(), vectors = (count < 0 ? c.length : count) / vec;
+    const std::string reg = "tr_reg_" + c.buffer.name, ptr = "(" + c.buffer.name + " + " + c.base + ")";
+    line() << "#pragma unroll\n";
+    line() << "for (int tr_k = 0; tr_k < " << (vectors + block - 1) / block << "; ++tr_k) {\n";
+    ++indent_;
+    line() << "const int tr_q = tr_lane + tr_k * " << block << ";\n";
+    line() << (vectors % block ? "if (tr_q < " + std::to_string(vectors) + ") " : std::string()) << "{\n";
+    ++indent_;
+    if (load) {
+      line() << "const float4 tr_v = __ldcs((const float4*)" << ptr << " + tr_q);\n";
+      line() << reg << "[tr_k * 4] = tr_v.x; " << reg << "[tr_k * 4 + 1] = tr_v.y; " << reg << "[tr_k * 4 + 2] = tr_v.z; "
+             << reg << "[tr_k * 4 + 3] = tr_v.w;\n";
+    } else {
+      line() << "__stcs((float4*)" << ptr << " + tr_q, make_float4(" << reg << "[tr_k * 4], " << reg << "[tr_k * 4 + 1], "
+             << reg << "[tr_k * 4 + 2], " << reg << "[tr_k * 4 + 3]));\n";
+    }
+    --indent_;
+    line() << "}\n";
+    --indent_;
+    line() << "}\n";
+  }
+  std::string slot_name(const std::string& accumulator) const {
+    return "tr_slot_" + accumulator + "[tr_k % " + std::to_string(row_vector()) + "]";
+  }
+  int64_t row_vector() const { return schedule_ ? schedule_->row_vector : 1; }
+
+  // A slot fold's combine with its accumulator's element read from the variable tr_mine (the
+  // thread that combines a slot holds it in a register, not in the array).
+  static Expr slot_combined(const CudaSchedule::Fold& f) {
+    struct Mine : IRMutator {
+      const CudaSchedule::Fold& f;
+      explicit Mine(const CudaSchedule::Fold& fold) : f(fold) {}
+      Expr visit(const Load* op, const Expr& self) override {
+        if (op->buffer.slot == kLocalSlot && op->buffer.name == f.accumulator.name) return Var::make(f.accumulator.dtype, "tr_mine");
+        return IRMutator::visit(op, self);
+      }
+    } mine(f);
+    return mine.mutate(f.combined);
+  }
+
+  // PerRowBlock: the element at `offset` of a buffer's row in shared memory (one element of
+  // padding every 32, so that a stride of 16 or 32 elements does not hit one bank).
+  std::string row_element(const std::string& buffer, const Expr& offset) {
+    if (schedule_->rows_in_registers) {
+      // The schedule put every access of a row in a register loop, at the element it visits.
+      TERRACE_CHECK(in_register_loop_, Internal, "render_c: an access of ", buffer,
+                    "'s row in registers outside a register loop");
+      return "tr_reg_" + buffer + "[tr_k]";
+    }
+    // Offsets are below the row's length: 32-bit arithmetic (64-bit is several instructions each).
+    return "tr_row_" + buffer + "[" + padded("(int)(" + print(offset) + ")") + "]";
+  }
+  static std::string padded(const std::string& x) { return x + " + (" + x + " >> 5)"; }
+  // The row's inputs are copied in once its leading lets (the row's base among them) are bound:
+  // before `next`, the statement after a let, unless that is another let.
+  void fill_after_lets(const Stmt& next) {
+    if (!fill_pending_ || next.as<LetStmt>()) return;
+    fill_pending_ = false;
+    fill_row_caches();
+  }
+  const Expr* cached_offset(const IRNode* access) const {
+    if (!schedule_) return nullptr;
+    auto it = schedule_->cached_accesses.find(access);
+    return it == schedule_->cached_accesses.end() ? nullptr : &it->second;
+  }
+  // The inputs' rows copied into shared memory, 16 bytes at a time where the row is aligned; or
+  // into registers, every load made at once (the outputs' rows declared).
+  void fill_row_caches() {
+    const CudaSchedule& s = *schedule_;
+    const std::string n = std::to_string(s.block);
+    if (s.rows_in_registers && row_vector() > 1) {
+      for (const CudaSchedule::RowCache& c : s.row_caches) {
+        const int64_t per = row_vector() * s.block, k = (c.length + per - 1) / per * row_vector();
+        line() << c_type(c.buffer.dtype) << " tr_reg_" << c.buffer.name << "[" << k << "];\n";
+        if (c.fill) move_row(c, true);  // (schedule_cuda: lengths are multiples of row_vector)
+      }
+      return;
+    }
+    if (s.rows_in_registers) {
+      for (const CudaSchedule::RowCache& c : s.row_caches) {
+        const int64_t k = (c.length + s.block - 1) / s.block;
+        line() << c_type(c.buffer.dtype) << " tr_reg_" << c.buffer.name << "[" << k << "];\n";
+        if (!c.fill) continue;
+        line() << "#pragma unroll\n";
+        line() << "for (int tr_k = 0; tr_k < " << k << "; ++tr_k) {\n";
+        ++indent_;
+        line() << "const int tr_x = tr_lane + tr_k * " << n << ";\n";
+        line() << (c.length % s.block ? "if (tr_x < " + std::to_string(c.length) + ") " : std::string()) << "tr_reg_"
+               << c.buffer.name << "[tr_k] = (" << c.buffer.name << " + " << c.base << ")[tr_x];\n";
+        --indent_;
+        line() << "}\n";
+      }
+      return;
+    }
+    for (const CudaSchedule::RowCache& c : s.row_caches) {
+      if (!c.fill) continue;
+      const std::string src = c.buffer.name + " + " + c.base, dst = "tr_row_" + c.buffer.name;
+      const int64_t w = int64_t(16 / dtype_size(c.buffer.dtype));
+      const std::string len = std::to_string(c.length), type = c_type(c.buffer.dtype);
+      if (w > 1 && c.length % w == 0) {
+        const std::string vec = "tr_vec<" + type + ", " + std::to_string(w) + ">";
+        line() << "if (((unsigned long long)(" << src << ") & 15) == 0) {\n";
+        ++indent_;
+        line() << "#pragma unroll 4\n";
+        line() << "for (int tr_q = tr_lane; tr_q < " << c.length / w << "; tr_q += " << n << ") {\n";
+        ++indent_;
+        line() << "const " << vec << " tr_v = *(const " << vec << "*)(" << src << " + tr_q * " << w << ");\n";
+        line() << "#pragma unroll\n";
+        line() << "for (int tr_k = 0; tr_k < " << w << "; ++tr_k) { const int tr_x = tr_q * " << w
+               << " + tr_k; " << dst << "[" << padded("tr_x") << "] = tr_v.v[tr_k]; }\n";
+        --indent_;
+        line() << "}\n";
+        --indent_;
+        line() << "} else {\n";
+        ++indent_;
+      }
+      line() << "for (int tr_x = tr_lane; tr_x < " << len << "; tr_x += " << n << ") " << dst << "["
+             << padded("tr_x") << "] = (" << src << ")[tr_x];\n";
+      if (w > 1 && c.length % w == 0) {
+        --indent_;
+        line() << "}\n";
+      }
+    }
+    line() << "__syncthreads();\n";
+  }
+  const char* sync() const {
+    return schedule_ && schedule_->mapping == CudaMapping::PerRowBlock ? "__syncthreads();" : "__syncwarp();";
+  }
+
+  // Element tr_t of the flattened range: binds the loop variables (the innermost one as
+  // `inner_name`) and, in 2-D, the Parallel loop's lets.
+  void element_prologue(const For* op, const std::string& inner_name) {
+    const CudaSchedule& s = *schedule_;
+    if (!s.inner) {
+      line() << "const int64_t " << inner_name << " = tr_t;\n";
+      return;
+    }
+    const std::string n = std::to_string(s.inner_extent);
+    line() << "const int64_t " << op->var << " = tr_t / " << n << ";\n";
+    line() << "const int64_t " << inner_name << " = tr_t - " << op->var << " * " << n << ";\n";
+    for (Stmt body = op->body; const LetStmt* let = body.as<LetStmt>(); body = let->body)
+      line() << "const " << c_type(let->value.type()) << " " << let->name << " = " << print(let->value) << ";\n";
+  }
+  void scalar_element(const For* op) {
+    const CudaSchedule& s = *schedule_;
+    element_prologue(op, s.inner ? s.inner->var : op->var);
+    visit(s.inner ? s.inner->body : op->body);
+  }
+
+  // The schedule's vector accesses in the order the body reaches them (the render is stable).
+  static std::vector<const IRNode*> vector_accesses_in_order(const CudaSchedule& s) {
+    struct Order : IRVisitor {
+      const std::set<const IRNode*>& want;
+      std::vector<const IRNode*> out;
+      explicit Order(const std::set<const IRNode*>& w) : want(w) {}
+      std::set<const IRNode*> seen;  // a load shared by several expressions is one access
+      void visit_node(const Load* op) override {
+        if (want.count(op) && seen.insert(op).second) out.push_back(op);
+        IRVisitor::visit_node(op);
+      }
+      void visit_node(const Store* op) override {
+        if (want.count(op) && seen.insert(op).second) out.push_back(op);
+        IRVisitor::visit_node(op);
+      }
+    } order(s.vector_accesses);
+    order.visit(s.inner ? s.inner->body : s.parallel->body);
+    return order.out;
+  }
+  static const Buffer& buffer_of(const IRNode* access) {
+    if (const Load* ld = dynamic_cast<const Load*>(access)) return ld->buffer;
+    return static_cast<const Store*>(access)->buffer;
+  }
+
+  static std::string cast(DType t, const std::string& e) {
+    return std::string("((") + c_type(t) + ")" + e + ")";
+  }
+  static std::string cast_if_int(DType t, const std::string& e) {
+    return is_integer(t) ? cast(t, e) : e;
+  }
+
+  std::string loop_header(const For* op) {
+    std::string v = op->var, b = print(op->begin), e = print(op->end);
+    if (dialect_ == Dialect::Cuda) {
+      switch (op->for_kind) {
+        case ForKind::Parallel:  // a grid-stride loop over [begin, end)
+          return "for (int64_t " + v + " = " + b + " + (int64_t)blockIdx.x * blockDim.x + threadIdx.x; " +
+                 v + " < " + e + "; " + v + " += (int64_t)gridDim.x * blockDim.x)";
+        case ForKind::GpuBlock:
+          return "for (int64_t " + v + " = " + b + " + blockIdx.x; " + v + " < " + e + "; " + v +
+                 " += gridDim.x)";
+        case ForKind::GpuThread:
+          return "for (int64_t " + v + " = " + b + " + threadIdx.x; " + v + " < " + e + "; " + v +
+                 " += blockDim.x)";
+        default: break;
+      }
+    } else {
+      TERRACE_ASSERT(op->for_kind != ForKind::GpuBlock && op->for_kind != ForKind::GpuThread,
+                     "GPU loop '", op->var, "' in a C++ kernel");
+    }
+    return "for (int64_t " + v + " = " + b + "; " + v + " < " + e + "; ++" + v + ")";
+  }
+
+  // ONNX Cast semantics between compute and storage types.
+  std::string convert(DType from, DType to, const std::string& e) {
+    if (from == DType::Float16 || from == DType::BFloat16) {
+      TERRACE_ASSERT(to == DType::Float32, "16-bit floats are only widened to float32");
+      return (from == DType::Float16 ? "tr_h2f(" : "tr_bf2f(") + e + ")";
+    }
+    if (to == DType::Float16 || to == DType::BFloat16) {
+      std::string f = from == DType::Float32 ? e : cast(DType::Float32, convert(from, DType::Float32, e));
+      return (to == DType::Float16 ? "tr_f2h(" : "tr_f2bf(") + f + ")";
+    }
+    if (to == DType::Bool) return "(" + e + " != 0)";
+    if (is_float(from) && is_integer(to)) return saturating(from, to, e);
+    return cast(to, e);
+  }
+
+  std::string saturating(DType from, DType to, const std::string& e) {
+    double lo = 0, hi = 0;
+    dispatch_dtype(to, [&](auto tag) {
+      using T = decltype(tag);
+      if constexpr (std::is_integral_v<T>) {
+        lo = double(std::numeric_limits<T>::lowest());
+        hi = double(std::numeric_limits<T>::max());
+      }
+    });
+    int64_t tlo = 0, tmax = 0;  // the integer ends (not int64_t(hi): 2^63 overflows int64)
+    dispatch_dtype(to, [&](auto tag) {
+      using T = decltype(tag);
+      if constexpr (std::is_integral_v<T>) tlo = int64_t(std::numeric_limits<T>::lowest());
+      if constexpr (std::is_integral_v<T> && !std::is_same_v<T, uint64_t>)
+        tmax = int64_t(std::numeric_limits<T>::max());
+    });
+    // The upper end of uint64 does not fit int64: spell it as ~0.
+    std::string thi = to == DType::UInt64 ? "(~(uint64_t)0)" : int_literal(tmax, to);
+    return std::string("tr_sat_cast<") + c_type(to) + ", " + c_type(from) + ">(" + e + ", " +
+           float_literal(lo, from) + ", " + float_literal(hi, from) + ", " + int_literal(tlo, to) +
+           ", " + thi + ")";
+  }
+
+  std::ostream& os_;
+  Dialect dialect_;
+  const DialectTraits& traits_;
+  const CudaSchedule* schedule_;
+  std::string expr_;
+  int indent_ = 1;
+  std::map<std::string, std::string> renamed_;           // variables printed under another name
+  std::map<const IRNode*, std::string> vector_name_;     // vector accesses: their register
+  bool in_lanes_ = false;                                // rendering one lane of a vector step
+  bool in_row_ = false;                                  // PerRowWarp: inside the row loop
+  bool fill_pending_ = false;                            // PerRowBlock: the row's caches still to fill
+  bool in_register_loop_ = false;                       // PerRowBlock: in emit_register_loop's body
+  std::set<std::string> slot_register_;                 // PerRowBlock: slot arrays folded in tr_slot_<name>
+  std::set<std::string> written_rows_;                  // PerRowBlock by vectors: rows to write after the loop
+  std::map<const CudaSchedule::Fold*, std::string> part_name_;  // PerRowBlock: a fold's warps' values
+  int row_loop_depth_ = 0;                               // PerRowWarp: loops open inside the row
+};
+
+}  // namespace terrace::kernels::render_detail
