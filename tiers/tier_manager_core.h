@@ -1,0 +1,153 @@
+// TierManager's insides (tiers/tier_manager.h), shared by tier_manager.cpp (profiling, promotion,
+// compiles, dispatch, reports) and validator.cpp (shadow validation, re-checks, demotion). Not for
+// other files.
+#pragma once
+#include <chrono>
+#include <compare>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "interp/interpreter.h"
+#include "tiers/backend.h"
+#include "tiers/tier_manager.h"
+
+namespace terrace {
+
+class JobPool;
+
+inline constexpr size_t kMaxGuardFailuresKept = 16;
+using VersionList = std::vector<std::shared_ptr<Version>>;
+inline double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// A version's identity: the rung of the ladder that compiled it, and the input signature
+// (signature_of) it was compiled for. Counting, compiling, failures and dispatch share it.
+struct VersionKey {
+  size_t rung = 0;
+  std::string signature;
+  auto operator<=>(const VersionKey&) const = default;
+};
+
+struct TierManager::RegionState {
+  const Region* region = nullptr;
+  std::shared_ptr<const VersionList> versions = std::make_shared<VersionList>();  // atomic access
+  mutable std::mutex mu;  // guards everything below
+  int64_t calls = 0, deopts = 0;
+  double total_ms = 0;
+  // Calls served one rung below a key's (the interpreter for rung 0), counted for its promotion.
+  std::map<VersionKey, int> served;
+  std::set<VersionKey> compiling, failed;  // keys in flight / never to retry
+  std::vector<std::string> guard_failures;
+  std::string validation = "pending";
+  std::string stopped;  // why the region no longer compiles, if it does not
+  double compile_ms = 0;
+  int64_t promoted_at_call = -1;
+  // Continuous validation: compiled time served, interpreter time spent re-checking, and whether
+  // a re-check is queued (one at a time per region).
+  double served_ms = 0, recheck_ms = 0;
+  double interp_ms = 0;  // the interpreter's latest time for the region (a re-check's cost)
+  bool recheck_queued = false;
+  int64_t rechecks = 0;
+  // Per rung: why the region cannot run there ("" when it can; rung 0's partition made sure).
+  std::vector<std::string> unable;
+  std::string climb;  // why a region with a compiled version is not on the next rung up
+
+  std::shared_ptr<const VersionList> load() const { return std::atomic_load(&versions); }
+  void publish(std::shared_ptr<Version> v) {  // caller holds mu
+    auto next = std::make_shared<VersionList>(*load());
+    // Highest tier first: dispatch takes the first version whose guards pass.
+    auto at = std::find_if(next->begin(), next->end(), [&](const auto& o) { return o->tier < v->tier; });
+    next->insert(at, std::move(v));
+    std::atomic_store(&versions, std::shared_ptr<const VersionList>(std::move(next)));
+  }
+};
+
+struct TierManager::Core : std::enable_shared_from_this<Core> {
+  Core(std::shared_ptr<const Graph> g, Plan p, const Options& o, std::vector<std::unique_ptr<Backend>> ladder)
+      : graph_ptr(std::move(g)), graph_(*graph_ptr), plan_(std::move(p)), options_(o), ladder_(std::move(ladder)) {
+    for (const Region& r : plan_.regions) {
+      regions_.push_back(std::make_unique<RegionState>());
+      RegionState& st = *regions_.back();
+      st.region = &r;
+      release_after_.push_back(released_after(graph_, r));
+      st.unable.assign(ladder_.size(), "");
+      for (size_t k = 1; k < ladder_.size(); ++k)
+        for (int n : r.nodes)
+          if (std::string why = ladder_[k]->can_compile(graph_, graph_.nodes[size_t(n)]); !why.empty()) {
+            st.unable[k] = graph_.nodes[size_t(n)].describe() + ": " + why;
+            break;
+          }
+      if (ladder_.size() > 1 && !st.unable[1].empty()) st.climb = "stays on " + rung_name(0) + ": " + st.unable[1];
+      if (options_.validate == ValidateMode::Off) st.validation = "off";
+      if (ladder_.empty()) st.stopped = "no compiled tier enabled";
+    }
+  }
+
+  // "tier 1": how reports name a rung.
+  std::string rung_name(size_t rung) const { return "tier " + std::to_string(int(ladder_[rung]->tier())); }
+
+  void interpret_region(const Region& region, Frame& frame) const;
+  // After the interpreter ran a compiled region for validation or a re-check: lets the OS take back
+  // the pages of its file-backed initializers (Tensor::drop_resident_pages), which the compiled
+  // version may not read (oneDNN's packed copies); one that reads them faults them back.
+  void drop_constant_pages(const Region& region) const;
+  Tier execute(int r, Frame& frame, int64_t call, CallTally& tally);
+  Tier dispatch(RegionState& st, Frame& frame, int64_t call, CallTally& tally);
+  // Counts a call the rung below `key.rung` served (the interpreter for rung 0) and queues the
+  // region's compile on that rung at its promotion threshold. Caller holds st.mu.
+  void maybe_promote(RegionState& st, const VersionKey& key, const std::vector<Tensor>& in, int64_t call);
+  void compile_job(RegionState& st, VersionKey key, std::vector<Tensor> in, int64_t call);
+  bool validate(RegionState& st, Version& v, Frame& frame, CallTally& tally, const std::vector<Tensor>& in,
+                const std::vector<Tensor>& out);
+  // Why `out` (the version's) differs from `expected` (the interpreter's), or nullopt.
+  std::optional<std::string> mismatch(const Version& v, const Region& region, const std::vector<Tensor>& in,
+                                       const std::vector<Tensor>& expected, const std::vector<Tensor>& out) const;
+  // Continuous validation: runs the interpreter on a copy of a served call in the background.
+  void maybe_recheck(RegionState& st, const std::shared_ptr<Version>& v, const std::vector<Tensor>& in,
+                     const std::vector<Tensor>& out, double run_ms, int64_t call);
+  void recheck_job(RegionState& st, std::shared_ptr<Version> v, std::vector<Tensor> in,
+                   std::vector<Tensor> out, int64_t call);
+  // Marks v demoted with the reason (st.mu held by the caller).
+  void demote(RegionState& st, Version& v, const std::string& why);
+  std::vector<RegionReport> report() const;
+
+  std::shared_ptr<const Graph> graph_ptr;
+  const Graph& graph_;
+  const Plan plan_;
+  const Options options_;
+  // The compiled tiers, lowest first: a region climbs from the interpreter to rung 0, then from each
+  // rung to the next once that rung's promotion threshold of calls was served below it.
+  std::vector<std::unique_ptr<Backend>> ladder_;
+  std::vector<std::unique_ptr<RegionState>> regions_;
+  std::vector<std::vector<std::vector<int>>> release_after_;  // per region: released_after (partition.h)
+  JobPool* jobs_ = nullptr;    // compiles; valid while any job may run (leaked when one is abandoned)
+  JobPool* checks_ = nullptr;  // continuous validation's re-checks, at the lowest priority
+};
+
+// Device tensors among a region's inputs, copied to the host for a consumer that is not a
+// device-resident version (tier 1, the interpreter, validation), in `in` and in the frame, so that
+// the next host consumer of the value finds it there; each copy counted for the call.
+inline void inputs_to_host(const Region& region, Frame& frame, std::vector<Tensor>& in, CallTally& tally) {
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (!in[i].on_device()) continue;
+    in[i] = in[i].to_host();
+    frame.env[size_t(region.inputs[i])] = RValue(in[i]);
+    ++tally.transfers;
+  }
+}
+
+// Host copies of a region's outputs for a comparison (a device tensor is copied; a host one is
+// itself).
+inline std::vector<Tensor> host_copies(const std::vector<Tensor>& out) {
+  std::vector<Tensor> host;
+  for (const Tensor& t : out) host.push_back(t.to_host());
+  return host;
+}
+
+}  // namespace terrace
