@@ -235,7 +235,7 @@ void TierManager::Core::maybe_promote(RegionState& st, const VersionKey& key, co
     return;
   }
   st.stopped = why;
-  if (st.validation == "pending" && st.load()->empty()) st.validation = "off";
+  if (st.validation == RegionState::Validation::Pending && st.load()->empty()) st.validation = RegionState::Validation::Off;
   log(LogLevel::Warn, "region ", st.region->id, " (", st.region->ops(), "): stays on the interpreter: ", st.stopped);
 }
 
@@ -277,7 +277,7 @@ void TierManager::Core::compile_job(RegionState& st, VersionKey key, std::vector
       st.climb = "stays on " + rung_name(key.rung - 1) + ": compile failed: " + error;
       return;
     }
-    if (st.validation == "pending" && st.load()->empty()) st.validation = "off";
+    if (st.validation == RegionState::Validation::Pending && st.load()->empty()) st.validation = RegionState::Validation::Off;
     st.stopped = "compile failed: " + error;
     return;
   }
@@ -291,7 +291,7 @@ void TierManager::Core::compile_job(RegionState& st, VersionKey key, std::vector
   v->promoted_at_call = call;
   v->validations_left = options_.validate == ValidateMode::First ? options_.validate_calls : 0;
   if (st.promoted_at_call < 0) st.promoted_at_call = call;
-  if (options_.validate != ValidateMode::Off) st.validation = "pending";
+  if (options_.validate != ValidateMode::Off) st.validation = RegionState::Validation::Pending;
   st.publish(std::move(v));
   if (key.rung > 0) st.climb = "";
   log_event(LogTopic::Promotions, LogLevel::Info, "region ", st.region->id, " (", st.region->ops(), "): promoted to ",
@@ -312,7 +312,11 @@ std::vector<RegionReport> TierManager::Core::report() const {
     r.promoted_at_call = st.promoted_at_call;
     r.deopts = st.deopts;
     r.guard_failures = st.guard_failures;
-    r.validation = st.validation;
+    using V = RegionState::Validation;
+    r.validation = st.validation == V::Off       ? "off"
+                   : st.validation == V::Pending ? "pending"
+                   : st.validation == V::Passed  ? "passed"
+                                                 : "failed: " + st.failure;
     r.rechecks = st.rechecks;
     for (const auto& v : *st.load()) {
       r.transfers += v->code->transfers.load();
@@ -322,7 +326,7 @@ std::vector<RegionReport> TierManager::Core::report() const {
       }
     }
     r.climb = st.climb;
-    if (r.tier == Tier::Interp && st.validation == "pending" && st.compiling.empty()) r.validation = "off";
+    if (r.tier == Tier::Interp && st.validation == V::Pending && st.compiling.empty()) r.validation = "off";
     r.state = !st.compiling.empty() ? "compiling"
               : !st.stopped.empty() ? "stopped: " + st.stopped
               : r.versions ? "compiled" : "interpreting";

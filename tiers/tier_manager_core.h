@@ -44,7 +44,10 @@ struct TierManager::RegionState {
   std::map<VersionKey, int> served;
   std::set<VersionKey> compiling, failed;  // keys in flight / never to retry
   std::vector<std::string> guard_failures;
-  std::string validation = "pending";
+  // Where validation stands: a version's first calls still to check (Pending), all checked
+  // (Passed), a mismatch (Failed, with `failure`), or nothing to validate (Off).
+  enum class Validation { Off, Pending, Passed, Failed } validation = Validation::Pending;
+  std::string failure;  // why the last demoted version failed
   std::string stopped;  // why the region no longer compiles, if it does not
   double compile_ms = 0;
   int64_t promoted_at_call = -1;
@@ -84,7 +87,7 @@ struct TierManager::Core : std::enable_shared_from_this<Core> {
             break;
           }
       if (ladder_.size() > 1 && !st.unable[1].empty()) st.climb = "stays on " + rung_name(0) + ": " + st.unable[1];
-      if (options_.validate == ValidateMode::Off) st.validation = "off";
+      if (options_.validate == ValidateMode::Off) st.validation = RegionState::Validation::Off;
       if (ladder_.empty()) st.stopped = "no compiled tier enabled";
     }
   }

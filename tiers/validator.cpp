@@ -34,7 +34,8 @@ void TierManager::Core::demote(RegionState& st, Version& v, const std::string& w
   v.demoted = true;
   if (v.code) v.code->forget_cached();
   st.failed.insert({v.rung, v.signature});
-  st.validation = "failed: " + why;
+  st.validation = RegionState::Validation::Failed;
+  st.failure = why;
   if (v.rung > 0)
     st.climb = "back on " + rung_name(v.rung - 1) + ": the " + tier_name(v.tier) + " version was demoted: " + why;
   log_event(LogTopic::Validation, LogLevel::Warn, "region ", st.region->id, " (", st.region->ops(), "): demoted: ", why);
@@ -66,7 +67,8 @@ bool TierManager::Core::validate(RegionState& st, Version& v, Frame& frame, Call
   log_event(LogTopic::Validation, LogLevel::Debug, "region ", region.id, " (", region.ops(), "): ", tier_name(v.tier),
             " version for ", v.signature, " agrees with the interpreter (shadow validation)");
   std::lock_guard<std::mutex> lock(st.mu);
-  if (st.validation == "pending" && v.validations_left.load() <= 0) st.validation = "passed";
+  if (st.validation == RegionState::Validation::Pending && v.validations_left.load() <= 0)
+    st.validation = RegionState::Validation::Passed;
   return true;
 }
 
