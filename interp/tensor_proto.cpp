@@ -248,8 +248,11 @@ std::string real_path(const std::string& path, const std::string& what) {
   return s;
 }
 
-bool inside(const std::string& file, const std::string& root) {
-  return !root.empty() && file.compare(0, root.size() + 1, root + "/") == 0;
+// True when `file` (a real path) lies inside one of `roots` (real paths of folders).
+bool inside(const std::string& file, const std::vector<std::string>& roots) {
+  return std::any_of(roots.begin(), roots.end(), [&](const std::string& r) {
+    return !r.empty() && file.compare(0, r.size() + 1, r + "/") == 0;
+  });
 }
 
 // Walks the path one component at a time with lstat. A symbolic link is followed only where its
@@ -266,7 +269,7 @@ std::string confined_file(const std::string& base_dir, const std::vector<std::st
                   loc, "' does not exist in the model's folder");
     if (S_ISLNK(st->st_mode)) {
       path = real_path(path, what);
-      TERRACE_CHECK(std::any_of(roots.begin(), roots.end(), [&](const std::string& r) { return inside(path, r); }),
+      TERRACE_CHECK(inside(path, roots),
                     InvalidModel, what, ": external data path '", loc, "' goes through a symbolic link to '", path,
                     "', outside the model's folder");
       TERRACE_CHECK(::lstat(path.c_str(), st) == 0, InvalidModel, what, ": cannot stat external data file '", path,
@@ -279,7 +282,7 @@ std::string confined_file(const std::string& base_dir, const std::vector<std::st
   TERRACE_CHECK(st->st_nlink == 1, InvalidModel, what, ": external data file '", loc,
                 "' has several hard links, which is not allowed");
   std::string file = real_path(path, what);
-  TERRACE_CHECK(std::any_of(roots.begin(), roots.end(), [&](const std::string& r) { return inside(file, r); }),
+  TERRACE_CHECK(inside(file, roots),
                 InvalidModel, what, ": external data file '", loc, "' lies outside the model's folder");
   return path;
 }

@@ -108,6 +108,12 @@ class Verifier {
 
   // Checks a graph and sorts its nodes; returns the names it reads from enclosing graphs.
   std::set<std::string> graph(onnx::GraphProto& g, const Scope* outer, const std::string& where);
+  // Once the graph is checked: the warning for the declared dims of -1 it read as dynamic, or "".
+  std::string minus_one_warning() const {
+    return minus_one_dims_ == 0 ? ""
+                                : std::to_string(minus_one_dims_) + " declared dim(s) of -1 (the first in " +
+                                      first_minus_one_ + ") read as dynamic, as older exporters mean them";
+  }
 
  private:
   void tensor(onnx::TensorProto& t, const std::string& what) {
@@ -128,10 +134,8 @@ class Verifier {
 
   std::string base_dir_, link_root_;
   int opset_;
-
- public:
-  int minus_one_dims_ = 0;        // declared dims of -1 read as dynamic
-  std::string first_minus_one_;   // where the first was
+  int minus_one_dims_ = 0;       // declared dims of -1 read as dynamic
+  std::string first_minus_one_;  // where the first was
 };
 
 // Models of opsets below 7 load when each of their ops means what it means at opset 7 (the same
@@ -340,9 +344,7 @@ void verify_model(onnx::ModelProto& m, const std::string& base_dir, const std::s
                 " is not supported (Terrace supports ", kMinOpset, " to ", kMaxOpset, ")");
   Verifier verifier(base_dir, link_root, opset);
   verifier.graph(*m.mutable_graph(), nullptr, "");
-  if (verifier.minus_one_dims_ > 0)
-    log(LogLevel::Warn, "model: ", verifier.minus_one_dims_, " declared dim(s) of -1 (the first in ",
-        verifier.first_minus_one_, ") read as dynamic, as older exporters mean them");
+  if (std::string w = verifier.minus_one_warning(); !w.empty()) log(LogLevel::Warn, "model: ", w);
 }
 
 }  // namespace terrace
