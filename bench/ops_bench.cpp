@@ -14,8 +14,8 @@
 #include "tests/support/graph_builder.h"
 #include "tiers/session.h"
 #ifdef TERRACE_HAVE_CUDA
-#include "jit/cuda_driver.h"
-#include "jit/cuda_memory.h"
+#include "jit/cuda/cuda_driver.h"
+#include "jit/cuda/cuda_memory.h"
 #endif
 
 namespace terrace::bench {

@@ -9,7 +9,7 @@
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
-set(TERRACE_STATIC_LIBS terrace_tiers terrace_guards terrace_kernels terrace_interp)
+set(TERRACE_STATIC_LIBS terrace_capi terrace_tiers terrace_guards terrace_kernels terrace_interp)
 if(TARGET terrace_jit)
   list(APPEND TERRACE_STATIC_LIBS terrace_jit)
 endif()
@@ -33,10 +33,10 @@ target_include_directories(terrace_shared INTERFACE $<BUILD_INTERFACE:${PROJECT_
                            $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}/terrace>)
 set_target_properties(terrace PROPERTIES EXPORT_NAME terrace_cli)
 
-# The headers the public API includes (tiers/session.h, interp/graph_builder.h, tiers/terrace_c.h
+# The headers the public API includes (tiers/session.h, interp/graph_builder.h, capi/terrace_c.h
 # and what they include; tools/examples/ builds against exactly these).
 set(TERRACE_PUBLIC_HEADERS interp/dtypes.def interp/error.h interp/graph.h interp/graph_builder.h interp/half.h interp/float8.h
-    interp/ops.def interp/tensor.h tiers/options.h tiers/partition.h tiers/session.h tiers/terrace_c.h)
+    interp/ops.def interp/tensor.h tiers/options.h tiers/partition.h tiers/session.h capi/terrace_c.h)
 foreach(header ${TERRACE_PUBLIC_HEADERS})
   get_filename_component(dir ${header} DIRECTORY)
   install(FILES ${PROJECT_SOURCE_DIR}/${header} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/terrace/${dir})

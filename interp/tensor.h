@@ -45,7 +45,7 @@ int64_t shape_numel(std::span<const int64_t> shape);
 std::vector<int64_t> row_major_strides(std::span<const int64_t> shape);
 
 // Memory on an accelerator (tier 2's GPU), behind an interface so that this layer needs no
-// device library: a device tensor's bytes are read back through it (jit/cuda_memory.cpp
+// device library: a device tensor's bytes are read back through it (jit/cuda/cuda_memory.cpp
 // implements it for CUDA). Freed when the last tensor over it goes.
 class DeviceStorage {
  public:

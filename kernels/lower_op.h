@@ -1,6 +1,6 @@
 // Lowering of one op that is not elementwise into kernels over a slot table: reductions and
 // normalisations (kernels/lower_reduce.cpp) and data movement (kernels/lower_movement.cpp).
-// Tier 1 (tiers/cpu_backend.cpp) places such ops in the same regions as elementwise chains: a
+// Tier 1 (tiers/cpu/cpu_backend.cpp) places such ops in the same regions as elementwise chains: a
 // region runs its fused elementwise kernels and these ops' kernels in order over one slot table.
 #pragma once
 #include <string>

@@ -1,4 +1,5 @@
-// Backend: what a compiled tier provides to the tier manager (tier 1: CPU, tier 2: GPU).
+// Backend: what a compiled tier provides to the tier manager; each tier lives in its folder
+// (tiers/cpu/, tiers/gpu/) and is registered in tiers/ladder.cpp.
 #pragma once
 #include <atomic>
 #include <cstdint>
@@ -84,15 +85,5 @@ class Backend {
          shape_str(t.shape()));
   }
 };
-
-// The tier-1 backend: fused CPU kernels through Clang and LLVM ORC (tiers/cpu_backend.cpp).
-// `cache_dir`: where compiled objects are kept across processes (Options::cache_dir; empty: the
-// JIT's default, $TERRACE_CACHE_DIR or ~/.cache/terrace).
-std::unique_ptr<Backend> make_cpu_backend(const std::string& cache_dir = "");
-
-// The tier-2 backend: fused CUDA kernels through NVRTC on device 0 (tiers/gpu_backend.cpp); its
-// cubins in the same disk cache. nullptr, with the reason in `why`, where there is no GPU, no
-// driver or no NVRTC, or in a build without TERRACE_WITH_CUDA.
-std::unique_ptr<Backend> make_gpu_backend(const std::string& cache_dir = "", std::string* why = nullptr);
 
 }  // namespace terrace

@@ -1,4 +1,4 @@
-// make_ladder and partition_for (tiers/ladder.h).
+// The built-in tiers' registry, make_ladder and partition_for (tiers/ladder.h).
 #include "tiers/ladder.h"
 
 #include <algorithm>
@@ -7,21 +7,35 @@
 
 #include "interp/error.h"
 #include "interp/log.h"
-#include "tiers/gpu_backend.h"
+#include "tiers/cpu/cpu_backend.h"
+#include "tiers/gpu/gpu_backend.h"
 
 namespace terrace {
 
+const std::vector<TierEntry>& builtin_tiers() {
+  static const std::vector<TierEntry> tiers = {
+      {Tier::Cpu, [](const Options& o, std::string* why) { return make_cpu_backend(o.cache_dir, why); }, nullptr},
+      {Tier::Gpu, [](const Options& o, std::string* why) { return make_gpu_backend(o.cache_dir, why); }, gpu_fuses},
+  };
+  return tiers;
+}
+
 std::vector<std::unique_ptr<Backend>> make_ladder(const Options& options) {
   std::vector<std::unique_ptr<Backend>> ladder;
-  if (options.max_tier >= Tier::Cpu)
-    if (auto cpu = make_cpu_backend(options.cache_dir)) ladder.push_back(std::move(cpu));
-  if (options.max_tier >= Tier::Gpu && !ladder.empty()) {
+  for (const TierEntry& entry : builtin_tiers()) {
+    if (entry.tier > options.max_tier) break;
     std::string why;
-    if (auto gpu = make_gpu_backend(options.cache_dir, &why)) ladder.push_back(std::move(gpu));
-    else {
-      static std::once_flag said;
-      std::call_once(said, [&] { log(LogLevel::Info, "tier 2 unavailable: ", why, "; regions stay on tier 1"); });
+    std::unique_ptr<Backend> backend = entry.make(options, &why);
+    if (!backend) {
+      static std::once_flag said[kMaxTiers];
+      if (!ladder.empty())  // no tier 1 is a build without the JIT: Options::max_tier says the rest
+        std::call_once(said[int(entry.tier)], [&] {
+          log(LogLevel::Info, tier_name(entry.tier), " tier unavailable: ", why, "; regions stay on the ",
+              tier_name(ladder.back()->tier()), " tier");
+        });
+      break;
     }
+    ladder.push_back(std::move(backend));
   }
   if (ladder.empty()) return ladder;  // a plug-in tier climbs from the built-in ones
   for (const auto& make : options.extra_tiers) {
@@ -40,13 +54,18 @@ Plan partition_for(const Graph& graph, const std::vector<std::unique_ptr<Backend
   const Backend* first = ladder.front().get();
   std::vector<const Backend*> higher;
   for (size_t k = 1; k < ladder.size(); ++k) higher.push_back(ladder[k].get());
-  const bool plan_for_gpu = options.plan_for_gpu;
+  // Tiers planned for but not in the ladder (no device here): their rules, without their backends.
+  std::vector<bool (*)(const Node&, const Node&)> absent;
+  for (const TierEntry& entry : builtin_tiers())
+    if (entry.tier <= options.plan_for && entry.fuses &&
+        std::none_of(ladder.begin(), ladder.end(), [&](const auto& b) { return b->tier() == entry.tier; }))
+      absent.push_back(entry.fuses);
   return partition(graph, [first](const Graph& g, const Node& n) { return first->can_compile(g, n); },
                    [first](const Node& n) { return first->alone(n); },
-                   [first, higher, plan_for_gpu](const Graph& g, const Node& n, const Node& next) {
-                     return first->absorbs(g, n, next) && (!plan_for_gpu || gpu_fuses(n, next)) &&
-                            std::all_of(higher.begin(), higher.end(),
-                                        [&](const Backend* b) { return b->fuses(n, next); });
+                   [first, higher, absent](const Graph& g, const Node& n, const Node& next) {
+                     return first->absorbs(g, n, next) &&
+                            std::all_of(higher.begin(), higher.end(), [&](const Backend* b) { return b->fuses(n, next); }) &&
+                            std::all_of(absent.begin(), absent.end(), [&](auto fuses) { return fuses(n, next); });
                    },
                    size_t(std::max(0, options.max_region_nodes)));
 }

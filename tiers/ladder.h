@@ -1,7 +1,8 @@
 // The ladder of compiled tiers a session climbs, and the partition it makes: the one place that
-// names the built-in tiers (adding one is a line in ladder.cpp).
+// names the built-in tiers (adding one is its folder under tiers/ and a line in ladder.cpp).
 #pragma once
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "interp/graph.h"
@@ -11,15 +12,27 @@
 
 namespace terrace {
 
-// Lowest first: tier 1 where Options::max_tier allows it; tier 2 where it allows that too and
-// there is a GPU (its absence is said once per process); then Options::extra_tiers. Empty: the
-// interpreter alone.
+// A built-in compiled tier, as registered in ladder.cpp.
+struct TierEntry {
+  Tier tier;
+  // Its backend, or nullptr with the reason in `why` where this build or machine cannot run it.
+  std::unique_ptr<Backend> (*make)(const Options& options, std::string* why);
+  // Its Backend::fuses, known without its device: partition_for applies it for a tier planned for
+  // (Options::plan_for) but absent. nullptr: it fuses whatever the first tier does.
+  bool (*fuses)(const Node& last, const Node& next);
+};
+// Lowest first.
+const std::vector<TierEntry>& builtin_tiers();
+
+// Lowest first: each built-in tier up to Options::max_tier, as long as each can run here (the first
+// that cannot ends the climb, its reason said once per process); then Options::extra_tiers. Empty:
+// the interpreter alone.
 std::vector<std::unique_ptr<Backend>> make_ladder(const Options& options);
 
 // The graph's regions for `ladder`: its first tier's (can_compile, alone, absorbs), less what a
-// higher tier would not run together (Backend::fuses); Options::plan_for_gpu adds tier 2's rule
-// where there is no GPU (terrace compile --tier gpu). Without a compiled tier, every node is a
-// graph break.
+// higher tier would not run together (Backend::fuses, and the fusion rule of each built-in tier up
+// to Options::plan_for that is not in the ladder). Without a compiled tier, every node is a graph
+// break.
 Plan partition_for(const Graph& graph, const std::vector<std::unique_ptr<Backend>>& ladder, const Options& options);
 
 }  // namespace terrace

@@ -99,7 +99,7 @@ Options Options::resolved() const {
     case Mode::Default: break;
     case Mode::ReduceOverhead:
       o.hot_threshold = 1;
-      o.gpu_threshold = std::min(o.gpu_threshold, 2);
+      o.climb_threshold = std::min(o.climb_threshold, 2);
       o.validate_calls = std::min(o.validate_calls, 1);
       break;
     case Mode::MaxAutotune: {

@@ -29,8 +29,8 @@ enum class OptimizeLevel { None = 0, Basic = 1, Extended = 2 };
 // Presets, named as torch.compile's modes; what each does today (Options::resolved applies it):
 //   Default:        the fields as set.
 //   ReduceOverhead: less time before compiled code serves: a region is compiled after its first
-//                   call (hot_threshold 1), climbs to tier 2 after at most 2 tier-1 calls
-//                   (gpu_threshold), and a new version is shadow-validated on 1 call (validate_calls
+//                   call (hot_threshold 1), climbs to the next tier after at most 2 calls on
+//                   the one below (climb_threshold), and a new version is shadow-validated on 1 call (validate_calls
 //                   at most 1; continuous re-checks stay). Compiled answers are still checked.
 //   MaxAutotune:    reserved for tier 2's autotuning (kernel schedules and cuBLASLt algorithms
 //                   timed per signature), which is not written yet: today it runs as Default and
@@ -42,7 +42,8 @@ const char* mode_name(Mode m);  // "default", "reduce-overhead", "max-autotune"
 struct Options {
   Tier max_tier = Tier::Gpu;    // the highest tier regions may be promoted to
   int hot_threshold = 2;        // calls with one input signature before promotion to tier 1
-  int gpu_threshold = 20;       // calls on tier 1 before promotion to tier 2 (GPU present)
+  // Calls served on one compiled tier before a region climbs to the next (tier 2, plug-in tiers).
+  int climb_threshold = 20;
   ValidateMode validate = ValidateMode::First;
   int validate_calls = 3;       // shadow-validated calls after each promotion
   // Continuous validation (with validate = First): after those calls, later calls of a compiled
@@ -60,9 +61,10 @@ struct Options {
   // The most nodes one region holds (0: no limit); larger fusible stretches become several
   // regions, so that no compile takes long (partition.h; measured in bench/RESULTS.md).
   int max_region_nodes = 64;
-  // Partition as a session with tier 2 does (an activation tier 2 does not fuse starts a region of
-  // its own) even where there is no GPU: for `terrace compile --tier gpu`, whose cache is for one.
-  bool plan_for_gpu = false;
+  // Partition as a session whose ladder reaches this tier does (each built-in tier's fusion rule up
+  // to it applies) even where a tier cannot run here: `terrace compile --tier gpu` fills a cache
+  // for a GPU the machine may not have. Interp: the ladder's own tiers only.
+  Tier plan_for = Tier::Interp;
   // Plug-in tiers above the built-in ones that max_tier allows (tier 1 at least), lowest first,
   // each a factory of its Backend: a region climbs to each from the tier below as it climbs to
   // tier 2 (Backend::promotion_threshold). Nothing else in the session changes for them (the

@@ -16,7 +16,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "tiers/backend.h"
+#include "tiers/ladder.h"
 #include "tools/json_out.h"
 
 namespace terrace::cli {
@@ -257,15 +257,15 @@ Tier parse_tier(const std::string& text) {
 namespace {
 struct Availability {
   Tier highest = Tier::Interp;
-  std::string gpu_why;  // why there is no tier 2
+  std::string why;  // why the tier above `highest` is absent
 };
 Availability probe_here() {
   Availability r;
-  if (!make_cpu_backend()) {
-    r.gpu_why = "this build has no tier-1 JIT";
-    return r;
+  for (const TierEntry& entry : builtin_tiers()) {
+    if (!entry.make(Options(), &r.why)) return r;
+    r.highest = entry.tier;
+    r.why.clear();
   }
-  r.highest = make_gpu_backend("", &r.gpu_why) ? Tier::Gpu : Tier::Cpu;
   return r;
 }
 std::optional<Availability>& probed_in_a_child() {
@@ -283,7 +283,7 @@ void probe_tiers_in_a_child() {
   Availability r{Tier::Cpu, "the process that probed for a GPU failed"};
   int fds[2];
   if (::pipe(fds) != 0) {
-    r.gpu_why = std::string("pipe: ") + std::strerror(errno);
+    r.why = std::string("pipe: ") + std::strerror(errno);
     probed_in_a_child() = r;
     return;
   }
@@ -292,7 +292,7 @@ void probe_tiers_in_a_child() {
   if (pid == 0) {
     ::close(fds[0]);
     Availability a = probe_here();
-    std::string msg = std::to_string(int(a.highest)) + "\n" + a.gpu_why;
+    std::string msg = std::to_string(int(a.highest)) + "\n" + a.why;
     for (size_t at = 0; at < msg.size();) {
       ssize_t n = ::write(fds[1], msg.data() + at, msg.size() - at);
       if (n < 0 && errno == EINTR) continue;
@@ -303,7 +303,7 @@ void probe_tiers_in_a_child() {
   }
   ::close(fds[1]);
   if (pid < 0) {
-    r.gpu_why = std::string("fork: ") + std::strerror(errno);
+    r.why = std::string("fork: ") + std::strerror(errno);
   } else {
     std::string msg;
     char buf[1024];
@@ -318,7 +318,7 @@ void probe_tiers_in_a_child() {
     }
     if (size_t nl = msg.find('\n'); nl != std::string::npos && nl > 0 && msg[0] >= '0' && msg[0] <= '2') {
       r.highest = Tier(msg[0] - '0');
-      r.gpu_why = msg.substr(nl + 1);
+      r.why = msg.substr(nl + 1);
     }
   }
   ::close(fds[0]);
@@ -331,15 +331,17 @@ bool tier_available(Tier t) {
   if (t == Tier::Interp) return true;
   if (t == Tier::Cpu) {
     if (probed_in_a_child()) return probed_in_a_child()->highest >= Tier::Cpu;
-    static const bool cpu = make_cpu_backend() != nullptr;  // loads nothing: Clang comes with the first compile
+    // Loads nothing: Clang comes with the first compile.
+    static const bool cpu = builtin_tiers().front().make(Options(), nullptr) != nullptr;
     return cpu;
   }
   return availability().highest >= t;
 }
 
 std::string tier_unavailable_reason(Tier t) {
-  if (t <= availability().highest) return "";
-  return t == Tier::Gpu ? availability().gpu_why : "this build has no tier-1 JIT";
+  const Availability& a = availability();
+  if (t <= a.highest) return "";
+  return int(t) == int(a.highest) + 1 ? a.why : std::string(tier_name(Tier(int(t) - 1))) + " tier is unavailable";
 }
 
 bool tier_from_env() { return std::getenv("TERRACE_MAX_TIER") != nullptr; }

@@ -147,9 +147,9 @@ TimedRun timed_run(const BenchArgs& b, Options options, int64_t calls, int64_t s
   run.load_ms = ms_since(t0);
   if (inputs.empty()) inputs = bench_inputs(session->graph(), b);
   Progress progress(std::string("bench ") + tier_name(options.max_tier) + ", calls", calls);
-  // Tier 2 comes after Options::gpu_threshold calls on tier 1: until that many calls have passed
+  // Tier 2 comes after Options::climb_threshold calls on tier 1: until that many calls have passed
   // with no region changing tier, a region may still be on its way to the GPU.
-  const int64_t settle = options.max_tier == Tier::Gpu ? options.gpu_threshold + run.validate_calls + 2 : 0;
+  const int64_t settle = options.max_tier == Tier::Gpu ? options.climb_threshold + run.validate_calls + 2 : 0;
   auto warming = [&](int64_t done) {
     bool compiling =
         std::any_of(run.regions.begin(), run.regions.end(), [](auto& r) { return r.state == "compiling"; });

@@ -9,7 +9,8 @@
 #include "interp/onnx_import.h"
 #include "kernels/render_c.h"
 #include "tiers/backend.h"
-#include "tiers/gpu_backend.h"
+#include "tiers/cpu/cpu_backend.h"
+#include "tiers/gpu/gpu_backend.h"
 #include "tiers/region_lowering.h"
 #include "tools/cli_util.h"
 #include "tools/json_out.h"
@@ -18,7 +19,7 @@
 #endif
 #ifdef TERRACE_HAVE_CUDA
 #include "jit/code_cache.h"
-#include "jit/nvrtc.h"
+#include "jit/cuda/nvrtc.h"
 #endif
 
 namespace terrace::cli {
@@ -81,7 +82,7 @@ Frame evaluate_all(const Graph& g, const Plan& plan, const NamedTensors& inputs)
   return frame;
 }
 
-// Tier 2's program for the region: the source its backend compiles (tiers/gpu_backend.h), so that
+// Tier 2's program for the region: the source its backend compiles (tiers/gpu/gpu_backend.h), so that
 // the cache entry is the one a session loads; where the backend does not take the region yet, the
 // kernels every tier lowers it to (tiers/region_lowering.h), rendered as one program and checked
 // (used_by_tier2 false); a region neither takes is skipped with the backend's reason.
@@ -162,10 +163,10 @@ int cmd_compile(const ParsedArgs& args) {
   Model m = load_onnx_file(model);
   check_dim_names(*m.graph, dims);
   // The partition a session makes on a machine with the tier asked for: tier 1's, and with --tier
-  // gpu one where tier 2's regions stand alone where it fuses less (Options::plan_for_gpu).
+  // gpu one where tier 2's regions stand alone where it fuses less (Options::plan_for).
   Options options = Options::from_env();
   options.max_tier = Tier::Cpu;
-  options.plan_for_gpu = tier == "gpu";
+  options.plan_for = tier == "gpu" ? Tier::Gpu : Tier::Interp;
   auto session = Session::from_graph(m.graph, options);
   const Graph& g = session->graph();
   const Plan& plan = session->plan();

@@ -71,11 +71,11 @@ void write_outputs(const std::string& dir, const NamedTensors& outputs) {
 
 // Calls the session until every region has settled: no compile in flight, and no region's tier,
 // state, version count or validation changed for as many calls as a climb takes (a region goes to
-// tier 2 after Options::gpu_threshold calls on tier 1, then is shadow-validated), waiting for the
+// tier 2 after Options::climb_threshold calls on tier 1, then is shadow-validated), waiting for the
 // compiles after each call; at most 5 minutes. Returns the calls made.
 int64_t warm_up(Session& session, const NamedTensors& inputs, const Options& options) {
   const int64_t settle =
-      (options.max_tier == Tier::Gpu ? options.gpu_threshold : 0) + options.validate_calls + 2;
+      (options.max_tier == Tier::Gpu ? options.climb_threshold : 0) + options.validate_calls + 2;
   const auto start = std::chrono::steady_clock::now();
   std::string last;
   int64_t calls = 0;

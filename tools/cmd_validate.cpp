@@ -286,12 +286,12 @@ int cmd_validate(const ParsedArgs& args) {
   std::vector<TierResult> tiers = tiers_to_check(args);
   const Options base = Options::from_env();
   // Enough calls for a region to be promoted and validated on tier 1 and, where tier 2 is checked
-  // and available, to climb on to it (Options::gpu_threshold calls on tier 1) and be validated there.
+  // and available, to climb on to it (Options::climb_threshold calls on tier 1) and be validated there.
   const bool climbs_to_gpu = std::any_of(tiers.begin(), tiers.end(),
                                          [](const TierResult& t) { return t.tier == Tier::Gpu && t.available; });
   const int64_t calls = args.get("--calls") ? parse_positive("--calls", *args.get("--calls"))
                         : base.hot_threshold + base.validate_calls + 1 +
-                              (climbs_to_gpu ? base.gpu_threshold + base.validate_calls + 1 : 0);
+                              (climbs_to_gpu ? base.climb_threshold + base.validate_calls + 1 : 0);
 
   std::shared_ptr<const Graph> graph = load_onnx_file(model).graph;
   for (auto& [name, file] : input_files) check_input_name(*graph, name);

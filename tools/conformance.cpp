@@ -225,7 +225,7 @@ class TierRunner {
     o.max_tier = tier;
     o.validate = ValidateMode::Off;
     o.hot_threshold = 1;
-    o.gpu_threshold = 1;
+    o.climb_threshold = 1;
     calls_ = int(tier) + 2;  // interp, then one call per compiled tier, then one more at the top
     session_ = Session::from_graph(graph_, o);
   }

@@ -16,7 +16,7 @@
 #include "interp/compare.h"
 #include "tests/support/graph_builder.h"
 #include "tests/support/process_memory.h"
-#include "tiers/backend.h"
+#include "tiers/cpu/cpu_backend.h"
 #include "tiers/session.h"
 
 namespace {

@@ -1,4 +1,4 @@
-// The C API (tiers/terrace_c.h), called only through its function table: runs, zero-copy inputs,
+// The C API (capi/terrace_c.h), called only through its function table: runs, zero-copy inputs,
 // metadata, reports, options, cancellation, and a status with the right code on every error path.
 // The models are written by the public graph builder (test fixtures, not the API under test).
 #include <gtest/gtest.h>
@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "interp/graph_builder.h"
-#include "tiers/terrace_c.h"
+#include "capi/terrace_c.h"
 
 extern "C" int capi_from_c(const void* model, size_t size, char* out, size_t out_size);
 

@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "tiers/terrace_c.h"
+#include "capi/terrace_c.h"
 
 int main(int argc, char** argv) {
   const TerraceApi* api = TerraceGetApi(TERRACE_API_VERSION);

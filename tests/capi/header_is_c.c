@@ -1,9 +1,9 @@
 /* The C API used from C (compiled as C99, -pedantic-errors): this file only compiles if
- * tiers/terrace_c.h is C. capi_from_c runs a model whose one input is float32 [batch, 3] on a
+ * capi/terrace_c.h is C. capi_from_c runs a model whose one input is float32 [batch, 3] on a
  * [2, 3] tensor over caller memory and writes "rank R dims D0 D1 sum S" or the error to `out`. */
 #include <stdio.h>
 
-#include "tiers/terrace_c.h"
+#include "capi/terrace_c.h"
 
 int capi_from_c(const void* model, size_t size, char* out, size_t out_size) {
   const TerraceApi* api = TerraceGetApi(TERRACE_API_VERSION);

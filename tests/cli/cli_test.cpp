@@ -364,7 +364,7 @@ TEST(CliExplain, matmul_is_a_region_and_breaks_give_the_backends_reason) {
 }
 
 // The reason tier 1 gives for an op it does not compile must not claim it compiles elementwise ops
-// only (MatMul, Gemm and Conv compile). Disabled until tiers/cpu_backend.cpp's can_compile changes
+// only (MatMul, Gemm and Conv compile). Disabled until tiers/cpu/cpu_backend.cpp's can_compile changes
 // (see the report of the CLI work on issue 13, point 3).
 TEST(CliExplain, break_reasons_do_not_say_elementwise_only) {
   Result r = terrace("explain " + matmul_cumsum_model());

@@ -1,7 +1,7 @@
-// cuBLASLt GEMMs (jit/cublaslt_ops.h) against a float64 host product: row-major operands, either
+// cuBLASLt GEMMs (jit/cuda/cublaslt_ops.h) against a float64 host product: row-major operands, either
 // transposed, bias and Relu epilogues, a C matrix, strided batches. They need a GPU and skip here.
 #ifdef TERRACE_HAVE_CUDA
-#include "jit/cublaslt_ops.h"
+#include "jit/cuda/cublaslt_ops.h"
 
 #include <gtest/gtest.h>
 
@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "interp/error.h"
-#include "jit/cuda_memory.h"
+#include "jit/cuda/cuda_memory.h"
 
 namespace terrace::jit::cuda {
 namespace {

@@ -1,7 +1,7 @@
-// The CUDA driver dlopen'd (jit/cuda_driver.h) and device memory (jit/cuda_memory.h). Tests that
+// The CUDA driver dlopen'd (jit/cuda/cuda_driver.h) and device memory (jit/cuda/cuda_memory.h). Tests that
 // need a GPU skip with the driver's reason where there is none (the build machine).
 #ifdef TERRACE_HAVE_CUDA
-#include "jit/cuda_driver.h"
+#include "jit/cuda/cuda_driver.h"
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "interp/error.h"
-#include "jit/cuda_memory.h"
-#include "jit/nvrtc.h"
+#include "jit/cuda/cuda_memory.h"
+#include "jit/cuda/nvrtc.h"
 #include "tests/support/gpu_skip.h"
 #include "tests/support/session_helpers.h"
 

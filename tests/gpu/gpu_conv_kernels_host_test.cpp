@@ -1,4 +1,4 @@
-// tiers/gpu_conv.cpp's fixed CUDA kernels run on the host, so that their logic is checked where
+// tiers/gpu/gpu_conv.cpp's fixed CUDA kernels run on the host, so that their logic is checked where
 // there is no GPU: the same source, compiled by tier 1's Clang after a prelude that defines the
 // CUDA built-ins for a single thread (gridDim = blockDim = 1: each grid-stride loop walks every
 // element). Pools are compared with the interpreter's, exactly (max picks an input; the average
@@ -12,9 +12,9 @@
 
 #include "interp/graph_builder.h"
 #include "interp/interpreter.h"
-#include "jit/cpu_jit.h"
+#include "jit/cpu/cpu_jit.h"
 #include "tests/support/graph_builder.h"
-#include "tiers/gpu_conv.h"
+#include "tiers/gpu/gpu_conv.h"
 
 #ifdef TERRACE_HAVE_CUDA
 

@@ -1,4 +1,4 @@
-// Tier 2's convolution and pooling regions (tiers/gpu_conv.h, jit/cudnn_ops.h). Here, without a
+// Tier 2's convolution and pooling regions (tiers/gpu/gpu_conv.h, jit/cuda/cudnn_ops.h). Here, without a
 // GPU: how libcudnn is found (and refused, with the reason), and that the fixed kernels compile
 // and render for sm_90. On a GPU with cuDNN 9: ResNet and MobileNetV2 blocks, pools, a grouped
 // dilated conv with asymmetric pads, a 1-D conv and an empty batch, each through a Session whose
@@ -19,13 +19,13 @@
 #include "interp/compare.h"
 #include "interp/error.h"
 #include "jit/code_cache.h"
-#include "jit/cuda_driver.h"
-#include "jit/cudnn_ops.h"
-#include "jit/nvrtc.h"
+#include "jit/cuda/cuda_driver.h"
+#include "jit/cuda/cudnn_ops.h"
+#include "jit/cuda/nvrtc.h"
 #include "interp/graph_builder.h"
 #include "tests/support/graph_builder.h"
-#include "tiers/gpu_backend.h"
-#include "tiers/gpu_conv.h"
+#include "tiers/gpu/gpu_backend.h"
+#include "tiers/gpu/gpu_conv.h"
 #include "tiers/session.h"
 #include "tiers/tier_manager.h"
 
@@ -186,7 +186,7 @@ Options gpu_options() {
   Options o;
   o.max_tier = Tier::Gpu;
   o.hot_threshold = 1;
-  o.gpu_threshold = 2;
+  o.climb_threshold = 2;
   return o;
 }
 

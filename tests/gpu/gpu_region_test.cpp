@@ -7,9 +7,9 @@
 #include <set>
 
 #include "interp/error.h"
-#include "jit/nvrtc.h"
+#include "jit/cuda/nvrtc.h"
 #include "tests/support/graph_builder.h"
-#include "tiers/gpu_backend.h"
+#include "tiers/gpu/gpu_backend.h"
 
 #ifdef TERRACE_HAVE_CUDA
 

@@ -11,7 +11,7 @@
 #include <set>
 
 #include "interp/compare.h"
-#include "jit/cuda_driver.h"
+#include "jit/cuda/cuda_driver.h"
 #include "tests/support/graph_builder.h"
 #include "tiers/session.h"
 #include "tiers/tier_manager.h"
@@ -73,7 +73,7 @@ Options gpu_options() {
   Options o;
   o.max_tier = Tier::Gpu;
   o.hot_threshold = 1;
-  o.gpu_threshold = 2;
+  o.climb_threshold = 2;
   return o;
 }
 

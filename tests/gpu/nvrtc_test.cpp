@@ -1,5 +1,5 @@
-// NVRTC through jit/nvrtc.h: CUDA C to an sm_90 cubin on a machine without a GPU.
-#include "jit/nvrtc.h"
+// NVRTC through jit/cuda/nvrtc.h: CUDA C to an sm_90 cubin on a machine without a GPU.
+#include "jit/cuda/nvrtc.h"
 
 #include <gtest/gtest.h>
 

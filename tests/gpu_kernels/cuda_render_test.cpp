@@ -19,7 +19,7 @@
 #include "kernels/split.h"
 #include "tests/support/attrs.h"
 #ifdef TERRACE_HAVE_CUDA
-#include "jit/nvrtc.h"
+#include "jit/cuda/nvrtc.h"
 #endif
 
 namespace terrace::kernels {

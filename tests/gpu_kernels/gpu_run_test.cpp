@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
-#include "jit/cuda_driver.h"
-#include "jit/cuda_memory.h"
-#include "jit/nvrtc.h"
+#include "jit/cuda/cuda_driver.h"
+#include "jit/cuda/cuda_memory.h"
+#include "jit/cuda/nvrtc.h"
 #include "kernels/lower.h"
 #include "kernels/lower_op.h"
 #include "kernels/render_c.h"

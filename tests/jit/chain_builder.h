@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "interp/interpreter.h"
-#include "jit/cpu_kernel.h"
+#include "jit/cpu/cpu_kernel.h"
 #include "kernels/lower.h"
 #include "tests/support/attrs.h"
 

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "jit/code_cache.h"
-#include "jit/cpu_jit.h"
+#include "jit/cpu/cpu_jit.h"
 
 namespace terrace::jit {
 namespace {

@@ -7,9 +7,9 @@
 #include <thread>
 
 #include "interp/error.h"
-#include "jit/cpu_jit.h"
+#include "jit/cpu/cpu_jit.h"
 #include "interp/log.h"
-#include "jit/cpu_kernel.h"
+#include "jit/cpu/cpu_kernel.h"
 #include "kernels/lower.h"
 #include "kernels/render_c.h"
 

@@ -1,15 +1,15 @@
-// Tier 1's fused activations beyond Relu and Clip (jit/dnnl_activation.h): Sigmoid, Tanh,
+// Tier 1's fused activations beyond Relu and Clip (jit/cpu/dnnl_activation.h): Sigmoid, Tanh,
 // LeakyRelu, Elu, HardSwish and Gelu (erf and tanh forms) as oneDNN eltwise post-ops of MatMul,
 // Gemm, Conv, a convolution chain and ConvTranspose, against the interpreter running the product
 // and then the activation node; on inputs that are not all finite the interpreter's semantics; the
 // nodes recognised, and the slope bound checked numerically. In the DnnlOps suite, so that the
 // ctests dnnl_ops_on_AVX2 / _SSE41 run it on those instruction sets too.
-#include "jit/dnnl_activation.h"
+#include "jit/cpu/dnnl_activation.h"
 
 #include <cmath>
 #include <limits>
 
-#include "jit/dnnl_deconv.h"
+#include "jit/cpu/dnnl_deconv.h"
 #include "tests/jit/chain_builder.h"
 #include "tests/support/node_runner.h"
 

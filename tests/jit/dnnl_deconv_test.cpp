@@ -1,9 +1,9 @@
-// Tier 1's ConvTranspose through oneDNN (jit/dnnl_deconv.h) against the interpreter: 1-3 spatial
+// Tier 1's ConvTranspose through oneDNN (jit/cpu/dnnl_deconv.h) against the interpreter: 1-3 spatial
 // dimensions, groups, strides, dilations, pads, output_padding, output_shape (larger than the
 // full result: negative pads), auto_pad, bias or none, weights known at compile time or not, a
 // fused Relu/Clip, non-finite inputs, zero-sized tensors and the errors. In the DnnlOps suite, so
 // that the ctests dnnl_ops_on_AVX2 / _SSE41 run it on those instruction sets too.
-#include "jit/dnnl_deconv.h"
+#include "jit/cpu/dnnl_deconv.h"
 
 #include <cmath>
 #include <limits>

@@ -1,7 +1,7 @@
 // Tier 1's oneDNN MatMul, Gemm and Conv against the interpreter: batching and broadcasting, 1-D
 // operands, transposes, alpha/beta and C broadcasting, pads, auto_pad, strides, dilations, groups,
 // bias, 1-3 spatial dimensions, weights known at compile time or not; and the errors.
-#include "jit/dnnl_ops.h"
+#include "jit/cpu/dnnl_ops.h"
 
 #ifdef TERRACE_HAVE_DNNL
 #include <oneapi/dnnl/dnnl.hpp>
@@ -13,9 +13,9 @@
 #include <iostream>
 
 #include "interp/omp_threads.h"
-#include "jit/dnnl_activation.h"
-#include "jit/packed_gemm.h"
-#include "jit/winograd_conv.h"
+#include "jit/cpu/dnnl_activation.h"
+#include "jit/cpu/packed_gemm.h"
+#include "jit/cpu/winograd_conv.h"
 #include "tests/jit/chain_builder.h"
 #include "tests/support/node_runner.h"
 #include "tests/support/process_threads.h"
@@ -105,7 +105,7 @@ TEST(DnnlOps, GemmTransposesScalesAndC) {
   }
 }
 
-// A primitive keeps its arguments' oneDNN memory objects between calls (jit/dnnl_ops.cpp's
+// A primitive keeps its arguments' oneDNN memory objects between calls (jit/cpu/dnnl_ops.cpp's
 // BoundArgs): each call must read and write its own buffers, also while another call of the same
 // primitive runs on another thread (that one makes its own set).
 TEST(DnnlOps, RepeatedAndConcurrentCallsReadAndWriteTheirOwnBuffers) {
@@ -144,7 +144,7 @@ TEST(DnnlOps, RepeatedAndConcurrentCallsReadAndWriteTheirOwnBuffers) {
 
 // Constant weights of a gemm-based product (oneDNN below AVX-512: this machine's, or ctest's
 // DnnlOpsAvx2 and DnnlOpsSse41 runs) are read in ONNX's order or copied into the other plain order
-// where that is measured faster (jit/dnnl_ops.cpp); TERRACE_GEMM_WEIGHT_ORDER forces either, so
+// where that is measured faster (jit/cpu/dnnl_ops.cpp); TERRACE_GEMM_WEIGHT_ORDER forces either, so
 // that both are checked here whatever the timing says. On AVX-512 oneDNN packs its own blocked
 // layout and the setting changes nothing.
 TEST(DnnlOps, ConstantWeightsInEitherPlainOrderMatchTheInterpreter) {
@@ -170,7 +170,7 @@ TEST(DnnlOps, ConstantWeightsInEitherPlainOrderMatchTheInterpreter) {
 
 // Where oneDNN has no packed layout of its own (below AVX-512: this machine's oneDNN, or ctest's
 // dnnl_ops_on_AVX2/SSE41 runs), a product of 16 rows or more with constant weights (by default of
-// any size: TERRACE_PACKED_GEMM_BYTES unset) runs on Terrace's packed weights (jit/packed_gemm.h)
+// any size: TERRACE_PACKED_GEMM_BYTES unset) runs on Terrace's packed weights (jit/cpu/packed_gemm.h)
 // if the CPU has AVX2 and FMA: the bias added in its kernel, the
 // activation after it, by oneDNN when every input is finite and as the interpreter computes it
 // otherwise (a NaN stays NaN through Relu, which oneDNN's turns into 0).
@@ -714,7 +714,7 @@ TEST(DnnlOps, ConvChainsKeepTheInterpretersNonFiniteValues) {
 }
 
 // Whether a chain's 3x3 step of stride 1 over `x` runs on Terrace's Winograd kernel here
-// (jit/winograd_conv.h): an AVX2/FMA CPU whose oneDNN keeps nChw8c (at most AVX2: on AVX-512 it
+// (jit/cpu/winograd_conv.h): an AVX2/FMA CPU whose oneDNN keeps nChw8c (at most AVX2: on AVX-512 it
 // keeps nChw16c and the step stays oneDNN's, unless DNNL_MAX_CPU_ISA lowers it), and enough tiles
 // for this machine's threads.
 bool winograd_expected(const Shape& x, int64_t cout) {

@@ -1,10 +1,10 @@
-// Tier 1's LSTM, GRU and RNN through oneDNN (jit/dnnl_rnn.h) against the interpreter: every
+// Tier 1's LSTM, GRU and RNN through oneDNN (jit/cpu/dnnl_rnn.h) against the interpreter: every
 // direction, optional B, initial_h and initial_c, GRU's linear_before_reset, RNN's activations,
 // LSTM's peepholes, any subset of the outputs, weights known at compile time or not, zero-sized and non-finite
 // inputs, each within the error bound dnnl_rnn_error_bound gives; and the forms refused with
 // their reason. In the DnnlOps suite, so that the ctests dnnl_ops_on_AVX2 / _SSE41 run it on
 // those instruction sets too.
-#include "jit/dnnl_rnn.h"
+#include "jit/cpu/dnnl_rnn.h"
 
 #include <cmath>
 #include <limits>

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "jit/cpu_jit.h"
+#include "jit/cpu/cpu_jit.h"
 #include "kernels/render_c.h"
 #include "tests/support/math_sweep.h"
 

@@ -7,7 +7,7 @@
 #include <random>
 #include <set>
 
-#include "jit/cpu_kernel.h"
+#include "jit/cpu/cpu_kernel.h"
 #include "kernels/lower_movement.h"
 #include "kernels/lower_op.h"
 #include "tests/support/graph_builder.h"

@@ -1,9 +1,9 @@
-// Tier 1's packed-weight product (jit/packed_gemm.h) against a double-precision reference: every
+// Tier 1's packed-weight product (jit/cpu/packed_gemm.h) against a double-precision reference: every
 // tail of its blocking (rows not a multiple of 6 or of its row blocks, columns not a multiple of
 // 16, depths not a multiple of its depth blocks or under one), both orders of the weights, with
 // and without a bias, A read in place or from the team's copy, on one thread and on the caller's
 // team; one row of A (the GEMV's own kernel) among them.
-#include "jit/packed_gemm.h"
+#include "jit/cpu/packed_gemm.h"
 
 #include <gtest/gtest.h>
 #include <omp.h>

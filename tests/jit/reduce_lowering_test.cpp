@@ -6,7 +6,7 @@
 #include <cmath>
 
 #include "interp/interpreter.h"
-#include "jit/cpu_kernel.h"
+#include "jit/cpu/cpu_kernel.h"
 #include "kernels/lower_reduce.h"
 #include "tests/jit/chain_builder.h"
 #include "tests/support/attrs.h"

@@ -1,9 +1,9 @@
-// Tier 1's Winograd convolution (jit/winograd_conv.h) against the direct sum in double: images of
+// Tier 1's Winograd convolution (jit/cpu/winograd_conv.h) against the direct sum in double: images of
 // even and odd sizes (tiles over the edge), one and several channel blocks and blocks of tiles,
 // batch 2, with and without a bias and Relu, on one thread and on the caller's team. The bound is
 // that of F(2x2, 3x3)'s float sums: (cin + 12) roundings of the magnitudes in the transformed
 // domain, twice over.
-#include "jit/winograd_conv.h"
+#include "jit/cpu/winograd_conv.h"
 
 #include <gtest/gtest.h>
 #include <omp.h>

@@ -12,7 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "interp/graph_builder.h"
-#include "tiers/backend.h"
+#include "tiers/cpu/cpu_backend.h"
 #include "tiers/tier_manager.h"
 #include "tiers/session.h"
 
@@ -214,7 +214,7 @@ TEST(Mode, reduce_overhead_compiles_after_the_first_call_and_validates_one) {
   auto s = Session::from_graph(model_without_a_break(), o);
   EXPECT_EQ(s->options().hot_threshold, 1);
   EXPECT_EQ(s->options().validate_calls, 1);
-  EXPECT_LE(s->options().gpu_threshold, 2);
+  EXPECT_LE(s->options().climb_threshold, 2);
   EXPECT_EQ(s->options().mode, Mode::ReduceOverhead);
   if (!have_tier1()) return;
   s->run({{"x", ones(2)}});

@@ -129,7 +129,7 @@ TEST(Session, interp_threads_option_gives_the_same_results_and_restores_the_call
 // Tier 1 builds its parallel work for the calling thread's team (Options::interp_threads here),
 // not for the compile thread's default: with one thread asked for, compiled calls start no OpenMP
 // workers. (Built for the default, the product ran on a team of that size; and a team whose size
-// changes from one region to the next costs libgomp a re-dock: jit/dnnl_ops.cpp's threads_for.)
+// changes from one region to the next costs libgomp a re-dock: jit/cpu/dnnl_ops.cpp's threads_for.)
 TEST(Session, compiled_calls_with_one_interp_thread_start_no_openmp_workers) {
   if (omp_get_max_threads() < 2) GTEST_SKIP() << "one OpenMP thread by default: nothing to tell apart";
   GraphBuilder b;

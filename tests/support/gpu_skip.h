@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "jit/cuda_driver.h"
+#include "jit/cuda/cuda_driver.h"
 
 #define SKIP_WITHOUT_GPU()                                                                    \
   do {                                                                                        \

@@ -9,7 +9,7 @@
 
 #include "interp/compare.h"
 #include "tests/support/graph_builder.h"
-#include "tiers/backend.h"
+#include "tiers/cpu/cpu_backend.h"
 #include "tiers/session.h"
 #include "tiers/tier_manager.h"
 
@@ -26,7 +26,7 @@ constexpr Tier kFakeTier = Tier(3);
 class FakeTier : public Backend {
  public:
   enum class Mode { Healthy, FailsToCompile, AddsOne };
-  explicit FakeTier(Mode mode) : mode_(mode), inner_(make_cpu_backend("")) {}
+  explicit FakeTier(Mode mode) : mode_(mode), inner_(make_cpu_backend()) {}
   Tier tier() const override { return kFakeTier; }
   int promotion_threshold(const Options&) const override { return 2; }
   std::string can_compile(const Graph& g, const Node& n) const override {

@@ -1,5 +1,5 @@
 // Sigmoid, Tanh, LeakyRelu, Elu, HardSwish and Gelu after a MatMul, Gemm, Conv (chain) or
-// ConvTranspose join its tier-1 library region as oneDNN post-ops (jit/dnnl_activation.h), are
+// ConvTranspose join its tier-1 library region as oneDNN post-ops (jit/cpu/dnnl_activation.h), are
 // validated against the interpreter with the region's allowance carried through their slope, and
 // a wrong result is still caught. In the LibraryRegions suite, so that the ctests
 // library_regions_on_AVX2 / _SSE41 run it on those instruction sets too.
@@ -10,8 +10,8 @@
 #include "interp/compare.h"
 #include "tests/support/graph_builder.h"
 #include "tests/support/session_helpers.h"
-#include "tiers/cpu_library.h"
-#include "tiers/gpu_backend.h"
+#include "tiers/cpu/cpu_library.h"
+#include "tiers/gpu/gpu_backend.h"
 #include "tiers/session.h"
 
 namespace terrace {
@@ -113,7 +113,7 @@ TEST(LibraryRegions, tier2_fuses_relu_and_clip_but_not_the_other_activations) {
   EXPECT_FALSE(gpu_fuses(node(Op::MatMul), node(Op::Add)));  // a bias: cuBLASLt's path takes none
 }
 
-// Options::plan_for_gpu partitions as a session with tier 2 does, without a GPU (terrace compile
+// Options::plan_for partitions as a session with tier 2 does, without a GPU (terrace compile
 // --tier gpu): the Tanh after a MatMul is a region of its own there, fused on tier 1 alone.
 TEST(LibraryRegions, planning_for_the_gpu_leaves_the_activations_tier2_lacks_out_of_the_product) {
   GraphBuilder g;
@@ -122,7 +122,7 @@ TEST(LibraryRegions, planning_for_the_gpu_leaves_the_activations_tier2_lacks_out
   auto graph = g.build();
   Options cpu = on_tier(Tier::Cpu);
   EXPECT_EQ(region_ops(*Session::from_graph(graph, cpu)), (std::vector<std::string>{"MatMul,Tanh"}));
-  cpu.plan_for_gpu = true;
+  cpu.plan_for = Tier::Gpu;
   EXPECT_EQ(region_ops(*Session::from_graph(graph, cpu)), (std::vector<std::string>{"MatMul", "Tanh"}));
 }
 
@@ -150,7 +150,7 @@ TEST(LibraryRegions, a_matmuls_constant_bias_add_and_activation_join_its_region)
   expect_calls_match_and_regions_validated_on_tier1(*s, in, want, 6);
   // With tier 2 in the plan the bias stays out (tier 2 runs a MatMul alone or with a Relu).
   Options gpu = on_tier(Tier::Cpu);
-  gpu.plan_for_gpu = true;
+  gpu.plan_for = Tier::Gpu;
   EXPECT_EQ(region_ops(*Session::from_graph(graph, gpu))[0], "MatMul");
 }
 

@@ -1,4 +1,4 @@
-// ConvTranspose on tier 1 (jit/dnnl_deconv.h) through a Session: a library region of its own,
+// ConvTranspose on tier 1 (jit/cpu/dnnl_deconv.h) through a Session: a library region of its own,
 // with the Relu or Clip after it fused, promoted and validated against the interpreter within its
 // rounding allowance (cpu_library::error_allowance), zero-sized inputs, refused forms with their
 // reason, and a wrong result still caught. In the LibraryRegions suite, so that the ctests

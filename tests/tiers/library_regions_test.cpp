@@ -12,7 +12,7 @@
 
 #include "interp/compare.h"
 #include "interp/omp_threads.h"
-#include "jit/winograd_conv.h"
+#include "jit/cpu/winograd_conv.h"
 #include "tests/support/graph_builder.h"
 #include "tests/support/session_helpers.h"
 #include "tiers/session.h"
@@ -287,7 +287,7 @@ TEST(LibraryRegions, miscompiled_chain_is_caught_within_its_allowance) {
 
 // Winograd's rounding grows with its tile's inputs, not only with the output's own terms: odd rows
 // of the input near 1e3, even rows near 1e-2, and a kernel whose top and bottom rows are zero, so an
-// even output row reads small values only while F(2x2, 3x3) (jit/winograd_conv.h, where this
+// even output row reads small values only while F(2x2, 3x3) (jit/cpu/winograd_conv.h, where this
 // machine runs it) sums huge ones that cancel. Validation allows what winograd_rounding_bound
 // proves on top of the direct sum's bound: the region stays on tier 1 with its validation passed,
 // and its answers are the interpreter's within that allowance.

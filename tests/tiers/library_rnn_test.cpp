@@ -1,4 +1,4 @@
-// LSTM, GRU and RNN on tier 1 (jit/dnnl_rnn.h) through a Session: each a library region of its
+// LSTM, GRU and RNN on tier 1 (jit/cpu/dnnl_rnn.h) through a Session: each a library region of its
 // own with the outputs read after it, promoted and validated against the interpreter within the
 // recurrence's error bound, a wrong result still caught, and forms oneDNN does not express left
 // as graph breaks with the reason. In the LibraryRegions suite, so that the ctests

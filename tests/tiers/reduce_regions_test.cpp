@@ -1,5 +1,5 @@
 // Reductions and normalisations in tier 1's regions (kernels/lower_reduce.cpp through the mixed
-// regions of tiers/cpu_backend.cpp): small graphs whose reductions sit between elementwise ops run
+// regions of tiers/cpu/cpu_backend.cpp): small graphs whose reductions sit between elementwise ops run
 // through a Session, compile into one region with no graph break, and give the interpreter's
 // answers call after call.
 #include <gtest/gtest.h>

@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "tiers/terrace_c.h"
+#include "capi/terrace_c.h"
 
 static const TerraceApi* api;
 

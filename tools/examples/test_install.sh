@@ -11,7 +11,7 @@ step() { printf '== %s\n' "$*"; }
 
 step "cmake --install $build --prefix $prefix"
 cmake --install "$build" --prefix "$prefix" > "$work/install.log"
-for f in bin/terrace include/terrace/tiers/terrace_c.h include/terrace/tiers/session.h \
+for f in bin/terrace include/terrace/capi/terrace_c.h include/terrace/tiers/session.h \
          include/terrace/interp/graph_builder.h; do
   [ -e "$prefix/$f" ] || { echo "missing after install: $f"; exit 1; }
 done
@@ -42,7 +42,7 @@ echo "$flags"
 for h in $(cd "$prefix/include/terrace" && find . -name '*.h' | sort); do
   printf '#include "%s"\n' "${h#./}" | c++ -std=c++20 -fsyntax-only -x c++ - $flags || { echo "FAILED: $h alone"; exit 1; }
 done
-printf '#include "tiers/terrace_c.h"\n' | cc -std=c99 -pedantic-errors -fsyntax-only -x c - $flags
+printf '#include "capi/terrace_c.h"\n' | cc -std=c99 -pedantic-errors -fsyntax-only -x c - $flags
 echo "each installed header compiles alone"
 mkdir -p "$work/pkg-config"
 cc -std=c99 -Wall -pedantic-errors "$src/tools/examples/run_model.c" $flags -o "$work/pkg-config/run_model_c"

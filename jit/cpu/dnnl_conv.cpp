@@ -1,0 +1,692 @@
+// Conv chains and pools as oneDNN primitives (jit/cpu/dnnl_ops.h): a whole CNN stage's convolutions,
+// with their activations, residual Adds and pools, in oneDNN's blocked layouts; a pool alone on
+// plain buffers. The geometry is the interpreter's (conv_geometry, the pools' rules), so the
+// attributes mean one thing everywhere; the arithmetic is oneDNN's, validated against the
+// interpreter.
+#include <oneapi/dnnl/dnnl.hpp>
+#include <omp.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <vector>
+
+#include "interp/error.h"
+#include "interp/interpreter.h"
+#include "interp/omp_threads.h"
+#include "interp/ops/conv.h"
+#include "jit/cpu/dnnl_common.h"
+#include "jit/cpu/dnnl_internal.h"
+#include "jit/cpu/dnnl_ops.h"
+#include "jit/cpu/packed_gemm.h"
+#include "jit/cpu/winograd_conv.h"
+
+namespace terrace::jit {
+namespace {
+
+using dnnl::memory;
+using Dims = memory::dims;
+using namespace dnnl_detail;
+
+// ---- MaxPool, AveragePool and (in chains) GlobalAveragePool, GlobalMaxPool ----
+
+// The window of one spatial dim, as the interpreter resolves it (auto_pad, pads, ceil_mode).
+struct PoolDim {
+  int64_t in = 0, kernel = 1, stride = 1, dilation = 1, pad_begin = 0, pad_end = 0, out = 0;
+};
+
+// The ONNX pooling geometry of `node` on input x (the interpreter's rules, interp/ops/nn_pool.cpp).
+std::vector<PoolDim> pool_dims(const Node& node, const Shape& x) {
+  TERRACE_CHECK(x.size() >= 3 && x.size() <= 5, NotImplemented, node.describe(), ": tier 1 pools 1 to 3 spatial dims");
+  const size_t n = x.size() - 2;
+  if (node.op == Op::GlobalAveragePool || node.op == Op::GlobalMaxPool) {  // one window: the whole of each dim
+    std::vector<PoolDim> dims(n);
+    for (size_t i = 0; i < n; ++i) {  // an empty dim: a window of 0 (a chain with it runs the reference path)
+      dims[i].in = dims[i].kernel = x[i + 2];
+      dims[i].out = 1;
+    }
+    return dims;
+  }
+  TERRACE_CHECK(node.has_attr("kernel_shape"), InvalidModel, node.describe(), ": attribute 'kernel_shape' is required");
+  auto ints = [&](const char* name, size_t count, int64_t def, int64_t min) {
+    std::vector<int64_t> v = node.attr_ints(name, std::vector<int64_t>(count, def));
+    TERRACE_CHECK(v.size() == count, InvalidModel, node.describe(), ": attribute '", name, "' has ", v.size(),
+                  " values, expected ", count);
+    for (int64_t e : v)
+      TERRACE_CHECK(e >= min, InvalidModel, node.describe(), ": attribute '", name, "' values must be >= ", min);
+    return v;
+  };
+  const std::vector<int64_t> kernel = ints("kernel_shape", n, 1, 1), strides = ints("strides", n, 1, 1),
+                             dilations = ints("dilations", n, 1, 1), pads = ints("pads", 2 * n, 0, 0);
+  const std::string auto_pad = node.attr_string("auto_pad", "NOTSET");
+  const bool ceil_mode = node.attr_int("ceil_mode", 0) != 0;
+  std::vector<PoolDim> dims(n);
+  for (size_t i = 0; i < n; ++i) {
+    PoolDim& d = dims[i];
+    d.in = x[i + 2];
+    d.kernel = kernel[i];
+    d.stride = strides[i];
+    d.dilation = dilations[i];
+    const int64_t extent = (d.kernel - 1) * d.dilation + 1;
+    if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+      d.out = (d.in + d.stride - 1) / d.stride;
+      const int64_t total = std::max<int64_t>(0, (d.out - 1) * d.stride + extent - d.in);
+      d.pad_begin = auto_pad == "SAME_LOWER" ? (total + 1) / 2 : total / 2;
+      d.pad_end = total - d.pad_begin;
+      continue;
+    }
+    TERRACE_CHECK(auto_pad == "NOTSET" || auto_pad == "VALID", InvalidModel, node.describe(), ": unknown auto_pad '",
+                  auto_pad, "'");
+    if (auto_pad == "NOTSET") {
+      d.pad_begin = pads[i];
+      d.pad_end = pads[i + n];
+    }
+    const int64_t span = d.in + d.pad_begin + d.pad_end - extent;
+    TERRACE_CHECK(span >= 0, InvalidArgument, node.describe(), ": the pooling window (extent ", extent,
+                  ") is larger than the padded input (", d.in + d.pad_begin + d.pad_end, ")");
+    d.out = (ceil_mode ? (span + d.stride - 1) / d.stride : span / d.stride) + 1;
+    if (ceil_mode && (d.out - 1) * d.stride >= d.in + d.pad_begin) --d.out;
+  }
+  return dims;
+}
+
+// The pool's output shape on x: its batch and channels, then each spatial dim's window count.
+Shape pool_out_shape(const Node& node, const Shape& x) {
+  Shape out{x[0], x[1]};
+  for (const PoolDim& d : pool_dims(node, x)) out.push_back(d.out);
+  return out;
+}
+
+// What oneDNN's pooling primitive takes for `node` on x: the window per spatial dim, with the end
+// padding that gives the interpreter's output size by floor division (see Pool below), refusing
+// the forms oneDNN cannot match.
+struct PoolSpec {
+  Dims strides, kernel, dilation, pad_l, pad_r;
+  double taps = 1;
+  dnnl::algorithm alg = dnnl::algorithm::pooling_max;
+  bool include_pad = false;
+};
+PoolSpec pool_spec(const Node& node, const Shape& x) {
+  const std::vector<PoolDim> dims = pool_dims(node, x);
+  PoolSpec p;
+  const bool max = node.op == Op::MaxPool || node.op == Op::GlobalMaxPool;
+  p.include_pad = !max && node.attr_int("count_include_pad", 0) != 0;
+  p.alg = max ? dnnl::algorithm::pooling_max
+              : p.include_pad ? dnnl::algorithm::pooling_avg_include_padding : dnnl::algorithm::pooling_avg_exclude_padding;
+  for (const PoolDim& d : dims) {
+    TERRACE_CHECK(d.kernel >= 1, NotImplemented, node.describe(), ": tier 1 does not pool an empty window");
+    const int64_t extent = (d.kernel - 1) * d.dilation + 1;
+    // The end padding oneDNN needs for d.out windows by floor division.
+    const int64_t end = (d.out - 1) * d.stride + extent - d.in - d.pad_begin;
+    TERRACE_CHECK(!p.include_pad || end == d.pad_end, NotImplemented, node.describe(),
+                  ": tier 1 does not run an AveragePool counting padding whose last window (ceil_mode) passes the pads");
+    for (int64_t o = 0; o < d.out; ++o) {  // each window has a tap inside the input
+      bool inside = false;
+      for (int64_t k = 0; k < d.kernel && !inside; ++k) {
+        const int64_t at = o * d.stride - d.pad_begin + k * d.dilation;
+        inside = at >= 0 && at < d.in;
+      }
+      TERRACE_CHECK(inside, NotImplemented, node.describe(), ": tier 1 does not run a pool with a window in the padding only");
+    }
+    TERRACE_CHECK(end >= 0, NotImplemented, node.describe(), ": tier 1 does not run a pool whose pads pass its windows");
+    p.strides.push_back(d.stride);
+    p.kernel.push_back(d.kernel);
+    p.dilation.push_back(d.dilation - 1);  // oneDNN counts the gaps
+    p.pad_l.push_back(d.pad_begin);
+    p.pad_r.push_back(end);
+    p.taps *= double(d.kernel);
+  }
+  return p;
+}
+
+// ---- Conv ----
+
+
+// Runs a reorder from one memory to another with `threads` OpenMP threads.
+struct Reorder {
+  dnnl::primitive prim;
+  memory::desc scratch;
+  void operator()(const memory& from, const memory& to, int threads) const {
+    execute(prim, scratch, {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}}, threads);
+  }
+};
+Reorder make_reorder(const Node& node, const memory::desc& from, const memory::desc& to, int threads) {
+  return building(node, threads, "primitive", [&] {
+    dnnl::reorder::primitive_desc pd(cpu_engine(), from, cpu_engine(), to, user_scratchpad());
+    return Reorder{dnnl::reorder(pd), pd.scratchpad_desc()};
+  });
+}
+
+class ConvChain : public DnnlPrimitive {
+ public:
+  ConvChain(const std::vector<DnnlChainOp>& ops, const std::vector<Shape>& shapes,
+            const std::vector<const Tensor*>& constants, std::vector<int> outputs)
+      : input_shapes_(shapes), constant_(shapes.size(), false) {
+    TERRACE_CHECK(!ops.empty() && (ops[0].kind == DnnlChainOp::Kind::Conv || ops[0].kind == DnnlChainOp::Kind::Pool),
+                  Internal, "tier 1: a convolution chain starts with a Conv or a pool");
+    for (size_t i = 0; i < constants.size() && i < shapes.size(); ++i) constant_[i] = constants[i] != nullptr;
+    parse(ops, shapes);
+    if (outputs.empty()) outputs.push_back(int(ops.size()) - 1);
+    for (int k : outputs) {
+      const int s = step_of_result(ops, k);
+      outputs_.push_back(s);
+      out_shapes_.push_back(steps_[size_t(s)].out_shape);
+    }
+    bool empty = false;
+    for (const Step& s : steps_)
+      empty = empty || has_zero_dim(s.x_shape) || has_zero_dim(s.w_shape) || has_zero_dim(s.out_shape);
+    description_ = "oneDNN convolution chain of " + std::to_string(steps_.size()) + ":";
+    if (empty) {  // nothing for oneDNN (it divides by zero on such shapes): the reference path
+      reference_only_ = true;
+      description_ += " a zero-sized tensor, run with the interpreter's semantics, no library call";
+      return;
+    }
+    for (size_t i = 0; i < constants.size() && i < shapes.size(); ++i)
+      if (constants[i] && checks_finite() && !all_finite(constants[i]->data<float>(), size_t(constants[i]->numel()), 1))
+        reference_only_ = true;  // non-finite weights: the fused activations or a max would differ
+    // A lone 1x1 convolution of stride 1 keeps plain layouts: measured with one thread on
+    // AVX-512, reorders at its edges cost as much as the blocked kernel saves (e.g. 144->24
+    // channels at 56x56: 0.134 ms plain, 0.275 ms reordered; others the other way round), while a
+    // depthwise 3x3 is 4-7x faster reordered (0.29 ms against 1.38 at 32 channels, 112x112) and a
+    // dense 3x3 1.4x. With stride 2 (ResNet's downsampling) plain layouts get oneDNN's
+    // im2col+GEMM: 4.2 ms for 256->512 channels at 56x56 on 2 threads, so those reorder too.
+    bool plain_edges = false;
+    if (steps_.size() == 1 && !steps_[0].pool) {
+      const ops::ConvGeometry g0 = ops::conv_geometry(steps_[0].node, steps_[0].x_shape, steps_[0].w_shape);
+      bool unit = g0.kernel_size() == 1;
+      for (size_t d = 0; d < g0.strides.size(); ++d)
+        unit = unit && g0.strides[d] == 1 && g0.pads_begin[d] == 0 && g0.pads_end[d] == 0;
+      plain_edges = unit;
+    }
+    for (size_t k = 0; k < steps_.size(); ++k) build_step(k, plain_edges, constants);
+    for (size_t j = 0; j < outputs_.size(); ++j) {
+      const Step& s = steps_[size_t(outputs_[j])];
+      out_user_.push_back(plain(dims_of(s.out_shape)));
+      out_reorder_.push_back(s.dst != out_user_.back() ? std::optional(make_reorder(s.node, s.dst, out_user_.back(), s.threads))
+                                                      : std::nullopt);
+    }
+    assign_buffers();
+    for (const Step& s : steps_) description_ += "\n  " + s.text;
+    description_ += "\n  layouts: input " + std::string(steps_[0].in_reorder ? "reordered from plain" : "plain") + ", " +
+                    std::to_string(outputs_.size()) + " output(s) " +
+                    (out_reorder_.back() ? "reordered to plain" : "plain") + "; " + std::to_string(n_slots_) +
+                    " intermediate buffers";
+  }
+
+  const Shape& output_shape() const override { return out_shapes_.front(); }
+  size_t num_outputs() const override { return out_shapes_.size(); }
+  std::vector<Shape> output_shapes() const override { return out_shapes_; }
+  void run(const std::vector<const float*>& in, float* out) const override { run_outputs(in, {out}); }
+
+  void run_outputs(const std::vector<const float*>& in, const std::vector<float*>& out) const override {
+    TERRACE_CHECK(in.size() == input_shapes_.size() && out.size() == outputs_.size(), Internal,
+                  "tier 1: a convolution chain got ", in.size(), " inputs and ", out.size(), " outputs, not ",
+                  input_shapes_.size(), " and ", outputs_.size());
+    if (reference_only_ || (checks_finite() && !inputs_finite(in))) return run_reference(in, out);
+    std::vector<memory> result(steps_.size());  // each step's result, in its buffer
+    for (size_t k = 0; k < steps_.size(); ++k) {
+      const Step& s = steps_[k];
+      memory src;
+      if (s.in_reorder) {  // a chain input, from plain NCHW
+        src = memory(s.src, cpu_engine(), thread_buffer(n_slots_ + 1 + k, s.src.get_size()));
+        (*s.in_reorder)(wrap(s.in_user, in[size_t(s.x)]), src, s.threads);
+      } else {
+        src = s.x >= 0 ? wrap(s.src, in[size_t(s.x)]) : result[size_t(s.x_step)];
+      }
+      memory dst = s.direct_output >= 0 ? wrap(s.dst, out[size_t(s.direct_output)])
+                                        : memory(s.dst, cpu_engine(), thread_buffer(size_t(s.slot), s.dst.get_size()));
+      if (s.pool) {
+        execute(s.conv, s.scratch, {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}}, s.threads);
+      } else {
+        if (s.sum_input >= 0) s.sum_reorder(wrap(s.sum_user, in[size_t(s.sum_input)]), dst, s.threads);
+        if (s.sum_step >= 0 && !s.sum_in_place) s.sum_reorder(result[size_t(s.sum_step)], dst, s.threads);
+        if (s.winograd) {  // its blocks in the slot after the chain's own (those above)
+          s.winograd->run(static_cast<const float*>(src.get_data_handle()), s.b >= 0 ? in[size_t(s.b)] : nullptr,
+                          static_cast<float*>(dst.get_data_handle()), threads_to_run(s.threads),
+                          n_slots_ + 1 + steps_.size());
+        } else {
+          memory w = s.weights;
+          if (!w) {
+            memory user = wrap(s.user_w, in[size_t(s.w)]);
+            if (s.w_reorder) {
+              w = memory(s.w_desc, cpu_engine(), thread_buffer(n_slots_, s.w_desc.get_size()));
+              (*s.w_reorder)(user, w, s.threads);
+            } else {
+              w = user;
+            }
+          }
+          std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_DST, dst}};
+          if (s.b >= 0) args.emplace(DNNL_ARG_BIAS, wrap(s.bias, in[size_t(s.b)]));
+          execute(s.conv, s.scratch, args, s.threads);
+        }
+      }
+      result[k] = dst;
+      for (size_t j = 0; j < outputs_.size(); ++j)  // results read outside, to plain NCHW now
+        if (outputs_[j] == int(k) && s.direct_output != int(j)) {
+          if (out_reorder_[j]) (*out_reorder_[j])(dst, wrap(out_user_[j], out[j]), s.threads);
+          else std::memcpy(out[j], dst.get_data_handle(), out_user_[j].get_size());
+        }
+    }
+  }
+
+ private:
+  struct Step {
+    Node node;                   // the Conv, or the pool
+    bool pool = false;           // a MaxPool or AveragePool: `conv` holds its primitive, no weights
+    int x = -1, w = -1, b = -1;  // chain inputs (x: -1 when it is an earlier step's result)
+    int x_step = -1;             // the step whose result is x
+    memory::desc in_user;        // x, a chain input, in plain NCHW
+    std::optional<Reorder> in_reorder;  // ... into the primitive's source layout
+    Shape x_shape, w_shape, out_shape;
+    // In order after the convolution: an activation, or a sum (activation None) of chain input
+    // `sum_input` or of step `sum_step`'s result.
+    std::vector<DnnlActivation> post;
+    int sum_input = -1, sum_step = -1;
+    bool sum_in_place = false;  // dst is the summed result's own buffer (its last use)
+    int threads = 1;
+    dnnl::primitive conv;
+    memory::desc scratch, src, dst, user_w, w_desc, bias, sum_user;
+    memory weights;                   // constant weights in the primitive's layout
+    std::shared_ptr<const WinogradConv> winograd;  // Terrace's own kernel in oneDNN's place (winograd_for)
+    std::optional<Reorder> w_reorder;  // weights given at run time, into the primitive's layout
+    Reorder sum_reorder;              // the addend into dst's layout
+    int slot = -1;                    // the thread buffer holding the result
+    int direct_output = -1;           // the output written in place (plain dst), or -1
+    std::string text;
+  };
+
+  static Dims dims_of(const Shape& s) { return Dims(s.begin(), s.end()); }
+
+  // The step whose result op k's is: op k must be its step's last op.
+  int step_of_result(const std::vector<DnnlChainOp>& ops, int k) const {
+    TERRACE_CHECK(k >= 0 && size_t(k) < op_step_.size() &&
+                      (size_t(k) + 1 == ops.size() || ops[size_t(k) + 1].kind == DnnlChainOp::Kind::Conv ||
+                       ops[size_t(k) + 1].kind == DnnlChainOp::Kind::Pool),
+                  Internal, "tier 1: a convolution chain reads op ", k, "'s result, which is no step's last");
+    return op_step_[size_t(k)];
+  }
+
+  // The ops as steps: each Conv and the activations and Add after it; checks the chain's form.
+  void parse(const std::vector<DnnlChainOp>& ops, const std::vector<Shape>& shapes) {
+    auto input_shape = [&](const DnnlChainOp& op, int i) -> const Shape& {
+      TERRACE_CHECK(i >= 0 && size_t(i) < shapes.size(), Internal, op.node.describe(),
+                    ": a chain op reads input ", i, " of ", shapes.size());
+      return shapes[size_t(i)];
+    };
+    for (size_t k = 0; k < ops.size(); ++k) {
+      const DnnlChainOp& op = ops[k];
+      if (op.kind == DnnlChainOp::Kind::Conv) {
+        TERRACE_CHECK(op.inputs.size() == 2 || op.inputs.size() == 3, InvalidArgument, op.node.describe(),
+                      ": Conv takes 2 or 3 inputs");
+        TERRACE_CHECK((k > 0 || op.inputs[0] >= 0) && op.inputs[1] >= 0 && (op.inputs.size() == 2 || op.inputs[2] >= 0),
+                      Internal, op.node.describe(), ": a chained Conv reads an earlier result as x only");
+        Step s;
+        s.node = op.node;
+        s.x = op.inputs[0];
+        s.w = op.inputs[1];
+        s.b = op.inputs.size() == 3 ? op.inputs[2] : -1;
+        if (s.x < 0) s.x_step = step_of_result(ops, -1 - s.x);
+        s.x_shape = s.x >= 0 ? input_shape(op, s.x) : steps_[size_t(s.x_step)].out_shape;
+        s.w_shape = input_shape(op, s.w);
+        const ops::ConvGeometry g = ops::conv_geometry(op.node, s.x_shape, s.w_shape);
+        s.out_shape = g.out_shape();
+        if (s.b >= 0)
+          TERRACE_CHECK(input_shape(op, s.b) == Shape{g.cout}, InvalidArgument, op.node.describe(), ": bias ",
+                        shape_str(input_shape(op, s.b)), ", expected [", g.cout, "]");
+        steps_.push_back(std::move(s));
+        op_step_.push_back(int(steps_.size()) - 1);
+        continue;
+      }
+      if (op.kind == DnnlChainOp::Kind::Pool) {
+        TERRACE_CHECK(op.inputs.size() == 1 && (k > 0 || op.inputs[0] >= 0), Internal, op.node.describe(),
+                      ": a chained pool reads one value");
+        Step s;
+        s.node = op.node;
+        s.pool = true;
+        s.x = op.inputs[0];
+        if (s.x < 0) s.x_step = step_of_result(ops, -1 - s.x);
+        s.x_shape = s.x >= 0 ? input_shape(op, s.x) : steps_[size_t(s.x_step)].out_shape;
+        s.out_shape = pool_out_shape(op.node, s.x_shape);
+        has_pool_ = true;
+        steps_.push_back(std::move(s));
+        op_step_.push_back(int(steps_.size()) - 1);
+        continue;
+      }
+      TERRACE_CHECK(k > 0, Internal, op.node.describe(), ": a chain starts with a Conv");
+      Step& s = steps_.back();
+      TERRACE_CHECK(!s.pool, Internal, op.node.describe(), ": a chained activation or Add follows a Conv, not a pool");
+      op_step_.push_back(int(steps_.size()) - 1);
+      if (op.kind == DnnlChainOp::Kind::Activation) {
+        TERRACE_CHECK(op.activation.kind != DnnlActivation::Kind::None, Internal, op.node.describe(), ": no activation");
+        s.post.push_back(op.activation);
+        has_activation_ = true;
+        continue;
+      }
+      TERRACE_CHECK(ops[k - 1].kind == DnnlChainOp::Kind::Conv && s.sum_input < 0 && s.sum_step < 0 &&
+                        op.inputs.size() == 1,
+                    Internal, op.node.describe(), ": a chained Add follows a Conv and reads one other value");
+      const int addend = op.inputs[0];
+      const Shape& shape = addend >= 0 ? input_shape(op, addend) : steps_[size_t(step_of_result(ops, -1 - addend))].out_shape;
+      TERRACE_CHECK(shape == s.out_shape, NotImplemented, op.node.describe(), ": tier 1 fuses an Add of equal shapes only, not ",
+                    shape_str(shape), " and ", shape_str(s.out_shape));
+      TERRACE_CHECK(addend >= 0 || step_of_result(ops, -1 - addend) < int(steps_.size()) - 1, Internal, op.node.describe(),
+                    ": a chained Add reads its own Conv");
+      if (addend >= 0) s.sum_input = addend;
+      else s.sum_step = step_of_result(ops, -1 - addend);
+      s.post.push_back({});  // the sum's place among the post-ops
+    }
+  }
+
+  // A pool step: reads its source in the layout its producer wrote (a chain input: plain NCHW) and
+  // writes what oneDNN picks for it (the same layout).
+  void build_pool_step(size_t k) {
+    Step& s = steps_[k];
+    const PoolSpec spec = pool_spec(s.node, s.x_shape);
+    s.threads = threads_for(double(shape_numel(s.out_shape)) * spec.taps / 4);  // the lone Pool's work
+    const memory::desc src = s.x < 0 ? steps_[size_t(s.x_step)].dst : plain(dims_of(s.x_shape));
+    auto pd = building(s.node, s.threads, "primitive", [&] {
+      dnnl::pooling_v2_forward::desc d(dnnl::prop_kind::forward_inference, spec.alg, src,
+                                       memory::desc(dims_of(s.out_shape), memory::data_type::f32, memory::format_tag::any),
+                                       spec.strides, spec.kernel, spec.dilation, spec.pad_l, spec.pad_r);
+      return dnnl::pooling_v2_forward::primitive_desc(d, user_scratchpad(), cpu_engine());
+    });
+    s.conv = dnnl::pooling_v2_forward(pd);
+    s.scratch = pd.scratchpad_desc();
+    s.src = pd.src_desc();
+    s.dst = pd.dst_desc();
+    if (s.x >= 0) s.in_user = plain(dims_of(s.x_shape));
+    s.text = "pooling (" + s.node.describe() + ", " + pd.impl_info_str() + "): src " +
+             (s.x >= 0 ? "input " + std::to_string(s.x) : "step " + std::to_string(s.x_step)) + " " +
+             dims_str(dims_of(s.x_shape)) + " -> dst " + dims_str(dims_of(s.out_shape)) + "; kernel " +
+             dims_str(spec.kernel) + ", strides " + dims_str(spec.strides) + ", pads " + dims_str(spec.pad_l) + " " +
+             dims_str(spec.pad_r) + "; " + std::to_string(s.threads) + " OpenMP threads";
+  }
+
+  void build_step(size_t k, bool plain_edges, const std::vector<const Tensor*>& constants) {
+    if (steps_[k].pool) return build_pool_step(k);
+    Step& s = steps_[k];
+    const ops::ConvGeometry g = ops::conv_geometry(s.node, s.x_shape, s.w_shape);
+    Dims w = dims_of(s.w_shape);
+    if (g.group > 1) {  // [M, C/G, k...] -> [G, M/G, C/G, k...], the same bytes
+      w[0] = g.cout_g();
+      w.insert(w.begin(), g.group);
+    }
+    Dims strides(g.strides.begin(), g.strides.end()), pad_l(g.pads_begin.begin(), g.pads_begin.end()),
+        pad_r(g.pads_end.begin(), g.pads_end.end()), dil(g.dilations.size());
+    for (size_t i = 0; i < dil.size(); ++i) dil[i] = g.dilations[i] - 1;  // oneDNN counts the gaps
+    s.user_w = plain(w);
+    s.bias = plain({g.cout});
+    s.threads = threads_for(double(shape_numel(s.out_shape)) * double(g.cin_g()) * double(g.kernel_size()));
+    auto any = [](const Dims& d) { return memory::desc(d, memory::data_type::f32, memory::format_tag::any); };
+    // A step reads its source in the layout its producer wrote.
+    const memory::desc src = s.x < 0 ? steps_[size_t(s.x_step)].dst : plain_edges ? plain(dims_of(s.x_shape)) : any(dims_of(s.x_shape));
+    const memory::desc dst = plain_edges ? plain(dims_of(s.out_shape)) : any(dims_of(s.out_shape));
+    const Tensor* constant_w = size_t(s.w) < constants.size() ? constants[size_t(s.w)] : nullptr;
+    auto pd = building(s.node, s.threads, "primitive", [&] {
+      const memory::desc weights = any(w);
+      dnnl::convolution_forward::desc d =
+          s.b >= 0 ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
+                                                     dnnl::algorithm::convolution_direct, src, weights, s.bias, dst,
+                                                     strides, dil, pad_l, pad_r)
+                   : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
+                                                     dnnl::algorithm::convolution_direct, src, weights, dst, strides,
+                                                     dil, pad_l, pad_r);
+      dnnl::post_ops post;
+      for (const DnnlActivation& a : s.post) {
+        if (a.kind == DnnlActivation::Kind::None) post.append_sum(1.0f);  // dst = conv + dst, dst holding the addend
+        else append_activation(post, a);
+      }
+      dnnl::primitive_attr attr = user_scratchpad();
+      attr.set_post_ops(post);
+      return dnnl::convolution_forward::primitive_desc(d, attr, cpu_engine());
+    });
+    s.conv = dnnl::convolution_forward(pd);
+    s.scratch = pd.scratchpad_desc();
+    s.src = pd.src_desc();
+    s.dst = pd.dst_desc();
+    s.w_desc = pd.weights_desc();
+    TERRACE_CHECK(s.x >= 0 || s.src == steps_[size_t(s.x_step)].dst, Internal, s.node.describe(),
+                  ": oneDNN chose another source layout than its producer's");
+    if (s.x >= 0) {
+      s.in_user = plain(dims_of(s.x_shape));
+      if (s.src != s.in_user) s.in_reorder = make_reorder(s.node, s.in_user, s.src, s.threads);
+    }
+    if (s.sum_input >= 0) {
+      s.sum_user = plain(dims_of(s.out_shape));
+      s.sum_reorder = make_reorder(s.node, s.sum_user, s.dst, s.threads);
+    }
+    if (s.sum_step >= 0) s.sum_reorder = make_reorder(s.node, steps_[size_t(s.sum_step)].dst, s.dst, s.threads);
+    if (constant_w && (s.winograd = winograd_for(s, g, constant_w))) {
+      has_winograd_ = true;
+      constant_w->drop_resident_pages();  // the kernel reads its own copy (Tensor::file_backed)
+    } else if (constant_w) {
+      s.weights = memory(s.w_desc, cpu_engine());
+      // Reordered once, where the chain is built (a background thread: threads_to_run).
+      make_reorder(s.node, s.user_w, s.w_desc, threads_to_run(s.threads))(wrap(s.user_w, constant_w->data<float>()),
+                                                                          s.weights, threads_to_run(s.threads));
+      constant_w->drop_resident_pages();  // the chain reads its own copy (Tensor::file_backed)
+    } else if (s.w_desc != s.user_w) {
+      s.w_reorder = make_reorder(s.node, s.user_w, s.w_desc, s.threads);
+    }
+    s.text = "convolution_forward (" + s.node.describe() + ", " +
+             (s.winograd ? std::string("Terrace's Winograd F(2x2, 3x3), AVX2/FMA") : pd.impl_info_str()) + "): src " +
+             (s.x >= 0 ? "input " + std::to_string(s.x) : "step " + std::to_string(s.x_step)) + " " +
+             dims_str(dims_of(s.x_shape)) + ", weights " + dims_str(w) +
+             (s.winograd ? " (constant, transformed once)" : constant_w ? " (constant, reordered once)" : s.w_reorder ? " (reordered each call)" : "") +
+             (s.b >= 0 ? ", bias" : "") + " -> dst " + dims_str(dims_of(s.out_shape)) + "; strides " +
+             dims_str(strides) + ", dilations (gaps) " + dims_str(dil) + ", pads " + dims_str(pad_l) + " " +
+             dims_str(pad_r) + ", groups " + std::to_string(g.group) + "; post-ops:";
+    for (const DnnlActivation& a : s.post)
+      s.text += a.kind != DnnlActivation::Kind::None ? " " + activation_name(a)
+                : s.sum_input >= 0                    ? " sum(input " + std::to_string(s.sum_input) + ")"
+                                                      : " sum(step " + std::to_string(s.sum_step) + ")";
+    if (s.post.empty()) s.text += " none";
+    s.text += "; " + std::to_string(s.threads) + " OpenMP threads";
+  }
+
+  // Terrace's own convolution for step s where it computes what oneDNN would, faster
+  // (jit/cpu/winograd_conv.h): a 3x3 of stride 1 and pads 1, one group, no dilation, constant weights,
+  // a bias or none and at most a Relu after it, on an AVX2/FMA CPU whose chain keeps nChw8c on both
+  // sides of the step (what oneDNN picks there below AVX-512), with at least 64 channels in and out
+  // (winograd_enabled; TERRACE_WINOGRAD=0 leaves every step to oneDNN) and enough tiles for each
+  // thread (WinogradConv::fits). Null otherwise (oneDNN runs the step). Validation allows such a
+  // step Winograd's rounding too (winograd_rounding_bound).
+  static std::shared_ptr<const WinogradConv> winograd_for(const Step& s, const ops::ConvGeometry& g, const Tensor* w) {
+    if (s.x_shape.size() != 4 || g.group != 1 || s.sum_input >= 0 || s.sum_step >= 0 || s.w_shape[2] != 3 ||
+        s.w_shape[3] != 3 || !winograd_enabled(s.x_shape[1], s.out_shape[1]))
+      return nullptr;
+    for (size_t d = 0; d < 2; ++d)
+      if (g.dilations[d] != 1 || g.strides[d] != 1 || g.pads_begin[d] != 1 || g.pads_end[d] != 1) return nullptr;
+    for (const DnnlActivation& a : s.post)
+      if (a.kind != DnnlActivation::Kind::Relu) return nullptr;
+    const memory::desc blocked_x(dims_of(s.x_shape), memory::data_type::f32, memory::format_tag::aBcd8b);
+    const memory::desc blocked_y(dims_of(s.out_shape), memory::data_type::f32, memory::format_tag::aBcd8b);
+    if (s.src != blocked_x || s.dst != blocked_y) return nullptr;
+    const WinogradConv::Geometry wg{s.x_shape[0], s.x_shape[1], s.out_shape[1], s.x_shape[2], s.x_shape[3]};
+    if (!WinogradConv::fits(wg, s.threads)) return nullptr;
+    return std::make_shared<const WinogradConv>(wg, w->data<float>(), !s.post.empty());
+  }
+
+  // Which thread buffer holds each step's result: a buffer is free again after its value's last
+  // reader; a sum whose addend is another step's result at its last use writes into that
+  // result's buffer (in place, no copy); the last step writes a plain output directly.
+  void assign_buffers() {
+    const size_t n = steps_.size();
+    std::vector<int> last_use(n, -1);
+    for (size_t k = 0; k < n; ++k) {
+      if (steps_[k].x_step >= 0) last_use[size_t(steps_[k].x_step)] = std::max(last_use[size_t(steps_[k].x_step)], int(k));
+      if (steps_[k].sum_step >= 0) last_use[size_t(steps_[k].sum_step)] = std::max(last_use[size_t(steps_[k].sum_step)], int(k));
+    }
+    std::vector<int> holder;  // per slot: the step whose result it holds, or -1
+    for (size_t k = 0; k < n; ++k) {
+      Step& s = steps_[k];
+      for (int& h : holder)  // values whose last reader came before k are dead
+        if (h >= 0 && last_use[size_t(h)] < int(k)) h = -1;
+      if (k + 1 == n && outputs_.size() == 1 && outputs_[0] == int(k) && !out_reorder_[0] && s.sum_step < 0) {
+        s.direct_output = 0;
+        continue;
+      }
+      if (s.sum_step >= 0 && s.sum_step != s.x_step && last_use[size_t(s.sum_step)] == int(k) &&
+          steps_[size_t(s.sum_step)].dst == s.dst && steps_[size_t(s.sum_step)].slot >= 0) {  // not the source itself
+        s.sum_in_place = true;
+        s.slot = steps_[size_t(s.sum_step)].slot;
+        holder[size_t(s.slot)] = int(k);
+        continue;
+      }
+      int slot = -1;  // a free buffer (one this step reads is not free: it holds a live value)
+      for (size_t i = 0; i < holder.size() && slot < 0; ++i)
+        if (holder[i] < 0) slot = int(i);
+      if (slot < 0) {
+        slot = int(holder.size());
+        holder.push_back(-1);
+      }
+      s.slot = slot;
+      holder[size_t(slot)] = int(k);
+    }
+    n_slots_ = holder.size();
+  }
+
+  // Whether a call's inputs must be finite for the library's answer to be the interpreter's: fused
+  // activations treat infinities and NaN otherwise (see all_finite), oneDNN's max need not
+  // treat a NaN as the interpreter's does, and Winograd's transforms subtract inputs (inf - inf
+  // is NaN where the direct sum gives an infinity).
+  bool checks_finite() const { return has_activation_ || has_pool_ || has_winograd_; }
+
+  // Every input that is not a constant (constants were checked once) holds finite values only.
+  bool inputs_finite(const std::vector<const float*>& in) const {
+    for (size_t i = 0; i < in.size(); ++i)
+      if (!constant_[i] && in[i] && !all_finite(in[i], size_t(shape_numel(input_shapes_[i])), steps_[0].threads))
+        return false;
+    return true;
+  }
+
+  // The chain with the interpreter's semantics: its Conv kernel (double accumulation), then the
+  // post-ops one by one as the interpreter's Relu, Clip and Add compute them. For zero-sized
+  // tensors (nothing reaches oneDNN) and inputs that are not all finite (oneDNN's fused
+  // activations treat infinities and NaN unlike the interpreter, see all_finite).
+  void run_reference(const std::vector<const float*>& in, const std::vector<float*>& out) const {
+    auto tensor_of = [&](int i) {
+      Tensor t = Tensor::empty(DType::Float32, input_shapes_[size_t(i)]);
+      if (t.numel() > 0) std::memcpy(t.data<float>(), in[size_t(i)], t.nbytes());
+      return RValue(std::move(t));
+    };
+    std::vector<Tensor> result(steps_.size());
+    for (size_t k = 0; k < steps_.size(); ++k) {
+      const Step& s = steps_[k];
+      if (s.pool) {
+        RValue x = s.x >= 0 ? tensor_of(s.x) : RValue(result[size_t(s.x_step)]);
+        result[k] = interpret_node(s.node, {&x}).at(0).tensor;
+        continue;
+      }
+      RValue x = s.x >= 0 ? tensor_of(s.x) : RValue(result[size_t(s.x_step)]), w = tensor_of(s.w), b;
+      std::vector<const RValue*> args{&x, &w};
+      if (s.b >= 0) {
+        b = tensor_of(s.b);
+        args.push_back(&b);
+      }
+      Tensor y = interpret_node(s.node, args).at(0).tensor;
+      float* p = y.data<float>();
+      const size_t n = size_t(y.numel());
+      for (const DnnlActivation& a : s.post) {
+        if (a.kind != DnnlActivation::Kind::None) {
+          apply_activation(a, p, n);
+          continue;
+        }
+        const float* r = s.sum_input >= 0 ? in[size_t(s.sum_input)] : result[size_t(s.sum_step)].data<float>();
+        for (size_t i = 0; i < n; ++i) p[i] = p[i] + r[i];
+      }
+      result[k] = std::move(y);
+    }
+    for (size_t j = 0; j < outputs_.size(); ++j) {
+      const Tensor& y = result[size_t(outputs_[j])];
+      if (y.numel() > 0) std::memcpy(out[j], y.data<float>(), y.nbytes());
+    }
+  }
+
+  std::vector<Shape> input_shapes_;
+  std::vector<bool> constant_;
+  std::vector<Step> steps_;
+  std::vector<int> op_step_;     // per op: its step
+  std::vector<int> outputs_;     // per output: the step whose result it is
+  std::vector<Shape> out_shapes_;
+  bool reference_only_ = false, has_activation_ = false, has_pool_ = false, has_winograd_ = false;
+  size_t n_slots_ = 0;
+  std::vector<memory::desc> out_user_;
+  std::vector<std::optional<Reorder>> out_reorder_;
+};
+
+// A pool on plain NCHW buffers. oneDNN's windows must all touch the input (a window in the padding
+// only has no value in oneDNN and -inf or 0 in the interpreter), and its output size comes from
+// its pads by floor division, so ceil_mode's last window gets extra end padding: for a max or an
+// average that excludes padding this changes nothing, for an average that counts padding it would
+// change the divisor, and such nodes are refused. Non-finite inputs (NaN: the interpreter's max
+// passes over it as ONNX's reference does, oneDNN's need not) and zero-sized tensors run the interpreter's kernel.
+class Pool : public DnnlPrimitive {
+ public:
+  Pool(const Node& node, const Shape& x) : node_(node), x_(x), out_(pool_out_shape(node, x)) {
+    const bool max = node.op == Op::MaxPool;
+    const bool include_pad = !max && node.attr_int("count_include_pad", 0) != 0;
+    description_ = std::string("oneDNN pooling (") + node.describe() + "): " + (max ? "max" : include_pad ? "average, padding counted" : "average") +
+                   ", src " + shape_str(x) + " -> dst " + shape_str(out_);
+    if (has_zero_dim(x) || has_zero_dim(out_)) {
+      reference_only_ = true;
+      description_ += "; a zero-sized tensor, run by the interpreter's kernel, no library call";
+      return;
+    }
+    const PoolSpec spec = pool_spec(node, x);
+    const Dims &strides = spec.strides, &kernel = spec.kernel, &dilation = spec.dilation, &pad_l = spec.pad_l,
+               &pad_r = spec.pad_r;
+    const double taps = spec.taps;
+    src_ = plain(Dims(x.begin(), x.end()));
+    dst_ = plain(Dims(out_.begin(), out_.end()));
+    threads_ = threads_for(double(shape_numel(out_)) * taps / 4);  // compares and adds are cheaper than multiply-adds
+    const dnnl::algorithm alg = spec.alg;
+    auto pd = building(node, threads_, "primitive", [&] {
+      dnnl::pooling_v2_forward::desc d(dnnl::prop_kind::forward_inference, alg, src_, dst_, strides, kernel, dilation,
+                                       pad_l, pad_r);
+      return dnnl::pooling_v2_forward::primitive_desc(d, user_scratchpad(), cpu_engine());
+    });
+    prim_ = dnnl::pooling_v2_forward(pd);
+    scratch_ = pd.scratchpad_desc();
+    description_ += "; kernel " + dims_str(kernel) + ", strides " + dims_str(strides) + ", dilations (gaps) " +
+                    dims_str(dilation) + ", pads " + dims_str(pad_l) + " " + dims_str(pad_r) + " (" +
+                    pd.impl_info_str() + "); " + std::to_string(threads_) + " OpenMP threads";
+  }
+  const Shape& output_shape() const override { return out_; }
+  void run(const std::vector<const float*>& in, float* out) const override {
+    if (reference_only_ || !all_finite(in.at(0), size_t(shape_numel(x_)), threads_)) {
+      Tensor x = Tensor::empty(DType::Float32, x_);
+      if (x.numel() > 0) std::memcpy(x.data<float>(), in[0], x.nbytes());
+      RValue rx(std::move(x));
+      Tensor y = interpret_node(node_, {&rx}).at(0).tensor;
+      if (y.numel() > 0) std::memcpy(out, y.data<float>(), y.nbytes());
+      return;
+    }
+    execute(prim_, scratch_, {{DNNL_ARG_SRC, wrap(src_, in[0])}, {DNNL_ARG_DST, wrap(dst_, out)}}, threads_);
+  }
+
+ private:
+  Node node_;
+  Shape x_, out_;
+  bool reference_only_ = false;
+  int threads_ = 1;
+  memory::desc src_, dst_, scratch_;
+  dnnl::primitive prim_;
+};
+
+}  // namespace
+
+std::unique_ptr<DnnlPrimitive> make_dnnl_conv_chain(const std::vector<DnnlChainOp>& ops,
+                                                    const std::vector<Shape>& input_shapes,
+                                                    const std::vector<const Tensor*>& constants,
+                                                    const std::vector<int>& outputs) {
+  return std::make_unique<ConvChain>(ops, input_shapes, constants, outputs);
+}
+
+std::unique_ptr<DnnlPrimitive> dnnl_detail::make_pool(const Node& node, const Shape& x) {
+  return std::make_unique<Pool>(node, x);
+}
+
+}  // namespace terrace::jit

@@ -1,0 +1,564 @@
+// Tier 2 backend: a region of elementwise ops -> the fusion group tier 1 builds (split by iteration
+// domain) -> kernel IR -> CUDA C (render_c's Cuda dialect) -> one NVRTC program per region, a cubin
+// for the device's arch, kept in the disk cache -> a module whose kernels run on a stream. A
+// library region (a Gemm or MatMul, and the Relu it absorbed) -> one cuBLASLt matmul, fp32 without
+// TF32, the bias and Relu as its epilogue. Versions take host or device inputs and return device
+// tensors; each copy is counted (CompiledRegion::transfers).
+#include "tiers/gpu/gpu_backend.h"
+
+#include "tiers/cpu/cpu_library.h"
+#ifdef TERRACE_HAVE_DNNL
+#include "jit/cpu/dnnl_activation.h"
+#endif
+
+#ifdef TERRACE_HAVE_CUDA
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <optional>
+
+#include "interp/log.h"
+#include "jit/code_cache.h"
+#include "jit/cpu/cpu_jit.h"
+#include "jit/cuda/cublaslt_ops.h"
+#include "jit/cuda/cuda_driver.h"
+#include "jit/cuda/cuda_memory.h"
+#include "jit/cuda/nvrtc.h"
+#include "kernels/lower.h"
+#include "kernels/printer.h"
+#include "kernels/render_c.h"
+#include "kernels/schedule_cuda.h"
+#include "kernels/split.h"
+#include "tiers/cpu/cpu_library.h"
+#include "tiers/gpu/gpu_conv.h"
+#include "tiers/gpu/gpu_program.h"
+#include "tiers/region_lowering.h"
+#endif
+
+namespace terrace {
+
+bool gpu_fuses(const Node& last, const Node& next) {
+  if (last.op == Op::MatMul && next.op == Op::Add) return false;  // tier 2 runs a MatMul alone or with a Relu
+  if (cpu_library::is_pool(last.op) || cpu_library::is_pool(next.op)) return false;  // cuDNN regions hold no pool
+#ifdef TERRACE_HAVE_DNNL
+  return !jit::dnnl_activation_of(next).has_value();  // Relu and Clip are not among these
+#else
+  return true;
+#endif
+}
+
+#ifndef TERRACE_HAVE_CUDA
+std::unique_ptr<Backend> make_gpu_backend(const std::string&, std::string* why) {
+  if (why) *why = "this build has no tier 2 (built without TERRACE_WITH_CUDA)";
+  return nullptr;
+}
+GpuRegionCode render_gpu_region(const Graph&, const Region&, const std::vector<Tensor>&) {
+  fail(ErrorCode::NotImplemented, "this build has no tier 2 (built without TERRACE_WITH_CUDA)");
+}
+std::vector<char> compile_gpu_cubin(const std::string&, const std::string&, const std::string&,
+                                    const jit::CodeCache&, bool*) {
+  fail(ErrorCode::NotImplemented, "this build has no tier 2 (built without TERRACE_WITH_CUDA)");
+}
+#else
+
+namespace {
+
+// "" when tier 2 compiles the node, else why not.
+std::string gpu_can_compile(const Graph& g, const Node& node) {
+  if (node.op == Op::Conv || node.op == Op::MaxPool || node.op == Op::AveragePool)
+    return gpu_conv_can_compile(g, node);  // cuDNN and fixed kernels (tiers/gpu/gpu_conv.h)
+  if (node.op == Op::Gemm || node.op == Op::MatMul) {
+    std::string why;
+    if (!jit::cuda::cublaslt_available(&why)) return "tier 2 runs Gemm and MatMul through cuBLASLt: " + why;
+    for (int v : node.inputs)
+      if (v >= 0 && g.values[size_t(v)].info.dtype != DType::Float32)
+        return "tier 2's Gemm and MatMul are float32; input '" + g.values[size_t(v)].name + "' is not";
+    return "";
+  }
+  if (std::string why = can_lower_node(g, node); !why.empty()) return "tier 2 renders tier 1's kernel IR; " + why;
+  return "";
+}
+
+// A kernel's name from its content: a hash of its CUDA C rendered under a placeholder name, so that
+// identical kernels of different regions are named alike; a repeat within one program (`earlier`)
+// gets a suffix.
+std::string content_name(kernels::LoweredFunc& f, const std::vector<kernels::LoweredFunc>& earlier) {
+  const std::string given = f.name;
+  f.name = "tr_kernel";
+  const std::string text = kernels::render_c(f, kernels::Dialect::Cuda);
+  f.name = given;
+  uint64_t h = 1469598103934665603ull;  // FNV-1a
+  for (unsigned char c : text) h = (h ^ c) * 1099511628211ull;
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  std::string name = std::string("tk_") + hex;
+  int repeat = 0;
+  for (const kernels::LoweredFunc& e : earlier)
+    if (e.name.rfind(name, 0) == 0) ++repeat;
+  return repeat ? name + "_" + std::to_string(repeat) : name;
+}
+
+// The region as tier 1 lowers it (tiers/region_lowering.h: the same fusion, reductions and data
+// movement), every kernel rendered in the Cuda dialect into one program.
+GpuProgram render_gpu_program(const Graph& g, const Region& region, const std::vector<Tensor>& inputs,
+                              int sm_count = 0) {
+  for (int n : region.nodes)
+    if (std::string why = gpu_can_compile(g, g.nodes[size_t(n)]); !why.empty())
+      fail(ErrorCode::CompileFailed, g.nodes[size_t(n)].describe(), ": ", why);
+  LoweredRegion lowered = lower_region(g, region, inputs);
+  GpuProgram p;
+  p.slots = std::move(lowered.slots);
+  p.alias = std::move(lowered.alias);
+  p.constants = std::move(lowered.constants);
+  p.value_inputs = std::move(lowered.value_inputs);
+  std::vector<kernels::LoweredFunc> funcs;
+  for (LoweredStep& step : lowered.steps) {
+    GpuKernel k;
+    k.node = step.node;
+    k.error_slot = step.error_slot;
+    k.check_first = step.check_first;
+    k.check_last = step.check_last;
+    k.error_message = step.error_message;
+    if (step.kind == LoweredStep::Kind::Copy) {
+      k.copy = true;
+      k.args = step.slots;
+      p.kernels.push_back(std::move(k));
+      continue;
+    }
+    kernels::LoweredFunc& f = step.func;
+    f.name = content_name(f, funcs);
+    k.name = f.name;
+    for (const kernels::Buffer& b : f.buffers) k.args.push_back(step.slots.at(size_t(b.slot)));
+    k.aligned = kernels::cuda_aligned_params(f);
+    k.extent = f.parallel_extent;
+    // The schedule render_c follows (kernels/schedule_cuda.h) gives the launch; the device's SM
+    // count is known only where there is one (0: an H100's).
+    const kernels::CudaLaunch launch =
+        kernels::cuda_launch(kernels::schedule_cuda(f), 0, f.parallel_extent, sm_count);
+    k.grid = launch.grid;
+    k.block = launch.block;
+    p.kernels.push_back(std::move(k));
+    p.ir += kernels::to_string(f);
+    funcs.push_back(std::move(f));
+  }
+  // No region id in the program: regions that lower alike (a transformer's layers) render the same
+  // source, which compile_gpu_cubin finds in the cache instead of running NVRTC again.
+  p.source = kernels::render_cuda_program(funcs, "a region of " + region.ops());
+  return p;
+}
+
+// Per region input: true for a graph initializer that is not also a graph input (its host tensor
+// is the graph's, the same in every call).
+std::vector<bool> constant_inputs(const Graph& g, const Region& region) {
+  std::vector<bool> constant;
+  for (int v : region.inputs)
+    constant.push_back(g.initializers.count(v) && std::find(g.inputs.begin(), g.inputs.end(), v) == g.inputs.end());
+  return constant;
+}
+
+std::string cubin_key(const std::string& source, const std::string& arch);  // below compile_gpu_cubin
+
+class GpuRegion : public CompiledRegion {
+ public:
+  // `constant[i]`: region input i is a graph initializer (weights): copied to the device once and
+  // kept there while its host tensor is the same one. The program's alias and constants: views
+  // share their source's buffer; constants are copied to the device once. Every call's work runs
+  // on `stream`, the backend's one stream, so that a device tensor one region returns is ready for
+  // the next region's kernels without a synchronisation.
+  GpuRegion(std::shared_ptr<jit::cuda::Module> module, GpuProgram program, size_t n_inputs, size_t n_outputs,
+            bool perturb, std::vector<bool> constant, std::shared_ptr<jit::cuda::Stream> stream)
+      : module_(std::move(module)), kernels_(std::move(program.kernels)), slots_(std::move(program.slots)),
+        n_inputs_(n_inputs), n_outputs_(n_outputs), perturb_(perturb), stream_(std::move(stream)),
+        constant_(std::move(constant)), resident_(n_inputs), resident_source_(n_inputs, nullptr),
+        alias_(std::move(program.alias)), constants_(std::move(program.constants)) {
+    alias_.resize(slots_.size(), -1);
+    for (const GpuKernel& k : kernels_)
+      if (k.check_last) checks_.push_back(&k);
+    // Two calls' worth of buffers wait: a caller that keeps the last call's outputs while it makes
+    // the next still finds the ones before.
+    size_t made = n_inputs_;
+    for (size_t slot = n_inputs_; slot < slots_.size(); ++slot) made += alias_[slot] == -1;
+    recycler_ = std::make_shared<jit::cuda::BufferRecycler>(stream_, 2 * made);
+  }
+
+  // Inputs on the host or on the device (a device tensor is used where it is); returns device
+  // tensors, ready in stream order: nothing waits for the kernels, but for a region whose run-time
+  // index check must be read back.
+  using CompiledRegion::run;
+  std::vector<Tensor> run(const std::vector<Tensor>& inputs, CallTally& tally) override {
+    std::lock_guard<std::mutex> lock(mu_);  // one staging buffer per region
+    jit::cuda::device();
+    const CUstream s = stream_->get();
+    int64_t copies = 0;
+    // Initializers already on the device stay; the first call (or a new host tensor) copies them.
+    for (size_t i = 0; i < n_inputs_; ++i) {
+      if (!constant_[i] || inputs[i].on_device() || resident_source_[i] == inputs[i].raw()) continue;
+      resident_[i] = jit::cuda::upload(inputs[i], stream_);
+      resident_source_[i] = inputs[i].raw();
+      inputs[i].drop_resident_pages();  // the device copy serves from now on (Tensor::file_backed)
+      ++copies;
+    }
+    if (device_constants_.size() != constants_.size()) {  // values computed at compile time: once
+      for (const Tensor& t : constants_) device_constants_.push_back(jit::cuda::upload(t, stream_));
+      copies += int64_t(constants_.size());
+    }
+    // Per slot, the device tensor holding it: inputs as given (or uploaded), this call's outputs
+    // and intermediates; views and constants resolve to their source below.
+    std::vector<Tensor> at(slots_.size());
+    size_t in_bytes = 0;
+    for (size_t i = 0; i < n_inputs_; ++i) {
+      if (inputs[i].on_device() && !on_this_stream(inputs[i])) {
+        // Another session's device tensor (another stream, whose frees are not ordered after this
+        // one's reads): through the host, which orders both sides.
+        at[i] = jit::cuda::upload(inputs[i].to_host(), stream_);
+        copies += 2;
+      } else if (inputs[i].on_device()) at[i] = inputs[i];
+      else if (constant_[i]) at[i] = resident_[i];
+      else in_bytes += inputs[i].nbytes();
+    }
+    // Host inputs through pinned memory, so that the copies are asynchronous DMA; the staging
+    // buffer is rewritten only once the previous call's copies out of it are done.
+    if (in_bytes) {
+      if (staged_) staged_->synchronize();
+      auto* staging = static_cast<char*>(pinned_.reserve(in_bytes));
+      size_t off = 0;
+      for (size_t i = 0; i < n_inputs_; ++i) {
+        if (at[i].defined()) continue;
+        at[i] = recycler_->tensor(inputs[i].dtype(), inputs[i].shape());
+        std::memcpy(staging + off, inputs[i].raw(), inputs[i].nbytes());
+        jit::cuda::copy_to_device(at[i].device_address(), staging + off, inputs[i].nbytes(), *stream_);
+        off += inputs[i].nbytes();
+        ++copies;
+      }
+      if (!staged_) staged_.emplace();
+      staged_->record(*stream_);
+    }
+    for (size_t slot = n_inputs_; slot < slots_.size(); ++slot)
+      if (alias_[slot] == -1) at[slot] = recycler_->tensor(slots_[slot].dtype, slots_[slot].shape);
+    auto root = [&](size_t slot) -> const Tensor& {
+      while (alias_[slot] >= 0) slot = size_t(alias_[slot]);  // a view: its source's buffer
+      if (alias_[slot] <= -2) return device_constants_[size_t(-2 - alias_[slot])];
+      return at[slot];
+    };
+    auto ptr = [&](size_t slot) { return CUdeviceptr(root(slot).device_address()); };
+    auto bytes = [&](size_t slot) { return size_t(shape_numel(slots_[slot].shape)) * dtype_size(slots_[slot].dtype); };
+
+    std::vector<CUdeviceptr> ptrs;
+    std::vector<void*> args;
+    int64_t begin = 0, end = 0;
+    for (const GpuKernel& k : kernels_) {
+      if (k.check_first) TERRACE_CU(cuMemsetD8Async, ptr(size_t(k.error_slot)), 0, 2 * sizeof(int64_t), s);
+      if (k.gemm) {
+        auto arg = [&](int i) { return k.args[size_t(i)] < 0 ? CUdeviceptr(0) : ptr(size_t(k.args[size_t(i)])); };
+        k.gemm->run(arg(0), arg(1), arg(2), arg(3), arg(4), s);
+        continue;
+      }
+      if (k.library) {
+        ptrs.clear();
+        for (int slot : k.args) ptrs.push_back(slot < 0 ? CUdeviceptr(0) : ptr(size_t(slot)));
+        k.library(ptrs.data(), s);
+        continue;
+      }
+      if (k.copy) {
+        if (size_t n = bytes(size_t(k.args[1])))
+          TERRACE_CU(cuMemcpyDtoDAsync, ptr(size_t(k.args[1])), ptr(size_t(k.args[0])), n, s);
+        continue;
+      }
+      ptrs.clear();
+      for (int slot : k.args) ptrs.push_back(ptr(size_t(slot)));
+      args.clear();
+      for (CUdeviceptr& p : ptrs) args.push_back(&p);
+      end = k.extent;
+      args.push_back(&begin);
+      args.push_back(&end);
+      bool aligned = true;  // for a kernel whose rows move by vectors (GpuKernel::aligned)
+      for (size_t i : k.aligned) aligned = aligned && ptrs[i] % 16 == 0;
+      if (k.extent > 0) jit::cuda::launch(aligned ? k.fn : k.element_fn, {k.grid, k.block, 0}, *stream_, args.data());
+    }
+
+    if (!checks_.empty()) {  // the run-time index checks' words: read back, so this call waits
+      auto* words = static_cast<int64_t*>(check_words_.reserve(2 * sizeof(int64_t) * checks_.size()));
+      for (size_t c = 0; c < checks_.size(); ++c)
+        jit::cuda::copy_to_host(words + 2 * c, ptr(size_t(checks_[c]->error_slot)), 2 * sizeof(int64_t), *stream_);
+      stream_->synchronize();  // also surfaces a kernel's fault (an illegal address) as an Error
+      for (size_t c = 0; c < checks_.size(); ++c)
+        if (words[2 * c] != 0)
+          fail(ErrorCode::InvalidArgument, checks_[c]->node, ": ", checks_[c]->error_message, " (got ", words[2 * c + 1], ")");
+    }
+    std::vector<Tensor> out;
+    for (size_t j = 0; j < n_outputs_; ++j) {
+      const kernels::TensorSig& sig = slots_[n_inputs_ + j];
+      out.push_back(root(n_inputs_ + j).reshaped(sig.shape));
+    }
+    if (perturb_) perturb(out);
+    transfers += copies;
+    tally.transfers += copies;
+    return out;
+  }
+
+ private:
+  // True for a device tensor whose storage is ordered on this region's stream.
+  bool on_this_stream(const Tensor& t) const {
+    const auto* st = dynamic_cast<const jit::cuda::DeviceTensorStorage*>(t.device_storage());
+    return st && st->stream() == stream_;
+  }
+
+  // TERRACE_FAULT=miscompile:gpu: a deliberately wrong result, for testing validation.
+  void perturb(std::vector<Tensor>& out) {
+    for (Tensor& d : out) {
+      if (d.numel() == 0) continue;
+      Tensor t = d.to_host();
+      if (t.dtype() == DType::Float32) t.data<float>()[0] += 1.0f;
+      else if (t.dtype() == DType::Float64) t.data<double>()[0] += 1.0;
+      else if (t.dtype() == DType::Bool) t.data<bool>()[0] = !t.data<bool>()[0];
+      else if (t.dtype() == DType::Int32) t.data<int32_t>()[0] += 1;
+      else if (t.dtype() == DType::Int64) t.data<int64_t>()[0] += 1;
+      d = jit::cuda::upload(t, stream_);
+    }
+  }
+  std::shared_ptr<jit::cuda::Module> module_;
+
+ public:
+  std::filesystem::path cache_file;  // the generated kernels' cubin in the disk cache, if any
+  void forget_cached() override {
+    std::error_code ec;
+    if (!cache_file.empty() && std::filesystem::remove(cache_file, ec))
+      log(LogLevel::Info, "code cache: removed ", cache_file.string(), " (failed validation)");
+  }
+
+ private:
+  std::vector<GpuKernel> kernels_;
+  std::vector<kernels::TensorSig> slots_;  // the region's inputs, its outputs, then intermediates
+  size_t n_inputs_, n_outputs_;
+  bool perturb_;
+  std::mutex mu_;
+  std::shared_ptr<jit::cuda::Stream> stream_;
+  jit::cuda::PinnedBuffer pinned_, check_words_;
+  std::optional<jit::cuda::Event> staged_;  // recorded after the last call's copies out of pinned_
+  std::vector<bool> constant_;
+  // Per constant input: its device copy and the host data it was copied from.
+  std::vector<Tensor> resident_;
+  std::vector<const void*> resident_source_;
+  std::vector<int> alias_;
+  std::vector<Tensor> constants_;
+  std::vector<Tensor> device_constants_;
+  std::vector<const GpuKernel*> checks_;  // kernels whose error word is read after the call
+  // This call's outputs, intermediates and uploaded inputs, over the buffers of earlier calls'
+  // tensors that are no longer held.
+  std::shared_ptr<jit::cuda::BufferRecycler> recycler_;
+};
+
+class GpuBackend : public Backend {
+ public:
+  GpuBackend(const std::string& cache_dir, std::string arch)
+      : cache_(cache_dir.empty() ? jit::CodeCache::default_dir() : std::filesystem::path(cache_dir)),
+        arch_(std::move(arch)) {}
+  Tier tier() const override { return Tier::Gpu; }
+  int promotion_threshold(const Options& o) const override { return o.climb_threshold; }
+  bool device_resident() const override { return true; }
+  bool fuses(const Node& last, const Node& next) const override { return gpu_fuses(last, next); }
+
+  std::string can_compile(const Graph& g, const Node& node) const override { return gpu_can_compile(g, node); }
+  // fp32 products against the interpreter's: the same bound as tier 1's library regions.
+  std::vector<Tensor> error_allowance(const Graph& g, const Region& region,
+                                      const std::vector<Tensor>& inputs) const override {
+    return cpu_library::error_allowance(g, region, inputs);
+  }
+
+  std::unique_ptr<CompiledRegion> compile(const Graph& g, const Region& region,
+                                          const std::vector<Tensor>& inputs) override {
+    const std::string name = "region" + std::to_string(region.id);
+    if (fault_enabled("compile-fail:gpu"))
+      fail(ErrorCode::CompileFailed, name, ": injected by TERRACE_FAULT=compile-fail:gpu");
+
+    const Op first = g.nodes[size_t(region.nodes[0])].op;
+    if (first == Op::Gemm || first == Op::MatMul) return compile_library(g, region, inputs);
+    if (is_gpu_conv_region(g, region))  // cuDNN convolutions, pooling kernels (tiers/gpu/gpu_conv.h)
+      return make_region(g, region, build_gpu_conv_program(g, region, inputs, cache_, arch_), nullptr);
+    GpuProgram p = render_gpu_program(g, region, inputs, jit::cuda::device().multiprocessors);
+    std::vector<char> cubin = compile_gpu_cubin(p.source, arch_, name + ".cu", cache_);
+    auto module = std::make_shared<jit::cuda::Module>(cubin);
+    for (GpuKernel& k : p.kernels) {
+      if (!k.copy) k.fn = module->function(k.name);
+      if (!k.aligned.empty()) k.element_fn = module->function(kernels::cuda_element_copy_name(k.name));
+    }
+    std::filesystem::path entry = cache_.enabled() ? cache_.path_of(cubin_key(p.source, arch_)) : "";
+    std::unique_ptr<CompiledRegion> compiled = make_region(g, region, std::move(p), std::move(module));
+    static_cast<GpuRegion&>(*compiled).cache_file = std::move(entry);
+    return compiled;
+  }
+
+  Tensor to_device(const Tensor& host) override { return jit::cuda::upload(host, stream()); }
+
+ private:
+  // The compiled region running `p` (its kernels' functions resolved in `module`, if any).
+  std::unique_ptr<CompiledRegion> make_region(const Graph& g, const Region& region, GpuProgram p,
+                                              std::shared_ptr<jit::cuda::Module> module) {
+    std::string source = std::move(p.source), ir = std::move(p.ir);
+    std::vector<int> value_inputs = std::move(p.value_inputs);
+    auto compiled = std::make_unique<GpuRegion>(std::move(module), std::move(p), region.inputs.size(),
+                                                region.outputs.size(), fault_enabled("miscompile:gpu"),
+                                                constant_inputs(g, region), stream());
+    compiled->source = std::move(source);
+    compiled->ir = std::move(ir);
+    compiled->value_inputs = std::move(value_inputs);
+    return compiled;
+  }
+
+  // The one stream every region's work runs on (created on first use).
+  const std::shared_ptr<jit::cuda::Stream>& stream() {
+    std::call_once(stream_once_, [this] {
+      jit::cuda::device();
+      stream_ = std::make_shared<jit::cuda::Stream>();
+    });
+    return stream_;
+  }
+
+  // A Gemm or MatMul region, with the Relu it absorbed: one cuBLASLt matmul. Forms cuBLASLt's
+  // epilogues cannot express (a C that is neither a row of N nor [M,N], a bias with beta != 1,
+  // broadcast batches) fail the compile: the region keeps its tier-1 version.
+  std::unique_ptr<CompiledRegion> compile_library(const Graph& g, const Region& region,
+                                                  const std::vector<Tensor>& inputs) {
+    const Node& op = g.nodes[size_t(region.nodes[0])];
+    const bool relu = region.nodes.size() == 2 && g.nodes[size_t(region.nodes[1])].op == Op::Relu &&
+                      g.nodes[size_t(region.nodes[1])].inputs[0] == op.outputs[0];
+    TERRACE_CHECK((region.nodes.size() == 1 || relu) && region.outputs.size() == 1 &&
+                      region.outputs[0] == g.nodes[size_t(region.nodes.back())].outputs[0],
+                  CompileFailed, op.describe(), ": tier 2 runs a Gemm or MatMul alone or with a Relu; its region is ",
+                  region.ops());
+    auto slot_of = [&](int v) {
+      for (size_t i = 0; i < region.inputs.size(); ++i)
+        if (region.inputs[i] == v) return int(i);
+      fail(ErrorCode::Internal, op.describe(), ": input value ", v, " is not a region input");
+    };
+    const int a = slot_of(op.inputs[0]), b = slot_of(op.inputs[1]);
+    const Shape& sa = inputs[size_t(a)].shape();
+    const Shape& sb = inputs[size_t(b)].shape();
+    jit::cuda::GemmSpec spec;
+    spec.relu = relu;
+    Shape out;
+    int c = -1, bias = -1;
+    if (op.op == Op::Gemm) {
+      TERRACE_CHECK(sa.size() == 2 && sb.size() == 2, CompileFailed, op.describe(), ": Gemm of non-2-D operands");
+      spec.trans_a = op.attr_int("transA", 0) != 0;
+      spec.trans_b = op.attr_int("transB", 0) != 0;
+      spec.alpha = op.attr_float("alpha", 1.0f);
+      spec.beta = op.attr_float("beta", 1.0f);
+      spec.m = spec.trans_a ? sa[1] : sa[0];
+      spec.k = spec.trans_a ? sa[0] : sa[1];
+      spec.n = spec.trans_b ? sb[0] : sb[1];
+      out = {spec.m, spec.n};
+      if (op.inputs.size() > 2 && op.inputs[2] >= 0) {
+        const int cs = slot_of(op.inputs[2]);
+        const Shape& sc = inputs[size_t(cs)].shape();
+        if (sc == Shape{spec.m, spec.n}) {
+          spec.has_c = true;
+          c = cs;
+        } else if ((sc == Shape{spec.n} || sc == Shape{1, spec.n}) && spec.beta == 1.0f) {
+          spec.has_bias = true;
+          bias = cs;
+        } else {
+          fail(ErrorCode::CompileFailed, op.describe(), ": C of shape ", shape_str(sc), " with beta ", spec.beta,
+               " is not a cuBLASLt epilogue");
+        }
+      }
+    } else {
+      TERRACE_CHECK(sa.size() >= 2 && sb.size() >= 2, CompileFailed, op.describe(), ": MatMul of a 1-D operand");
+      spec.k = sa.back();
+      spec.n = sb.back();
+      const int64_t rows = sa[sa.size() - 2];
+      const Shape batch_a(sa.begin(), sa.end() - 2), batch_b(sb.begin(), sb.end() - 2);
+      out = batch_a;
+      if (sb.size() == 2) {  // a shared B: A's batches fold into M
+        spec.m = rows * shape_numel(batch_a);
+      } else {
+        TERRACE_CHECK(batch_a == batch_b, CompileFailed, op.describe(), ": broadcast batches ", shape_str(sa), " x ",
+                      shape_str(sb));
+        spec.m = rows;
+        spec.batch = shape_numel(batch_a);
+        spec.stride_a = rows * spec.k;
+        spec.stride_b = spec.k * spec.n;
+      }
+      out.push_back(rows);
+      out.push_back(spec.n);
+    }
+    GpuProgram p;
+    for (const Tensor& t : inputs) p.slots.push_back({t.dtype(), t.shape()});
+    p.slots.push_back({DType::Float32, out});
+    GpuKernel step;
+    step.name = spec.describe();
+    step.gemm = std::make_shared<jit::cuda::CublasLtGemm>(spec);
+    step.args = {a, b, c, bias, int(inputs.size())};
+    p.kernels.push_back(std::move(step));
+    p.source = "// a library call, no generated code:\n// cuBLASLt " + spec.describe() + "\n";
+    p.ir = "cuBLASLt " + spec.describe() + "\n";
+    return make_region(g, region, std::move(p), nullptr);
+  }
+
+  jit::CodeCache cache_;
+  std::string arch_;
+  std::once_flag stream_once_;
+  std::shared_ptr<jit::cuda::Stream> stream_;
+};
+
+}  // namespace
+
+GpuRegionCode render_gpu_region(const Graph& graph, const Region& region, const std::vector<Tensor>& inputs) {
+  // A convolution or pool region: library calls and gpu_conv's fixed kernels (no GPU, no cuDNN needed).
+  if (is_gpu_conv_region(graph, region)) {
+    plan_gpu_conv_program(graph, region, inputs);  // refuses what tier 2 would refuse
+    return {gpu_conv_kernels_source(), gpu_conv_kernel_names()};
+  }
+  GpuProgram p = render_gpu_program(graph, region, inputs);
+  GpuRegionCode code;
+  code.source = std::move(p.source);
+  for (const GpuKernel& k : p.kernels)
+    if (!k.copy) code.kernels.push_back(k.name);
+  return code;
+}
+
+namespace {
+const std::vector<std::string> kNvrtcOptions = {"-default-device"};
+
+// The disk cache key of a cubin: everything it depends on (compile_gpu_cubin's comment).
+std::string cubin_key(const std::string& source, const std::string& arch) {
+  std::string key = "terrace tier-2 cubin 1\nNVRTC " + jit::nvrtc_version() + "\n" + arch + "\n";
+  for (const std::string& o : kNvrtcOptions) key += o + " ";
+  return key + "\n" + source;
+}
+}  // namespace
+
+std::vector<char> compile_gpu_cubin(const std::string& source, const std::string& arch, const std::string& program,
+                                    const jit::CodeCache& cache, bool* cached) {
+  const std::vector<std::string>& options = kNvrtcOptions;
+  const std::string key = cubin_key(source, arch);
+  if (cached) *cached = false;
+  jit::dump_file(program, source);  // TERRACE_DUMP_DIR: the CUDA source as NVRTC gets it
+  if (std::optional<std::string> hit = cache.load(key)) {
+    if (cached) *cached = true;
+    return std::vector<char>(hit->begin(), hit->end());
+  }
+  std::vector<char> cubin = jit::nvrtc_compile(source, arch, program, options);
+  cache.store(key, std::string_view(cubin.data(), cubin.size()));
+  return cubin;
+}
+
+std::unique_ptr<Backend> make_gpu_backend(const std::string& cache_dir, std::string* why) {
+  std::string reason;
+  if (!jit::cuda::gpu_available(&reason) || !jit::nvrtc_available(&reason)) {
+    if (why) *why = reason;
+    return nullptr;
+  }
+  try {
+    return std::make_unique<GpuBackend>(cache_dir, jit::cuda::device().arch());
+  } catch (const Error& e) {  // a driver that loads but cannot open the device
+    if (why) *why = e.what();
+    return nullptr;
+  }
+}
+
+#endif
+
+}  // namespace terrace
