@@ -97,11 +97,16 @@ std::string GuardSet::describe() const {
   return s;
 }
 
-std::string signature_of(const std::vector<Tensor>& inputs) {
+Signature::Signature(const std::vector<Tensor>& inputs) {
+  inputs_.reserve(inputs.size());
+  for (const Tensor& t : inputs) inputs_.push_back({t.dtype(), t.shape()});
+}
+
+std::string Signature::str() const {
   std::string s;
-  for (size_t i = 0; i < inputs.size(); ++i) {
+  for (size_t i = 0; i < inputs_.size(); ++i) {
     if (i) s += ",";
-    s += std::string(dtype_name(inputs[i].dtype())) + shape_str(inputs[i].shape());
+    s += std::string(dtype_name(inputs_[i].dtype)) + shape_str(inputs_[i].shape);
   }
   return s;
 }

@@ -1,5 +1,6 @@
 // Guards: what a compiled version assumed about its inputs, as plain data, and how a check fails.
 #pragma once
+#include <compare>
 #include <memory>
 #include <optional>
 #include <string>
@@ -46,7 +47,24 @@ class GuardSet {
   std::vector<Guard> guards_;
 };
 
-// An input signature: dtypes and shapes of a region's inputs, as a printable, hashable key.
-std::string signature_of(const std::vector<Tensor>& inputs);
+// A region call's input signature: each input's dtype and shape. The tier manager counts calls,
+// compiles versions and dispatches by it; a version's guards pin it (GuardSet::exact).
+class Signature {
+ public:
+  Signature() = default;
+  explicit Signature(const std::vector<Tensor>& inputs);
+  std::string str() const;  // "float32[2,3],int64[4]"
+  bool operator==(const Signature&) const = default;
+  auto operator<=>(const Signature&) const = default;
+
+ private:
+  struct Input {
+    DType dtype;
+    Shape shape;
+    bool operator==(const Input&) const = default;
+    auto operator<=>(const Input&) const = default;
+  };
+  std::vector<Input> inputs_;
+};
 
 }  // namespace terrace

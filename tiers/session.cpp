@@ -192,10 +192,12 @@ NamedTensors Session::run(const NamedTensors& inputs, const RunOptions& run_opti
           std::swap(frame.env[size_t(v)], it->second);
           swapped.push_back(v);
         }
-      const Tier tier = im.tiers->execute(step.region, frame, call, tally);
+      const RegionRun ran = im.tiers->execute(step.region, frame, call);
       for (int v : swapped) std::swap(frame.env[size_t(v)], device_copies[v]);
-      tiers_used[int(tier)] = true;
-      span.arg("tier", tier_name(tier));
+      tiers_used[int(ran.tier)] = true;
+      tally.transfers += ran.tally.transfers;
+      tally.interpreted += ran.tally.interpreted;
+      span.arg("tier", tier_name(ran.tier));
       for (int n : im.plan.regions[size_t(step.region)].nodes)
         release_dead_inputs(frame, n, int(s), im.last_use);
     }

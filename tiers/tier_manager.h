@@ -1,5 +1,6 @@
-// TierManager: per-region profiling, promotion policy, background compilation, guarded dispatch,
-// deopt and shadow validation.
+// TierManager: per-region profiling and guarded dispatch (dispatch.cpp), promotion up the ladder
+// with background compiles (tier_manager.cpp, jobs.h), shadow validation, re-checks and demotion
+// (validator.cpp).
 #pragma once
 #include <atomic>
 #include <map>
@@ -24,7 +25,7 @@ class JobPool;  // tiers/jobs.h
 struct Version {
   Tier tier = Tier::Cpu;
   size_t rung = 0;        // its tier's place in the session's ladder of compiled tiers
-  std::string signature;  // the input signature it was compiled for (signature_of)
+  Signature signature;  // the input signature it was compiled for
   GuardSet guards;
   std::shared_ptr<CompiledRegion> code;
   double compile_ms = 0;
@@ -52,6 +53,12 @@ struct RegionReport {
   std::string climb;      // why a region with a compiled version is not on the next tier up ("" when it is, or none)
 };
 
+// What one region's execution did (TierManager::execute).
+struct RegionRun {
+  Tier tier = Tier::Interp;  // the tier whose results the frame holds
+  CallTally tally;           // its copies between host and device, and interpreter runs
+};
+
 class TierManager {
  public:
   // Keeps `graph` and a copy of `plan`: a compile the destructor abandons may outlive this object.
@@ -66,9 +73,8 @@ class TierManager {
   ~TierManager();
 
   // Runs region `r` for call `call` on the frame: a compiled version whose guards pass, or the
-  // interpreter. Returns the tier that produced the results; counts copies and interpreter runs in
-  // `tally`.
-  Tier execute(int r, Frame& frame, int64_t call, CallTally& tally);
+  // interpreter.
+  RegionRun execute(int r, Frame& frame, int64_t call);
 
   std::vector<RegionReport> report() const;
   // A device copy of `t` on tier 2's device (Session::to_device).

@@ -1,6 +1,6 @@
-// TierManager's insides (tiers/tier_manager.h), shared by tier_manager.cpp (profiling, promotion,
-// compiles, dispatch, reports) and validator.cpp (shadow validation, re-checks, demotion). Not for
-// other files.
+// TierManager's insides (tiers/tier_manager.h), shared by dispatch.cpp (a call's guarded dispatch
+// and its profile), tier_manager.cpp (promotion up the ladder, compiles, reports) and validator.cpp
+// (shadow validation, re-checks, demotion). Not for other files.
 #pragma once
 #include <chrono>
 #include <compare>
@@ -26,42 +26,54 @@ inline double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// A version's identity: the rung of the ladder that compiled it, and the input signature
-// (signature_of) it was compiled for. Counting, compiling, failures and dispatch share it.
+// A version's identity: the rung of the ladder that compiled it, and the input signature it was
+// compiled for. Counting, compiling, failures and dispatch share it.
 struct VersionKey {
   size_t rung = 0;
-  std::string signature;
+  Signature signature;
   auto operator<=>(const VersionKey&) const = default;
+};
+
+// What dispatch measures of a region, call by call: what promotion, continuous validation and the
+// report read.
+struct RegionProfile {
+  int64_t calls = 0, deopts = 0;
+  double total_ms = 0;  // on any tier
+  // Calls served one rung below a key's (the interpreter for rung 0), counted for its promotion.
+  std::map<VersionKey, int> served;
+  std::vector<std::string> guard_failures;  // most recent first, at most kMaxGuardFailuresKept
+  double interp_ms = 0;  // the interpreter's latest time for the region (a re-check's cost)
+  // Continuous validation: compiled time served, and interpreter time spent re-checking.
+  double served_ms = 0, recheck_ms = 0;
 };
 
 struct TierManager::RegionState {
   const Region* region = nullptr;
   std::shared_ptr<const VersionList> versions = std::make_shared<VersionList>();  // atomic access
   mutable std::mutex mu;  // guards everything below
-  int64_t calls = 0, deopts = 0;
-  double total_ms = 0;
-  // Calls served one rung below a key's (the interpreter for rung 0), counted for its promotion.
-  std::map<VersionKey, int> served;
+  RegionProfile profile;
   std::set<VersionKey> compiling, failed;  // keys in flight / never to retry
-  std::vector<std::string> guard_failures;
   // Where validation stands: a version's first calls still to check (Pending), all checked
   // (Passed), a mismatch (Failed, with `failure`), or nothing to validate (Off).
   enum class Validation { Off, Pending, Passed, Failed } validation = Validation::Pending;
   std::string failure;  // why the last demoted version failed
-  std::string stopped;  // why the region no longer compiles, if it does not
+  // Whether the region still compiles new signatures on the first rung, and if not why (no compiled
+  // tier, a failed compile, the specialization limit, no background thread).
+  enum class Compiles { Open, Stopped } compiles = Compiles::Open;
+  std::string stopped;  // the reason, when Stopped
   double compile_ms = 0;
   int64_t promoted_at_call = -1;
-  // Continuous validation: compiled time served, interpreter time spent re-checking, and whether
-  // a re-check is queued (one at a time per region).
-  double served_ms = 0, recheck_ms = 0;
-  double interp_ms = 0;  // the interpreter's latest time for the region (a re-check's cost)
-  bool recheck_queued = false;
+  bool recheck_queued = false;  // continuous validation: one re-check at a time per region
   int64_t rechecks = 0;
   // Per rung: why the region cannot run there ("" when it can; rung 0's partition made sure).
   std::vector<std::string> unable;
   std::string climb;  // why a region with a compiled version is not on the next rung up
 
   std::shared_ptr<const VersionList> load() const { return std::atomic_load(&versions); }
+  void stop(std::string why) {  // caller holds mu
+    compiles = Compiles::Stopped;
+    stopped = std::move(why);
+  }
   void publish(std::shared_ptr<Version> v) {  // caller holds mu
     auto next = std::make_shared<VersionList>(*load());
     // Highest tier first: dispatch takes the first version whose guards pass.
@@ -88,7 +100,7 @@ struct TierManager::Core : std::enable_shared_from_this<Core> {
           }
       if (ladder_.size() > 1 && !st.unable[1].empty()) st.climb = "stays on " + rung_name(0) + ": " + st.unable[1];
       if (options_.validate == ValidateMode::Off) st.validation = RegionState::Validation::Off;
-      if (ladder_.empty()) st.stopped = "no compiled tier enabled";
+      if (ladder_.empty()) st.stop("no compiled tier enabled");
     }
   }
 
@@ -100,8 +112,27 @@ struct TierManager::Core : std::enable_shared_from_this<Core> {
   // the pages of its file-backed initializers (Tensor::drop_resident_pages), which the compiled
   // version may not read (oneDNN's packed copies); one that reads them faults them back.
   void drop_constant_pages(const Region& region) const;
-  Tier execute(int r, Frame& frame, int64_t call, CallTally& tally);
+  RegionRun execute(int r, Frame& frame, int64_t call);
   Tier dispatch(RegionState& st, Frame& frame, int64_t call, CallTally& tally);
+  // What trying a region's versions on one call came to (try_versions).
+  struct Attempt {
+    std::shared_ptr<Version> served;      // the version whose results are in `out`
+    std::shared_ptr<Version> refused;     // one whose run-time check rejected the inputs, with `why`
+    std::string why;
+    std::optional<GuardFailure> failure;  // the first guard that failed, when none served
+    std::vector<Tensor> out;
+    double run_ms = 0;
+  };
+  // Runs the first version whose signature and guards match (highest rung first); a version whose
+  // code fails otherwise is demoted and the next one tried.
+  Attempt try_versions(RegionState& st, Frame& frame, std::vector<Tensor>& in, const Signature& sig, CallTally& tally);
+  // A served call: validated or sampled for a re-check, its results into the frame, counted
+  // toward the next rung. Returns the tier whose results the frame holds.
+  Tier finish_served(RegionState& st, Frame& frame, const std::vector<Tensor>& in, Attempt& a, CallTally& tally,
+                     int64_t call);
+  // The interpreter runs the region for a call no version served; counts it toward promotion.
+  void interpret_call(RegionState& st, Frame& frame, std::vector<Tensor>& in, const std::optional<Signature>& sig,
+                      const std::optional<GuardFailure>& failure, CallTally& tally, int64_t call);
   // Counts a call the rung below `key.rung` served (the interpreter for rung 0) and queues the
   // region's compile on that rung at its promotion threshold. Caller holds st.mu.
   void maybe_promote(RegionState& st, const VersionKey& key, const std::vector<Tensor>& in, int64_t call);

@@ -65,7 +65,7 @@ bool TierManager::Core::validate(RegionState& st, Version& v, Frame& frame, Call
   }
   span.arg("result", "passed");
   log_event(LogTopic::Validation, LogLevel::Debug, "region ", region.id, " (", region.ops(), "): ", tier_name(v.tier),
-            " version for ", v.signature, " agrees with the interpreter (shadow validation)");
+            " version for ", v.signature.str(), " agrees with the interpreter (shadow validation)");
   std::lock_guard<std::mutex> lock(st.mu);
   if (st.validation == RegionState::Validation::Pending && v.validations_left.load() <= 0)
     st.validation = RegionState::Validation::Passed;
@@ -83,8 +83,9 @@ void TierManager::Core::maybe_recheck(RegionState& st, const std::shared_ptr<Ver
   if (options_.validate != ValidateMode::First || options_.recheck_budget <= 0) return;
   {
     std::lock_guard<std::mutex> lock(st.mu);
-    st.served_ms += run_ms;
-    if (st.recheck_queued || st.recheck_ms + st.interp_ms > options_.recheck_budget * st.served_ms) return;
+    RegionProfile& p = st.profile;
+    p.served_ms += run_ms;
+    if (st.recheck_queued || p.recheck_ms + p.interp_ms > options_.recheck_budget * p.served_ms) return;
     st.recheck_queued = true;
   }
   // An initializer cannot change once run() returns: the job shares it. A copy would read all of
@@ -137,8 +138,8 @@ void TierManager::Core::recheck_job(RegionState& st, std::shared_ptr<Version> v,
     *why = "re-check of call " + std::to_string(call) + ": " + *why + (dump.empty() ? "" : " (repro in " + dump + ")");
   }
   std::lock_guard<std::mutex> lock(st.mu);
-  st.recheck_ms += ms_since(t0);
-  st.interp_ms = ms_since(t0);
+  st.profile.recheck_ms += ms_since(t0);
+  st.profile.interp_ms = ms_since(t0);
   st.recheck_queued = false;
   ++st.rechecks;
   span.arg("result", why ? "failed: " + *why : std::string("passed"));
