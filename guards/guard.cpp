@@ -102,6 +102,13 @@ Signature::Signature(const std::vector<Tensor>& inputs) {
   for (const Tensor& t : inputs) inputs_.push_back({t.dtype(), t.shape()});
 }
 
+bool Signature::matches(const std::vector<Tensor>& inputs) const {
+  if (inputs.size() != inputs_.size()) return false;
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (inputs[i].dtype() != inputs_[i].dtype || inputs[i].shape() != inputs_[i].shape) return false;
+  return true;
+}
+
 std::string Signature::str() const {
   std::string s;
   for (size_t i = 0; i < inputs_.size(); ++i) {

@@ -54,6 +54,8 @@ class Signature {
   Signature() = default;
   explicit Signature(const std::vector<Tensor>& inputs);
   std::string str() const;  // "float32[2,3],int64[4]"
+  // True when `inputs` have this signature (no allocation: dispatch asks it per region per call).
+  bool matches(const std::vector<Tensor>& inputs) const;
   bool operator==(const Signature&) const = default;
   auto operator<=>(const Signature&) const = default;
 

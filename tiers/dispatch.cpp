@@ -46,12 +46,8 @@ Tier TierManager::Core::dispatch(RegionState& st, Frame& frame, int64_t call, Ca
     all_tensors = all_tensors && rv.kind == ValueKind::Tensor && rv.tensor.defined();
     in.push_back(rv.tensor);
   }
-  std::optional<Signature> sig;  // none for a sequence or optional input: no version takes one
   Attempt a;
-  if (all_tensors) {
-    sig.emplace(in);
-    a = try_versions(st, frame, in, *sig, tally);
-  }
+  if (all_tensors) a = try_versions(st, frame, in, tally);
   if (a.refused) {
     inputs_to_host(region, frame, in, tally);
     ++tally.interpreted;
@@ -62,6 +58,9 @@ Tier TierManager::Core::dispatch(RegionState& st, Frame& frame, int64_t call, Ca
     return Tier::Interp;
   }
   if (a.served) return finish_served(st, frame, in, a, tally, call);
+  // Counted by signature for promotion; none for a sequence or optional input: no version takes one.
+  std::optional<Signature> sig;
+  if (all_tensors) sig.emplace(in);
   interpret_call(st, frame, in, sig, a.failure, tally, call);
   return Tier::Interp;
 }
@@ -69,14 +68,17 @@ Tier TierManager::Core::dispatch(RegionState& st, Frame& frame, int64_t call, Ca
 // Versions are highest tier first: one that fails at run time is demoted and the call goes to the
 // next (a tier-2 version's failure to the region's tier-1 version), then to the interpreter.
 TierManager::Core::Attempt TierManager::Core::try_versions(RegionState& st, Frame& frame, std::vector<Tensor>& in,
-                                                           const Signature& sig, CallTally& tally) {
+                                                           CallTally& tally) {
   const Region& region = *st.region;
   Attempt a;
-  for (const auto& v : *st.load()) {
+  // Held for the loop: a compile may publish a new list meanwhile (the range-for would not keep a
+  // temporary alive).
+  const std::shared_ptr<const VersionList> versions = st.load();
+  for (const auto& v : *versions) {
     if (v->demoted.load()) continue;
     // The signature compares dtypes and shapes at once; the guards add the value guards, and name
     // the first failure for the report (only the first is kept).
-    if (v->signature != sig) {
+    if (!v->signature.matches(in)) {
       if (!a.failure) a.failure = v->guards.check(in);
       continue;
     }

@@ -73,7 +73,7 @@ void TierManager::Core::maybe_promote(RegionState& st, const VersionKey& key, co
   const int count = ++st.profile.served[key];
   if (count < ladder_[key.rung]->promotion_threshold(options_) || st.compiling.count(key) || st.failed.count(key))
     return;
-  for (const auto& v : *st.load())
+  for (const auto& v : *st.load())  // st.mu held: no publish meanwhile
     if (v->rung == key.rung && v->signature == key.signature) return;  // published (a demoted one is in `failed`)
   if (first && int(st.load()->size() + st.compiling.size()) >= options_.max_specializations) {
     st.stop("specialization limit (" + std::to_string(options_.max_specializations) + ") reached");

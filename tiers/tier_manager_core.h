@@ -125,7 +125,7 @@ struct TierManager::Core : std::enable_shared_from_this<Core> {
   };
   // Runs the first version whose signature and guards match (highest rung first); a version whose
   // code fails otherwise is demoted and the next one tried.
-  Attempt try_versions(RegionState& st, Frame& frame, std::vector<Tensor>& in, const Signature& sig, CallTally& tally);
+  Attempt try_versions(RegionState& st, Frame& frame, std::vector<Tensor>& in, CallTally& tally);
   // A served call: validated or sampled for a re-check, its results into the frame, counted
   // toward the next rung. Returns the tier whose results the frame holds.
   Tier finish_served(RegionState& st, Frame& frame, const std::vector<Tensor>& in, Attempt& a, CallTally& tally,

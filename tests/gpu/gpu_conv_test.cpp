@@ -353,12 +353,13 @@ TEST(GpuConv, an_empty_batch_gives_the_empty_output_without_calling_cudnn) {
   Region r = whole(*graph);
   jit::CodeCache cache(scratch("cache"));
   GpuProgram p = build_gpu_conv_program(*graph, r, region_inputs(*graph, r), cache, jit::cuda::device().arch());
-  ASSERT_EQ(p.kernels.size(), 1u);
-  EXPECT_NE(p.kernels[0].name.find("empty output: no call"), std::string::npos) << p.kernels[0].name;
+  ASSERT_EQ(p.steps.size(), 1u);
+  ASSERT_TRUE(p.steps[0].work);
+  EXPECT_NE(p.steps[0].work->name.find("empty output: no call"), std::string::npos) << p.steps[0].work->name;
   ASSERT_EQ(p.slots.size(), 4u);  // x, w, b, y
   EXPECT_EQ(p.slots[3].shape, (Shape{0, 6, 8, 8}));
   const CUdeviceptr none[5] = {0, 0, 0, 0, 0};
-  p.kernels[0].library(none, nullptr);  // nothing to do: no pointer is touched
+  p.steps[0].work->library(none, nullptr);  // nothing to do: no pointer is touched
   Tensor empty = Tensor::empty(DType::Float32, {0, 4, 8, 8});
   expect_runs_on_gpu(graph, {{"x", empty}}, "empty batch");
 }
@@ -420,14 +421,15 @@ TEST(GpuConv, resnet_and_mobilenet_regions_plan_one_step_per_conv_without_a_gpu)
   Region r = whole(*graph);
   const std::vector<Tensor> in = region_inputs(*graph, r);
   GpuProgram p = plan_gpu_conv_program(*graph, r, in);
-  ASSERT_EQ(p.kernels.size(), 7u) << p.ir;
-  for (const GpuKernel& k : p.kernels) {
-    EXPECT_EQ(k.name.rfind("cuDNN conv", 0), 0u) << k.name;
-    EXPECT_FALSE(k.library) << "a plan holds no library call";
+  ASSERT_EQ(p.steps.size(), 7u) << p.ir;
+  for (const GpuStep& k : p.steps) {
+    ASSERT_TRUE(k.work);
+    EXPECT_EQ(k.work->name.rfind("cuDNN conv", 0), 0u) << k.work->name;
+    EXPECT_FALSE(k.work->library) << "a plan holds no library call";
   }
-  EXPECT_NE(p.kernels[3].name.find("+ bias + residual, relu"), std::string::npos) << p.kernels[3].name;
-  EXPECT_NE(p.kernels[4].name.find("+ bias, clip("), std::string::npos) << p.kernels[4].name;
-  EXPECT_NE(p.kernels[6].name.find("+ bias + residual"), std::string::npos) << p.kernels[6].name;
+  EXPECT_NE(p.steps[3].work->name.find("+ bias + residual, relu"), std::string::npos) << p.steps[3].work->name;
+  EXPECT_NE(p.steps[4].work->name.find("+ bias, clip("), std::string::npos) << p.steps[4].work->name;
+  EXPECT_NE(p.steps[6].work->name.find("+ bias + residual"), std::string::npos) << p.steps[6].work->name;
   const NamedTensors want = reference(graph, {{"x", in[0]}});
   EXPECT_EQ(p.slots[r.inputs.size()].shape, want.at(0).second.shape());
 }
@@ -441,8 +443,9 @@ TEST(GpuConv, an_empty_batch_plans_no_call) {
   auto graph = b.build();
   Region r = whole(*graph);
   GpuProgram p = plan_gpu_conv_program(*graph, r, region_inputs(*graph, r));
-  ASSERT_EQ(p.kernels.size(), 1u);
-  EXPECT_NE(p.kernels[0].name.find("empty output: no call"), std::string::npos) << p.kernels[0].name;
+  ASSERT_EQ(p.steps.size(), 1u);
+  ASSERT_TRUE(p.steps[0].work);
+  EXPECT_NE(p.steps[0].work->name.find("empty output: no call"), std::string::npos) << p.steps[0].work->name;
   EXPECT_EQ(p.slots.at(3).shape, (Shape{0, 6, 8, 8}));
 }
 

@@ -115,31 +115,28 @@ GpuProgram render_gpu_program(const Graph& g, const Region& region, const std::v
   p.value_inputs = std::move(lowered.value_inputs);
   std::vector<kernels::LoweredFunc> funcs;
   for (LoweredStep& step : lowered.steps) {
-    GpuKernel k;
-    k.node = step.node;
-    k.error_slot = step.error_slot;
-    k.check_first = step.check_first;
-    k.check_last = step.check_last;
-    k.error_message = step.error_message;
-    if (step.kind == LoweredStep::Kind::Copy) {
-      k.copy = true;
-      k.args = step.slots;
-      p.kernels.push_back(std::move(k));
+    const bool copy = step.kind == LoweredStep::Kind::Copy;
+    std::vector<int> slots = step.slots;
+    GpuStep k = GpuStep::lowered(step);
+    if (copy) {
+      p.steps.push_back(std::move(k));
       continue;
     }
     kernels::LoweredFunc& f = step.func;
     f.name = content_name(f, funcs);
-    k.name = f.name;
-    for (const kernels::Buffer& b : f.buffers) k.args.push_back(step.slots.at(size_t(b.slot)));
-    k.aligned = kernels::cuda_aligned_params(f);
-    k.extent = f.parallel_extent;
+    GpuWork& w = k.work.emplace();
+    w.name = f.name;
+    k.slots.clear();  // per kernel parameter (LoweredFunc::buffers order): a region slot
+    for (const kernels::Buffer& b : f.buffers) k.slots.push_back(slots.at(size_t(b.slot)));
+    w.aligned = kernels::cuda_aligned_params(f);
+    w.extent = f.parallel_extent;
     // The schedule render_c follows (kernels/schedule_cuda.h) gives the launch; the device's SM
     // count is known only where there is one (0: an H100's).
     const kernels::CudaLaunch launch =
         kernels::cuda_launch(kernels::schedule_cuda(f), 0, f.parallel_extent, sm_count);
-    k.grid = launch.grid;
-    k.block = launch.block;
-    p.kernels.push_back(std::move(k));
+    w.grid = launch.grid;
+    w.block = launch.block;
+    p.steps.push_back(std::move(k));
     p.ir += kernels::to_string(f);
     funcs.push_back(std::move(f));
   }
@@ -164,22 +161,23 @@ class GpuRegion : public CompiledRegion {
  public:
   // `constant[i]`: region input i is a graph initializer (weights): copied to the device once and
   // kept there while its host tensor is the same one. The program's alias and constants: views
-  // share their source's buffer; constants are copied to the device once. Every call's work runs
-  // on `stream`, the backend's one stream, so that a device tensor one region returns is ready for
-  // the next region's kernels without a synchronisation.
+  // share their source's buffer; constants are copied to the device once. Intermediates live in
+  // one device arena laid out by liveness (plan_memory), the same addresses every call. Every
+  // call's work runs on `stream`, the backend's one stream, so that a device tensor one region
+  // returns is ready for the next region's kernels without a synchronisation, and the arena is
+  // rewritten only after the previous call's kernels have read it.
   GpuRegion(std::shared_ptr<jit::cuda::Module> module, GpuProgram program, size_t n_inputs, size_t n_outputs,
             bool perturb, std::vector<bool> constant, std::shared_ptr<jit::cuda::Stream> stream)
-      : module_(std::move(module)), kernels_(std::move(program.kernels)), slots_(std::move(program.slots)),
-        n_inputs_(n_inputs), n_outputs_(n_outputs), perturb_(perturb), stream_(std::move(stream)),
-        constant_(std::move(constant)), resident_(n_inputs), resident_source_(n_inputs, nullptr),
-        alias_(std::move(program.alias)), constants_(std::move(program.constants)) {
-    alias_.resize(slots_.size(), -1);
-    for (const GpuKernel& k : kernels_)
+      : module_(std::move(module)), steps_(std::move(program.steps)),
+        table_(table_of(program, n_inputs, n_outputs)), plan_(plan_memory(table_, steps_, 256)),
+        perturb_(perturb), stream_(std::move(stream)), constant_(std::move(constant)), resident_(n_inputs),
+        resident_source_(n_inputs, nullptr) {
+    for (const GpuStep& k : steps_)
       if (k.check_last) checks_.push_back(&k);
     // Two calls' worth of buffers wait: a caller that keeps the last call's outputs while it makes
     // the next still finds the ones before.
-    size_t made = n_inputs_;
-    for (size_t slot = n_inputs_; slot < slots_.size(); ++slot) made += alias_[slot] == -1;
+    size_t made = n_inputs + plan_.escaping.size();
+    for (size_t slot = n_inputs; slot < n_inputs + n_outputs; ++slot) made += table_.alias[slot] == -1;
     recycler_ = std::make_shared<jit::cuda::BufferRecycler>(stream_, 2 * made);
   }
 
@@ -188,110 +186,17 @@ class GpuRegion : public CompiledRegion {
   // index check must be read back.
   using CompiledRegion::run;
   std::vector<Tensor> run(const std::vector<Tensor>& inputs, CallTally& tally) override {
-    std::lock_guard<std::mutex> lock(mu_);  // one staging buffer per region
+    std::lock_guard<std::mutex> lock(mu_);  // one staging buffer and arena per region
     jit::cuda::device();
-    const CUstream s = stream_->get();
-    int64_t copies = 0;
-    // Initializers already on the device stay; the first call (or a new host tensor) copies them.
-    for (size_t i = 0; i < n_inputs_; ++i) {
-      if (!constant_[i] || inputs[i].on_device() || resident_source_[i] == inputs[i].raw()) continue;
-      resident_[i] = jit::cuda::upload(inputs[i], stream_);
-      resident_source_[i] = inputs[i].raw();
-      inputs[i].drop_resident_pages();  // the device copy serves from now on (Tensor::file_backed)
-      ++copies;
-    }
-    if (device_constants_.size() != constants_.size()) {  // values computed at compile time: once
-      for (const Tensor& t : constants_) device_constants_.push_back(jit::cuda::upload(t, stream_));
-      copies += int64_t(constants_.size());
-    }
-    // Per slot, the device tensor holding it: inputs as given (or uploaded), this call's outputs
-    // and intermediates; views and constants resolve to their source below.
-    std::vector<Tensor> at(slots_.size());
-    size_t in_bytes = 0;
-    for (size_t i = 0; i < n_inputs_; ++i) {
-      if (inputs[i].on_device() && !on_this_stream(inputs[i])) {
-        // Another session's device tensor (another stream, whose frees are not ordered after this
-        // one's reads): through the host, which orders both sides.
-        at[i] = jit::cuda::upload(inputs[i].to_host(), stream_);
-        copies += 2;
-      } else if (inputs[i].on_device()) at[i] = inputs[i];
-      else if (constant_[i]) at[i] = resident_[i];
-      else in_bytes += inputs[i].nbytes();
-    }
-    // Host inputs through pinned memory, so that the copies are asynchronous DMA; the staging
-    // buffer is rewritten only once the previous call's copies out of it are done.
-    if (in_bytes) {
-      if (staged_) staged_->synchronize();
-      auto* staging = static_cast<char*>(pinned_.reserve(in_bytes));
-      size_t off = 0;
-      for (size_t i = 0; i < n_inputs_; ++i) {
-        if (at[i].defined()) continue;
-        at[i] = recycler_->tensor(inputs[i].dtype(), inputs[i].shape());
-        std::memcpy(staging + off, inputs[i].raw(), inputs[i].nbytes());
-        jit::cuda::copy_to_device(at[i].device_address(), staging + off, inputs[i].nbytes(), *stream_);
-        off += inputs[i].nbytes();
-        ++copies;
-      }
-      if (!staged_) staged_.emplace();
-      staged_->record(*stream_);
-    }
-    for (size_t slot = n_inputs_; slot < slots_.size(); ++slot)
-      if (alias_[slot] == -1) at[slot] = recycler_->tensor(slots_[slot].dtype, slots_[slot].shape);
-    auto root = [&](size_t slot) -> const Tensor& {
-      while (alias_[slot] >= 0) slot = size_t(alias_[slot]);  // a view: its source's buffer
-      if (alias_[slot] <= -2) return device_constants_[size_t(-2 - alias_[slot])];
-      return at[slot];
-    };
-    auto ptr = [&](size_t slot) { return CUdeviceptr(root(slot).device_address()); };
-    auto bytes = [&](size_t slot) { return size_t(shape_numel(slots_[slot].shape)) * dtype_size(slots_[slot].dtype); };
-
-    std::vector<CUdeviceptr> ptrs;
-    std::vector<void*> args;
-    int64_t begin = 0, end = 0;
-    for (const GpuKernel& k : kernels_) {
-      if (k.check_first) TERRACE_CU(cuMemsetD8Async, ptr(size_t(k.error_slot)), 0, 2 * sizeof(int64_t), s);
-      if (k.gemm) {
-        auto arg = [&](int i) { return k.args[size_t(i)] < 0 ? CUdeviceptr(0) : ptr(size_t(k.args[size_t(i)])); };
-        k.gemm->run(arg(0), arg(1), arg(2), arg(3), arg(4), s);
-        continue;
-      }
-      if (k.library) {
-        ptrs.clear();
-        for (int slot : k.args) ptrs.push_back(slot < 0 ? CUdeviceptr(0) : ptr(size_t(slot)));
-        k.library(ptrs.data(), s);
-        continue;
-      }
-      if (k.copy) {
-        if (size_t n = bytes(size_t(k.args[1])))
-          TERRACE_CU(cuMemcpyDtoDAsync, ptr(size_t(k.args[1])), ptr(size_t(k.args[0])), n, s);
-        continue;
-      }
-      ptrs.clear();
-      for (int slot : k.args) ptrs.push_back(ptr(size_t(slot)));
-      args.clear();
-      for (CUdeviceptr& p : ptrs) args.push_back(&p);
-      end = k.extent;
-      args.push_back(&begin);
-      args.push_back(&end);
-      bool aligned = true;  // for a kernel whose rows move by vectors (GpuKernel::aligned)
-      for (size_t i : k.aligned) aligned = aligned && ptrs[i] % 16 == 0;
-      if (k.extent > 0) jit::cuda::launch(aligned ? k.fn : k.element_fn, {k.grid, k.block, 0}, *stream_, args.data());
-    }
-
-    if (!checks_.empty()) {  // the run-time index checks' words: read back, so this call waits
-      auto* words = static_cast<int64_t*>(check_words_.reserve(2 * sizeof(int64_t) * checks_.size()));
-      for (size_t c = 0; c < checks_.size(); ++c)
-        jit::cuda::copy_to_host(words + 2 * c, ptr(size_t(checks_[c]->error_slot)), 2 * sizeof(int64_t), *stream_);
-      stream_->synchronize();  // also surfaces a kernel's fault (an illegal address) as an Error
-      for (size_t c = 0; c < checks_.size(); ++c)
-        if (words[2 * c] != 0)
-          fail(ErrorCode::InvalidArgument, checks_[c]->node, ": ", checks_[c]->error_message, " (got ", words[2 * c + 1], ")");
-    }
+    Bound b{table_.size()};
+    int64_t copies = bind_inputs(inputs, b);
+    bind_outputs_and_intermediates(b);
+    Device device{*this, b};
+    run_program(steps_, device);
+    if (!checks_.empty()) read_checks(b);
     std::vector<Tensor> out;
-    for (size_t j = 0; j < n_outputs_; ++j) {
-      const kernels::TensorSig& sig = slots_[n_inputs_ + j];
-      out.push_back(root(n_inputs_ + j).reshaped(sig.shape));
-    }
+    for (size_t j = 0; j < table_.n_outputs; ++j)
+      out.push_back(b.root_tensor(*this, table_.n_inputs + j).reshaped(table_.sigs[table_.n_inputs + j].shape));
     if (perturb_) perturb(out);
     transfers += copies;
     tally.transfers += copies;
@@ -299,6 +204,128 @@ class GpuRegion : public CompiledRegion {
   }
 
  private:
+  // This call's device buffers: a tensor per slot that has one (inputs, outputs, escaping
+  // intermediates) and an address per slot (views and constants resolved).
+  struct Bound {
+    explicit Bound(size_t n) : at(n), ptr(n, 0) {}
+    std::vector<Tensor> at;
+    std::vector<CUdeviceptr> ptr;
+    const Tensor& root_tensor(const GpuRegion& r, size_t slot) const {
+      const size_t root = r.plan_.root[slot];
+      const int alias = r.table_.alias[root];
+      return alias <= -2 ? r.device_constants_[size_t(-2 - alias)] : at[root];
+    }
+  };
+
+  // Tier 2's side of run_program: launches and copies on the region's stream.
+  struct Device {
+    GpuRegion& r;
+    Bound& b;
+    std::vector<CUdeviceptr> ptrs;
+    std::vector<void*> args;
+    CUstream s() const { return r.stream_->get(); }
+    CUdeviceptr ptr(int slot) const { return slot < 0 ? CUdeviceptr(0) : b.ptr[size_t(slot)]; }
+    void zero_word(int slot) { TERRACE_CU(cuMemsetD8Async, ptr(slot), 0, 2 * sizeof(int64_t), s()); }
+    void copy(int from, int to) {
+      if (size_t n = r.table_.bytes(size_t(to))) TERRACE_CU(cuMemcpyDtoDAsync, ptr(to), ptr(from), n, s());
+    }
+    void check(const GpuStep&) {}  // the words are read after the last step (read_checks)
+    void run(const GpuStep& k) {
+      const GpuWork& w = *k.work;
+      ptrs.clear();
+      for (int slot : k.slots) ptrs.push_back(ptr(slot));
+      if (w.gemm) return w.gemm->run(ptrs[0], ptrs[1], ptrs[2], ptrs[3], ptrs[4], s());
+      if (w.library) return w.library(ptrs.data(), s());
+      int64_t begin = 0, end = w.extent;
+      args.clear();
+      for (CUdeviceptr& p : ptrs) args.push_back(&p);
+      args.push_back(&begin);
+      args.push_back(&end);
+      bool aligned = true;  // for a kernel whose rows move by vectors (GpuWork::aligned)
+      for (size_t i : w.aligned) aligned = aligned && ptrs[i] % 16 == 0;
+      if (w.extent > 0) jit::cuda::launch(aligned ? w.fn : w.element_fn, {w.grid, w.block, 0}, *r.stream_, args.data());
+    }
+  };
+
+  static SlotTable table_of(GpuProgram& p, size_t n_inputs, size_t n_outputs) {
+    SlotTable t{std::move(p.slots), std::move(p.alias), std::move(p.constants), n_inputs, n_outputs};
+    t.alias.resize(t.sigs.size(), -1);
+    return t;
+  }
+
+  // The inputs' device tensors: as given, the resident copy of an initializer, or uploaded through
+  // pinned memory (asynchronous DMA). Returns the copies made.
+  int64_t bind_inputs(const std::vector<Tensor>& inputs, Bound& b) {
+    int64_t copies = 0;
+    // Initializers already on the device stay; the first call (or a new host tensor) copies them.
+    for (size_t i = 0; i < table_.n_inputs; ++i) {
+      if (!constant_[i] || inputs[i].on_device() || resident_source_[i] == inputs[i].raw()) continue;
+      resident_[i] = jit::cuda::upload(inputs[i], stream_);
+      resident_source_[i] = inputs[i].raw();
+      inputs[i].drop_resident_pages();  // the device copy serves from now on (Tensor::file_backed)
+      ++copies;
+    }
+    if (device_constants_.size() != table_.constants.size()) {  // values computed at compile time: once
+      for (const Tensor& t : table_.constants) device_constants_.push_back(jit::cuda::upload(t, stream_));
+      copies += int64_t(table_.constants.size());
+    }
+    size_t in_bytes = 0;
+    for (size_t i = 0; i < table_.n_inputs; ++i) {
+      if (inputs[i].on_device() && !on_this_stream(inputs[i])) {
+        // Another session's device tensor (another stream, whose frees are not ordered after this
+        // one's reads): through the host, which orders both sides.
+        b.at[i] = jit::cuda::upload(inputs[i].to_host(), stream_);
+        copies += 2;
+      } else if (inputs[i].on_device()) b.at[i] = inputs[i];
+      else if (constant_[i]) b.at[i] = resident_[i];
+      else in_bytes += inputs[i].nbytes();
+    }
+    // The staging buffer is rewritten only once the previous call's copies out of it are done.
+    if (in_bytes) {
+      if (staged_) staged_->synchronize();
+      auto* staging = static_cast<char*>(pinned_.reserve(in_bytes));
+      size_t off = 0;
+      for (size_t i = 0; i < table_.n_inputs; ++i) {
+        if (b.at[i].defined()) continue;
+        b.at[i] = recycler_->tensor(inputs[i].dtype(), inputs[i].shape());
+        std::memcpy(staging + off, inputs[i].raw(), inputs[i].nbytes());
+        jit::cuda::copy_to_device(b.at[i].device_address(), staging + off, inputs[i].nbytes(), *stream_);
+        off += inputs[i].nbytes();
+        ++copies;
+      }
+      if (!staged_) staged_.emplace();
+      staged_->record(*stream_);
+    }
+    return copies;
+  }
+
+  // Outputs and escaping intermediates get this call's own buffers (they leave the region); the
+  // other intermediates their place in the arena; views and constants their source's address.
+  void bind_outputs_and_intermediates(Bound& b) {
+    for (size_t slot = table_.n_inputs; slot < table_.size(); ++slot)
+      if (table_.alias[slot] == -1 && (table_.output(slot) || std::binary_search(plan_.escaping.begin(),
+                                                                                plan_.escaping.end(), slot)))
+        b.at[slot] = recycler_->tensor(table_.sigs[slot].dtype, table_.sigs[slot].shape);
+    if (plan_.arena_bytes && !arena_.bytes()) arena_ = jit::cuda::DeviceBuffer(plan_.arena_bytes, stream_->get());
+    for (size_t s : plan_.planned) b.ptr[s] = arena_.ptr() + plan_.offset[s];
+    for (size_t slot = 0; slot < table_.size(); ++slot) {
+      const size_t root = plan_.root[slot];
+      if (b.ptr[root] == 0) b.ptr[root] = b.root_tensor(*this, root).device_address();
+      b.ptr[slot] = b.ptr[root];
+    }
+  }
+
+  // The run-time index checks' words: read back, so this call waits (which also surfaces a
+  // kernel's fault, an illegal address, as an Error).
+  void read_checks(const Bound& b) {
+    auto* words = static_cast<int64_t*>(check_words_.reserve(2 * sizeof(int64_t) * checks_.size()));
+    for (size_t c = 0; c < checks_.size(); ++c)
+      jit::cuda::copy_to_host(words + 2 * c, b.ptr[size_t(checks_[c]->error_slot)], 2 * sizeof(int64_t), *stream_);
+    stream_->synchronize();
+    for (size_t c = 0; c < checks_.size(); ++c)
+      raise_if_set(words + 2 * c, checks_[c]->node, checks_[c]->error_message);
+  }
+
   // True for a device tensor whose storage is ordered on this region's stream.
   bool on_this_stream(const Tensor& t) const {
     const auto* st = dynamic_cast<const jit::cuda::DeviceTensorStorage*>(t.device_storage());
@@ -310,11 +337,7 @@ class GpuRegion : public CompiledRegion {
     for (Tensor& d : out) {
       if (d.numel() == 0) continue;
       Tensor t = d.to_host();
-      if (t.dtype() == DType::Float32) t.data<float>()[0] += 1.0f;
-      else if (t.dtype() == DType::Float64) t.data<double>()[0] += 1.0;
-      else if (t.dtype() == DType::Bool) t.data<bool>()[0] = !t.data<bool>()[0];
-      else if (t.dtype() == DType::Int32) t.data<int32_t>()[0] += 1;
-      else if (t.dtype() == DType::Int64) t.data<int64_t>()[0] += 1;
+      perturb_for_fault(t);
       d = jit::cuda::upload(t, stream_);
     }
   }
@@ -329,9 +352,9 @@ class GpuRegion : public CompiledRegion {
   }
 
  private:
-  std::vector<GpuKernel> kernels_;
-  std::vector<kernels::TensorSig> slots_;  // the region's inputs, its outputs, then intermediates
-  size_t n_inputs_, n_outputs_;
+  std::vector<GpuStep> steps_;
+  SlotTable table_;
+  MemoryPlan plan_;
   bool perturb_;
   std::mutex mu_;
   std::shared_ptr<jit::cuda::Stream> stream_;
@@ -341,12 +364,11 @@ class GpuRegion : public CompiledRegion {
   // Per constant input: its device copy and the host data it was copied from.
   std::vector<Tensor> resident_;
   std::vector<const void*> resident_source_;
-  std::vector<int> alias_;
-  std::vector<Tensor> constants_;
   std::vector<Tensor> device_constants_;
-  std::vector<const GpuKernel*> checks_;  // kernels whose error word is read after the call
-  // This call's outputs, intermediates and uploaded inputs, over the buffers of earlier calls'
-  // tensors that are no longer held.
+  std::vector<const GpuStep*> checks_;  // steps whose error word is read after the call
+  jit::cuda::DeviceBuffer arena_;       // the planned intermediates (allocated on the first call)
+  // This call's outputs, escaping intermediates and uploaded inputs, over the buffers of earlier
+  // calls' tensors that are no longer held.
   std::shared_ptr<jit::cuda::BufferRecycler> recycler_;
 };
 
@@ -380,9 +402,10 @@ class GpuBackend : public Backend {
     GpuProgram p = render_gpu_program(g, region, inputs, jit::cuda::device().multiprocessors);
     std::vector<char> cubin = compile_gpu_cubin(p.source, arch_, name + ".cu", cache_);
     auto module = std::make_shared<jit::cuda::Module>(cubin);
-    for (GpuKernel& k : p.kernels) {
-      if (!k.copy) k.fn = module->function(k.name);
-      if (!k.aligned.empty()) k.element_fn = module->function(kernels::cuda_element_copy_name(k.name));
+    for (GpuStep& k : p.steps) {
+      if (!k.work) continue;
+      k.work->fn = module->function(k.work->name);
+      if (!k.work->aligned.empty()) k.work->element_fn = module->function(kernels::cuda_element_copy_name(k.work->name));
     }
     std::filesystem::path entry = cache_.enabled() ? cache_.path_of(cubin_key(p.source, arch_)) : "";
     std::unique_ptr<CompiledRegion> compiled = make_region(g, region, std::move(p), std::move(module));
@@ -487,11 +510,11 @@ class GpuBackend : public Backend {
     GpuProgram p;
     for (const Tensor& t : inputs) p.slots.push_back({t.dtype(), t.shape()});
     p.slots.push_back({DType::Float32, out});
-    GpuKernel step;
-    step.name = spec.describe();
-    step.gemm = std::make_shared<jit::cuda::CublasLtGemm>(spec);
-    step.args = {a, b, c, bias, int(inputs.size())};
-    p.kernels.push_back(std::move(step));
+    GpuStep step;
+    step.work.emplace().name = spec.describe();
+    step.work->gemm = std::make_shared<jit::cuda::CublasLtGemm>(spec);
+    step.slots = {a, b, c, bias, int(inputs.size())};
+    p.steps.push_back(std::move(step));
     p.source = "// a library call, no generated code:\n// cuBLASLt " + spec.describe() + "\n";
     p.ir = "cuBLASLt " + spec.describe() + "\n";
     return make_region(g, region, std::move(p), nullptr);
@@ -514,8 +537,8 @@ GpuRegionCode render_gpu_region(const Graph& graph, const Region& region, const 
   GpuProgram p = render_gpu_program(graph, region, inputs);
   GpuRegionCode code;
   code.source = std::move(p.source);
-  for (const GpuKernel& k : p.kernels)
-    if (!k.copy) code.kernels.push_back(k.name);
+  for (const GpuStep& k : p.steps)
+    if (k.work) code.kernels.push_back(k.work->name);
   return code;
 }
 

@@ -433,12 +433,12 @@ void build_conv_chain(const Graph& g, const Region& region, Slots& slots, const 
     if (st.act.kind) what += ", " + act_name(st.act);
     const int y = slots.place(stage.back()->outputs[0], {DType::Float32, y_shape});
 
-    GpuKernel k;
-    k.name = what;
+    GpuStep k;
+    k.work.emplace().name = what;
     k.node = conv.describe();
-    k.args = {x, w, b, z, y};
-    if (kernels) k.library = [st = std::move(st)](const CUdeviceptr* a, CUstream s) { st.run(a, s); };
-    p.kernels.push_back(std::move(k));
+    k.slots = {x, w, b, z, y};
+    if (kernels) k.work->library = [st = std::move(st)](const CUdeviceptr* a, CUstream s) { st.run(a, s); };
+    p.steps.push_back(std::move(k));
     p.ir += what + "  [" + region.ops() + "]\n";
   }
 }
@@ -515,18 +515,18 @@ void build_pool(const Graph& g, const Region& region, Slots& slots, const ConvKe
   const int64_t outputs = shape_numel(y_shape);
   const std::string what = std::string(op_name(node.op)) + " " + shape_text(xs) + " -> " + shape_text(y_shape) +
                            (pp.mode == 0 ? "" : pp.mode == 2 ? " counting pads" : " over the taps inside");
-  GpuKernel k;
-  k.name = what;
+  GpuStep k;
+  k.work.emplace().name = what;
   k.node = node.describe();
-  k.args = {x, y};
+  k.slots = {x, y};
   if (!kernels) {
-    p.kernels.push_back(std::move(k));
+    p.steps.push_back(std::move(k));
     p.ir += what + "\n";
     return;
   }
   CUfunction f = kernels->pool;
   std::shared_ptr<jit::cuda::Module> keep = kernels->module;
-  k.library = [f, keep, pp, outputs](const CUdeviceptr* a, CUstream s) {
+  k.work->library = [f, keep, pp, outputs](const CUdeviceptr* a, CUstream s) {
     if (outputs == 0) return;
     CUdeviceptr yp = a[1], xp = a[0];
     int64_t count = outputs;
@@ -534,7 +534,7 @@ void build_pool(const Graph& g, const Region& region, Slots& slots, const ConvKe
     void* args[] = {&yp, &xp, &count, &params};
     launch(f, count, s, args);
   };
-  p.kernels.push_back(std::move(k));
+  p.steps.push_back(std::move(k));
   p.ir += what + "\n";
 }
 
@@ -606,7 +606,7 @@ GpuProgram make_program(const Graph& g, const Region& region, const std::vector<
   }
   p.alias.assign(p.slots.size(), -1);
   p.source = "// library calls and the fixed kernels of tiers/gpu/gpu_conv.cpp:\n";
-  for (const GpuKernel& k : p.kernels) p.source += "// " + k.name + "\n";
+  for (const GpuStep& k : p.steps) p.source += "// " + k.work->name + "\n";
   p.source += gpu_conv_kernels_source();
   return p;
 }
