@@ -162,109 +162,138 @@ Expr lower_cast(const Node& node, const Args& args) {
   return Cast::make(DType::Float32, Cast::make(to, Cast::make(DType::Float32, args[0].value)));
 }
 
-Expr lower_op(const Node& node, const Args& a) {
-  auto x = [&]() -> const Expr& { return a[0].value; };
-  auto y = [&]() -> const Expr& { return a.at(1).value; };
-  auto alpha = [&](double def) { return cst(x(), node.attr_float("alpha", float(def))); };
-  auto c = [&](double v) { return cst(x(), v); };
-  auto lt0 = [&]() { return cmp(CmpOp::LT, x(), c(0)); };
-  switch (node.op) {
-    case Op::Identity: return x();
-    case Op::Add: return x() + y();
-    case Op::Sub: return x() - y();
-    case Op::Mul: return x() * y();
-    case Op::Div: return is_fp(x()) ? x() / y() : safe_int_div(x(), y(), BinaryOp::Div);
-    case Op::Mod: {
-      Expr r = is_fp(x()) ? Call::make(Intrinsic::Fmod, {x(), y()})
-                          : safe_int_div(x(), y(), BinaryOp::Mod);
-      return node.attr_int("fmod", 0) ? r : floor_mod(r, y());
+// One elementwise op as an expression of its operands, by family: each family's switch gives an
+// undefined Expr for an op outside it.
+struct OpLowering {
+  const Node& node;
+  const Args& a;
+  const Expr& x() const { return a[0].value; }
+  const Expr& y() const { return a.at(1).value; }
+  Expr alpha(double def) const { return cst(x(), node.attr_float("alpha", float(def))); }
+  Expr c(double v) const { return cst(x(), v); }
+  Expr lt0() const { return cmp(CmpOp::LT, x(), c(0)); }
+
+  // Arithmetic, its folds over any number of operands, and the sign functions.
+  Expr arithmetic() const {
+    switch (node.op) {
+      case Op::Identity: return x();
+      case Op::Add: return x() + y();
+      case Op::Sub: return x() - y();
+      case Op::Mul: return x() * y();
+      case Op::Div: return is_fp(x()) ? x() / y() : safe_int_div(x(), y(), BinaryOp::Div);
+      case Op::Mod: {
+        Expr r = is_fp(x()) ? Call::make(Intrinsic::Fmod, {x(), y()})
+                            : safe_int_div(x(), y(), BinaryOp::Mod);
+        return node.attr_int("fmod", 0) ? r : floor_mod(r, y());
+      }
+      case Op::Pow: {
+        if (is_fp(x())) return Call::make(Intrinsic::Pow, {x(), Cast::make(x().type(), y())});
+        Expr p = Call::make(Intrinsic::Pow, {Cast::make(DType::Float64, x()),
+                                             Cast::make(DType::Float64, y())});
+        return Cast::make(x().type(), p);
+      }
+      case Op::Sum: return fold(a, add);
+      case Op::Mean: return fold(a, add) / c(double(a.size()));
+      case Op::Max: return fold(a, max_nan);
+      case Op::Min: return fold(a, min_nan);
+      case Op::Neg: return Unary::make(UnaryOp::Neg, x());
+      case Op::Abs: return abs_of(x());
+      case Op::Sign:
+        return sel(cmp(CmpOp::GT, x(), c(0)), c(1), sel(lt0(), c(-1), x()));
+      case Op::Reciprocal: return c(1) / x();
+      default: return Expr();
     }
-    case Op::Pow: {
-      if (is_fp(x())) return Call::make(Intrinsic::Pow, {x(), Cast::make(x().type(), y())});
-      Expr p = Call::make(Intrinsic::Pow, {Cast::make(DType::Float64, x()),
-                                           Cast::make(DType::Float64, y())});
-      return Cast::make(x().type(), p);
-    }
-    case Op::Sum: return fold(a, add);
-    case Op::Mean: return fold(a, add) / c(double(a.size()));
-    case Op::Max: return fold(a, max_nan);
-    case Op::Min: return fold(a, min_nan);
-    case Op::Neg: return Unary::make(UnaryOp::Neg, x());
-    case Op::Abs: return abs_of(x());
-    case Op::Sign:
-      return sel(cmp(CmpOp::GT, x(), c(0)), c(1), sel(lt0(), c(-1), x()));
-    case Op::Reciprocal: return c(1) / x();
-    case Op::Relu: return sel(lt0(), c(0), x());
-    case Op::LeakyRelu: return sel(lt0(), alpha(0.01) * x(), x());
-    case Op::PRelu: return sel(lt0(), y() * x(), x());
-    case Op::ThresholdedRelu:
-      return sel(cmp(CmpOp::GT, x(), alpha(1.0)), x(), c(0));
-    case Op::Shrink: {  // integers are shifted in double and converted back
-      Expr v = is_fp(x()) ? x() : Cast::make(DType::Float64, x());
-      Expr lambd = cst(v, node.attr_float("lambd", 0.5f)), bias = cst(v, node.attr_float("bias", 0.0f));
-      Expr r = sel(cmp(CmpOp::LT, v, cst(v, 0) - lambd), v + bias,
-                   sel(cmp(CmpOp::GT, v, lambd), v - bias, cst(v, 0)));
-      return Cast::make(x().type(), r);
-    }
-    case Op::Clip: {
-      Expr v = x(), lo = clip_bound(node, a, 1, "min", v), hi = clip_bound(node, a, 2, "max", v);
-      if (lo.defined()) v = sel(cmp(CmpOp::LT, v, lo), lo, v);
-      if (hi.defined()) v = sel(cmp(CmpOp::GT, v, hi), hi, v);
-      return v;
-    }
-    case Op::Sigmoid: return call(Intrinsic::Sigmoid, x());
-    case Op::HardSigmoid:
-      return hard_sigmoid(x(), node.attr_float("alpha", 0.2f), node.attr_float("beta", 0.5f));
-    case Op::HardSwish: return x() * hard_sigmoid(x(), 1.0 / 6.0, 0.5);
-    case Op::Elu: return sel(lt0(), alpha(1.0) * (exp_(x()) - c(1)), x());
-    case Op::Selu: {
-      Expr al = alpha(1.67326319217681884765625);
-      Expr gamma = c(node.attr_float("gamma", 1.05070102214813232421875f));
-      return sel(cmp(CmpOp::GT, x(), c(0)), gamma * x(), gamma * (al * exp_(x()) - al));
-    }
-    case Op::Celu: {  // the interpreter's form: NaN stays NaN
-      Expr al = alpha(1.0);
-      return sel(cmp(CmpOp::GT, x(), c(0)), x(), al * (exp_(x() / al) - c(1)));
-    }
-    case Op::Softplus: return softplus(x());
-    case Op::Softsign: return x() / (c(1) + abs_of(x()));
-    case Op::Mish: return x() * call(Intrinsic::Tanh, softplus(x()));
-    case Op::Gelu: {  // the interpreter's forms (interp/ops/elementwise_activation.cpp)
-      std::string form = node.attr_string("approximate", "none");
-      TERRACE_CHECK(form == "none" || form == "tanh", InvalidModel, node.describe(),
-                    ": attribute 'approximate' must be \"none\" or \"tanh\"");
-      if (form == "tanh")  // 0.5 x (1 + tanh z) = x sigmoid(2 z)
-        return x() * call(Intrinsic::Sigmoid, c(1.5957691216057308) * (x() + c(0.044715) * x() * x() * x()));
-      return c(0.5) * x() * (c(1) + call(Intrinsic::Erf, x() * c(0.7071067811865476)));
-    }
-    case Op::IsNaN: return is_nan(x());
-    case Op::IsInf: {
-      Expr inf = c(std::numeric_limits<double>::infinity());
-      Expr pos = cmp(CmpOp::EQ, x(), inf), neg = cmp(CmpOp::EQ, x(), c(0) - inf);
-      bool want_pos = node.attr_int("detect_positive", 1), want_neg = node.attr_int("detect_negative", 1);
-      if (want_pos && want_neg) return either(pos, neg);
-      return want_pos ? pos : want_neg ? neg : make_const(DType::Bool, 0);
-    }
-    case Op::Where: return sel(x(), y(), a.at(2).value);
-    case Op::Cast: case Op::CastLike: return lower_cast(node, a);
-    case Op::Equal: return cmp(CmpOp::EQ, x(), y());
-    case Op::Less: return cmp(CmpOp::LT, x(), y());
-    case Op::Greater: return cmp(CmpOp::GT, x(), y());
-    case Op::LessOrEqual: return cmp(CmpOp::LE, x(), y());
-    case Op::GreaterOrEqual: return cmp(CmpOp::GE, x(), y());
-    case Op::And: case Op::BitwiseAnd: return bin(BinaryOp::And, x(), y());
-    case Op::Or: case Op::BitwiseOr: return bin(BinaryOp::Or, x(), y());
-    case Op::Xor: case Op::BitwiseXor: return bin(BinaryOp::Xor, x(), y());
-    case Op::Not: return Unary::make(UnaryOp::Not, x());
-    case Op::BitwiseNot: return Unary::make(UnaryOp::BitNot, x());
-    case Op::BitShift: {
-      bool left = node.attr_string("direction", "") == "LEFT";
-      Expr bits = c(double(dtype_size(x().type()) * 8));
-      Expr shifted = bin(left ? BinaryOp::Shl : BinaryOp::Shr, x(), sel(cmp(CmpOp::LT, y(), bits), y(), c(0)));
-      return sel(cmp(CmpOp::LT, y(), bits), shifted, c(0));  // numpy: shifting out every bit gives 0
-    }
-    default: break;
   }
+
+  // The activation functions, in the interpreter's forms.
+  Expr activation() const {
+    switch (node.op) {
+      case Op::Relu: return sel(lt0(), c(0), x());
+      case Op::LeakyRelu: return sel(lt0(), alpha(0.01) * x(), x());
+      case Op::PRelu: return sel(lt0(), y() * x(), x());
+      case Op::ThresholdedRelu:
+        return sel(cmp(CmpOp::GT, x(), alpha(1.0)), x(), c(0));
+      case Op::Shrink: {  // integers are shifted in double and converted back
+        Expr v = is_fp(x()) ? x() : Cast::make(DType::Float64, x());
+        Expr lambd = cst(v, node.attr_float("lambd", 0.5f)), bias = cst(v, node.attr_float("bias", 0.0f));
+        Expr r = sel(cmp(CmpOp::LT, v, cst(v, 0) - lambd), v + bias,
+                     sel(cmp(CmpOp::GT, v, lambd), v - bias, cst(v, 0)));
+        return Cast::make(x().type(), r);
+      }
+      case Op::Clip: {
+        Expr v = x(), lo = clip_bound(node, a, 1, "min", v), hi = clip_bound(node, a, 2, "max", v);
+        if (lo.defined()) v = sel(cmp(CmpOp::LT, v, lo), lo, v);
+        if (hi.defined()) v = sel(cmp(CmpOp::GT, v, hi), hi, v);
+        return v;
+      }
+      case Op::Sigmoid: return call(Intrinsic::Sigmoid, x());
+      case Op::HardSigmoid:
+        return hard_sigmoid(x(), node.attr_float("alpha", 0.2f), node.attr_float("beta", 0.5f));
+      case Op::HardSwish: return x() * hard_sigmoid(x(), 1.0 / 6.0, 0.5);
+      case Op::Elu: return sel(lt0(), alpha(1.0) * (exp_(x()) - c(1)), x());
+      case Op::Selu: {
+        Expr al = alpha(1.67326319217681884765625);
+        Expr gamma = c(node.attr_float("gamma", 1.05070102214813232421875f));
+        return sel(cmp(CmpOp::GT, x(), c(0)), gamma * x(), gamma * (al * exp_(x()) - al));
+      }
+      case Op::Celu: {  // the interpreter's form: NaN stays NaN
+        Expr al = alpha(1.0);
+        return sel(cmp(CmpOp::GT, x(), c(0)), x(), al * (exp_(x() / al) - c(1)));
+      }
+      case Op::Softplus: return softplus(x());
+      case Op::Softsign: return x() / (c(1) + abs_of(x()));
+      case Op::Mish: return x() * call(Intrinsic::Tanh, softplus(x()));
+      case Op::Gelu: {  // the interpreter's forms (interp/ops/elementwise_activation.cpp)
+        std::string form = node.attr_string("approximate", "none");
+        TERRACE_CHECK(form == "none" || form == "tanh", InvalidModel, node.describe(),
+                      ": attribute 'approximate' must be \"none\" or \"tanh\"");
+        if (form == "tanh")  // 0.5 x (1 + tanh z) = x sigmoid(2 z)
+          return x() * call(Intrinsic::Sigmoid, c(1.5957691216057308) * (x() + c(0.044715) * x() * x() * x()));
+        return c(0.5) * x() * (c(1) + call(Intrinsic::Erf, x() * c(0.7071067811865476)));
+      }
+      default: return Expr();
+    }
+  }
+
+  // Tests, comparisons, logic and bitwise ops, Where and Cast.
+  Expr logic() const {
+    switch (node.op) {
+      case Op::IsNaN: return is_nan(x());
+      case Op::IsInf: {
+        Expr inf = c(std::numeric_limits<double>::infinity());
+        Expr pos = cmp(CmpOp::EQ, x(), inf), neg = cmp(CmpOp::EQ, x(), c(0) - inf);
+        bool want_pos = node.attr_int("detect_positive", 1), want_neg = node.attr_int("detect_negative", 1);
+        if (want_pos && want_neg) return either(pos, neg);
+        return want_pos ? pos : want_neg ? neg : make_const(DType::Bool, 0);
+      }
+      case Op::Where: return sel(x(), y(), a.at(2).value);
+      case Op::Cast: case Op::CastLike: return lower_cast(node, a);
+      case Op::Equal: return cmp(CmpOp::EQ, x(), y());
+      case Op::Less: return cmp(CmpOp::LT, x(), y());
+      case Op::Greater: return cmp(CmpOp::GT, x(), y());
+      case Op::LessOrEqual: return cmp(CmpOp::LE, x(), y());
+      case Op::GreaterOrEqual: return cmp(CmpOp::GE, x(), y());
+      case Op::And: case Op::BitwiseAnd: return bin(BinaryOp::And, x(), y());
+      case Op::Or: case Op::BitwiseOr: return bin(BinaryOp::Or, x(), y());
+      case Op::Xor: case Op::BitwiseXor: return bin(BinaryOp::Xor, x(), y());
+      case Op::Not: return Unary::make(UnaryOp::Not, x());
+      case Op::BitwiseNot: return Unary::make(UnaryOp::BitNot, x());
+      case Op::BitShift: {
+        bool left = node.attr_string("direction", "") == "LEFT";
+        Expr bits = c(double(dtype_size(x().type()) * 8));
+        Expr shifted = bin(left ? BinaryOp::Shl : BinaryOp::Shr, x(), sel(cmp(CmpOp::LT, y(), bits), y(), c(0)));
+        return sel(cmp(CmpOp::LT, y(), bits), shifted, c(0));  // numpy: shifting out every bit gives 0
+      }
+      default: return Expr();
+    }
+  }
+};
+
+Expr lower_op(const Node& node, const Args& a) {
+  const OpLowering lowering{node, a};
+  if (Expr e = lowering.arithmetic(); e.defined()) return e;
+  if (Expr e = lowering.activation(); e.defined()) return e;
+  if (Expr e = lowering.logic(); e.defined()) return e;
   // The rest map one to one onto intrinsics.
   static const std::pair<Op, Intrinsic> kDirect[] = {
       {Op::Exp, Intrinsic::Exp},     {Op::Log, Intrinsic::Log},     {Op::Tanh, Intrinsic::Tanh},
@@ -275,7 +304,7 @@ Expr lower_op(const Node& node, const Args& a) {
       {Op::Atanh, Intrinsic::Atanh}, {Op::Floor, Intrinsic::Floor}, {Op::Ceil, Intrinsic::Ceil},
       {Op::Round, Intrinsic::Round}};
   for (const auto& [op, fn] : kDirect)
-    if (op == node.op) return call(fn, x());
+    if (op == node.op) return call(fn, lowering.x());
   fail(ErrorCode::NotImplemented, node.describe(), ": no tier-1 lowering");
 }
 

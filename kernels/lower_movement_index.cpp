@@ -245,6 +245,92 @@ std::vector<int64_t> pads_operand(const Node& node, const std::vector<OpInput>& 
   return pads;
 }
 
+// Output dims: each input dim with its pads, checked as the interpreter checks them.
+Shape padded_shape(const Node& node, const Shape& xshape, const std::vector<int64_t>& pads, PadMode mode) {
+  const size_t r = xshape.size();
+  Shape out(r, 0);
+  for (size_t d = 0; d < r; ++d) {
+    out[d] = xshape[d] + pads[d] + pads[d + r];
+    TERRACE_CHECK(out[d] >= 0, InvalidArgument, node.describe(), ": pads ", shape_str(pads),
+                  " remove more than dim ", d, " of ", shape_str(xshape));
+  }
+  for (size_t d = 0; d < r; ++d)
+    TERRACE_CHECK(mode == PadMode::Constant || xshape[d] > 0 || out[d] == 0,
+                  InvalidArgument, node.describe(), ": cannot pad an empty dim in this mode");
+  return out;
+}
+
+// Before opset 11, the fill is the float attribute `value`: here its bits in the input's dtype.
+Expr attribute_fill(const Node& node, DType dtype, DType mover) {
+  Tensor v = Tensor::scalar(node.attr_float("value", 0.0f)).cast(dtype);
+  uint64_t bits = 0;
+  std::memcpy(&bits, v.raw(), dtype_size(dtype));
+  return IntImm::make(mover, int64_t(bits));
+}
+
+// Each output row's lets (the kernel runs over rows, every dim but the last): its position per
+// dim, its source offset "sb" and its output offset "db"; `inside`, in constant mode, whether the
+// row lies outside the padding.
+struct PadRow {
+  std::vector<std::pair<std::string, Expr>> lets;
+  Expr inside;
+};
+PadRow pad_row(PadMode mode, const Shape& xshape, const Shape& out, const std::vector<int64_t>& pads,
+               bool empty_input) {
+  const size_t last = xshape.size() - 1;
+  const std::vector<int64_t> xs = row_major_strides(xshape);
+  PadRow row;
+  Expr rest = var("row");
+  Expr offset = make_index(0);
+  for (size_t d = last; d-- > 0;) {
+    std::string n = "p" + std::to_string(d);
+    if (d > 0) {
+      row.lets.push_back({n, Binary::make(BinaryOp::Mod, rest, make_index(out[d]))});
+      row.lets.push_back({"q" + std::to_string(d), rest / make_index(out[d])});
+      rest = var("q" + std::to_string(d));
+    } else {
+      row.lets.push_back({n, rest});
+    }
+    if (empty_input) continue;
+    Expr pos = var(n);
+    const int64_t dd = xshape[d], bd = pads[d];
+    Expr src = folded_index(mode, pos, dd, bd);
+    if (mode == PadMode::Constant) {
+      Expr j = pos - make_index(bd);
+      Expr in_range = both(cmp(CmpOp::GE, j, make_index(0)), cmp(CmpOp::LT, j, make_index(dd)));
+      row.inside = row.inside.defined() ? both(row.inside, in_range) : in_range;
+    }
+    offset = offset + src * make_index(xs[d]);
+  }
+  row.lets.push_back({"sb", offset});
+  row.lets.push_back({"db", var("row") * make_index(out[last])});
+  return row;
+}
+
+// One row of `width` outputs whose input row of `dim` elements starts `before` in: the left
+// padding, the copied middle, the right padding; all `fill` for an empty input or (`inside`
+// false) a row in the padding.
+Stmt pad_row_body(PadMode mode, const Buffer& src, const Buffer& dst, const Expr& fill, const Expr& inside,
+                  int64_t dim, int64_t before, int64_t width, bool empty_input) {
+  auto store = [&](const Expr& i, const Expr& v) { return Store::make(dst, var("db") + i, v); };
+  if (empty_input) return For::make("i", make_index(0), make_index(width), ForKind::Vectorized, store(var("i"), fill));
+  const int64_t lo = std::clamp<int64_t>(before, 0, width), hi = std::clamp<int64_t>(before + dim, lo, width);
+  auto edge_value = [&](const Expr& i) -> Expr {
+    if (mode == PadMode::Constant) return fill;
+    return Load::make(src, var("sb") + folded_index(mode, i, dim, before));
+  };
+  std::vector<Stmt> runs;
+  if (lo > 0) runs.push_back(For::make("i", make_index(0), make_index(lo), ForKind::Vectorized, store(var("i"), edge_value(var("i")))));
+  if (hi > lo)
+    runs.push_back(For::make("m", make_index(lo), make_index(hi), ForKind::Vectorized,
+                             store(var("m"), Load::make(src, var("sb") + var("m") - make_index(before)))));
+  if (width > hi) runs.push_back(For::make("e", make_index(hi), make_index(width), ForKind::Vectorized, store(var("e"), edge_value(var("e")))));
+  Stmt body = Block::make(std::move(runs));
+  if (!inside.defined()) return body;
+  Stmt filled = For::make("c", make_index(0), make_index(width), ForKind::Vectorized, store(var("c"), fill));
+  return IfThenElse::make(inside, body, filled);
+}
+
 }  // namespace
 
 OpKernels lower_pad(const Node& node, const std::vector<OpInput>& in, const std::string& name) {
@@ -258,15 +344,7 @@ OpKernels lower_pad(const Node& node, const std::vector<OpInput>& in, const std:
     k.alias_of = {0};
     return k;
   }
-  Shape out(static_cast<size_t>(r), 0);
-  for (int64_t d = 0; d < r; ++d) {
-    out[size_t(d)] = x.shape[size_t(d)] + pads[size_t(d)] + pads[size_t(d + r)];
-    TERRACE_CHECK(out[size_t(d)] >= 0, InvalidArgument, node.describe(), ": pads ", shape_str(pads),
-                  " remove more than dim ", d, " of ", shape_str(x.shape));
-  }
-  for (int64_t d = 0; d < r; ++d)
-    TERRACE_CHECK(mode == PadMode::Constant || x.shape[size_t(d)] > 0 || out[size_t(d)] == 0,
-                  InvalidArgument, node.describe(), ": cannot pad an empty dim in this mode");
+  const Shape out = padded_shape(node, x.shape, pads, mode);
   const DType mover = mover_type(node, x.dtype);
   // The fill: input 2 read at run time (opset 11 on), or the float attribute `value` before.
   Expr fill;
@@ -276,10 +354,7 @@ OpKernels lower_pad(const Node& node, const std::vector<OpInput>& in, const std:
     TERRACE_CHECK(c.dtype == x.dtype && shape_numel(c.shape) == 1, InvalidArgument, node.describe(),
                   ": constant_value must be one ", dtype_name(x.dtype), " element");
   } else {
-    Tensor v = Tensor::scalar(node.attr_float("value", 0.0f)).cast(x.dtype);
-    uint64_t bits = 0;
-    std::memcpy(&bits, v.raw(), dtype_size(x.dtype));
-    fill = IntImm::make(mover, int64_t(bits));
+    fill = attribute_fill(node, x.dtype, mover);
   }
   k.outputs = {{x.dtype, out}};
   if (shape_numel(out) == 0) return k;
@@ -294,67 +369,17 @@ OpKernels lower_pad(const Node& node, const std::vector<OpInput>& in, const std:
     fill = Load::make(f.buffers[2], make_index(0));
   }
   const bool empty_input = shape_numel(x.shape) == 0;  // constant mode: all fill
-  const std::vector<int64_t> xs = row_major_strides(x.shape);
   const size_t last = size_t(r - 1);
-  const int64_t dim = x.shape[last], before = pads[last], width = out[last];
-
-  // Parallel over output rows (every dim but the last); each row's source offset and whether the
-  // row lies in the padding (constant mode).
+  // Parallel over output rows (every dim but the last).
   int64_t rows = 1;
   for (size_t d = 0; d < last; ++d) rows *= out[d];
-  std::vector<std::pair<std::string, Expr>> lets;
-  Expr rest = var("row");
-  Expr offset = make_index(0), inside;
-  for (size_t d = last; d-- > 0;) {
-    std::string n = "p" + std::to_string(d);
-    if (d > 0) {
-      lets.push_back({n, Binary::make(BinaryOp::Mod, rest, make_index(out[d]))});
-      lets.push_back({"q" + std::to_string(d), rest / make_index(out[d])});
-      rest = var("q" + std::to_string(d));
-    } else {
-      lets.push_back({n, rest});
-    }
-    if (empty_input) continue;
-    Expr pos = var(n);
-    const int64_t dd = x.shape[d], bd = pads[d];
-    Expr src = folded_index(mode, pos, dd, bd);
-    if (mode == PadMode::Constant) {
-      Expr j = pos - make_index(bd);
-      Expr in_range = both(cmp(CmpOp::GE, j, make_index(0)), cmp(CmpOp::LT, j, make_index(dd)));
-      inside = inside.defined() ? both(inside, in_range) : in_range;
-    }
-    offset = offset + src * make_index(xs[d]);
-  }
-  lets.push_back({"sb", offset});
-  lets.push_back({"db", var("row") * make_index(width)});
-  Buffer src = f.buffers[0], dst = f.buffers[1];
-  auto store = [&](const Expr& i, const Expr& v) { return Store::make(dst, var("db") + i, v); };
-  Stmt row_body;
-  if (empty_input) {
-    row_body = For::make("i", make_index(0), make_index(width), ForKind::Vectorized, store(var("i"), fill));
-  } else {
-    // The row in three runs: left padding, the copied middle, right padding.
-    const int64_t lo = std::clamp<int64_t>(before, 0, width), hi = std::clamp<int64_t>(before + dim, lo, width);
-    auto edge_value = [&](const Expr& i) -> Expr {
-      if (mode == PadMode::Constant) return fill;
-      return Load::make(src, var("sb") + folded_index(mode, i, dim, before));
-    };
-    std::vector<Stmt> runs;
-    if (lo > 0) runs.push_back(For::make("i", make_index(0), make_index(lo), ForKind::Vectorized, store(var("i"), edge_value(var("i")))));
-    if (hi > lo)
-      runs.push_back(For::make("m", make_index(lo), make_index(hi), ForKind::Vectorized,
-                               store(var("m"), Load::make(src, var("sb") + var("m") - make_index(before)))));
-    if (width > hi) runs.push_back(For::make("e", make_index(hi), make_index(width), ForKind::Vectorized, store(var("e"), edge_value(var("e")))));
-    row_body = Block::make(std::move(runs));
-    if (inside.defined()) {
-      Stmt filled = For::make("c", make_index(0), make_index(width), ForKind::Vectorized, store(var("c"), fill));
-      row_body = IfThenElse::make(inside, row_body, filled);
-    }
-  }
-  for (auto it = lets.rbegin(); it != lets.rend(); ++it) row_body = LetStmt::make(it->first, it->second, row_body);
+  const PadRow row = pad_row(mode, x.shape, out, pads, empty_input);
+  Stmt row_body = pad_row_body(mode, f.buffers[0], f.buffers[1], fill, row.inside, x.shape[last], pads[last],
+                               out[last], empty_input);
+  for (auto it = row.lets.rbegin(); it != row.lets.rend(); ++it) row_body = LetStmt::make(it->first, it->second, row_body);
   f.body = For::make("row", var("begin"), var("end"), ForKind::Parallel, row_body);
   f.parallel_extent = rows;
-  f.work_per_iteration = std::max<int64_t>(1, width);
+  f.work_per_iteration = std::max<int64_t>(1, out[last]);
   verify(f);
   k.calls.push_back({std::move(f), std::move(slots)});
   return k;

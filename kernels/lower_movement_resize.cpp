@@ -221,11 +221,72 @@ std::string can_lower_resize(const Graph& g, const Node& node) {
   return "";
 }
 
-OpKernels lower_resize(const Node& node, const std::vector<OpInput>& in, const std::string& name) {
-  Attrs a;
-  if (std::string why = read_attrs(node, a); !why.empty()) fail(ErrorCode::NotImplemented, node.describe(), ": ", why);
-  const TensorSig& x = in[0].sig;
-  const size_t r = x.shape.size();
+namespace {
+
+// A Resize's output shape and per-axis scales, as interp/ops/shape_resize.cpp computes them.
+struct ResizeGeometry {
+  Shape out;
+  std::vector<double> scales;
+};
+
+// From scales: an input's (on `axes`) or Upsample 7's attribute.
+void from_scales(const Node& node, const std::vector<OpInput>& in, bool scales_attr, size_t scales_at,
+                 const std::vector<size_t>& axes, const Shape& xshape, ResizeGeometry& g) {
+  const size_t r = xshape.size();
+  if (scales_attr) {
+    for (float f : node.attr_floats("scales")) g.scales.push_back(f);
+  } else {
+    std::vector<double> given = float_values(node, in[scales_at], "scales");
+    TERRACE_CHECK(given.size() == axes.size(), InvalidArgument, node.describe(), ": scales has ", given.size(),
+                  " values for ", axes.size(), " axes");
+    g.scales.assign(r, 1.0);
+    for (size_t i = 0; i < axes.size(); ++i) g.scales[axes[i]] = given[i];
+  }
+  TERRACE_CHECK(g.scales.size() == r, InvalidArgument, node.describe(), ": ", g.scales.size(),
+                " scales for an input of rank ", r);
+  for (size_t d = 0; d < r; ++d) {
+    TERRACE_CHECK(g.scales[d] > 0 && std::isfinite(g.scales[d]), InvalidArgument, node.describe(), ": scale ",
+                  g.scales[d], " on axis ", d, " must be positive");
+    double o = std::floor(double(xshape[d]) * g.scales[d]);
+    TERRACE_CHECK(o < 9e15, InvalidArgument, node.describe(), ": scale ", g.scales[d], " makes axis ", d, " too large");
+    g.out.push_back(int64_t(o));
+  }
+}
+
+// From sizes (on `axes`), with opset 18's keep_aspect_ratio_policy.
+void from_sizes(const Node& node, const std::vector<OpInput>& in, const std::vector<size_t>& axes, const Shape& xshape,
+                ResizeGeometry& g) {
+  const size_t r = xshape.size();
+  const Shape given = constant_ints(node, in, 3, "sizes");
+  TERRACE_CHECK(given.size() == axes.size(), InvalidArgument, node.describe(), ": sizes has ", given.size(),
+                " values for ", axes.size(), " axes");
+  g.out = xshape;
+  for (size_t i = 0; i < axes.size(); ++i) {
+    TERRACE_CHECK(given[i] >= 0, InvalidArgument, node.describe(), ": negative size");
+    g.out[axes[i]] = given[i];
+  }
+  // keep_aspect_ratio_policy (opset 18): one scale for every listed axis, the smallest or the
+  // largest asked, and sizes rounded from it, as interp/ops/shape_resize.cpp computes them.
+  const std::string policy = node.attr_string("keep_aspect_ratio_policy", "stretch");
+  if (policy == "stretch") {
+    for (size_t d = 0; d < r; ++d) g.scales.push_back(xshape[d] ? double(g.out[d]) / double(xshape[d]) : 1.0);
+    return;
+  }
+  double scale = policy == "not_larger" ? std::numeric_limits<double>::infinity() : 0.0;
+  for (size_t d : axes) {
+    TERRACE_CHECK(xshape[d] > 0, InvalidArgument, node.describe(), ": cannot keep the aspect ratio of an empty axis");
+    const double ratio = double(g.out[d]) / double(xshape[d]);
+    scale = policy == "not_larger" ? std::min(scale, ratio) : std::max(scale, ratio);
+  }
+  g.scales.assign(r, 1.0);
+  for (size_t d : axes) {
+    g.scales[d] = scale;
+    g.out[d] = int64_t(std::floor(scale * double(xshape[d]) + 0.5));
+  }
+}
+
+ResizeGeometry resize_geometry(const Node& node, const std::vector<OpInput>& in, const Shape& xshape) {
+  const size_t r = xshape.size();
   // Resize from opset 11: (X, roi, scales, sizes); opset 10 and Upsample 9: (X, scales); Upsample 7:
   // (X) with a `scales` attribute.
   const bool legacy = node.op == Op::Upsample || node.inputs.size() == 2;
@@ -235,60 +296,104 @@ OpKernels lower_resize(const Node& node, const std::vector<OpInput>& in, const s
   const bool has_sizes = !legacy && has_input(in, 3) && shape_numel(in[3].sig.shape) > 0;
   TERRACE_CHECK(has_scales != has_sizes, InvalidArgument, node.describe(),
                 ": exactly one of scales and sizes must be given");
-  Shape out;
-  std::vector<double> scales;
+  ResizeGeometry g;
   // Opset 18: scales and sizes may speak of some axes only (the others keep their size).
   const std::vector<size_t> axes = legacy ? resize_axes(Node{}, r) : resize_axes(node, r);
-  if (has_scales) {
-    if (scales_attr) {
-      for (float f : node.attr_floats("scales")) scales.push_back(f);
-    } else {
-      std::vector<double> given = float_values(node, in[scales_at], "scales");
-      TERRACE_CHECK(given.size() == axes.size(), InvalidArgument, node.describe(), ": scales has ", given.size(),
-                    " values for ", axes.size(), " axes");
-      scales.assign(r, 1.0);
-      for (size_t i = 0; i < axes.size(); ++i) scales[axes[i]] = given[i];
-    }
-    TERRACE_CHECK(scales.size() == r, InvalidArgument, node.describe(), ": ", scales.size(),
-                  " scales for an input of rank ", r);
-    for (size_t d = 0; d < r; ++d) {
-      TERRACE_CHECK(scales[d] > 0 && std::isfinite(scales[d]), InvalidArgument, node.describe(), ": scale ",
-                    scales[d], " on axis ", d, " must be positive");
-      double o = std::floor(double(x.shape[d]) * scales[d]);
-      TERRACE_CHECK(o < 9e15, InvalidArgument, node.describe(), ": scale ", scales[d], " makes axis ", d, " too large");
-      out.push_back(int64_t(o));
-    }
-  } else {
-    const Shape given = constant_ints(node, in, 3, "sizes");
-    TERRACE_CHECK(given.size() == axes.size(), InvalidArgument, node.describe(), ": sizes has ", given.size(),
-                  " values for ", axes.size(), " axes");
-    out = x.shape;
-    for (size_t i = 0; i < axes.size(); ++i) {
-      TERRACE_CHECK(given[i] >= 0, InvalidArgument, node.describe(), ": negative size");
-      out[axes[i]] = given[i];
-    }
-    // keep_aspect_ratio_policy (opset 18): one scale for every listed axis, the smallest or the
-    // largest asked, and sizes rounded from it, as interp/ops/shape_resize.cpp computes them.
-    const std::string policy = node.attr_string("keep_aspect_ratio_policy", "stretch");
-    if (policy != "stretch") {
-      double scale = policy == "not_larger" ? std::numeric_limits<double>::infinity() : 0.0;
-      for (size_t d : axes) {
-        TERRACE_CHECK(x.shape[d] > 0, InvalidArgument, node.describe(), ": cannot keep the aspect ratio of an empty axis");
-        const double ratio = double(out[d]) / double(x.shape[d]);
-        scale = policy == "not_larger" ? std::min(scale, ratio) : std::max(scale, ratio);
-      }
-      scales.assign(r, 1.0);
-      for (size_t d : axes) {
-        scales[d] = scale;
-        out[d] = int64_t(std::floor(scale * double(x.shape[d]) + 0.5));
-      }
-    } else {
-      for (size_t d = 0; d < r; ++d) scales.push_back(x.shape[d] ? double(out[d]) / double(x.shape[d]) : 1.0);
-    }
-  }
+  if (has_scales) from_scales(node, in, scales_attr, scales_at, axes, xshape, g);
+  else from_sizes(node, in, axes, xshape, g);
   for (size_t d = 0; d < r; ++d)
-    TERRACE_CHECK(x.shape[d] > 0 || out[d] == 0, InvalidArgument, node.describe(),
-                  ": cannot resize an empty axis ", d, " to ", out[d]);
+    TERRACE_CHECK(xshape[d] > 0 || g.out[d] == 0, InvalidArgument, node.describe(),
+                  ": cannot resize an empty axis ", d, " to ", g.out[d]);
+  return g;
+}
+
+using Lets = std::vector<std::pair<std::string, Expr>>;
+
+// The kernel's taps per axis: an identity axis reads its own index (its part of `base`), nearest
+// takes an integer map where one fits, else the reference's float64 coordinate. Bound per outer
+// iteration, or per element (into inner_lets) for the last axis.
+struct ResizeTaps {
+  std::vector<KernelTaps> taps;
+  std::vector<bool> moves;
+  Expr base = make_index(0);  // the offset of the identity axes
+};
+ResizeTaps resize_taps(const Attrs& a, const ResizeGeometry& g, const Shape& xshape, const std::vector<int64_t>& xs,
+                       DenseNest& nest, Lets& inner_lets) {
+  const size_t r = xshape.size();
+  ResizeTaps rt;
+  rt.taps.resize(r);
+  rt.moves.assign(r, false);
+  for (size_t d = 0; d < r; ++d) {
+    Axis ax{g.scales[d], xshape[d], g.out[d]};
+    const Expr& xi = nest.index(d);
+    if (is_identity(a, ax)) {
+      if (xs[d] != 0 && g.out[d] > 1) rt.base = rt.base + xi * make_index(xs[d]);
+      continue;
+    }
+    rt.moves[d] = true;
+    if (a.mode != Mode::Linear) {
+      if (std::optional<IntegerMap> m = integer_nearest(a, ax)) {
+        Expr i = (xi * make_index(m->mul) + make_index(m->add)) / make_index(m->div);
+        rt.taps[d].up = make_const(DType::Bool, 0);
+        rt.taps[d].i0 = rt.taps[d].i1 = d + 1 == r && r > 1 ? i : nest.outer_let("ix" + std::to_string(d), i);
+        continue;
+      }
+    }
+    const bool last = d + 1 == r && r > 1;
+    auto let = [&](const std::string& n, Expr v) -> Expr {
+      if (!last) return nest.outer_let(n, v);
+      inner_lets.push_back({n, v});
+      return var(n, v.type());
+    };
+    rt.taps[d] = kernel_taps(a, ax, xi, std::to_string(d), let);
+  }
+  return rt;
+}
+
+// Nearest: one load at the taps' offsets (the identity axes' part per outer iteration).
+Expr nearest_value(const Buffer& src, const ResizeTaps& rt, const std::vector<int64_t>& xs) {
+  Expr at = rt.base;
+  for (size_t d = 0; d < rt.taps.size(); ++d)
+    if (rt.moves[d]) {
+      const KernelTaps& t = rt.taps[d];
+      at = at + (t.i0.same_as(t.i1) ? t.i0 : select(t.up, t.i1, t.i0)) * make_index(xs[d]);
+    }
+  return Load::make(src, at);
+}
+
+// Linear, in the reference's nesting: axis d's sum is 0 + w0 * (axis d+1's sum at tap 0) + w1 *
+// (...), a tap of weight 0 left out. Products are bound to names (no contraction).
+Expr linear_value(const Buffer& src, const ResizeTaps& rt, const std::vector<int64_t>& xs, DType dtype,
+                  Lets& inner_lets) {
+  const size_t r = rt.taps.size();
+  int counter = 0;
+  std::function<Expr(size_t, Expr)> level = [&](size_t d, Expr off) -> Expr {
+    while (d < r && !rt.moves[d]) ++d;
+    if (d == r) return Cast::make(DType::Float64, Load::make(src, off));
+    Expr a0 = level(d + 1, off + rt.taps[d].i0 * make_index(xs[d]));
+    Expr a1 = level(d + 1, off + rt.taps[d].i1 * make_index(xs[d]));
+    std::string p0 = "m" + std::to_string(counter++), p1 = "m" + std::to_string(counter++);
+    inner_lets.push_back({p0, rt.taps[d].w0 * a0});
+    inner_lets.push_back({p1, rt.taps[d].w1 * a1});
+    std::string s = "s" + std::to_string(counter++);
+    Expr first = select(cmp(CmpOp::NE, rt.taps[d].w0, f64(0.0)), var(p0, DType::Float64), f64(0.0));
+    inner_lets.push_back({s, (f64(0.0) + first) + var(p1, DType::Float64)});
+    return var(s, DType::Float64);
+  };
+  Expr sum = level(0, rt.base);
+  inner_lets.push_back({"total", f64(0.0) + sum});  // 0 + v, as an identity axis of the reference
+  return Cast::make(dtype, var("total", DType::Float64));
+}
+
+}  // namespace
+
+OpKernels lower_resize(const Node& node, const std::vector<OpInput>& in, const std::string& name) {
+  Attrs a;
+  if (std::string why = read_attrs(node, a); !why.empty()) fail(ErrorCode::NotImplemented, node.describe(), ": ", why);
+  const TensorSig& x = in[0].sig;
+  const size_t r = x.shape.size();
+  const ResizeGeometry g = resize_geometry(node, in, x.shape);
+  const Shape& out = g.out;
   const bool linear = a.mode == Mode::Linear;
   TERRACE_CHECK(!linear || x.dtype == DType::Float32 || x.dtype == DType::Float64, NotImplemented,
                 node.describe(), ": tier 1 compiles linear Resize of float32 and float64 only");
@@ -303,66 +408,9 @@ OpKernels lower_resize(const Node& node, const std::vector<OpInput>& in, const s
   const Buffer src = f.buffers[0], dst = f.buffers[1];
   const std::vector<int64_t> xs = row_major_strides(x.shape);
   DenseNest nest(out);
-  // Each axis' taps: bound per outer iteration, or per element for the last axis.
-  std::vector<std::pair<std::string, Expr>> inner_lets;
-  std::vector<KernelTaps> taps(r);
-  std::vector<bool> moves(r, false);
-  Expr base = make_index(0);  // the offset of the identity axes
-  for (size_t d = 0; d < r; ++d) {
-    Axis ax{scales[d], x.shape[d], out[d]};
-    const Expr& xi = nest.index(d);
-    if (is_identity(a, ax)) {
-      if (xs[d] != 0 && out[d] > 1) base = base + xi * make_index(xs[d]);
-      continue;
-    }
-    moves[d] = true;
-    if (!linear) {
-      if (std::optional<IntegerMap> m = integer_nearest(a, ax)) {
-        Expr i = (xi * make_index(m->mul) + make_index(m->add)) / make_index(m->div);
-        taps[d].up = make_const(DType::Bool, 0);
-        taps[d].i0 = taps[d].i1 = d + 1 == r && r > 1 ? i : nest.outer_let("ix" + std::to_string(d), i);
-        continue;
-      }
-    }
-    const bool last = d + 1 == r && r > 1;
-    auto let = [&](const std::string& n, Expr v) -> Expr {
-      if (!last) return nest.outer_let(n, v);
-      inner_lets.push_back({n, v});
-      return var(n, v.type());
-    };
-    taps[d] = kernel_taps(a, ax, xi, std::to_string(d), let);
-  }
-  // The offsets: the identity axes' part per outer iteration (the last axis' per element).
-  Expr value;
-  if (!linear) {
-    Expr at = base;
-    for (size_t d = 0; d < r; ++d)
-      if (moves[d]) {
-        const KernelTaps& t = taps[d];
-        at = at + (t.i0.same_as(t.i1) ? t.i0 : select(t.up, t.i1, t.i0)) * make_index(xs[d]);
-      }
-    value = Load::make(src, at);
-  } else {
-    // The reference's nesting: axis d's sum is 0 + w0 * (axis d+1's sum at tap 0) + w1 * (...),
-    // a tap of weight 0 left out. Products are bound to names (no contraction).
-    int counter = 0;
-    std::function<Expr(size_t, Expr)> level = [&](size_t d, Expr off) -> Expr {
-      while (d < r && !moves[d]) ++d;
-      if (d == r) return Cast::make(DType::Float64, Load::make(src, off));
-      Expr a0 = level(d + 1, off + taps[d].i0 * make_index(xs[d]));
-      Expr a1 = level(d + 1, off + taps[d].i1 * make_index(xs[d]));
-      std::string p0 = "m" + std::to_string(counter++), p1 = "m" + std::to_string(counter++);
-      inner_lets.push_back({p0, taps[d].w0 * a0});
-      inner_lets.push_back({p1, taps[d].w1 * a1});
-      std::string s = "s" + std::to_string(counter++);
-      Expr first = select(cmp(CmpOp::NE, taps[d].w0, f64(0.0)), var(p0, DType::Float64), f64(0.0));
-      inner_lets.push_back({s, (f64(0.0) + first) + var(p1, DType::Float64)});
-      return var(s, DType::Float64);
-    };
-    Expr sum = level(0, base);
-    inner_lets.push_back({"total", f64(0.0) + sum});  // 0 + v, as an identity axis of the reference
-    value = Cast::make(x.dtype, var("total", DType::Float64));
-  }
+  Lets inner_lets;
+  const ResizeTaps rt = resize_taps(a, g, x.shape, xs, nest, inner_lets);
+  const Expr value = linear ? linear_value(src, rt, xs, x.dtype, inner_lets) : nearest_value(src, rt, xs);
   // dst is written densely: the output offset is the flat position.
   Expr pos = make_index(0);
   const std::vector<int64_t> os = row_major_strides(out);

@@ -122,6 +122,51 @@ void compile_gpu_region(const Graph& g, const Region& region, const std::vector<
 #endif
 }
 
+// The tier's compiler, made for --tier cpu, and a writable cache (filling it is the command's
+// purpose: one it cannot write fails it before any compile); or the line saying why not.
+std::string prepare(const std::string& tier, const std::filesystem::path& cache_dir, std::unique_ptr<Backend>& cpu) {
+  if (tier == "cpu") {
+    cpu = make_cpu_backend(cache_dir.string());
+    if (!cpu) return "tier cpu: " + tier_unavailable_reason(Tier::Cpu);
+  }
+#ifdef TERRACE_HAVE_CUDA
+  if (tier == "gpu") {
+    std::string why;
+    if (!jit::nvrtc_available(&why)) return "tier gpu: NVRTC is not available: " + why;
+  }
+#endif
+#ifdef TERRACE_HAVE_CPU_JIT
+  if (!cache_dir.empty())
+    if (std::string why = jit::CodeCache(cache_dir).writable(); !why.empty()) return "the cache cannot be written: " + why;
+#endif
+  return "";
+}
+
+// One region compiled for tier 1 (`cpu`) or else tier 2, on the inputs `frame` holds for it.
+RegionResult compile_region(const Graph& g, const Region& region, const Frame& frame, Backend* cpu,
+                            const std::string& arch, const std::filesystem::path& cache_dir) {
+  RegionResult r;
+  r.id = region.id;
+  r.ops = region.ops();
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    std::vector<Tensor> inputs;
+    for (int v : region.inputs) inputs.push_back(frame.env[size_t(v)].tensor);
+    if (cpu) {
+      std::unique_ptr<CompiledRegion> c = cpu->compile(g, region, inputs);
+      for (size_t at = 0; (at = c->ir.find("kernel ", at)) != std::string::npos; at += 7)
+        if (at == 0 || c->ir[at - 1] == '\n') ++r.kernels;
+      r.status = "compiled";
+    } else {
+      compile_gpu_region(g, region, inputs, arch, cache_dir, r);
+    }
+  } catch (const Error& e) {
+    r.status = std::string("failed: ") + e.what();
+  }
+  r.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  return r;
+}
+
 void write_json(const std::string& path, const std::string& model, const std::string& tier, const std::string& arch,
                 const std::string& cache_dir, const std::vector<RegionResult>& results, bool passed) {
   Json j;
@@ -175,55 +220,16 @@ int cmd_compile(const ParsedArgs& args) {
   const Frame frame = evaluate_all(g, plan, random_inputs(g, 42, dims));
 
   std::unique_ptr<Backend> cpu;
-  if (tier == "cpu") {
-    cpu = make_cpu_backend(cache_dir.string());
-    if (!cpu) {
-      std::printf("tier cpu: %s\n", tier_unavailable_reason(Tier::Cpu).c_str());
-      return 1;
-    }
+  if (std::string why = prepare(tier, cache_dir, cpu); !why.empty()) {
+    std::printf("%s\n", why.c_str());
+    return 1;
   }
-#ifdef TERRACE_HAVE_CUDA
-  if (tier == "gpu") {
-    std::string why;
-    if (!jit::nvrtc_available(&why)) {
-      std::printf("tier gpu: NVRTC is not available: %s\n", why.c_str());
-      return 1;
-    }
-  }
-#endif
-
-  // Filling the cache is the command's purpose: one it cannot write fails it before any compile.
-#ifdef TERRACE_HAVE_CPU_JIT
-  if (!cache_dir.empty())
-    if (std::string why = jit::CodeCache(cache_dir).writable(); !why.empty()) {
-      std::printf("the cache cannot be written: %s\n", why.c_str());
-      return 1;
-    }
-#endif
   std::printf("model %s: %zu regions, tier %s%s, cache %s\n", model.c_str(), plan.regions.size(), tier.c_str(),
               tier == "gpu" ? (" " + arch).c_str() : "", cache_dir.empty() ? "(none)" : cache_dir.c_str());
   std::vector<RegionResult> results;
   int failed = 0, skipped = 0;
   for (const Region& region : plan.regions) {
-    RegionResult r;
-    r.id = region.id;
-    r.ops = region.ops();
-    const auto start = std::chrono::steady_clock::now();
-    try {
-      std::vector<Tensor> inputs;
-      for (int v : region.inputs) inputs.push_back(frame.env[size_t(v)].tensor);
-      if (tier == "cpu") {
-        std::unique_ptr<CompiledRegion> c = cpu->compile(g, region, inputs);
-        for (size_t at = 0; (at = c->ir.find("kernel ", at)) != std::string::npos; at += 7)
-          if (at == 0 || c->ir[at - 1] == '\n') ++r.kernels;
-        r.status = "compiled";
-      } else {
-        compile_gpu_region(g, region, inputs, arch, cache_dir, r);
-      }
-    } catch (const Error& e) {
-      r.status = std::string("failed: ") + e.what();
-    }
-    r.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    RegionResult r = compile_region(g, region, frame, cpu.get(), arch, cache_dir);
     failed += r.status.rfind("failed", 0) == 0;
     skipped += r.status.rfind("skipped", 0) == 0;
     std::printf("  region %d [%s]: %lld kernels, %s (%.0f ms%s)%s%s\n", r.id, r.ops.c_str(), (long long)r.kernels,

@@ -122,6 +122,75 @@ void serve_calls(const std::function<void()>& call) {
   std::fflush(stdout);
 }
 
+using Assignments = std::vector<std::pair<std::string, std::string>>;
+
+void check_expect_names(const Graph& graph, const Assignments& expect_files) {
+  for (auto& [name, file] : expect_files) {
+    bool found = false;
+    for (int id : graph.outputs) found = found || graph.values[size_t(id)].name == name;
+    if (!found) throw UsageError{"--expect names '" + name + "', which is not a graph output"};
+  }
+}
+
+// The inputs: --random-inputs' values, each replaced (or added) by an --input file.
+NamedTensors run_inputs(const Graph& graph, bool random, const std::vector<std::pair<std::string, int64_t>>& dims,
+                        const Assignments& input_files) {
+  NamedTensors inputs;
+  if (random) inputs = random_inputs(graph, 42, dims);
+  for (auto& [name, file] : input_files) {
+    Tensor t = load_tensor_pb(file);
+    bool replaced = false;
+    for (auto& [n, v] : inputs)
+      if (n == name) v = t, replaced = true;
+    if (!replaced) inputs.emplace_back(name, std::move(t));
+  }
+  return inputs;
+}
+
+// The line naming the tiers allowed and those the calls ran on (`ran` sorted lowest first).
+void print_tiers(Tier allowed, std::vector<std::string>& ran) {
+  std::sort(ran.begin(), ran.end(), [](const std::string& a, const std::string& b) {
+    auto rank = [](const std::string& t) { return t == "interp" ? 0 : t == "cpu" ? 1 : t == "gpu" ? 2 : 3; };
+    return rank(a) < rank(b);
+  });
+  std::string ran_text;
+  for (auto& t : ran) ran_text += (ran_text.empty() ? "" : ", ") + t;
+  std::printf("tiers: up to %s allowed; ran on %s\n", tier_name(allowed),
+              ran.empty() ? "none (no call was made)" : ran_text.c_str());
+}
+
+Json outputs_json(const NamedTensors& outputs) {
+  Json list = Json::array();
+  for (auto& [name, t] : outputs)
+    list.push_back({{"name", name}, {"dtype", dtype_name(t.dtype())}, {"shape", t.shape()}});
+  return list;
+}
+
+// The --expect checks, each printed and added to `checks`; whether all passed.
+bool check_outputs(const Assignments& expect_files, const NamedTensors& outputs, Json& checks) {
+  bool ok = true;
+  for (auto& [name, file] : expect_files) {
+    const Tensor* got = nullptr;
+    for (auto& [n, t] : outputs)
+      if (n == name) got = &t;
+    if (!got) {  // --serve with no count on stdin: no call, so nothing to compare
+      std::printf("check %s: FAILED: no call was made, so there is no output to check\n", name.c_str());
+      ok = false;
+      checks.push_back({{"output", name}, {"equal", false}, {"message", "no call was made"}});
+      continue;
+    }
+    Tensor want = load_tensor_pb(file);
+    Comparison c = compare_tensors(want, *got, Tolerance::for_dtype(want.dtype()));
+    std::printf("check %s: %s (max abs err %.3g, max rel err %.3g)%s%s\n", name.c_str(),
+                c.equal ? "matches" : "DIFFERS", c.max_abs_err, c.max_rel_err,
+                c.equal ? "" : ": ", c.message.c_str());
+    ok = ok && c.equal;
+    checks.push_back({{"output", name}, {"equal", c.equal}, {"max_abs_err", c.max_abs_err},
+                      {"max_rel_err", c.max_rel_err}, {"message", c.message}});
+  }
+  return ok;
+}
+
 }  // namespace
 
 int cmd_run(const ParsedArgs& args) {
@@ -148,20 +217,8 @@ int cmd_run(const ParsedArgs& args) {
   const Graph& graph = session->graph();
   for (auto& [name, file] : input_files) check_input_name(graph, name);
   check_dim_names(graph, dims);
-  for (auto& [name, file] : expect_files) {
-    bool found = false;
-    for (int id : graph.outputs) found = found || graph.values[size_t(id)].name == name;
-    if (!found) throw UsageError{"--expect names '" + name + "', which is not a graph output"};
-  }
-  NamedTensors inputs;
-  if (random) inputs = random_inputs(graph, 42, dims);
-  for (auto& [name, file] : input_files) {
-    Tensor t = load_tensor_pb(file);
-    bool replaced = false;
-    for (auto& [n, v] : inputs)
-      if (n == name) v = t, replaced = true;
-    if (!replaced) inputs.emplace_back(name, std::move(t));
-  }
+  check_expect_names(graph, expect_files);
+  const NamedTensors inputs = run_inputs(graph, random, dims, input_files);
   for (auto& [name, t] : inputs)
     log(LogLevel::Trace, "run: input ", name, ": ", dtype_name(t.dtype()), shape_str(t.shape()));
 
@@ -193,36 +250,10 @@ int cmd_run(const ParsedArgs& args) {
   }
   for (auto& [name, t] : outputs)
     std::printf("output %s: %s%s\n", name.c_str(), dtype_name(t.dtype()), shape_str(t.shape()).c_str());
-  std::sort(ran.begin(), ran.end(), [](const std::string& a, const std::string& b) {
-    auto rank = [](const std::string& t) { return t == "interp" ? 0 : t == "cpu" ? 1 : t == "gpu" ? 2 : 3; };
-    return rank(a) < rank(b);
-  });
-  std::string ran_text;
-  for (auto& t : ran) ran_text += (ran_text.empty() ? "" : ", ") + t;
-  std::printf("tiers: up to %s allowed; ran on %s\n", tier_name(options.max_tier),
-              ran.empty() ? "none (no call was made)" : ran_text.c_str());
+  print_tiers(options.max_tier, ran);
 
-  bool ok = true;
   Json checks = Json::array();
-  for (auto& [name, file] : expect_files) {
-    const Tensor* got = nullptr;
-    for (auto& [n, t] : outputs)
-      if (n == name) got = &t;
-    if (!got) {  // --serve with no count on stdin: no call, so nothing to compare
-      std::printf("check %s: FAILED: no call was made, so there is no output to check\n", name.c_str());
-      ok = false;
-      checks.push_back({{"output", name}, {"equal", false}, {"message", "no call was made"}});
-      continue;
-    }
-    Tensor want = load_tensor_pb(file);
-    Comparison c = compare_tensors(want, *got, Tolerance::for_dtype(want.dtype()));
-    std::printf("check %s: %s (max abs err %.3g, max rel err %.3g)%s%s\n", name.c_str(),
-                c.equal ? "matches" : "DIFFERS", c.max_abs_err, c.max_rel_err,
-                c.equal ? "" : ": ", c.message.c_str());
-    ok = ok && c.equal;
-    checks.push_back({{"output", name}, {"equal", c.equal}, {"max_abs_err", c.max_abs_err},
-                      {"max_rel_err", c.max_rel_err}, {"message", c.message}});
-  }
+  const bool ok = check_outputs(expect_files, outputs, checks);
 
   if (!output_dir.empty()) write_outputs(output_dir, outputs);
   if (!json_path.empty()) {
@@ -231,9 +262,7 @@ int cmd_run(const ParsedArgs& args) {
     j["tier"] = tier_name(options.max_tier);
     j["tiers_ran"] = ran;
     j["warm_calls"] = warm;
-    j["outputs"] = Json::array();
-    for (auto& [name, t] : outputs)
-      j["outputs"].push_back({{"name", name}, {"dtype", dtype_name(t.dtype())}, {"shape", t.shape()}});
+    j["outputs"] = outputs_json(outputs);
     j["checks"] = checks;
     j["report"] = Json::parse(session->report_json());
     j["passed"] = ok;

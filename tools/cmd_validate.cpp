@@ -271,6 +271,33 @@ Json tier_json(const TierResult& r) {
   return j;
 }
 
+// The reference: the graph as loaded, on the interpreter, one call per input set.
+std::vector<NamedTensors> reference_outputs(const std::shared_ptr<const Graph>& graph, const Options& base,
+                                            const std::vector<NamedTensors>& inputs) {
+  Options ref_options = base;
+  ref_options.max_tier = Tier::Interp;
+  ref_options.optimize = OptimizeLevel::None;
+  auto reference_session = Session::from_graph(graph, ref_options);
+  std::vector<NamedTensors> reference;
+  for (const NamedTensors& in : inputs) reference.push_back(reference_session->run(in));
+  return reference;
+}
+
+// Rewrites per pass over all its runs (the folding loop runs some passes once per round), as
+// "pass n, ...": the passes that rewrote something, in their first run's order.
+std::string rewrites_by_pass(const std::vector<PassRecord>& records) {
+  std::vector<std::pair<std::string, int>> per_pass;
+  for (const PassRecord& p : records) {
+    auto it = std::find_if(per_pass.begin(), per_pass.end(), [&](auto& e) { return e.first == p.pass; });
+    if (it == per_pass.end()) per_pass.emplace_back(p.pass, p.rewrites);
+    else it->second += p.rewrites;
+  }
+  std::string rewrites;
+  for (auto& [pass, n] : per_pass)
+    if (n > 0) rewrites += (rewrites.empty() ? "" : ", ") + pass + " " + std::to_string(n);
+  return rewrites;
+}
+
 }  // namespace
 
 int cmd_validate(const ParsedArgs& args) {
@@ -301,14 +328,7 @@ int cmd_validate(const ParsedArgs& args) {
   std::vector<NamedTensors> inputs;
   for (int64_t c = 0; c < calls; ++c) inputs.push_back(call_inputs(*graph, args, c, files, dims));
 
-  // The reference: the graph as loaded, on the interpreter.
-  Options ref_options = base;
-  ref_options.max_tier = Tier::Interp;
-  ref_options.optimize = OptimizeLevel::None;
-  auto reference_session = Session::from_graph(graph, ref_options);
-  std::vector<NamedTensors> reference;
-  for (int64_t c = 0; c < calls; ++c) reference.push_back(reference_session->run(inputs[size_t(c)]));
-  reference_session.reset();
+  const std::vector<NamedTensors> reference = reference_outputs(graph, base, inputs);
 
   std::vector<PassRecord> records;
   std::shared_ptr<const Graph> optimized = optimize_graph(graph, base.optimize, {}, &records);
@@ -316,17 +336,7 @@ int cmd_validate(const ParsedArgs& args) {
               "the interpreter\n",
               model.c_str(), optimize_level_name(base.optimize), graph->nodes.size(), optimized->nodes.size(),
               (long long)calls);
-  // Rewrites per pass over all its runs (the folding loop runs some passes once per round).
-  std::vector<std::pair<std::string, int>> per_pass;
-  for (const PassRecord& p : records) {
-    auto it = std::find_if(per_pass.begin(), per_pass.end(), [&](auto& e) { return e.first == p.pass; });
-    if (it == per_pass.end()) per_pass.emplace_back(p.pass, p.rewrites);
-    else it->second += p.rewrites;
-  }
-  std::string rewrites;
-  for (auto& [pass, n] : per_pass)
-    if (n > 0) rewrites += (rewrites.empty() ? "" : ", ") + pass + " " + std::to_string(n);
-  if (!rewrites.empty()) std::printf("rewrites by pass: %s\n", rewrites.c_str());
+  if (const std::string rewrites = rewrites_by_pass(records); !rewrites.empty()) std::printf("rewrites by pass: %s\n", rewrites.c_str());
 
   bool ok = true;
   int checked = 0;

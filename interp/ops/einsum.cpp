@@ -46,6 +46,32 @@ std::string normalize_term(const Node& node, std::string t) {
   return r;
 }
 
+// The output term of an equation without "->": the ellipsis, then the letters used once.
+std::string implicit_output(const std::map<char, int>& count, int64_t ell_rank) {
+  std::string out = ell_rank > 0 ? "." : "";
+  for (auto& [c, n] : count)  // std::map orders letters: uppercase before lowercase, as numpy
+    if (n == 1) out += c;
+  return out;
+}
+
+// The output term's labels into p.out_labels, every other label into p.sum_labels.
+void plan_output(const Node& node, const std::string& out, const std::map<char, int>& id, int64_t ell_rank,
+                 EinsumPlan& p) {
+  std::vector<bool> in_out(p.size.size(), false);
+  for (char c : out) {
+    if (c == '.') {
+      for (int e = 0; e < ell_rank; ++e) p.out_labels.push_back(e), in_out[size_t(e)] = true;
+      continue;
+    }
+    TERRACE_CHECK(id.count(c) && !in_out[size_t(id.at(c))], InvalidModel, node.describe(),
+                  ": output label '", c, "' is unknown or repeated");
+    p.out_labels.push_back(id.at(c));
+    in_out[size_t(id.at(c))] = true;
+  }
+  for (size_t l = 0; l < p.size.size(); ++l)
+    if (!in_out[l]) p.sum_labels.push_back(int(l));
+}
+
 EinsumPlan plan_einsum(const Node& node, const std::vector<const Tensor*>& in) {
   std::string eq;
   for (char c : node.attr_string("equation", ""))
@@ -105,27 +131,8 @@ EinsumPlan plan_einsum(const Node& node, const std::vector<const Tensor*>& in) {
       ++dim;
     }
   }
-  std::string out;
-  if (explicit_out) {
-    out = normalize_term(node, eq.substr(arrow + 2));
-  } else {
-    out = ell_rank > 0 ? "." : "";
-    for (auto& [c, n] : count)  // std::map orders letters: uppercase before lowercase, as numpy
-      if (n == 1) out += c;
-  }
-  std::vector<bool> in_out(p.size.size(), false);
-  for (char c : out) {
-    if (c == '.') {
-      for (int e = 0; e < ell_rank; ++e) p.out_labels.push_back(e), in_out[size_t(e)] = true;
-      continue;
-    }
-    TERRACE_CHECK(id.count(c) && !in_out[size_t(id[c])], InvalidModel, node.describe(),
-                  ": output label '", c, "' is unknown or repeated");
-    p.out_labels.push_back(id[c]);
-    in_out[size_t(id[c])] = true;
-  }
-  for (size_t l = 0; l < p.size.size(); ++l)
-    if (!in_out[l]) p.sum_labels.push_back(int(l));
+  const std::string out = explicit_out ? normalize_term(node, eq.substr(arrow + 2)) : implicit_output(count, ell_rank);
+  plan_output(node, out, id, ell_rank, p);
   return p;
 }
 

@@ -192,6 +192,32 @@ Heads concat_past(const Node& node, const KernelContext& ctx, size_t past_at, co
   return all;
 }
 
+// Attention's attn_mask: its values, and its strides broadcast to the scores [B, H, L, S].
+struct AttentionMask {
+  std::vector<double> values;
+  std::vector<int64_t> strides;
+  bool is_bool = false;  // true: attend where set; float: added to the scores
+};
+AttentionMask attention_mask(const Node& node, const Tensor& m, const Shape& scores_shape) {
+  AttentionMask mask;
+  mask.is_bool = m.dtype() == DType::Bool;
+  TERRACE_CHECK(mask.is_bool || is_float(m.dtype()), InvalidArgument, node.describe(), ": attn_mask must be bool or float");
+  mask.strides = broadcast_strides(node, m.shape(), scores_shape, "attn_mask");
+  mask.values = doubles(m);
+  return mask;
+}
+
+// [B, H, L, Ev] -> [B, L, H * Ev]: the heads side by side again, for 3-D inputs.
+std::vector<double> merge_heads(const std::vector<double>& y, int64_t B, int64_t H, int64_t L, int64_t Ev) {
+  std::vector<double> t(y.size());
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t i = 0; i < L; ++i)
+        for (int64_t k = 0; k < Ev; ++k)
+          t[size_t(((b * L + i) * H + h) * Ev + k)] = y[size_t(((b * H + h) * L + i) * Ev + k)];
+  return t;
+}
+
 // softmax(Q K^T * scale + mask, softcapped) V, with grouped heads (query head h reads key/value
 // head h mod kv_heads, as ONNX's reference tiles them), past keys and values, and the optional
 // QK output (qk_matmul_output_mode 0: scaled QK, 1: plus the mask, 2: softcapped, 3: softmax).
@@ -222,16 +248,10 @@ void attention_kernel(KernelContext& ctx) {
   const Shape scores_shape = {B, H, L, S};
   const bool has_mask = ctx.has_input(3);
   TERRACE_CHECK(!(has_mask && causal), InvalidModel, node.describe(), ": is_causal and attn_mask exclude each other");
-  std::vector<double> mask;
-  std::vector<int64_t> mask_strides;
-  bool bool_mask = false;
-  if (has_mask) {
-    const Tensor& m = ctx.input(3);
-    bool_mask = m.dtype() == DType::Bool;
-    TERRACE_CHECK(bool_mask || is_float(m.dtype()), InvalidArgument, node.describe(), ": attn_mask must be bool or float");
-    mask_strides = broadcast_strides(node, m.shape(), scores_shape, "attn_mask");
-    mask = doubles(m);
-  }
+  const AttentionMask mask_in = has_mask ? attention_mask(node, ctx.input(3), scores_shape) : AttentionMask{};
+  const std::vector<double>& mask = mask_in.values;
+  const std::vector<int64_t>& mask_strides = mask_in.strides;
+  const bool bool_mask = mask_in.is_bool;
   std::vector<double> y(size_t(B * H * L * Ev), 0.0), qk_out;
   if (ctx.wants_output(3)) qk_out.resize(size_t(B * H * L * S));
   std::vector<double> row(static_cast<size_t>(S)), raw(static_cast<size_t>(S));
@@ -267,14 +287,8 @@ void attention_kernel(KernelContext& ctx) {
         }
       }
     }
-  if (qt.rank() == 3) {  // [B, H, L, Ev] -> [B, L, H * Ev]
-    std::vector<double> t(y.size());
-    for (int64_t b = 0; b < B; ++b)
-      for (int64_t h = 0; h < H; ++h)
-        for (int64_t i = 0; i < L; ++i)
-          for (int64_t k = 0; k < Ev; ++k)
-            t[size_t(((b * L + i) * H + h) * Ev + k)] = y[size_t(((b * H + h) * L + i) * Ev + k)];
-    ctx.set_output(0, tensor_of(t, {B, L, H * Ev}, qt.dtype()));
+  if (qt.rank() == 3) {
+    ctx.set_output(0, tensor_of(merge_heads(y, B, H, L, Ev), {B, L, H * Ev}, qt.dtype()));
   } else {
     ctx.set_output(0, tensor_of(y, {B, H, L, Ev}, qt.dtype()));
   }

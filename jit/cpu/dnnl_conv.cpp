@@ -449,27 +449,8 @@ class ConvChain : public DnnlPrimitive {
     s.w_desc = pd.weights_desc();
     TERRACE_CHECK(s.x >= 0 || s.src == steps_[size_t(s.x_step)].dst, Internal, s.node.describe(),
                   ": oneDNN chose another source layout than its producer's");
-    if (s.x >= 0) {
-      s.in_user = plain(dims_of(s.x_shape));
-      if (s.src != s.in_user) s.in_reorder = make_reorder(s.node, s.in_user, s.src, s.threads);
-    }
-    if (s.sum_input >= 0) {
-      s.sum_user = plain(dims_of(s.out_shape));
-      s.sum_reorder = make_reorder(s.node, s.sum_user, s.dst, s.threads);
-    }
-    if (s.sum_step >= 0) s.sum_reorder = make_reorder(s.node, steps_[size_t(s.sum_step)].dst, s.dst, s.threads);
-    if (constant_w && (s.winograd = winograd_for(s, g, constant_w))) {
-      has_winograd_ = true;
-      constant_w->drop_resident_pages();  // the kernel reads its own copy (Tensor::file_backed)
-    } else if (constant_w) {
-      s.weights = memory(s.w_desc, cpu_engine());
-      // Reordered once, where the chain is built (a background thread: threads_to_run).
-      make_reorder(s.node, s.user_w, s.w_desc, threads_to_run(s.threads))(wrap(s.user_w, constant_w->data<float>()),
-                                                                          s.weights, threads_to_run(s.threads));
-      constant_w->drop_resident_pages();  // the chain reads its own copy (Tensor::file_backed)
-    } else if (s.w_desc != s.user_w) {
-      s.w_reorder = make_reorder(s.node, s.user_w, s.w_desc, s.threads);
-    }
+    build_input_reorders(s);
+    build_step_weights(s, g, constant_w);
     s.text = "convolution_forward (" + s.node.describe() + ", " +
              (s.winograd ? std::string("Terrace's Winograd F(2x2, 3x3), AVX2/FMA") : pd.impl_info_str()) + "): src " +
              (s.x >= 0 ? "input " + std::to_string(s.x) : "step " + std::to_string(s.x_step)) + " " +
@@ -484,6 +465,36 @@ class ConvChain : public DnnlPrimitive {
                                                       : " sum(step " + std::to_string(s.sum_step) + ")";
     if (s.post.empty()) s.text += " none";
     s.text += "; " + std::to_string(s.threads) + " OpenMP threads";
+  }
+
+  // Step s's reorders into the layouts its primitive chose: of a chain input, of a summed addend.
+  void build_input_reorders(Step& s) {
+    if (s.x >= 0) {
+      s.in_user = plain(dims_of(s.x_shape));
+      if (s.src != s.in_user) s.in_reorder = make_reorder(s.node, s.in_user, s.src, s.threads);
+    }
+    if (s.sum_input >= 0) {
+      s.sum_user = plain(dims_of(s.out_shape));
+      s.sum_reorder = make_reorder(s.node, s.sum_user, s.dst, s.threads);
+    }
+    if (s.sum_step >= 0) s.sum_reorder = make_reorder(s.node, steps_[size_t(s.sum_step)].dst, s.dst, s.threads);
+  }
+
+  // Step s's weights: constant ones for Terrace's Winograd kernel or in the primitive's layout
+  // once; given ones reordered on each call where that layout is not theirs.
+  void build_step_weights(Step& s, const ops::ConvGeometry& g, const Tensor* constant_w) {
+    if (constant_w && (s.winograd = winograd_for(s, g, constant_w))) {
+      has_winograd_ = true;
+      constant_w->drop_resident_pages();  // the kernel reads its own copy (Tensor::file_backed)
+    } else if (constant_w) {
+      s.weights = memory(s.w_desc, cpu_engine());
+      // Reordered once, where the chain is built (a background thread: threads_to_run).
+      make_reorder(s.node, s.user_w, s.w_desc, threads_to_run(s.threads))(wrap(s.user_w, constant_w->data<float>()),
+                                                                          s.weights, threads_to_run(s.threads));
+      constant_w->drop_resident_pages();  // the chain reads its own copy (Tensor::file_backed)
+    } else if (s.w_desc != s.user_w) {
+      s.w_reorder = make_reorder(s.node, s.user_w, s.w_desc, s.threads);
+    }
   }
 
   // Terrace's own convolution for step s where it computes what oneDNN would, faster

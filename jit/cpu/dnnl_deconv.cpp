@@ -63,92 +63,28 @@ class Deconvolution : public DnnlPrimitive {
       description_ += "; a zero-sized tensor, run by the interpreter's kernel, no library call";
       return;
     }
-    // The window of natural points the output shows, per spatial dim.
-    Dims strides, dil, pad_l, pad_r, inner{g.batch, g.cout};
-    direct_ = true;
-    for (size_t d = 0; d < g.in.size(); ++d) {
-      const int64_t natural = g.strides[d] * (g.in[d] - 1) + (g.kernel[d] - 1) * g.dilations[d] + 1;
-      const int64_t lo = std::max<int64_t>(g.pads_begin[d], 0);
-      const int64_t hi = std::min<int64_t>(g.pads_begin[d] + g.out[d], natural);
-      if (hi <= lo) {  // no tap reaches the output: bias (or zero) everywhere
-        bias_only_ = true;
-        description_ += "; no kernel tap reaches the output: it holds the bias, no library call" + post;
-        return;
-      }
-      strides.push_back(g.strides[d]);
-      dil.push_back(g.dilations[d] - 1);  // oneDNN counts the gaps
-      pad_l.push_back(lo);
-      pad_r.push_back(natural - hi);
-      inner.push_back(hi - lo);
-      offset_.push_back(lo - g.pads_begin[d]);
-      direct_ = direct_ && hi - lo == g.out[d];
+    const std::optional<Window> w = window(g);
+    if (!w) {  // no tap reaches the output: bias (or zero) everywhere
+      bias_only_ = true;
+      description_ += "; no kernel tap reaches the output: it holds the bias, no library call" + post;
+      return;
     }
-    inner_ = Shape(inner.begin(), inner.end());
-    // Weights [C, M/G, k...] as oneDNN's [M, C, k...] or [G, M/G, C/G, k...], read through strides.
-    const int64_t K = g.kernel_size(), cin_g = g.cin_g(), cout_g = g.cout_g();
-    Dims wdims, wstrides;
-    if (g.group > 1) {
-      wdims = {g.group, cout_g, cin_g};
-      wstrides = {cin_g * cout_g * K, K, cout_g * K};
-    } else {
-      wdims = {g.cout, g.cin};
-      wstrides = {K, g.cout * K};
-    }
-    int64_t kstride = K;
-    for (int64_t k : g.kernel) {
-      kstride /= k;
-      wdims.push_back(k);
-      wstrides.push_back(kstride);
-    }
-    user_w_ = memory::desc(wdims, memory::data_type::f32, wstrides);
+    inner_ = Shape(w->inner.begin(), w->inner.end());
+    user_w_ = user_weights(g);
     src_ = plain(Dims(shapes[0].begin(), shapes[0].end()));
-    dst_ = plain(inner);
+    dst_ = plain(w->inner);
     if (shapes.size() == 3) bias_ = plain({g.cout});
-    threads_ = threads_for(double(shape_numel(shapes[0])) * double(cout_g) * double(K));
+    threads_ = threads_for(double(shape_numel(shapes[0])) * double(g.cout_g()) * double(g.kernel_size()));
     for (size_t i = 0; i < constants.size() && i < shapes.size(); ++i)
       if (constants[i] && activation.kind != DnnlActivation::Kind::None &&
           !all_finite(constants[i]->data<float>(), size_t(constants[i]->numel()), 1))
         reference_only_ = true;  // non-finite constants: the fused activation would differ
-    auto pd = building(node, threads_, "deconvolution", [&] {
-      const memory::desc weights(wdims, memory::data_type::f32, memory::format_tag::any);
-      dnnl::deconvolution_forward::desc d =
-          shapes.size() == 3
-              ? dnnl::deconvolution_forward::desc(dnnl::prop_kind::forward_inference,
-                                                  dnnl::algorithm::deconvolution_direct, src_, weights, bias_, dst_,
-                                                  strides, dil, pad_l, pad_r)
-              : dnnl::deconvolution_forward::desc(dnnl::prop_kind::forward_inference,
-                                                  dnnl::algorithm::deconvolution_direct, src_, weights, dst_, strides,
-                                                  dil, pad_l, pad_r);
-      dnnl::post_ops ops;
-      dnnl_append_activation(ops, activation);
-      dnnl::primitive_attr attr = user_scratchpad();
-      attr.set_post_ops(ops);
-      return dnnl::deconvolution_forward::primitive_desc(d, attr, cpu_engine());
-    });
-    prim_ = dnnl::deconvolution_forward(pd);
-    scratch_ = pd.scratchpad_desc();
-    w_desc_ = pd.weights_desc();
+    const std::string impl = build_primitive(node, *w, activation);
     const Tensor* constant_w = constants.size() > 1 ? constants[1] : nullptr;
-    if (w_desc_ != user_w_) {
-      // Constant weights are reordered once, here on a compile thread: built for the thread count
-      // that runs there (interp/omp_threads.h); weights given at run time on the callers' count.
-      w_reorder_ = building(node, constant_w ? threads_to_run(threads_) : threads_, "deconvolution", [&] {
-        dnnl::reorder::primitive_desc r(cpu_engine(), user_w_, cpu_engine(), w_desc_, user_scratchpad());
-        reorder_scratch_ = r.scratchpad_desc();
-        return dnnl::primitive(dnnl::reorder(r));
-      });
-    }
-    if (constant_w) {
-      weights_ = memory(w_desc_, cpu_engine());
-      if (w_reorder_)
-        execute(*w_reorder_, reorder_scratch_, {{DNNL_ARG_FROM, wrap(user_w_, constant_w->data<float>())}, {DNNL_ARG_TO, weights_}},
-                threads_to_run(threads_));
-      else
-        std::memcpy(weights_.get_data_handle(), constant_w->data<float>(), w_desc_.get_size());
-    }
-    description_ += std::string("; ") + pd.impl_info_str() + ", strides " + dims_str(strides) +
-                    ", dilations (gaps) " + dims_str(dil) + ", pads " + dims_str(pad_l) + " " + dims_str(pad_r) +
-                    ", groups " + std::to_string(g.group) +
+    lay_out_weights(node, constant_w);
+    description_ += std::string("; ") + impl + ", strides " + dims_str(w->strides) + ", dilations (gaps) " +
+                    dims_str(w->dil) + ", pads " + dims_str(w->pad_l) + " " + dims_str(w->pad_r) + ", groups " +
+                    std::to_string(g.group) +
                     (direct_ ? "" : "; computes " + shape_str(inner_) + " of the output, the rest holds the bias") +
                     (constant_w ? "; constant weights reordered once" : w_reorder_ ? "; weights reordered each call" : "") +
                     post + (post.empty() ? "" : " (fused on inputs that are all finite)") + "; " +
@@ -199,6 +135,97 @@ class Deconvolution : public DnnlPrimitive {
   }
 
  private:
+  // What oneDNN computes: the window of natural points the output shows, per spatial dim, as
+  // oneDNN's strides, dilation gaps and pads, and dst dims `inner`.
+  struct Window {
+    Dims strides, dil, pad_l, pad_r, inner;
+  };
+
+  // The window, with offset_ and direct_; none where no tap reaches the output.
+  std::optional<Window> window(const ops::ConvGeometry& g) {
+    Window w;
+    w.inner = {g.batch, g.cout};
+    direct_ = true;
+    for (size_t d = 0; d < g.in.size(); ++d) {
+      const int64_t natural = g.strides[d] * (g.in[d] - 1) + (g.kernel[d] - 1) * g.dilations[d] + 1;
+      const int64_t lo = std::max<int64_t>(g.pads_begin[d], 0);
+      const int64_t hi = std::min<int64_t>(g.pads_begin[d] + g.out[d], natural);
+      if (hi <= lo) return std::nullopt;
+      w.strides.push_back(g.strides[d]);
+      w.dil.push_back(g.dilations[d] - 1);  // oneDNN counts the gaps
+      w.pad_l.push_back(lo);
+      w.pad_r.push_back(natural - hi);
+      w.inner.push_back(hi - lo);
+      offset_.push_back(lo - g.pads_begin[d]);
+      direct_ = direct_ && hi - lo == g.out[d];
+    }
+    return w;
+  }
+
+  // Weights [C, M/G, k...] as oneDNN's [M, C, k...] or [G, M/G, C/G, k...], read through strides.
+  static memory::desc user_weights(const ops::ConvGeometry& g) {
+    const int64_t K = g.kernel_size(), cin_g = g.cin_g(), cout_g = g.cout_g();
+    Dims wdims, wstrides;
+    if (g.group > 1) {
+      wdims = {g.group, cout_g, cin_g};
+      wstrides = {cin_g * cout_g * K, K, cout_g * K};
+    } else {
+      wdims = {g.cout, g.cin};
+      wstrides = {K, g.cout * K};
+    }
+    int64_t kstride = K;
+    for (int64_t k : g.kernel) {
+      kstride /= k;
+      wdims.push_back(k);
+      wstrides.push_back(kstride);
+    }
+    return memory::desc(wdims, memory::data_type::f32, wstrides);
+  }
+
+  // prim_, its scratchpad and weights layout; returns oneDNN's name for its implementation.
+  std::string build_primitive(const Node& node, const Window& w, const DnnlActivation& activation) {
+    auto pd = building(node, threads_, "deconvolution", [&] {
+      const memory::desc weights(user_w_.dims(), memory::data_type::f32, memory::format_tag::any);
+      dnnl::deconvolution_forward::desc d =
+          shapes_.size() == 3
+              ? dnnl::deconvolution_forward::desc(dnnl::prop_kind::forward_inference,
+                                                  dnnl::algorithm::deconvolution_direct, src_, weights, bias_, dst_,
+                                                  w.strides, w.dil, w.pad_l, w.pad_r)
+              : dnnl::deconvolution_forward::desc(dnnl::prop_kind::forward_inference,
+                                                  dnnl::algorithm::deconvolution_direct, src_, weights, dst_,
+                                                  w.strides, w.dil, w.pad_l, w.pad_r);
+      dnnl::post_ops ops;
+      dnnl_append_activation(ops, activation);
+      dnnl::primitive_attr attr = user_scratchpad();
+      attr.set_post_ops(ops);
+      return dnnl::deconvolution_forward::primitive_desc(d, attr, cpu_engine());
+    });
+    prim_ = dnnl::deconvolution_forward(pd);
+    scratch_ = pd.scratchpad_desc();
+    w_desc_ = pd.weights_desc();
+    return pd.impl_info_str();
+  }
+
+  // The reorder into the primitive's weights layout where it differs from the given one; constant
+  // weights in that layout once, into weights_.
+  void lay_out_weights(const Node& node, const Tensor* constant_w) {
+    if (w_desc_ != user_w_) {
+      // Constant weights are reordered once, here on a compile thread: built for the thread count
+      // that runs there (interp/omp_threads.h); weights given at run time on the callers' count.
+      w_reorder_ = building(node, constant_w ? threads_to_run(threads_) : threads_, "deconvolution", [&] {
+        dnnl::reorder::primitive_desc r(cpu_engine(), user_w_, cpu_engine(), w_desc_, user_scratchpad());
+        reorder_scratch_ = r.scratchpad_desc();
+        return dnnl::primitive(dnnl::reorder(r));
+      });
+    }
+    if (!constant_w) return;
+    weights_ = memory(w_desc_, cpu_engine());
+    if (w_reorder_)
+      execute(*w_reorder_, reorder_scratch_, {{DNNL_ARG_FROM, wrap(user_w_, constant_w->data<float>())}, {DNNL_ARG_TO, weights_}},
+              threads_to_run(threads_));
+    else
+      std::memcpy(weights_.get_data_handle(), constant_w->data<float>(), w_desc_.get_size());
+  }
   // Every output point as the bias (or zero) through the activation: the points no tap reaches.
   void fill(const float* bias, float* out) const {
     for (int64_t nc = 0; nc < out_[0] * cout_; ++nc) {

@@ -236,6 +236,66 @@ std::vector<int64_t> broadcast_read_strides(const Shape& in, const Shape& out) {
 
 // ---- MatMul and Gemm: dst = alpha * a . b, plus beta * c when Gemm has a C ----
 
+// How one MatMul runs: plan_matmul chooses it from the product's facts and one config, and the
+// MatMul constructor builds what it says.
+struct MatmulPlan {
+  enum class Product {
+    Terrace,  // Terrace's packed weights (jit/cpu/packed_gemm.h)
+    Blocked,  // oneDNN, constant weights copied once into its own blocked layout
+    Plain,    // oneDNN reading plain weights: the input, or constant weights copied in the other order
+  };
+  // Plain's constant weights: read as given, copied in the other plain order, or whichever of the
+  // two, timed on this machine when the product is built, is faster.
+  enum class Order { Given, Other, Timed };
+  Product product = Product::Plain;
+  Order order = Order::Given;
+};
+
+// What plan_matmul reads of one product.
+struct MatmulFacts {
+  bool constant_weights = false;  // float32 weights known when the product is built
+  bool blocked = false;           // oneDNN lays such weights out in a blocked layout of its own
+  bool terrace_shape = false;     // 2-D, A by rows, B plain in either order, no C, alpha 1
+  int64_t rows = 0;               // A's rows, with terrace_shape
+  double weight_bytes = 0;
+  double flops = 0;               // multiply-adds
+};
+
+// The settings every MatMul's plan reads: the CPU's and the environment's, read for each product
+// (tests set them between compiles).
+struct MatmulConfig {
+  bool packed_gemm = false;      // packed_gemm_supported(): AVX2 and FMA
+  double packed_gemm_bytes = 0;  // TERRACE_PACKED_GEMM_BYTES
+  std::string weight_order;      // TERRACE_GEMM_WEIGHT_ORDER
+};
+
+MatmulConfig matmul_config() { return {packed_gemm_supported(), packed_gemm_bytes(), weight_order()}; }
+
+MatmulPlan plan_matmul(const MatmulFacts& f, const MatmulConfig& config) {
+  using Product = MatmulPlan::Product;
+  using Order = MatmulPlan::Order;
+  // No blocked layout of oneDNN's own (its gemm:jit, below AVX-512, which packs the weights again
+  // on every call): a plain 2-D product of at least kPackedGemmRows rows, A by rows, without
+  // Gemm's C or alpha, runs on Terrace's packed weights (jit/cpu/packed_gemm.h) if the CPU has AVX2
+  // and FMA: faster than gemm:jit on every product measured. A product of one row (a batch-1
+  // Linear layer) takes the packed weights' GEMV, Relu in its stores, also where oneDNN has a
+  // blocked layout of its own (AVX-512): faster than oneDNN's there too (bench/RESULTS.md).
+  const bool one_row = f.rows == 1;
+  if (f.constant_weights && (!f.blocked || one_row) && config.packed_gemm && f.terrace_shape &&
+      (f.rows >= kPackedGemmRows || one_row) && f.weight_bytes >= config.packed_gemm_bytes)
+    return {Product::Terrace, Order::Given};
+  if (!f.constant_weights) return {Product::Plain, Order::Given};
+  if (f.blocked) return {Product::Blocked, Order::Given};
+  // No blocked layout of its own: oneDNN's gemm-based product (below AVX-512, or forced there
+  // by DNNL_MAX_CPU_ISA), which reads the weights in whichever plain order it is given. The
+  // order can halve a product's time (BERT's up projection: bench/RESULTS.md), but a copy
+  // costs the weights' size again, so the weights are read as given unless the other order,
+  // measured on this machine, takes at most 3/4 of the time.
+  if (config.weight_order == "other") return {Product::Plain, Order::Other};
+  if (config.weight_order.empty() && f.flops >= kTimedLayoutFlops) return {Product::Plain, Order::Timed};
+  return {Product::Plain, Order::Given};
+}
+
 class MatMul : public DnnlPrimitive {
  public:
   // `out`: the ONNX output shape, the dense dst with promoted unit dimensions dropped.
@@ -248,13 +308,8 @@ class MatMul : public DnnlPrimitive {
          float beta, std::optional<Shape> c, const DnnlActivation& activation,
          const std::vector<const Tensor*>& constants, std::optional<memory::desc> bias = std::nullopt)
       : out_(std::move(out)), a_(std::move(a)), b_(std::move(b)), dst_(plain(dst)), c_(std::move(c)),
-        bias_(std::move(bias)) {
-    for (size_t i = 0; i < constants.size() && i < check_.size(); ++i) {
-      if (!constants[i] || activation.kind == DnnlActivation::Kind::None) continue;
-      check_[i] = false;
-      const Tensor& t = *constants[i];
-      if (t.dtype() != DType::Float32 || !all_finite(t.data<float>(), size_t(t.numel()), 1)) never_fused_ = true;
-    }
+        bias_(std::move(bias)), alpha_(alpha), beta_(beta) {
+    check_constants_once(constants, activation);
     double flops = double(a_.dims().back());  // K
     for (memory::dim d : dst) flops *= double(d);
     // A product with one row (a batch-1 Linear layer, a GEMV) gets threads by the same rule: with
@@ -265,149 +320,24 @@ class MatMul : public DnnlPrimitive {
     prims_.activation = activation;
     // Constant weights are laid out once, here, in the layout oneDNN prefers for this product
     // (blocked for its brgemm kernels), instead of being packed from plain rows on every call.
-    const bool pack = constants.size() > 1 && constants[1] && constants[1]->dtype() == DType::Float32 &&
-                      size_t(constants[1]->numel()) == floats_of(b_);
-    memory::desc weights = pack ? memory::desc(b_.dims(), memory::data_type::f32, memory::format_tag::any) : b_;
-    auto build = [&](const DnnlActivation& act, memory::desc& scratch, int threads) {
-      return building(node, threads, "primitive", [&] {
-        dnnl::primitive_attr attr = user_scratchpad();
-        if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
-        dnnl::post_ops ops;
-        if (c_) ops.append_sum(beta);  // dst = alpha * a . b + beta * dst, dst holding C
-        append_activation(ops, act);
-        attr.set_post_ops(ops);
-        dnnl::matmul::primitive_desc pd(bias_ ? dnnl::matmul::desc(a_, weights, *bias_, dst_)
-                                              : dnnl::matmul::desc(a_, weights, dst_),
-                                        attr, cpu_engine());
-        scratch = pd.scratchpad_desc();
-        weights = pd.weights_desc();  // the plain-activation twin takes the same layout
-        return dnnl::primitive(dnnl::matmul(pd));
-      });
-    };
-    prims_.fused = build(activation, prims_.fused_scratch, prims_.threads);
-    // Constant weights copied once, on the compile thread, into `to` (threads_to_run: a oneDNN
-    // primitive runs with the thread count it was built with).
-    auto laid_out = [&](const memory::desc& to) {
-      memory m(to, cpu_engine());
-      const int t = threads_to_run(prims_.threads);
-      building(node, t, "primitive", [&] {
-        dnnl::reorder::primitive_desc pd(cpu_engine(), b_, cpu_engine(), to, user_scratchpad());
-        execute(dnnl::reorder(pd), pd.scratchpad_desc(),
-                {{DNNL_ARG_FROM, wrap(b_, constants[1]->data<float>())}, {DNNL_ARG_TO, m}}, t);
-      });
-      return m;
-    };
-    bool relaid = false;  // copied in the other plain order
-    // No blocked layout of oneDNN's own (its gemm:jit, below AVX-512, which packs the weights again
-    // on every call): a plain 2-D product of at least kPackedGemmRows rows, A by rows, without
-    // Gemm's C or alpha, runs on Terrace's packed weights (jit/cpu/packed_gemm.h) if the CPU has AVX2
-    // and FMA: faster than gemm:jit on every product measured. A product of one row (a batch-1
-    // Linear layer) takes the packed weights' GEMV, Relu in its stores, also where oneDNN has a
-    // blocked layout of its own (AVX-512): faster than oneDNN's there too (bench/RESULTS.md).
-    const Dims& ad = a_.dims();
-    const Dims& bd = b_.dims();
-    const bool b_rows = b_ == plain(bd), b_columns = !b_rows && b_ == transposed_last_two(bd);
-    const bool one_row = ad.size() == 2 && ad[0] == 1;
-    if (pack && (!is_blocked(weights) || one_row) && packed_gemm_supported() && ad.size() == 2 && a_ == plain(ad) &&
-        bd.size() == 2 && dst.size() == 2 && !c_ && alpha == 1.0f && (ad[0] >= kPackedGemmRows || one_row) &&
-        double(floats_of(b_)) * sizeof(float) >= packed_gemm_bytes() && (b_rows || b_columns)) {
-      own_ = std::make_unique<PackedWeights>(constants[1]->data<float>(), bd[0], bd[1], b_columns);
-      own_relu_ = activation.kind == DnnlActivation::Kind::Relu;  // in the product's own stores
-      if (prims_.has_activation() && !own_relu_) {
-        // The activation in place over the result, as the fused post-op computes it.
-        dnnl::post_ops ops;
-        append_activation(ops, activation);
-        float scale = 1.0f, act_alpha = 0.0f, act_beta = 0.0f;
-        dnnl::algorithm alg = dnnl::algorithm::undef;
-        ops.get_params_eltwise(0, scale, alg, act_alpha, act_beta);
-        own_activation_ = building(node, prims_.threads, "primitive", [&] {
-          dnnl::eltwise_forward::primitive_desc pd(
-              dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_inference, alg, dst_, act_alpha, act_beta),
-              user_scratchpad(), cpu_engine());
-          own_activation_scratch_ = pd.scratchpad_desc();
-          return dnnl::primitive(dnnl::eltwise_forward(pd));
-        });
-      }
-      constants[1]->drop_resident_pages();  // read from the packed copy from now on
-      description_ = "Terrace's packed-weight product (" + node.describe() + "): src " + dims_str(a_) +
-                     " x weights " + dims_str(b_) + " -> dst " + dims_str(dst_) +
-                     (bias_ ? "; bias " + dims_str(*bias_) : "") + activation_text(activation) +
-                     "; constant weights packed once in 16-column panels (AVX2, FMA); " +
-                     std::to_string(prims_.threads) + " OpenMP threads";
+    const Tensor* w = constants.size() > 1 && constants[1] && constants[1]->dtype() == DType::Float32 &&
+                              size_t(constants[1]->numel()) == floats_of(b_)
+                          ? constants[1]
+                          : nullptr;
+    memory::desc weights = w ? memory::desc(b_.dims(), memory::data_type::f32, memory::format_tag::any) : b_;
+    // Built first with `any`: the layout oneDNN picks for them is one of the plan's facts.
+    prims_.fused = build(node, weights, activation, prims_.fused_scratch, prims_.threads);
+    const MatmulPlan plan = plan_matmul(facts(w != nullptr, weights, flops), matmul_config());
+    if (plan.product == MatmulPlan::Product::Terrace) {
+      build_terrace_product(node, *w, activation);
       return;
     }
-    if (pack && !is_blocked(weights)) {
-      // No blocked layout of its own: oneDNN's gemm-based product (below AVX-512, or forced there
-      // by DNNL_MAX_CPU_ISA), which reads the weights in whichever plain order it is given. The
-      // order can halve a product's time (BERT's up projection: bench/RESULTS.md), but a copy
-      // costs the weights' size again, so the weights are read as given unless the other order,
-      // measured here on this machine, takes at most 3/4 of the time.
-      if (weights != b_) {
-        weights = b_;
-        prims_.fused = build(activation, prims_.fused_scratch, prims_.threads);
-      }
-      const memory::desc other = b_ == transposed_last_two(b_.dims()) ? plain(b_.dims()) : transposed_last_two(b_.dims());
-      const std::string order = weight_order();
-      if (order == "other" || (order.empty() && flops >= kTimedLayoutFlops)) {
-        const dnnl::primitive given = prims_.fused;
-        const memory::desc given_scratch = prims_.fused_scratch;
-        weights = other;
-        prims_.fused = build(activation, prims_.fused_scratch, prims_.threads);
-        memory copy = laid_out(weights);
-        std::vector<float> src(floats_of(a_)), dst(floats_of(dst_)), bias(bias_ ? floats_of(*bias_) : 0);
-        // Timed with the threads this thread may run (threads_to_run: one on the compile thread).
-        // A oneDNN primitive starts a team of the count it was built with whatever the caller's
-        // setting, and a team started on a background thread throttles the callers' spin-wait
-        // for the rest of the process (interp/omp_threads.h): so a background compile times
-        // twins built for its one thread.
-        const int timed_threads = threads_to_run(prims_.threads);
-        auto run_ms = [&](const dnnl::primitive& p, const memory::desc& scratch, const memory& w) {
-          std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, wrap(a_, src.data())}, {DNNL_ARG_WEIGHTS, w},
-                                                  {DNNL_ARG_DST, wrap(dst_, dst.data())}};
-          if (bias_) args.emplace(DNNL_ARG_BIAS, wrap(*bias_, bias.data()));
-          const auto t0 = std::chrono::steady_clock::now();
-          execute(p, scratch, args, timed_threads);
-          return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-        };
-        const bool forced = order == "other";
-        double t_given = 1e300, t_other = 1e300;
-        if (!forced) {
-          dnnl::primitive timed_given = given, timed_other = prims_.fused;
-          memory::desc timed_given_scratch = given_scratch, timed_other_scratch = prims_.fused_scratch;
-          if (timed_threads != prims_.threads) {
-            weights = b_;
-            timed_given = build(activation, timed_given_scratch, timed_threads);
-            weights = other;
-            timed_other = build(activation, timed_other_scratch, timed_threads);
-          }
-          // Alternately, so that a burst of other work on the machine slows both alike; the first
-          // run of each warms the caches; the best of the other three counts.
-          for (int i = 0; i < 4; ++i) {
-            const double g = run_ms(timed_given, timed_given_scratch, wrap(b_, constants[1]->data<float>()));
-            const double o = run_ms(timed_other, timed_other_scratch, copy);
-            if (i) t_given = std::min(t_given, g), t_other = std::min(t_other, o);
-          }
-        }
-        relaid = forced || t_other <= 0.75 * t_given;
-        if (relaid) {
-          packed_ = copy;
-        } else {
-          weights = b_;
-          prims_.fused = given;
-          prims_.fused_scratch = given_scratch;
-        }
-      }
-    }
-    if (prims_.has_activation()) prims_.plain = build({}, prims_.plain_scratch, prims_.threads);
-    if (pack && weights != b_ && !relaid) packed_ = laid_out(weights);  // oneDNN's blocked layout
-    if (packed_) constants[1]->drop_resident_pages();  // read from the copy from now on (Tensor::file_backed)
-    description_ = "oneDNN matmul (" + node.describe() + "): src " + dims_str(a_) + " x weights " + dims_str(b_) +
-                   " -> dst " + dims_str(dst_) + "; alpha " + std::to_string(alpha) +
-                   (c_ ? "; sum post-op (C " + shape_str(*c_) + ", beta " + std::to_string(beta) + ")" : "") +
-                   (bias_ ? "; bias " + dims_str(*bias_) : "") +
-                   activation_text(activation) + (packed_ ? "; constant weights packed once" : "") +
-                   (relaid ? "; constant weights copied in the other plain order (measured faster)" : "") + "; " +
-                   std::to_string(prims_.threads) + " OpenMP threads";
+    bool relaid = false;  // copied in the other plain order
+    if (plan.product == MatmulPlan::Product::Plain && w) relaid = order_weights(node, *w, weights, plan.order);
+    if (prims_.has_activation()) prims_.plain = build(node, weights, {}, prims_.plain_scratch, prims_.threads);
+    if (plan.product == MatmulPlan::Product::Blocked) packed_ = laid_out(node, *w, weights);
+    if (packed_) w->drop_resident_pages();  // read from the copy from now on (Tensor::file_backed)
+    describe_onednn(node, activation, relaid);
   }
   const Shape& output_shape() const override { return out_; }
   void run(const std::vector<const float*>& in, float* out) const override {
@@ -442,6 +372,162 @@ class MatMul : public DnnlPrimitive {
   }
 
  private:
+  // An input known at compile time is read for non-finite values once, here, instead of per call.
+  void check_constants_once(const std::vector<const Tensor*>& constants, const DnnlActivation& activation) {
+    for (size_t i = 0; i < constants.size() && i < check_.size(); ++i) {
+      if (!constants[i] || activation.kind == DnnlActivation::Kind::None) continue;
+      check_[i] = false;
+      const Tensor& t = *constants[i];
+      if (t.dtype() != DType::Float32 || !all_finite(t.data<float>(), size_t(t.numel()), 1)) never_fused_ = true;
+    }
+  }
+
+  MatmulFacts facts(bool constant_weights, const memory::desc& weights, double flops) const {
+    const Dims& ad = a_.dims();
+    const Dims& bd = b_.dims();
+    MatmulFacts f;
+    f.constant_weights = constant_weights;
+    f.blocked = is_blocked(weights);
+    f.terrace_shape = ad.size() == 2 && a_ == plain(ad) && bd.size() == 2 && dst_.dims().size() == 2 && !c_ &&
+                      alpha_ == 1.0f && (b_ == plain(bd) || b_ == transposed_last_two(bd));
+    f.rows = ad.size() == 2 ? ad[0] : 0;
+    f.weight_bytes = double(floats_of(b_)) * sizeof(float);
+    f.flops = flops;
+    return f;
+  }
+
+  // oneDNN's product with `weights` (format any: oneDNN's choice, written back into `weights`).
+  dnnl::primitive build(const Node& node, memory::desc& weights, const DnnlActivation& act,
+                        memory::desc& scratch, int threads) const {
+    return building(node, threads, "primitive", [&] {
+      dnnl::primitive_attr attr = user_scratchpad();
+      if (alpha_ != 1.0f) attr.set_output_scales(0, {alpha_});
+      dnnl::post_ops ops;
+      if (c_) ops.append_sum(beta_);  // dst = alpha * a . b + beta * dst, dst holding C
+      append_activation(ops, act);
+      attr.set_post_ops(ops);
+      dnnl::matmul::primitive_desc pd(bias_ ? dnnl::matmul::desc(a_, weights, *bias_, dst_)
+                                            : dnnl::matmul::desc(a_, weights, dst_),
+                                      attr, cpu_engine());
+      scratch = pd.scratchpad_desc();
+      weights = pd.weights_desc();  // the plain-activation twin takes the same layout
+      return dnnl::primitive(dnnl::matmul(pd));
+    });
+  }
+
+  // Constant weights copied once, on the compile thread, into `to` (threads_to_run: a oneDNN
+  // primitive runs with the thread count it was built with).
+  memory laid_out(const Node& node, const Tensor& w, const memory::desc& to) const {
+    memory m(to, cpu_engine());
+    const int t = threads_to_run(prims_.threads);
+    building(node, t, "primitive", [&] {
+      dnnl::reorder::primitive_desc pd(cpu_engine(), b_, cpu_engine(), to, user_scratchpad());
+      execute(dnnl::reorder(pd), pd.scratchpad_desc(), {{DNNL_ARG_FROM, wrap(b_, w.data<float>())}, {DNNL_ARG_TO, m}},
+              t);
+    });
+    return m;
+  }
+
+  // MatmulPlan::Product::Terrace: the weights packed into own_, Relu in its stores.
+  void build_terrace_product(const Node& node, const Tensor& w, const DnnlActivation& activation) {
+    const Dims& bd = b_.dims();
+    const bool b_columns = b_ != plain(bd);  // terrace_shape: B by rows or by columns
+    own_ = std::make_unique<PackedWeights>(w.data<float>(), bd[0], bd[1], b_columns);
+    own_relu_ = activation.kind == DnnlActivation::Kind::Relu;  // in the product's own stores
+    if (prims_.has_activation() && !own_relu_) {
+      // The activation in place over the result, as the fused post-op computes it.
+      dnnl::post_ops ops;
+      append_activation(ops, activation);
+      float scale = 1.0f, act_alpha = 0.0f, act_beta = 0.0f;
+      dnnl::algorithm alg = dnnl::algorithm::undef;
+      ops.get_params_eltwise(0, scale, alg, act_alpha, act_beta);
+      own_activation_ = building(node, prims_.threads, "primitive", [&] {
+        dnnl::eltwise_forward::primitive_desc pd(
+            dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_inference, alg, dst_, act_alpha, act_beta),
+            user_scratchpad(), cpu_engine());
+        own_activation_scratch_ = pd.scratchpad_desc();
+        return dnnl::primitive(dnnl::eltwise_forward(pd));
+      });
+    }
+    w.drop_resident_pages();  // read from the packed copy from now on
+    description_ = "Terrace's packed-weight product (" + node.describe() + "): src " + dims_str(a_) +
+                   " x weights " + dims_str(b_) + " -> dst " + dims_str(dst_) +
+                   (bias_ ? "; bias " + dims_str(*bias_) : "") + activation_text(activation) +
+                   "; constant weights packed once in 16-column panels (AVX2, FMA); " +
+                   std::to_string(prims_.threads) + " OpenMP threads";
+  }
+
+  // MatmulPlan::Product::Plain with constant weights: read in the plan's order, `weights` and
+  // prims_.fused left as that order's. Returns whether they were copied in the other order.
+  bool order_weights(const Node& node, const Tensor& w, memory::desc& weights, MatmulPlan::Order order) {
+    if (weights != b_) {
+      weights = b_;
+      prims_.fused = build(node, weights, prims_.activation, prims_.fused_scratch, prims_.threads);
+    }
+    if (order == MatmulPlan::Order::Given) return false;
+    const memory::desc other = b_ == transposed_last_two(b_.dims()) ? plain(b_.dims()) : transposed_last_two(b_.dims());
+    const dnnl::primitive given = prims_.fused;
+    const memory::desc given_scratch = prims_.fused_scratch;
+    weights = other;
+    prims_.fused = build(node, weights, prims_.activation, prims_.fused_scratch, prims_.threads);
+    memory copy = laid_out(node, w, weights);
+    if (order == MatmulPlan::Order::Other || other_order_faster(node, w, given, given_scratch, copy, other)) {
+      packed_ = copy;
+      return true;
+    }
+    weights = b_;
+    prims_.fused = given;
+    prims_.fused_scratch = given_scratch;
+    return false;
+  }
+
+  // Whether the weights copied in the other plain order (`copy`, read by prims_.fused) take at most
+  // 3/4 of the time of those as given (`given`), both run here on zeroed inputs.
+  bool other_order_faster(const Node& node, const Tensor& w, dnnl::primitive given, memory::desc given_scratch,
+                          const memory& copy, const memory::desc& other) const {
+    std::vector<float> src(floats_of(a_)), dst(floats_of(dst_)), bias(bias_ ? floats_of(*bias_) : 0);
+    // Timed with the threads this thread may run (threads_to_run: one on the compile thread).
+    // A oneDNN primitive starts a team of the count it was built with whatever the caller's
+    // setting, and a team started on a background thread throttles the callers' spin-wait
+    // for the rest of the process (interp/omp_threads.h): so a background compile times
+    // twins built for its one thread.
+    const int timed_threads = threads_to_run(prims_.threads);
+    auto run_ms = [&](const dnnl::primitive& p, const memory::desc& scratch, const memory& weights) {
+      std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, wrap(a_, src.data())}, {DNNL_ARG_WEIGHTS, weights},
+                                              {DNNL_ARG_DST, wrap(dst_, dst.data())}};
+      if (bias_) args.emplace(DNNL_ARG_BIAS, wrap(*bias_, bias.data()));
+      const auto t0 = std::chrono::steady_clock::now();
+      execute(p, scratch, args, timed_threads);
+      return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    };
+    dnnl::primitive timed_other = prims_.fused;
+    memory::desc timed_other_scratch = prims_.fused_scratch;
+    if (timed_threads != prims_.threads) {
+      memory::desc weights = b_;
+      given = build(node, weights, prims_.activation, given_scratch, timed_threads);
+      weights = other;
+      timed_other = build(node, weights, prims_.activation, timed_other_scratch, timed_threads);
+    }
+    // Alternately, so that a burst of other work on the machine slows both alike; the first
+    // run of each warms the caches; the best of the other three counts.
+    double t_given = 1e300, t_other = 1e300;
+    for (int i = 0; i < 4; ++i) {
+      const double g = run_ms(given, given_scratch, wrap(b_, w.data<float>()));
+      const double o = run_ms(timed_other, timed_other_scratch, copy);
+      if (i) t_given = std::min(t_given, g), t_other = std::min(t_other, o);
+    }
+    return t_other <= 0.75 * t_given;
+  }
+
+  void describe_onednn(const Node& node, const DnnlActivation& activation, bool relaid) {
+    description_ = "oneDNN matmul (" + node.describe() + "): src " + dims_str(a_) + " x weights " + dims_str(b_) +
+                   " -> dst " + dims_str(dst_) + "; alpha " + std::to_string(alpha_) +
+                   (c_ ? "; sum post-op (C " + shape_str(*c_) + ", beta " + std::to_string(beta_) + ")" : "") +
+                   (bias_ ? "; bias " + dims_str(*bias_) : "") +
+                   activation_text(activation) + (packed_ ? "; constant weights packed once" : "") +
+                   (relaid ? "; constant weights copied in the other plain order (measured faster)" : "") + "; " +
+                   std::to_string(prims_.threads) + " OpenMP threads";
+  }
   // Whether the inputs read on each call (check_) are all finite, so that oneDNN's fused activation
   // may run (Activated); read with the threads this thread may run (threads_to_run: one on a
   // background thread, a validation's, which must start no OpenMP team: interp/omp_threads.h).
@@ -467,6 +553,7 @@ class MatMul : public DnnlPrimitive {
   memory::desc a_, b_, dst_;
   std::optional<Shape> c_;
   std::optional<memory::desc> bias_;
+  float alpha_, beta_;  // Gemm's: dst = alpha * a . b + beta * C
   Activated prims_;
   mutable std::mutex bound_mu_;
   mutable BoundArgs bound_;  // the arguments' memory objects, kept between calls (BoundArgs)

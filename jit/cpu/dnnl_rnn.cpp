@@ -94,21 +94,173 @@ class Recurrent : public DnnlPrimitive {
       : node_(node), cell_(cell_of(node.op)), outputs_(outputs) {
     std::string rnn_act;
     if (std::string why = refusal(node, &rnn_act); !why.empty()) fail(ErrorCode::NotImplemented, node.describe(), ": ", why);
-    // Shapes and constants per ONNX input index.
+    take_inputs(present, shapes, constants);
+    const std::string direction = node.attr_string("direction", "forward");
+    read_sizes(node, direction);
+    description_ = std::string("oneDNN ") + (cell_ == Cell::Lstm ? "lstm_forward" : cell_ == Cell::Gru ? (lbr_ ? "lbr_gru_forward" : "gru_forward") : "vanilla_rnn_forward (" + rnn_act + ")") +
+                   " (" + node.describe() + "): X " + shape_str(shapes_[0]) + ", hidden " + std::to_string(H_) + ", " + direction;
+    if (T_ == 0 || N_ == 0 || I_ == 0) {
+      reference_only_ = true;
+      description_ += "; a zero-sized tensor, run by the interpreter's kernel, no library call";
+      return;
+    }
+    set_descs();
+    threads_ = threads_for(double(T_ * N_ * D_) * double(G_ * H_) * double(I_ + H_));
+    build_primitive(node, rnn_act);
+    pack_constants();
+    description_ += std::string(present_[7] ? "; peepholes" : "") +
+                    (constant_[1] && constant_[2] ? "; constant weights laid out once" : "") + "; " +
+                    std::to_string(threads_) + " OpenMP threads";
+  }
+
+  const Shape& output_shape() const override { return out_shapes_.front(); }
+  size_t num_outputs() const override { return out_shapes_.size(); }
+  std::vector<Shape> output_shapes() const override { return out_shapes_; }
+  void run(const std::vector<const float*>& in, float* out) const override { run_outputs(in, {out}); }
+
+  void run_outputs(const std::vector<const float*>& given_in, const std::vector<float*>& out) const override {
+    const std::array<const float*, 8> in = by_index(given_in, out.size());
+    if (reference_only_ || !library_runs(in)) return run_reference(in, out);
+    float* wanted[3] = {nullptr, nullptr, nullptr};
+    for (size_t j = 0; j < outputs_.size(); ++j) wanted[outputs_[j]] = out[j];
+    const Weights p = weights_of(in);
+    const Sources src = sources_of(in);
+    const size_t state = size_t(D_ * N_ * H_);
+    float* y = D_ == 1 && wanted[0] && !batch_first_ ? wanted[0] : thread_buffer(4, size_t(T_ * N_ * D_ * H_) * sizeof(float));
+    float* yh = wanted[1] && !batch_first_ ? wanted[1] : thread_buffer(5, state * sizeof(float));
+    float* yc = cell_ == Cell::Lstm ? (wanted[2] && !batch_first_ ? wanted[2] : thread_buffer(6, state * sizeof(float))) : nullptr;
+    float* scratch = thread_buffer(0, scratch_.get_size() + sizeof(float));
+    std::unordered_map<int, memory> args{{DNNL_ARG_SRC_LAYER, wrap(src_layer_, src.x)},
+                                         {DNNL_ARG_WEIGHTS_LAYER, wrap(w_layer_, p.w)},
+                                         {DNNL_ARG_WEIGHTS_ITER, wrap(w_iter_, p.r)},
+                                         {DNNL_ARG_BIAS, wrap(bias_, p.b)},
+                                         {DNNL_ARG_DST_LAYER, wrap(dst_layer_, y)},
+                                         {DNNL_ARG_DST_ITER, wrap(dst_iter_, yh)}};
+    auto zeros = [&]() -> const float* {
+      float* z = thread_buffer(7, state * sizeof(float));
+      std::fill(z, z + state, 0.0f);
+      return z;
+    };
+    if (initial_) args.emplace(DNNL_ARG_SRC_ITER, wrap(src_iter_, src.init_h ? src.init_h : zeros()));
+    if (cell_ == Cell::Lstm) {
+      if (initial_) args.emplace(DNNL_ARG_SRC_ITER_C, wrap(src_iter_c_, src.init_c ? src.init_c : zeros()));
+      args.emplace(DNNL_ARG_DST_ITER_C, wrap(dst_iter_c_, yc));
+    }
+    if (p.peep) args.emplace(DNNL_ARG_WEIGHTS_PEEPHOLE, wrap(peephole_, p.peep));
+    if (scratch_.get_size() > 0) args.emplace(DNNL_ARG_SCRATCHPAD, memory(scratch_, cpu_engine(), scratch));
+    execute_primitive(args);
+    if (wanted[0] && y != wanted[0])  // [T, N, D*H] -> Y [T, D, N, H], or [N, T, D, H] for layout 1
+      for (int64_t t = 0; t < T_; ++t)
+        for (int64_t n = 0; n < N_; ++n)
+          for (int64_t d = 0; d < D_; ++d)
+            std::memcpy(wanted[0] + (batch_first_ ? ((n * T_ + t) * D_ + d) * H_ : ((t * D_ + d) * N_ + n) * H_),
+                        y + (t * N_ + n) * D_ * H_ + d * H_, size_t(H_) * sizeof(float));
+    if (batch_first_ && wanted[1]) swap_state(yh, wanted[1], false);
+    if (batch_first_ && cell_ == Cell::Lstm && wanted[2]) swap_state(yc, wanted[2], false);
+  }
+
+ private:
+  // The given inputs per ONNX input index (nullptr where absent).
+  std::array<const float*, 8> by_index(const std::vector<const float*>& given_in, size_t outputs) const {
+    std::array<const float*, 8> in{};
+    size_t k = 0;
+    for (size_t i = 0; i < 8; ++i)
+      if (present_[i]) in[i] = given_in.at(k++);
+    TERRACE_CHECK(k == given_in.size() && outputs == outputs_.size(), Internal, node_.describe(),
+                  ": a recurrent primitive got ", given_in.size(), " inputs and ", outputs, " outputs");
+    return in;
+  }
+
+  // Whether oneDNN runs this call: every input read on each call finite, and every sequence T long.
+  bool library_runs(const std::array<const float*, 8>& in) const {
+    bool finite = true;
+    for (size_t i = 0; i < 8 && finite; ++i)
+      if (present_[i] && !constant_[i] && i != 4) finite = all_finite(in[i], size_t(shape_numel(shapes_[i])), 1);
+    // sequence_lens (int32): oneDNN runs every sequence to T; other lengths run the interpreter's kernel.
+    bool full = true;
+    if (present_[4])
+      for (int64_t n = 0; n < N_ && full; ++n) full = reinterpret_cast<const int32_t*>(in[4])[n] == T_;
+    return finite && full;
+  }
+
+  // W, R, B and P in oneDNN's layouts: the constants', else this call's, packed into thread buffers.
+  struct Weights {
+    const float *w, *r, *b, *peep;
+  };
+  Weights weights_of(const std::array<const float*, 8>& in) const {
+    Weights p{packed_w_.empty() ? nullptr : packed_w_.data(), packed_r_.empty() ? nullptr : packed_r_.data(),
+              packed_b_.empty() ? nullptr : packed_b_.data(), packed_p_.empty() ? nullptr : packed_p_.data()};
+    if (!p.w) {
+      float* buf = thread_buffer(1, size_t(D_ * I_ * G_ * H_) * sizeof(float));
+      pack_weights(in[1], I_, buf);
+      p.w = buf;
+    }
+    if (!p.r) {
+      float* buf = thread_buffer(2, size_t(D_ * H_ * G_ * H_) * sizeof(float));
+      pack_weights(in[2], H_, buf);
+      p.r = buf;
+    }
+    if (!p.b) {
+      float* buf = thread_buffer(3, size_t(D_ * bias_gates() * H_) * sizeof(float));
+      pack_bias(in[3], buf);
+      p.b = buf;
+    }
+    if (present_[7] && !p.peep) {
+      float* buf = thread_buffer(8, size_t(D_ * 3 * H_) * sizeof(float));
+      pack_peephole(in[7], buf);
+      p.peep = buf;
+    }
+    return p;
+  }
+
+  // X and the initial states (nullptr where absent) in oneDNN's time-major order: for layout 1
+  // (batch first) transposed into thread buffers here, the results transposed back after.
+  struct Sources {
+    const float *x, *init_h, *init_c;
+  };
+  Sources sources_of(const std::array<const float*, 8>& in) const {
+    Sources s{in[0], present_[5] ? in[5] : nullptr, present_[6] ? in[6] : nullptr};
+    if (!batch_first_) return s;
+    const size_t state = size_t(D_ * N_ * H_);
+    float* xt = thread_buffer(9, size_t(T_ * N_ * I_) * sizeof(float));
+    for (int64_t n = 0; n < N_; ++n)
+      for (int64_t t = 0; t < T_; ++t) std::memcpy(xt + (t * N_ + n) * I_, s.x + (n * T_ + t) * I_, size_t(I_) * sizeof(float));
+    s.x = xt;
+    if (s.init_h) s.init_h = swap_state(s.init_h, thread_buffer(10, state * sizeof(float)), true);
+    if (s.init_c) s.init_c = swap_state(s.init_c, thread_buffer(11, state * sizeof(float)), true);
+    return s;
+  }
+
+  void execute_primitive(const std::unordered_map<int, memory>& args) const {
+    thread_local dnnl::stream stream(cpu_engine());
+    ScopedOmpThreads scope(threads_to_run(threads_));
+    try {
+      prim_.execute(stream, args);
+      stream.wait();
+    } catch (const dnnl::error& e) {
+      fail(ErrorCode::RuntimeError, node_.describe(), ": oneDNN could not run a recurrent primitive: ", e.what());
+    }
+  }
+  // Shapes and constants per ONNX input index.
+  void take_inputs(const std::vector<bool>& present, const std::vector<Shape>& shapes,
+                   const std::vector<const Tensor*>& constants) {
     size_t k = 0;
     for (size_t i = 0; i < present.size() && i < 8; ++i) {
       present_[i] = present[i];
       if (!present[i]) continue;
-      TERRACE_CHECK(k < shapes.size(), Internal, node.describe(), ": fewer input shapes than inputs");
+      TERRACE_CHECK(k < shapes.size(), Internal, node_.describe(), ": fewer input shapes than inputs");
       shapes_[i] = shapes[k];
       constant_[i] = k < constants.size() ? constants[k] : nullptr;
       ++k;
     }
+  }
+
+  // T, N, I, H, D, G from X, R and the attributes; every input's and output's shape checked.
+  void read_sizes(const Node& node, const std::string& direction) {
     TERRACE_CHECK(present_[0] && present_[1] && present_[2], InvalidArgument, node.describe(), ": X, W and R are required");
     const Shape &x = shapes_[0], &w = shapes_[1], &r = shapes_[2];
     TERRACE_CHECK(x.size() == 3 && w.size() == 3 && r.size() == 3, InvalidArgument, node.describe(),
                   ": X, W and R must have rank 3, got ", shape_str(x), ", ", shape_str(w), ", ", shape_str(r));
-    const std::string direction = node.attr_string("direction", "forward");
     D_ = direction == "bidirectional" ? 2 : 1;
     reverse_ = direction == "reverse";
     batch_first_ = node.attr_int("layout", 0) == 1;  // X [N, T, I], Y [N, T, D, H], states [N, D, H]
@@ -139,14 +291,9 @@ class Recurrent : public DnnlPrimitive {
       TERRACE_CHECK(o >= 0 && o <= (cell_ == Cell::Lstm ? 2 : 1), Internal, node.describe(), ": no output ", o);
       out_shapes_.push_back(o == 0 ? (batch_first_ ? Shape{N_, T_, D_, H_} : Shape{T_, D_, N_, H_}) : state);
     }
-    description_ = std::string("oneDNN ") + (cell_ == Cell::Lstm ? "lstm_forward" : cell_ == Cell::Gru ? (lbr_ ? "lbr_gru_forward" : "gru_forward") : "vanilla_rnn_forward (" + rnn_act + ")") +
-                   " (" + node.describe() + "): X " + shape_str(x) + ", hidden " + std::to_string(H_) + ", " + direction;
-    if (T_ == 0 || N_ == 0 || I_ == 0) {
-      reference_only_ = true;
-      description_ += "; a zero-sized tensor, run by the interpreter's kernel, no library call";
-      return;
-    }
-    const int64_t Gb = G_ + (lbr_ ? 1 : 0);
+  }
+
+  void set_descs() {
     auto desc = [](const Dims& d, Tag t) { return memory::desc(d, memory::data_type::f32, t); };
     src_layer_ = desc({T_, N_, I_}, Tag::tnc);
     // oneDNN's LSTM takes both initial states or neither: one given, the other is zeros.
@@ -155,17 +302,27 @@ class Recurrent : public DnnlPrimitive {
     if (cell_ == Cell::Lstm && initial_) src_iter_c_ = desc({1, D_, N_, H_}, Tag::ldnc);
     w_layer_ = desc({1, D_, I_, G_, H_}, Tag::ldigo);
     w_iter_ = desc({1, D_, H_, G_, H_}, Tag::ldigo);
-    bias_ = desc({1, D_, Gb, H_}, Tag::ldgo);
+    bias_ = desc({1, D_, bias_gates(), H_}, Tag::ldgo);
     dst_layer_ = desc({T_, N_, D_ * H_}, Tag::tnc);
     dst_iter_ = desc({1, D_, N_, H_}, Tag::ldnc);
     if (cell_ == Cell::Lstm) dst_iter_c_ = desc({1, D_, N_, H_}, Tag::ldnc);
     if (present_[7]) peephole_ = desc({1, D_, 3, H_}, Tag::ldgo);
-    threads_ = threads_for(double(T_ * N_ * D_) * double(G_ * H_) * double(I_ + H_));
+  }
+
+  // oneDNN's bias gates: linear_before_reset's h has a fourth, its Rb.
+  int64_t bias_gates() const { return G_ + (lbr_ ? 1 : 0); }
+
+  // The cell's oneDNN primitive into prim_ and scratch_; its implementation into the description.
+  void build_primitive(const Node& node, const std::string& rnn_act) {
     const dnnl::rnn_direction dir = D_ == 2 ? dnnl::rnn_direction::bidirectional_concat
                                     : reverse_ ? dnnl::rnn_direction::unidirectional_right2left
                                                : dnnl::rnn_direction::unidirectional_left2right;
     const auto prop = dnnl::prop_kind::forward_inference;
     ScopedOmpThreads scope(threads_);
+    auto take = [&](const auto& pd) {
+      scratch_ = pd.scratchpad_desc();
+      description_ += std::string("; ") + pd.impl_info_str();
+    };
     try {
       dnnl::primitive_attr attr = user_scratchpad();
       if (cell_ == Cell::Lstm) {
@@ -176,22 +333,19 @@ class Recurrent : public DnnlPrimitive {
                                                    dst_layer_, dst_iter_, dst_iter_c_),
             attr, cpu_engine());
         prim_ = dnnl::lstm_forward(pd);
-        scratch_ = pd.scratchpad_desc();
-        description_ += std::string("; ") + pd.impl_info_str();
+        take(pd);
       } else if (cell_ == Cell::Gru && lbr_) {
         dnnl::lbr_gru_forward::primitive_desc pd(
             dnnl::lbr_gru_forward::desc(prop, dir, src_layer_, src_iter_, w_layer_, w_iter_, bias_, dst_layer_, dst_iter_),
             attr, cpu_engine());
         prim_ = dnnl::lbr_gru_forward(pd);
-        scratch_ = pd.scratchpad_desc();
-        description_ += std::string("; ") + pd.impl_info_str();
+        take(pd);
       } else if (cell_ == Cell::Gru) {
         dnnl::gru_forward::primitive_desc pd(
             dnnl::gru_forward::desc(prop, dir, src_layer_, src_iter_, w_layer_, w_iter_, bias_, dst_layer_, dst_iter_), attr,
             cpu_engine());
         prim_ = dnnl::gru_forward(pd);
-        scratch_ = pd.scratchpad_desc();
-        description_ += std::string("; ") + pd.impl_info_str();
+        take(pd);
       } else {
         const dnnl::algorithm alg = rnn_act == "relu"      ? dnnl::algorithm::eltwise_relu
                                     : rnn_act == "sigmoid" ? dnnl::algorithm::eltwise_logistic
@@ -201,129 +355,25 @@ class Recurrent : public DnnlPrimitive {
                                             dst_iter_),
             attr, cpu_engine());
         prim_ = dnnl::vanilla_rnn_forward(pd);
-        scratch_ = pd.scratchpad_desc();
-        description_ += std::string("; ") + pd.impl_info_str();
+        take(pd);
       }
     } catch (const dnnl::error& e) {
       fail(ErrorCode::CompileFailed, node.describe(), ": oneDNN builds no recurrent primitive: ", e.what());
     }
-    // Constant weights and biases in oneDNN's layout once; a non-finite constant sends every call
-    // to the interpreter's kernel.
+  }
+
+  // Constant weights and biases in oneDNN's layout once; a non-finite constant sends every call
+  // to the interpreter's kernel.
+  void pack_constants() {
     for (size_t i : {size_t(1), size_t(2), size_t(3), size_t(7)})
       if (constant_[i] && !all_finite(constant_[i]->data<float>(), size_t(constant_[i]->numel()), 1)) reference_only_ = true;
     if (constant_[1]) pack_weights(constant_[1]->data<float>(), I_, packed_w_ = std::vector<float>(size_t(D_ * I_ * G_ * H_)));
     if (constant_[2]) pack_weights(constant_[2]->data<float>(), H_, packed_r_ = std::vector<float>(size_t(D_ * H_ * G_ * H_)));
     if (!present_[3] || constant_[3])
-      pack_bias(present_[3] ? constant_[3]->data<float>() : nullptr, packed_b_ = std::vector<float>(size_t(D_ * Gb * H_)));
+      pack_bias(present_[3] ? constant_[3]->data<float>() : nullptr,
+                packed_b_ = std::vector<float>(size_t(D_ * bias_gates() * H_)));
     if (constant_[7]) pack_peephole(constant_[7]->data<float>(), packed_p_ = std::vector<float>(size_t(D_ * 3 * H_)));
-    description_ += std::string(present_[7] ? "; peepholes" : "") +
-                    (constant_[1] && constant_[2] ? "; constant weights laid out once" : "") + "; " +
-                    std::to_string(threads_) + " OpenMP threads";
   }
-
-  const Shape& output_shape() const override { return out_shapes_.front(); }
-  size_t num_outputs() const override { return out_shapes_.size(); }
-  std::vector<Shape> output_shapes() const override { return out_shapes_; }
-  void run(const std::vector<const float*>& in, float* out) const override { run_outputs(in, {out}); }
-
-  void run_outputs(const std::vector<const float*>& given_in, const std::vector<float*>& out) const override {
-    std::array<const float*, 8> in{};
-    size_t k = 0;
-    for (size_t i = 0; i < 8; ++i)
-      if (present_[i]) in[i] = given_in.at(k++);
-    TERRACE_CHECK(k == given_in.size() && out.size() == outputs_.size(), Internal, node_.describe(),
-                  ": a recurrent primitive got ", given_in.size(), " inputs and ", out.size(), " outputs");
-    bool finite = true;
-    for (size_t i = 0; i < 8 && finite; ++i)
-      if (present_[i] && !constant_[i] && i != 4) finite = all_finite(in[i], size_t(shape_numel(shapes_[i])), 1);
-    // sequence_lens (int32): oneDNN runs every sequence to T; other lengths run the interpreter's kernel.
-    bool full = true;
-    if (present_[4])
-      for (int64_t n = 0; n < N_ && full; ++n) full = reinterpret_cast<const int32_t*>(in[4])[n] == T_;
-    if (reference_only_ || !finite || !full) return run_reference(in, out);
-    float* wanted[3] = {nullptr, nullptr, nullptr};
-    for (size_t j = 0; j < outputs_.size(); ++j) wanted[outputs_[j]] = out[j];
-    const float* w = packed_w_.empty() ? nullptr : packed_w_.data();
-    const float* r = packed_r_.empty() ? nullptr : packed_r_.data();
-    const float* b = packed_b_.empty() ? nullptr : packed_b_.data();
-    const size_t state = size_t(D_ * N_ * H_);
-    if (!w) {
-      float* buf = thread_buffer(1, size_t(D_ * I_ * G_ * H_) * sizeof(float));
-      pack_weights(in[1], I_, buf);
-      w = buf;
-    }
-    if (!r) {
-      float* buf = thread_buffer(2, size_t(D_ * H_ * G_ * H_) * sizeof(float));
-      pack_weights(in[2], H_, buf);
-      r = buf;
-    }
-    if (!b) {
-      float* buf = thread_buffer(3, size_t(D_ * (G_ + (lbr_ ? 1 : 0)) * H_) * sizeof(float));
-      pack_bias(in[3], buf);
-      b = buf;
-    }
-    const float* peep = packed_p_.empty() ? nullptr : packed_p_.data();
-    if (present_[7] && !peep) {
-      float* buf = thread_buffer(8, size_t(D_ * 3 * H_) * sizeof(float));
-      pack_peephole(in[7], buf);
-      peep = buf;
-    }
-    // Layout 1 (batch first): X and the initial states transposed into oneDNN's time-major order
-    // here, the results back after.
-    const float* x = in[0];
-    const float* init_h = present_[5] ? in[5] : nullptr;
-    const float* init_c = present_[6] ? in[6] : nullptr;
-    if (batch_first_) {
-      float* xt = thread_buffer(9, size_t(T_ * N_ * I_) * sizeof(float));
-      for (int64_t n = 0; n < N_; ++n)
-        for (int64_t t = 0; t < T_; ++t) std::memcpy(xt + (t * N_ + n) * I_, x + (n * T_ + t) * I_, size_t(I_) * sizeof(float));
-      x = xt;
-      if (init_h) init_h = swap_state(init_h, thread_buffer(10, state * sizeof(float)), true);
-      if (init_c) init_c = swap_state(init_c, thread_buffer(11, state * sizeof(float)), true);
-    }
-    float* y = D_ == 1 && wanted[0] && !batch_first_ ? wanted[0] : thread_buffer(4, size_t(T_ * N_ * D_ * H_) * sizeof(float));
-    float* yh = wanted[1] && !batch_first_ ? wanted[1] : thread_buffer(5, state * sizeof(float));
-    float* yc = cell_ == Cell::Lstm ? (wanted[2] && !batch_first_ ? wanted[2] : thread_buffer(6, state * sizeof(float))) : nullptr;
-    float* scratch = thread_buffer(0, scratch_.get_size() + sizeof(float));
-    std::unordered_map<int, memory> args{{DNNL_ARG_SRC_LAYER, wrap(src_layer_, x)},
-                                         {DNNL_ARG_WEIGHTS_LAYER, wrap(w_layer_, w)},
-                                         {DNNL_ARG_WEIGHTS_ITER, wrap(w_iter_, r)},
-                                         {DNNL_ARG_BIAS, wrap(bias_, b)},
-                                         {DNNL_ARG_DST_LAYER, wrap(dst_layer_, y)},
-                                         {DNNL_ARG_DST_ITER, wrap(dst_iter_, yh)}};
-    auto zeros = [&]() -> const float* {
-      float* z = thread_buffer(7, state * sizeof(float));
-      std::fill(z, z + state, 0.0f);
-      return z;
-    };
-    if (initial_) args.emplace(DNNL_ARG_SRC_ITER, wrap(src_iter_, init_h ? init_h : zeros()));
-    if (cell_ == Cell::Lstm) {
-      if (initial_) args.emplace(DNNL_ARG_SRC_ITER_C, wrap(src_iter_c_, init_c ? init_c : zeros()));
-      args.emplace(DNNL_ARG_DST_ITER_C, wrap(dst_iter_c_, yc));
-    }
-    if (peep) args.emplace(DNNL_ARG_WEIGHTS_PEEPHOLE, wrap(peephole_, peep));
-    if (scratch_.get_size() > 0) args.emplace(DNNL_ARG_SCRATCHPAD, memory(scratch_, cpu_engine(), scratch));
-    {
-      thread_local dnnl::stream stream(cpu_engine());
-      ScopedOmpThreads scope(threads_to_run(threads_));
-      try {
-        prim_.execute(stream, args);
-        stream.wait();
-      } catch (const dnnl::error& e) {
-        fail(ErrorCode::RuntimeError, node_.describe(), ": oneDNN could not run a recurrent primitive: ", e.what());
-      }
-    }
-    if (wanted[0] && y != wanted[0])  // [T, N, D*H] -> Y [T, D, N, H], or [N, T, D, H] for layout 1
-      for (int64_t t = 0; t < T_; ++t)
-        for (int64_t n = 0; n < N_; ++n)
-          for (int64_t d = 0; d < D_; ++d)
-            std::memcpy(wanted[0] + (batch_first_ ? ((n * T_ + t) * D_ + d) * H_ : ((t * D_ + d) * N_ + n) * H_),
-                        y + (t * N_ + n) * D_ * H_ + d * H_, size_t(H_) * sizeof(float));
-    if (batch_first_ && wanted[1]) swap_state(yh, wanted[1], false);
-    if (batch_first_ && cell_ == Cell::Lstm && wanted[2]) swap_state(yc, wanted[2], false);
-  }
-
- private:
   // A state between layout 1's [N, D, H] and oneDNN's [D, N, H] (`to_onednn`: that way); returns dst.
   float* swap_state(const float* src, float* dst, bool to_onednn) const {
     for (int64_t n = 0; n < N_; ++n)
@@ -433,6 +483,118 @@ Bounded mul(Bounded x, Bounded y) {
   return {v, std::abs(x.v) * y.e + (std::abs(y.v) + y.e) * x.e + kU * std::abs(v)};
 }
 
+// The error bounds of one direction's cells (dnnl_rnn_error_bound): its weights and biases as
+// double, and the input row of the step being bounded.
+struct CellBound {
+  Cell cell;
+  std::string rnn_act;
+  bool lbr;
+  int64_t I, H;
+  double gamma;  // the relative bound of one fp32 sum of I + H + 4 terms
+  const double *w, *r, *wb, *rb, *peep;
+  const double* x = nullptr;
+
+  // Row `row`'s Rb and recurrent part over state v, with its Wb and input part unless !with_x, as
+  // one fp32 sum: the value and its error bound.
+  Bounded pre(int64_t row, const std::vector<Bounded>& v, bool with_x = true) const {
+    double val = rb[row], mag = std::abs(rb[row]), prop = 0;
+    if (with_x) {
+      val += wb[row];
+      mag += std::abs(wb[row]);
+      for (int64_t i = 0; i < I; ++i) {
+        val += w[row * I + i] * x[i];
+        mag += std::abs(w[row * I + i] * x[i]);
+      }
+    }
+    for (int64_t m = 0; m < H; ++m) {
+      val += r[row * H + m] * v[size_t(m)].v;
+      mag += std::abs(r[row * H + m]) * (std::abs(v[size_t(m)].v) + v[size_t(m)].e);
+      prop += std::abs(r[row * H + m]) * v[size_t(m)].e;
+    }
+    return Bounded{val, gamma * mag + prop};
+  }
+
+  // One step: h (and c for LSTM) become the next state's values and bounds.
+  void step(std::vector<Bounded>& h, std::vector<Bounded>& c) const {
+    std::vector<Bounded> next_h(static_cast<size_t>(H)), next_c(static_cast<size_t>(H));
+    if (cell == Cell::Rnn) {
+      for (int64_t j = 0; j < H; ++j) {
+        const Bounded a = pre(j, h);
+        next_h[size_t(j)] = activate(rnn_act, a.v, a.e);
+      }
+    } else if (cell == Cell::Lstm) {
+      lstm_step(h, c, next_h, next_c);
+    } else {
+      gru_step(h, next_h);
+    }
+    h = next_h;
+    if (cell == Cell::Lstm) c = next_c;
+  }
+
+  // ONNX rows: i, o, f, c; peepholes i, o, f.
+  void lstm_step(const std::vector<Bounded>& h, const std::vector<Bounded>& c, std::vector<Bounded>& next_h,
+                 std::vector<Bounded>& next_c) const {
+    // A peephole term p * c added to a gate's sum: one more product in it.
+    auto with_peephole = [&](Bounded a, double p, Bounded cj) {
+      return Bounded{a.v + p * cj.v, a.e + gamma * std::abs(p) * (std::abs(cj.v) + cj.e) + std::abs(p) * cj.e};
+    };
+    for (int64_t j = 0; j < H; ++j) {
+      const Bounded cj = c[size_t(j)];
+      const Bounded pi = with_peephole(pre(j, h), peep[j], cj), pf = with_peephole(pre(2 * H + j, h), peep[2 * H + j], cj),
+                    pc = pre(3 * H + j, h);
+      const Bounded i = activate("sigmoid", pi.v, pi.e), f = activate("sigmoid", pf.v, pf.e),
+                    g = activate("tanh", pc.v, pc.e);
+      const Bounded fc = mul(f, cj), ig = mul(i, g);
+      const Bounded cn{fc.v + ig.v, fc.e + ig.e + kU * std::abs(fc.v + ig.v)};
+      const Bounded po = with_peephole(pre(H + j, h), peep[H + j], cn);
+      const Bounded o = activate("sigmoid", po.v, po.e);
+      const Bounded tc = activate("tanh", cn.v, cn.e);
+      next_c[size_t(j)] = cn;
+      next_h[size_t(j)] = mul(o, tc);
+    }
+  }
+
+  // ONNX rows: z, r, h.
+  void gru_step(const std::vector<Bounded>& h, std::vector<Bounded>& next_h) const {
+    std::vector<Bounded> z(static_cast<size_t>(H)), rg(z.size()), rh(z.size());
+    for (int64_t j = 0; j < H; ++j) {
+      const Bounded pz = pre(j, h), pr = pre(H + j, h);
+      z[size_t(j)] = activate("sigmoid", pz.v, pz.e);
+      rg[size_t(j)] = activate("sigmoid", pr.v, pr.e);
+      rh[size_t(j)] = mul(rg[size_t(j)], h[size_t(j)]);
+    }
+    for (int64_t j = 0; j < H; ++j) {
+      const int64_t row = 2 * H + j;
+      const Bounded a = lbr ? lbr_candidate_sum(row, h, rg[size_t(j)]) : pre(row, rh);
+      const Bounded cand = activate("tanh", a.v, a.e), zj = z[size_t(j)], hj = h[size_t(j)];
+      const Bounded one_minus_z{1 - zj.v, zj.e + kU * std::abs(1 - zj.v)};
+      const Bounded p1 = mul(one_minus_z, cand), p2 = mul(zj, hj);
+      next_h[size_t(j)] = {p1.v + p2.v, p1.e + p2.e + kU * std::abs(p1.v + p2.v)};
+    }
+  }
+
+  // linear_before_reset's candidate sum: Wh x + Wbh + r * (Rh h + Rbh).
+  Bounded lbr_candidate_sum(int64_t row, const std::vector<Bounded>& h, Bounded rj) const {
+    const Bounded lin = pre(row, h, false), hr = mul(rj, lin);
+    double val = wb[row] + hr.v, mag = std::abs(wb[row]) + std::abs(hr.v) + hr.e;
+    for (int64_t i = 0; i < I; ++i) {
+      val += w[row * I + i] * x[i];
+      mag += std::abs(w[row * I + i] * x[i]);
+    }
+    return {val, gamma * mag + hr.e};
+  }
+};
+
+// Input i as doubles; empty where not given.
+std::vector<double> as_doubles(const std::vector<Tensor>& inputs, size_t i) {
+  std::vector<double> v;
+  if (i < inputs.size() && inputs[i].defined()) {
+    Tensor t = inputs[i].cast(DType::Float64);
+    v.assign(t.data<double>(), t.data<double>() + t.numel());
+  }
+  return v;
+}
+
 }  // namespace
 
 std::string dnnl_rnn_can_compile(const Node& node, const std::vector<DType>& dtypes,
@@ -465,22 +627,15 @@ std::vector<Tensor> dnnl_rnn_error_bound(const Node& node, const std::vector<Ten
   const Cell cell = cell_of(node.op);
   std::string rnn_act = "tanh";
   TERRACE_CHECK(refusal(node, &rnn_act).empty(), Internal, node.describe(), ": no bound for a form tier 1 refuses");
-  auto doubles = [&](size_t i) {
-    std::vector<double> v;
-    if (i < inputs.size() && inputs[i].defined()) {
-      Tensor t = inputs[i].cast(DType::Float64);
-      v.assign(t.data<double>(), t.data<double>() + t.numel());
-    }
-    return v;
-  };
   const Shape& xs = inputs.at(0).shape();
   const bool batch_first = node.attr_int("layout", 0) == 1;  // X [N, T, I], Y [N, T, D, H], states [N, D, H]
   const int64_t T = xs[batch_first ? 1 : 0], N = xs[batch_first ? 0 : 1], I = xs[2], H = inputs.at(2).shape()[2], G = gate_count(cell);
   const std::string direction = node.attr_string("direction", "forward");
   const int64_t D = direction == "bidirectional" ? 2 : 1, GH = G * H;
   const bool lbr = cell == Cell::Gru && node.attr_int("linear_before_reset", 0) != 0;
-  const std::vector<double> X = doubles(0), W = doubles(1), R = doubles(2);
-  std::vector<double> B = doubles(3), h0 = doubles(5), c0 = doubles(6), P = doubles(7);
+  const std::vector<double> X = as_doubles(inputs, 0), W = as_doubles(inputs, 1), R = as_doubles(inputs, 2);
+  std::vector<double> B = as_doubles(inputs, 3), h0 = as_doubles(inputs, 5), c0 = as_doubles(inputs, 6),
+                      P = as_doubles(inputs, 7);
   if (B.empty()) B.assign(size_t(D * 2 * GH), 0.0);
   if (h0.empty()) h0.assign(size_t(D * N * H), 0.0);
   if (c0.empty()) c0.assign(size_t(D * N * H), 0.0);
@@ -491,10 +646,9 @@ std::vector<Tensor> dnnl_rnn_error_bound(const Node& node, const std::vector<Ten
          eh = Tensor::zeros(DType::Float64, state), ec = Tensor::zeros(DType::Float64, state);
   auto state_at = [&](int64_t d, int64_t n) { return (batch_first ? n * D + d : d * N + n) * H; };
   for (int64_t d = 0; d < D; ++d) {
-    const double* w = W.data() + d * GH * I;
-    const double* r = R.data() + d * GH * H;
     const double* wb = B.data() + d * 2 * GH;
-    const double* rb = wb + GH;
+    CellBound bound{cell, rnn_act, lbr, I, H, gamma, W.data() + d * GH * I, R.data() + d * GH * H, wb, wb + GH,
+                    P.data() + d * 3 * H};
     for (int64_t n = 0; n < N; ++n) {
       std::vector<Bounded> h(static_cast<size_t>(H)), c(static_cast<size_t>(H));
       for (int64_t j = 0; j < H; ++j) {
@@ -503,82 +657,8 @@ std::vector<Tensor> dnnl_rnn_error_bound(const Node& node, const std::vector<Ten
       }
       for (int64_t s = 0; s < T; ++s) {
         const int64_t t = (d == 1 || direction == "reverse") ? T - 1 - s : s;
-        const double* x = X.data() + (batch_first ? n * T + t : t * N + n) * I;
-        // Row `row`'s input part, its recurrent part over state v (with Rb unless `no_rb`), as
-        // one fp32 sum: the value and its error bound.
-        auto pre = [&](int64_t row, const std::vector<Bounded>& v, bool with_x = true) {
-          double val = rb[row], mag = std::abs(rb[row]), prop = 0;
-          if (with_x) {
-            val += wb[row];
-            mag += std::abs(wb[row]);
-            for (int64_t i = 0; i < I; ++i) {
-              val += w[row * I + i] * x[i];
-              mag += std::abs(w[row * I + i] * x[i]);
-            }
-          }
-          for (int64_t m = 0; m < H; ++m) {
-            val += r[row * H + m] * v[size_t(m)].v;
-            mag += std::abs(r[row * H + m]) * (std::abs(v[size_t(m)].v) + v[size_t(m)].e);
-            prop += std::abs(r[row * H + m]) * v[size_t(m)].e;
-          }
-          return Bounded{val, gamma * mag + prop};
-        };
-        std::vector<Bounded> next_h(static_cast<size_t>(H)), next_c(static_cast<size_t>(H));
-        if (cell == Cell::Rnn) {
-          for (int64_t j = 0; j < H; ++j) {
-            const Bounded a = pre(j, h);
-            next_h[size_t(j)] = activate(rnn_act, a.v, a.e);
-          }
-        } else if (cell == Cell::Lstm) {  // ONNX rows: i, o, f, c
-          const double* peep = P.data() + d * 3 * H;  // ONNX i, o, f
-          // A peephole term p * c added to a gate's sum: one more product in it.
-          auto with_peephole = [&](Bounded a, double p, Bounded cj) {
-            return Bounded{a.v + p * cj.v, a.e + gamma * std::abs(p) * (std::abs(cj.v) + cj.e) + std::abs(p) * cj.e};
-          };
-          for (int64_t j = 0; j < H; ++j) {
-            const Bounded cj = c[size_t(j)];
-            const Bounded pi = with_peephole(pre(j, h), peep[j], cj), pf = with_peephole(pre(2 * H + j, h), peep[2 * H + j], cj),
-                          pc = pre(3 * H + j, h);
-            const Bounded i = activate("sigmoid", pi.v, pi.e), f = activate("sigmoid", pf.v, pf.e),
-                          g = activate("tanh", pc.v, pc.e);
-            const Bounded fc = mul(f, cj), ig = mul(i, g);
-            const Bounded cn{fc.v + ig.v, fc.e + ig.e + kU * std::abs(fc.v + ig.v)};
-            const Bounded po = with_peephole(pre(H + j, h), peep[H + j], cn);
-            const Bounded o = activate("sigmoid", po.v, po.e);
-            const Bounded tc = activate("tanh", cn.v, cn.e);
-            next_c[size_t(j)] = cn;
-            next_h[size_t(j)] = mul(o, tc);
-          }
-        } else {  // GRU, ONNX rows: z, r, h
-          std::vector<Bounded> z(static_cast<size_t>(H)), rg(z.size()), rh(z.size());
-          for (int64_t j = 0; j < H; ++j) {
-            const Bounded pz = pre(j, h), pr = pre(H + j, h);
-            z[size_t(j)] = activate("sigmoid", pz.v, pz.e);
-            rg[size_t(j)] = activate("sigmoid", pr.v, pr.e);
-            rh[size_t(j)] = mul(rg[size_t(j)], h[size_t(j)]);
-          }
-          for (int64_t j = 0; j < H; ++j) {
-            const int64_t row = 2 * H + j;
-            Bounded a;
-            if (lbr) {  // Wh x + Wbh + r * (Rh h + Rbh)
-              const Bounded lin = pre(row, h, false), hr = mul(rg[size_t(j)], lin);
-              double val = wb[row] + hr.v, mag = std::abs(wb[row]) + std::abs(hr.v) + hr.e;
-              for (int64_t i = 0; i < I; ++i) {
-                val += w[row * I + i] * x[i];
-                mag += std::abs(w[row * I + i] * x[i]);
-              }
-              a = {val, gamma * mag + hr.e};
-            } else {
-              a = pre(row, rh);
-            }
-            const Bounded cand = activate("tanh", a.v, a.e), zj = z[size_t(j)], hj = h[size_t(j)];
-            const Bounded one_minus_z{1 - zj.v, zj.e + kU * std::abs(1 - zj.v)};
-            const Bounded p1 = mul(one_minus_z, cand), p2 = mul(zj, hj);
-            next_h[size_t(j)] = {p1.v + p2.v, p1.e + p2.e + kU * std::abs(p1.v + p2.v)};
-          }
-        }
-        h = next_h;
-        if (cell == Cell::Lstm) c = next_c;
+        bound.x = X.data() + (batch_first ? n * T + t : t * N + n) * I;
+        bound.step(h, c);
         const int64_t y_at = batch_first ? ((n * T + t) * D + d) * H : ((t * D + d) * N + n) * H;
         for (int64_t j = 0; j < H; ++j) ey.data<double>()[y_at + j] = h[size_t(j)].e;
       }

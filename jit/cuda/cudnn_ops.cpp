@@ -180,6 +180,62 @@ std::string join(const std::vector<int64_t>& v, const char* sep = ",") {
   return s;
 }
 
+// A convolution's shapes as cuDNN takes them: 1-D as 2-D over a unit height (cuDNN's descriptors
+// start at 4 dims).
+struct CudnnShapes {
+  std::vector<int64_t> x, w, y, strides, dilations, pads;
+};
+
+CudnnShapes cudnn_shapes(const ConvSpec& spec) {
+  const size_t rank = spec.x.size();
+  TERRACE_CHECK(rank >= 3 && rank <= 5 && spec.w.size() == rank && spec.strides.size() == rank - 2 &&
+                    spec.dilations.size() == rank - 2 && spec.pads.size() == rank - 2,
+                CompileFailed, spec.describe(),
+                ": cuDNN convolutions take 1 to 3 spatial dims, one stride, dilation and pad each");
+  CudnnShapes s{spec.x, spec.w, spec.y(), spec.strides, spec.dilations, spec.pads};
+  if (rank == 3) {
+    s.x.insert(s.x.begin() + 2, 1);
+    s.w.insert(s.w.begin() + 2, 1);
+    s.y.insert(s.y.begin() + 2, 1);
+    s.strides.insert(s.strides.begin(), 1);
+    s.dilations.insert(s.dilations.begin(), 1);
+    s.pads.insert(s.pads.begin(), 0);
+  }
+  TERRACE_CHECK(shape_numel(s.y) > 0 && s.x[0] > 0, CompileFailed, spec.describe(),
+                ": an empty convolution is no cuDNN call");
+  for (const std::vector<int64_t>* t : {&s.x, &s.w, &s.y})
+    TERRACE_CHECK(shape_numel(*t) < INT_MAX, CompileFailed, spec.describe(),
+                  ": over 2^31 elements in one tensor (cuDNN's dims are 32-bit)");
+  return s;
+}
+
+std::vector<int> ints(const std::vector<int64_t>& v) { return std::vector<int>(v.begin(), v.end()); }
+
+// Row-major strides of a packed tensor of `dims`.
+std::vector<int> packed_strides(const std::vector<int>& dims) {
+  std::vector<int> s(dims.size(), 1);
+  for (size_t i = dims.size() - 1; i > 0; --i) s[i - 1] = s[i] * dims[i];
+  return s;
+}
+
+// An algorithm cuDNN may run for one convolution, and its time when timed.
+struct Candidate {
+  cudnnConvolutionFwdAlgo_t algo;
+  size_t workspace;
+  float ms = 0;
+};
+
+// TERRACE_CUDNN_ALGOS=any also admits Winograd and FFT (for measuring what they would gain:
+// their error is not bounded by the validator's element-wise allowance, so a version using
+// one is served only while its validation and re-checks pass).
+bool any_algorithm() {
+  static const bool any = [] {
+    const char* e = std::getenv("TERRACE_CUDNN_ALGOS");
+    return e && std::string(e) == "any";
+  }();
+  return any;
+}
+
 }  // namespace
 
 bool cudnn_available(std::string* why) {
@@ -212,6 +268,7 @@ std::string ConvSpec::describe() const {
 }
 
 struct CudnnConv::Impl {
+  explicit Impl(const ConvSpec& spec) : spec_(spec) {}
   cudnnTensorDescriptor_t xd = nullptr, yd = nullptr;
   cudnnFilterDescriptor_t wd = nullptr;
   cudnnConvolutionDescriptor_t cd = nullptr;
@@ -219,147 +276,127 @@ struct CudnnConv::Impl {
   size_t workspace = 0;
   bool timed = false;  // chosen by timing the candidates (else the heuristic's first)
   float ms = 0;        // its time, when timed
+  const ConvSpec& spec_;  // the owner's, named for TERRACE_DNN
   ~Impl() {            // also where planning failed half-way
     if (cd) dnn().cudnnDestroyConvolutionDescriptor(cd);
     if (wd) dnn().cudnnDestroyFilterDescriptor(wd);
     for (cudnnTensorDescriptor_t t : {xd, yd})
       if (t) dnn().cudnnDestroyTensorDescriptor(t);
   }
-};
 
-CudnnConv::CudnnConv(const ConvSpec& spec) : spec_(spec), impl_(std::make_unique<Impl>()) {
-  std::string why;
-  TERRACE_CHECK(cudnn_available(&why), NotImplemented, "cuDNN is not available: ", why);
-  device();  // the primary context current on this (compile) thread, for cuDNN's runtime
-  const size_t rank = spec.x.size();
-  TERRACE_CHECK(rank >= 3 && rank <= 5 && spec.w.size() == rank && spec.strides.size() == rank - 2 &&
-                    spec.dilations.size() == rank - 2 && spec.pads.size() == rank - 2,
-                CompileFailed, spec.describe(),
-                ": cuDNN convolutions take 1 to 3 spatial dims, one stride, dilation and pad each");
-  // 1-D as 2-D over a unit height (cuDNN's descriptors start at 4 dims).
-  std::vector<int64_t> x = spec.x, w = spec.w, strides = spec.strides, dilations = spec.dilations, pads = spec.pads;
-  if (rank == 3) {
-    x.insert(x.begin() + 2, 1);
-    w.insert(w.begin() + 2, 1);
-    strides.insert(strides.begin(), 1);
-    dilations.insert(dilations.begin(), 1);
-    pads.insert(pads.begin(), 0);
+  void set_descriptors(const CudnnShapes& s) {
+    const int nd = int(s.x.size());
+    const std::vector<int> xi = ints(s.x), wi = ints(s.w), yi = ints(s.y);
+    TERRACE_DNN(CompileFailed, cudnnCreateTensorDescriptor, &xd);
+    TERRACE_DNN(CompileFailed, cudnnCreateTensorDescriptor, &yd);
+    TERRACE_DNN(CompileFailed, cudnnCreateFilterDescriptor, &wd);
+    TERRACE_DNN(CompileFailed, cudnnCreateConvolutionDescriptor, &cd);
+    TERRACE_DNN(CompileFailed, cudnnSetTensorNdDescriptor, xd, CUDNN_DATA_FLOAT, nd, xi.data(),
+                packed_strides(xi).data());
+    TERRACE_DNN(CompileFailed, cudnnSetFilterNdDescriptor, wd, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, nd, wi.data());
+    const std::vector<int> pi = ints(s.pads), si = ints(s.strides), di = ints(s.dilations);
+    TERRACE_DNN(CompileFailed, cudnnSetConvolutionNdDescriptor, cd, nd - 2, pi.data(), si.data(), di.data(),
+                CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT);
+    TERRACE_DNN(CompileFailed, cudnnSetConvolutionGroupCount, cd, int(spec_.group));
+    // fp32 stays fp32: no TF32 tensor cores (CUDNN_DEFAULT_MATH would allow them on Ampere and later).
+    TERRACE_DNN(CompileFailed, cudnnSetConvolutionMathType, cd, CUDNN_FMA_MATH);
+    std::vector<int> got(size_t(nd), 0);
+    TERRACE_DNN(CompileFailed, cudnnGetConvolutionNdForwardOutputDim, cd, xd, wd, nd, got.data());
+    TERRACE_CHECK(got == yi, Internal, spec_.describe(), ": cuDNN's output dims differ from ONNX's [", join(s.y), "]");
+    TERRACE_DNN(CompileFailed, cudnnSetTensorNdDescriptor, yd, CUDNN_DATA_FLOAT, nd, yi.data(),
+                packed_strides(yi).data());
   }
-  std::vector<int64_t> y = spec.y();
-  if (rank == 3) y.insert(y.begin() + 2, 1);
-  TERRACE_CHECK(shape_numel(y) > 0 && x[0] > 0, CompileFailed, spec.describe(),
-                ": an empty convolution is no cuDNN call");
-  for (const std::vector<int64_t>* t : {&x, &w, &y})
-    TERRACE_CHECK(shape_numel(*t) < INT_MAX, CompileFailed, spec.describe(),
-                  ": over 2^31 elements in one tensor (cuDNN's dims are 32-bit)");
-  auto ints = [](const std::vector<int64_t>& v) { return std::vector<int>(v.begin(), v.end()); };
-  auto packed = [](const std::vector<int>& dims) {
-    std::vector<int> s(dims.size(), 1);
-    for (size_t i = dims.size() - 1; i > 0; --i) s[i - 1] = s[i] * dims[i];
-    return s;
-  };
-  Impl& p = *impl_;
-  const int nd = int(x.size());
-  const std::vector<int> xi = ints(x), wi = ints(w), yi = ints(y);
-  TERRACE_DNN(CompileFailed, cudnnCreateTensorDescriptor, &p.xd);
-  TERRACE_DNN(CompileFailed, cudnnCreateTensorDescriptor, &p.yd);
-  TERRACE_DNN(CompileFailed, cudnnCreateFilterDescriptor, &p.wd);
-  TERRACE_DNN(CompileFailed, cudnnCreateConvolutionDescriptor, &p.cd);
-  TERRACE_DNN(CompileFailed, cudnnSetTensorNdDescriptor, p.xd, CUDNN_DATA_FLOAT, nd, xi.data(), packed(xi).data());
-  TERRACE_DNN(CompileFailed, cudnnSetFilterNdDescriptor, p.wd, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, nd, wi.data());
-  const std::vector<int> pi = ints(pads), si = ints(strides), di = ints(dilations);
-  TERRACE_DNN(CompileFailed, cudnnSetConvolutionNdDescriptor, p.cd, nd - 2, pi.data(), si.data(), di.data(),
-              CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT);
-  TERRACE_DNN(CompileFailed, cudnnSetConvolutionGroupCount, p.cd, int(spec.group));
-  // fp32 stays fp32: no TF32 tensor cores (CUDNN_DEFAULT_MATH would allow them on Ampere and later).
-  TERRACE_DNN(CompileFailed, cudnnSetConvolutionMathType, p.cd, CUDNN_FMA_MATH);
-  std::vector<int> got(size_t(nd), 0);
-  TERRACE_DNN(CompileFailed, cudnnGetConvolutionNdForwardOutputDim, p.cd, p.xd, p.wd, nd, got.data());
-  TERRACE_CHECK(got == yi, Internal, spec.describe(), ": cuDNN's output dims differ from ONNX's [", join(y), "]");
-  TERRACE_DNN(CompileFailed, cudnnSetTensorNdDescriptor, p.yd, CUDNN_DATA_FLOAT, nd, yi.data(), packed(yi).data());
 
-  Handle h(spec.describe());
-  cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-  int returned = 0;
-  TERRACE_DNN(CompileFailed, cudnnGetConvolutionForwardAlgorithm_v7, h.h, p.xd, p.wd, p.cd, p.yd,
-              CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &returned, perf);
   // The candidates, in the heuristic's order: algorithms that sum directly, with FMA math, whose
   // workspace fits.
-  struct Candidate {
-    cudnnConvolutionFwdAlgo_t algo;
-    size_t workspace;
-    float ms = 0;
-  };
-  std::vector<Candidate> candidates;
-  std::string refused;
-  for (int i = 0; i < returned; ++i) {
-    const cudnnConvolutionFwdAlgoPerf_t& r = perf[i];
-    // TERRACE_CUDNN_ALGOS=any also admits Winograd and FFT (for measuring what they would gain:
-    // their error is not bounded by the validator's element-wise allowance, so a version using
-    // one is served only while its validation and re-checks pass).
-    static const bool any_algo = [] {
-      const char* e = std::getenv("TERRACE_CUDNN_ALGOS");
-      return e && std::string(e) == "any";
-    }();
-    if (r.status != CUDNN_STATUS_SUCCESS || (!any_algo && !sums_directly(r.algo)) || r.mathType == CUDNN_TENSOR_OP_MATH ||
-        r.mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION) {
-      continue;
+  std::vector<Candidate> candidates(cudnnHandle_t h) const {
+    cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+    int returned = 0;
+    TERRACE_DNN(CompileFailed, cudnnGetConvolutionForwardAlgorithm_v7, h, xd, wd, cd, yd,
+                CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &returned, perf);
+    std::vector<Candidate> found;
+    std::string refused;
+    for (int i = 0; i < returned; ++i) {
+      const cudnnConvolutionFwdAlgoPerf_t& r = perf[i];
+      if (r.status != CUDNN_STATUS_SUCCESS || (!any_algorithm() && !sums_directly(r.algo)) ||
+          r.mathType == CUDNN_TENSOR_OP_MATH || r.mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION) {
+        continue;
+      }
+      size_t bytes = 0;
+      // With the descriptor's FMA math: an algorithm that needs tensor ops is refused here.
+      if (dnn().cudnnGetConvolutionForwardWorkspaceSize(h, xd, wd, cd, yd, r.algo, &bytes) != CUDNN_STATUS_SUCCESS ||
+          bytes > kMaxWorkspaceBytes) {
+        refused += std::string(refused.empty() ? "" : ", ") + algo_name(r.algo);
+        continue;
+      }
+      found.push_back({r.algo, bytes});
     }
-    size_t bytes = 0;
-    // With the descriptor's FMA math: an algorithm that needs tensor ops is refused here.
-    if (dnn().cudnnGetConvolutionForwardWorkspaceSize(h.h, p.xd, p.wd, p.cd, p.yd, r.algo, &bytes) !=
-            CUDNN_STATUS_SUCCESS ||
-        bytes > kMaxWorkspaceBytes) {
-      refused += std::string(refused.empty() ? "" : ", ") + algo_name(r.algo);
-      continue;
-    }
-    candidates.push_back({r.algo, bytes});
+    TERRACE_CHECK(!found.empty(), CompileFailed, spec_.describe(),
+                  ": cuDNN offers no fp32 FMA algorithm that sums directly",
+                  refused.empty() ? std::string() : " (refused: " + refused + ")");
+    return found;
   }
-  TERRACE_CHECK(!candidates.empty(), CompileFailed, spec.describe(),
-                ": cuDNN offers no fp32 FMA algorithm that sums directly",
-                refused.empty() ? std::string() : " (refused: " + refused + ")");
-  size_t best = 0;
-  // Timed where there is a choice (this runs at compile time, on the background thread): each
-  // candidate once to warm up, then 3 times, on zeroed scratch tensors of the problem's sizes.
-  // TERRACE_CUDNN_TUNE=0 keeps the heuristic's first.
-  if (candidates.size() > 1 && env_flag("TERRACE_CUDNN_TUNE", true)) {
+
+  // The fastest candidate's index, each timed (this runs at compile time, on the background
+  // thread) once to warm up, then 3 times, on zeroed scratch tensors of the problem's sizes; the
+  // heuristic's first where timing fails.
+  size_t fastest(cudnnHandle_t h, const CudnnShapes& s, std::vector<Candidate>& candidates) {
+    size_t best = 0;
     try {
       Stream stream;
-      TERRACE_DNN(CompileFailed, cudnnSetStream, h.h, stream.get());
-      const CUstream s = stream.get();
-      auto zeroed = [&](const std::vector<int64_t>& shape) {
-        DeviceBuffer b(size_t(shape_numel(shape)) * sizeof(float), s);
-        TERRACE_CU(cuMemsetD8Async, b.ptr(), 0, b.bytes(), s);
-        return b;
-      };
-      DeviceBuffer xb = zeroed(x), wb = zeroed(w), yb = zeroed(y);
-      const float alpha = 1.0f, beta = 0.0f;
-      Event start, end;
-      for (Candidate& c : candidates) {
-        DeviceBuffer workspace(c.workspace, s);
-        for (int rep = 0; rep < 4; ++rep) {
-          if (rep == 1) start.record(stream);
-          TERRACE_DNN(CompileFailed, cudnnConvolutionForward, h.h, &alpha, p.xd,
-                      reinterpret_cast<const void*>(xb.ptr()), p.wd, reinterpret_cast<const void*>(wb.ptr()), p.cd,
-                      c.algo, reinterpret_cast<void*>(workspace.ptr()), c.workspace, &beta, p.yd,
-                      reinterpret_cast<void*>(yb.ptr()));
-        }
-        end.record(stream);
-        end.synchronize();
-        c.ms = Event::elapsed_ms(start, end) / 3;
-      }
-      stream.synchronize();  // the scratch buffers are freed in order before the stream goes
+      TERRACE_DNN(CompileFailed, cudnnSetStream, h, stream.get());
+      time_each(h, s, stream, candidates);
       for (size_t i = 1; i < candidates.size(); ++i)
         if (candidates[i].ms < candidates[best].ms) best = i;
-      p.timed = true;
+      timed = true;
     } catch (const Error& e) {
       if (e.code() == ErrorCode::OutOfMemory) throw;
-      log(LogLevel::Info, "tier 2: ", spec.describe(), ": timing cuDNN's algorithms failed (", e.message(),
+      log(LogLevel::Info, "tier 2: ", spec_.describe(), ": timing cuDNN's algorithms failed (", e.message(),
           "); the heuristic's first is used");
       best = 0;
     }
-    dnn().cudnnSetStream(h.h, nullptr);  // the timing stream is gone; every run sets its own
+    dnn().cudnnSetStream(h, nullptr);  // the timing stream is gone; every run sets its own
+    return best;
   }
+
+  // Each candidate's time on `stream`, into its ms.
+  void time_each(cudnnHandle_t h, const CudnnShapes& s, Stream& stream, std::vector<Candidate>& candidates) const {
+    const CUstream cs = stream.get();
+    auto zeroed = [&](const std::vector<int64_t>& shape) {
+      DeviceBuffer b(size_t(shape_numel(shape)) * sizeof(float), cs);
+      TERRACE_CU(cuMemsetD8Async, b.ptr(), 0, b.bytes(), cs);
+      return b;
+    };
+    DeviceBuffer xb = zeroed(s.x), wb = zeroed(s.w), yb = zeroed(s.y);
+    const float alpha = 1.0f, beta = 0.0f;
+    Event start, end;
+    for (Candidate& c : candidates) {
+      DeviceBuffer workspace(c.workspace, cs);
+      for (int rep = 0; rep < 4; ++rep) {
+        if (rep == 1) start.record(stream);
+        TERRACE_DNN(CompileFailed, cudnnConvolutionForward, h, &alpha, xd, reinterpret_cast<const void*>(xb.ptr()),
+                    wd, reinterpret_cast<const void*>(wb.ptr()), cd, c.algo, reinterpret_cast<void*>(workspace.ptr()),
+                    c.workspace, &beta, yd, reinterpret_cast<void*>(yb.ptr()));
+      }
+      end.record(stream);
+      end.synchronize();
+      c.ms = Event::elapsed_ms(start, end) / 3;
+    }
+    stream.synchronize();  // the scratch buffers are freed in order before the stream goes
+  }
+};
+
+CudnnConv::CudnnConv(const ConvSpec& spec) : spec_(spec), impl_(std::make_unique<Impl>(spec_)) {
+  std::string why;
+  TERRACE_CHECK(cudnn_available(&why), NotImplemented, "cuDNN is not available: ", why);
+  device();  // the primary context current on this (compile) thread, for cuDNN's runtime
+  const CudnnShapes s = cudnn_shapes(spec);
+  Impl& p = *impl_;
+  p.set_descriptors(s);
+  Handle h(spec.describe());
+  std::vector<Candidate> candidates = p.candidates(h.h);
+  // Timed where there is a choice; TERRACE_CUDNN_TUNE=0 keeps the heuristic's first.
+  const size_t best = candidates.size() > 1 && env_flag("TERRACE_CUDNN_TUNE", true) ? p.fastest(h.h, s, candidates) : 0;
   p.algo = candidates[best].algo;
   p.workspace = candidates[best].workspace;
   p.ms = candidates[best].ms;
