@@ -43,9 +43,14 @@ const char* cmp_op_name(CmpOp op) {
   return names[size_t(op)];
 }
 const char* for_kind_name(ForKind kind) {
-  constexpr const char* names[] = {"serial", "parallel", "vectorized", "gpu_block", "gpu_thread"};
+  constexpr const char* names[] = {"serial",   "parallel", "vectorized", "gpu_block",
+                                   "gpu_thread", "gpu_warp", "gpu_lane", "gpu_registers"};
   return names[size_t(kind)];
 }
+bool is_gpu_loop(ForKind kind) {
+  return kind != ForKind::Serial && kind != ForKind::Parallel && kind != ForKind::Vectorized;
+}
+const char* memory_scope_name(MemoryScope scope) { return scope == MemoryScope::Shared ? "shared" : "local"; }
 
 namespace {
 template <typename Node, typename... Args>
@@ -148,12 +153,39 @@ Stmt IfThenElse::make(Expr cond, Stmt then_case, Stmt else_case) {
   TERRACE_ASSERT(cond.type() == DType::Bool, "IfThenElse condition must be bool");
   return stmt<IfThenElse>(std::move(cond), std::move(then_case), std::move(else_case));
 }
-Stmt Allocate::make(Buffer buffer, int64_t extent, Stmt body) {
+Stmt Allocate::make(Buffer buffer, int64_t extent, Stmt body, MemoryScope scope) {
   TERRACE_ASSERT(buffer.slot == kLocalSlot, "Allocate of ", buffer.name, ": slot must be kLocalSlot");
   TERRACE_ASSERT(extent >= 1, "Allocate of ", buffer.name, ": extent ", extent);
   TERRACE_ASSERT(buffer.dtype != DType::String, "Allocate of ", buffer.name, ": string dtype");
   TERRACE_ASSERT(body.defined(), "Allocate without body");
-  return stmt<Allocate>(std::move(buffer), extent, std::move(body));
+  return stmt<Allocate>(std::move(buffer), extent, std::move(body), scope);
+}
+
+Stmt Barrier::make(BarrierScope scope) { return stmt<Barrier>(scope); }
+
+namespace {
+void check_fold(const GpuFold& f) {
+  TERRACE_ASSERT(f.accumulator.slot == kLocalSlot, "GPU fold of ", f.accumulator.name, ": not a local array");
+  check_defined(f.index, "GPU fold index");
+  check_defined(f.combined, "GPU fold combine");
+  TERRACE_ASSERT(f.slots >= 0 && f.warps >= 1 && f.vector >= 0, "GPU fold of ", f.accumulator.name, ": bad counts");
+  TERRACE_ASSERT(f.vector == 0 || (f.width > 0 && f.combined_mine.defined()), "GPU fold of ", f.accumulator.name,
+                 ": slot registers without a width");
+}
+}  // namespace
+
+Stmt FoldStart::make(GpuFold fold) {
+  check_fold(fold);
+  return stmt<FoldStart>(std::move(fold));
+}
+Stmt WarpReduce::make(GpuFold fold) {
+  check_fold(fold);
+  return stmt<WarpReduce>(std::move(fold));
+}
+Stmt BlockReduce::make(GpuFold fold, bool read_back) {
+  check_fold(fold);
+  TERRACE_ASSERT(!fold.part.name.empty(), "BlockReduce of ", fold.accumulator.name, " without a shared part");
+  return stmt<BlockReduce>(std::move(fold), read_back);
 }
 
 Expr make_index(int64_t v) { return IntImm::make(DType::Int64, v); }

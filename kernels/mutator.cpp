@@ -94,7 +94,24 @@ Stmt IRMutator::visit(const IfThenElse* op, const Stmt& self) {
 }
 Stmt IRMutator::visit(const Allocate* op, const Stmt& self) {
   Stmt body = mutate(op->body);
-  return body.same_as(op->body) ? self : Allocate::make(op->buffer, op->extent, body);
+  return body.same_as(op->body) ? self : Allocate::make(op->buffer, op->extent, body, op->scope);
+}
+Stmt IRMutator::visit(const Barrier*, const Stmt& self) { return self; }
+// The fold nodes' index is their one child (see IRVisitor).
+Stmt IRMutator::visit(const FoldStart* op, const Stmt& self) {
+  GpuFold f = op->fold;
+  f.index = mutate(op->fold.index);
+  return f.index.same_as(op->fold.index) ? self : FoldStart::make(std::move(f));
+}
+Stmt IRMutator::visit(const WarpReduce* op, const Stmt& self) {
+  GpuFold f = op->fold;
+  f.index = mutate(op->fold.index);
+  return f.index.same_as(op->fold.index) ? self : WarpReduce::make(std::move(f));
+}
+Stmt IRMutator::visit(const BlockReduce* op, const Stmt& self) {
+  GpuFold f = op->fold;
+  f.index = mutate(op->fold.index);
+  return f.index.same_as(op->fold.index) ? self : BlockReduce::make(std::move(f), op->read_back);
 }
 
 }  // namespace terrace::kernels

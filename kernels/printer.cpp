@@ -83,9 +83,17 @@ class IRPrinter : public IRVisitor {
     visit(op->body);
   }
   void visit_node(const Allocate* op) override {
-    line() << "allocate " << op->buffer.name << ": " << dtype_name(op->buffer.dtype) << "[" << op->extent
-           << "]\n";
+    line() << "allocate " << (op->scope == MemoryScope::Local ? "" : "shared ") << op->buffer.name << ": "
+           << dtype_name(op->buffer.dtype) << "[" << op->extent << "]\n";
     visit(op->body);
+  }
+  void visit_node(const Barrier* op) override {
+    line() << "barrier " << (op->scope == BarrierScope::Warp ? "warp" : "block") << "\n";
+  }
+  void visit_node(const FoldStart* op) override { fold("fold_start", op->fold) << "\n"; }
+  void visit_node(const WarpReduce* op) override { fold("warp_reduce", op->fold) << "\n"; }
+  void visit_node(const BlockReduce* op) override {
+    fold("block_reduce", op->fold) << (op->read_back ? " read_back" : "") << "\n";
   }
   void visit_node(const IfThenElse* op) override {
     line() << "if (";
@@ -100,6 +108,21 @@ class IRPrinter : public IRVisitor {
   }
 
  private:
+  // `what acc[index] by combine`, then the fold's options.
+  std::ostream& fold(const char* what, const GpuFold& f) {
+    line() << what << " " << f.accumulator.name << "[";
+    visit(f.index);
+    os_ << "] by ";
+    visit(f.combined);
+    if (f.identity.defined()) {
+      os_ << " from ";
+      visit(f.identity);
+    }
+    if (f.slots) os_ << " slots " << f.slots << (f.whole ? " whole" : "");
+    if (!f.part.name.empty()) os_ << " via " << f.part.name << " of " << f.warps << " warps";
+    if (f.vector) os_ << " in registers " << f.vector << " of " << f.width;
+    return os_;
+  }
   void infix(const Expr& a, const char* op, const Expr& b) {
     os_ << "(";
     visit(a);

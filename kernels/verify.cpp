@@ -2,6 +2,7 @@
 #include "kernels/verify.h"
 
 #include <map>
+#include <set>
 
 #include "kernels/printer.h"
 #include "kernels/visitor.h"
@@ -61,9 +62,16 @@ class Verifier : public IRVisitor {
     check(locals_.count(name) == 0 && scope_.count(name) == 0, "'", name, "' bound twice");
     for (const Buffer& p : f_.buffers) check(p.name != name, "local array '", name, "' shadows a parameter");
     locals_[name] = op->buffer.dtype;
+    if (op->scope == MemoryScope::Shared) shared_.insert(name);
     visit(op->body);
     locals_.erase(name);
+    shared_.erase(name);
   }
+  // A fold node's accumulator is a thread's array in scope, its part (a block's) a shared one; its
+  // index may read the slot variable tr_s.
+  void visit_node(const FoldStart* op) override { check_fold(op->fold); }
+  void visit_node(const WarpReduce* op) override { check_fold(op->fold); }
+  void visit_node(const BlockReduce* op) override { check_fold(op->fold); }
 
  private:
   template <typename... Args>
@@ -88,6 +96,19 @@ class Verifier : public IRVisitor {
     check(p.name == b.name && p.dtype == b.dtype, "buffer ", b.name, " does not match parameter ",
           p.name);
   }
+  void check_fold(const GpuFold& f) {
+    check_buffer(f.accumulator);
+    check(!shared_.count(f.accumulator.name), "fold accumulator '", f.accumulator.name, "' is shared");
+    if (!f.part.name.empty()) {
+      check_buffer(f.part);
+      check(shared_.count(f.part.name) > 0, "fold part '", f.part.name, "' is not shared");
+    }
+    if (f.slots == 0) return visit(f.index);
+    check(scope_.count("tr_s") == 0, "'tr_s' bound twice");
+    scope_["tr_s"] = DType::Int64;
+    visit(f.index);
+    scope_.erase("tr_s");
+  }
   void bind(const std::string& name, DType t, const Stmt& body) {
     check(scope_.count(name) == 0 && locals_.count(name) == 0, "'", name, "' bound twice");
     scope_[name] = t;
@@ -98,6 +119,7 @@ class Verifier : public IRVisitor {
   const LoweredFunc& f_;
   std::map<std::string, DType> scope_;
   std::map<std::string, DType> locals_;  // Allocate'd arrays in scope
+  std::set<std::string> shared_;         // those of them in MemoryScope::Shared
   int loop_depth_ = 0;
 };
 
