@@ -1,6 +1,7 @@
 // The printer of kernel IR as C++ or CUDA C that render_c.cpp drives (CRenderer), shared with
-// render_cuda_loops.cpp, which holds its CUDA element and row loops. Not for other files:
-// kernels/render_c.h is the interface.
+// render_cuda_loops.cpp, which holds its CUDA element loop and prints the GPU loops and nodes that
+// kernels/gpu's passes leave in a row-wise kernel. Not for other files: kernels/render_c.h is the
+// interface.
 #pragma once
 #include <map>
 #include <optional>
@@ -157,10 +158,13 @@ class CRenderer : public IRVisitor {
       emit_per_element(op);
       return;
     }
-    if (schedule_ && (schedule_->mapping == CudaMapping::PerRowWarp || schedule_->mapping == CudaMapping::PerRowBlock)) {
-      emit_row_warp_loop(op);
-      return;
+    switch (op->for_kind) {
+      case ForKind::GpuWarp: case ForKind::GpuBlock: return emit_row_loop(op);
+      case ForKind::GpuLane: case ForKind::GpuThread: return emit_lane_loop(op);
+      case ForKind::GpuRegisters: return emit_register_loop(op, op->body.as<For>());
+      default: break;
     }
+    if (in_row_) return emit_row_serial_loop(op);
     bool innermost = !contains<For>(op->body);
     if (innermost && (op->for_kind == ForKind::Vectorized || op->for_kind == ForKind::Parallel))
       line() << traits_.vectorize_pragma;
@@ -214,11 +218,34 @@ class CRenderer : public IRVisitor {
     fill_after_lets(op->body);
     visit(op->body);
   }
-  // A local array in the enclosing C scope (names are unique, as for LetStmt).
+  // A local array in the enclosing C scope (names are unique, as for LetStmt). A block's shared
+  // arrays open a scope of their own (the row loop's, inside them).
   void visit_node(const Allocate* op) override {
-    line() << c_type(op->buffer.dtype) << " " << op->buffer.name << "[" << op->extent << "];\n";
+    if (op->scope == MemoryScope::Local) {
+      line() << c_type(op->buffer.dtype) << " " << op->buffer.name << "[" << op->extent << "];\n";
+      visit(op->body);
+      return;
+    }
+    TERRACE_ASSERT(dialect_ == Dialect::Cuda, "shared array '", op->buffer.name, "' in a C++ kernel");
+    const bool open = !in_shared_scope_;
+    if (open) {
+      line() << "{\n";
+      ++indent_;
+      in_shared_scope_ = true;
+    }
+    line() << "__shared__ " << c_type(op->buffer.dtype) << " " << op->buffer.name << "[" << op->extent << "];\n";
     visit(op->body);
+    if (open) {
+      in_shared_scope_ = false;
+      --indent_;
+      line() << "}\n";
+    }
   }
+  // The GPU nodes (render_cuda_loops.cpp).
+  void visit_node(const Barrier* op) override;
+  void visit_node(const FoldStart* op) override;
+  void visit_node(const WarpReduce* op) override;
+  void visit_node(const BlockReduce* op) override;
   void visit_node(const IfThenElse* op) override {
     line() << "if (" << print(op->cond) << ") {\n";
     nested(op->then_case);
@@ -243,13 +270,18 @@ class CRenderer : public IRVisitor {
   // body once per lane (unrolled; the lanes live in registers), vector stores; the elements
   // before the first and after the last whole vector (1-D ranges only) run one by one.
   void emit_per_element(const For* op);
+  void emit_vector_steps(const For* op);
+  void emit_vector_step(const For* op, const std::vector<const IRNode*>& order);
 
-  // The PerRowWarp schedule: the Parallel loop over warps (one row per warp, grid-stride), the
-  // lane loops strided by 32 with element r always on lane r % 32, each fold combined by a
-  // butterfly of shuffles and lane 0's result broadcast (every lane then holds the same value,
-  // NaN included); a __syncwarp after each lane loop orders the lanes' stores before the next
-  // reads. The other loops run in every lane.
-  void emit_row_warp_loop(const For* op);
+  // The loops of kernels/gpu/map_rows: a row per warp or block, its lane loops, its other loops.
+  void emit_row_loop(const For* op);
+  void emit_lane_loop(const For* op);
+  void emit_row_serial_loop(const For* op);
+  bool narrow(const For* op) const;
+  bool open_slots(const GpuFold& f);
+  void close_slots(bool open);
+  void start_slot_registers(const GpuFold& f);
+  void reduce_slot_registers(const GpuFold& f);
 
   // PerRowBlock in registers: a lane loop from 0 (or a nest [0, J) x [0, W), flattened) over its n
   // elements, element r on thread r % block as its register r / block: fully unrolled, so that
@@ -281,6 +313,7 @@ class CRenderer : public IRVisitor {
     in_register_loop_ = true;
     visit(inner ? inner->body : op->body);
     in_register_loop_ = false;
+    slot_register_.clear();  // the FoldStarts before the loop set them for its body
     --row_loop_depth_;
     if (partial) {
       --indent_;
@@ -323,20 +356,6 @@ class CRenderer : public IRVisitor {
     return "tr_slot_" + accumulator + "[tr_k % " + std::to_string(row_vector()) + "]";
   }
   int64_t row_vector() const { return schedule_ ? schedule_->row_vector : 1; }
-
-  // A slot fold's combine with its accumulator's element read from the variable tr_mine (the
-  // thread that combines a slot holds it in a register, not in the array).
-  static Expr slot_combined(const CudaSchedule::Fold& f) {
-    struct Mine : IRMutator {
-      const CudaSchedule::Fold& f;
-      explicit Mine(const CudaSchedule::Fold& fold) : f(fold) {}
-      Expr visit(const Load* op, const Expr& self) override {
-        if (op->buffer.slot == kLocalSlot && op->buffer.name == f.accumulator.name) return Var::make(f.accumulator.dtype, "tr_mine");
-        return IRMutator::visit(op, self);
-      }
-    } mine(f);
-    return mine.mutate(f.combined);
-  }
 
   // PerRowBlock: the element at `offset` of a buffer's row in shared memory (one element of
   // padding every 32, so that a stride of 16 or 32 elements does not hit one bank).
@@ -552,7 +571,7 @@ class CRenderer : public IRVisitor {
   bool in_register_loop_ = false;                       // PerRowBlock: in emit_register_loop's body
   std::set<std::string> slot_register_;                 // PerRowBlock: slot arrays folded in tr_slot_<name>
   std::set<std::string> written_rows_;                  // PerRowBlock by vectors: rows to write after the loop
-  std::map<const CudaSchedule::Fold*, std::string> part_name_;  // PerRowBlock: a fold's warps' values
+  bool in_shared_scope_ = false;                        // inside a block's shared arrays' scope
   int row_loop_depth_ = 0;                               // PerRowWarp: loops open inside the row
 };
 
