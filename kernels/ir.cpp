@@ -162,6 +162,10 @@ Stmt Allocate::make(Buffer buffer, int64_t extent, Stmt body, MemoryScope scope)
 }
 
 Stmt Barrier::make(BarrierScope scope) { return stmt<Barrier>(scope); }
+Stmt FirstThread::make(Stmt body) {
+  TERRACE_ASSERT(body.defined(), "FirstThread without body");
+  return stmt<FirstThread>(std::move(body));
+}
 
 namespace {
 void check_fold(const GpuFold& f) {

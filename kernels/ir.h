@@ -240,6 +240,16 @@ struct Barrier final : BaseStmtNode {
   static Stmt make(BarrierScope scope);
 };
 
+// A statement of a row that one thread makes for all (a store outside the row's spread loops):
+// lane 0 of the row's warp, or thread 0 of its block. A Barrier after it shows its result to the
+// others.
+struct FirstThread final : BaseStmtNode {
+  static constexpr IRNodeKind kKind = IRNodeKind::FirstThread;
+  Stmt body;
+  explicit FirstThread(Stmt b) : BaseStmtNode(kKind), body(std::move(b)) {}
+  static Stmt make(Stmt body);
+};
+
 // A fold whose partial values, one per GPU thread of a row, are combined across the row's threads
 // (the fold nodes below; kernels/gpu/map_rows.h finds them in the CPU-shaped reduction).
 struct GpuFold {

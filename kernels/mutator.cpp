@@ -97,6 +97,10 @@ Stmt IRMutator::visit(const Allocate* op, const Stmt& self) {
   return body.same_as(op->body) ? self : Allocate::make(op->buffer, op->extent, body, op->scope);
 }
 Stmt IRMutator::visit(const Barrier*, const Stmt& self) { return self; }
+Stmt IRMutator::visit(const FirstThread* op, const Stmt& self) {
+  Stmt body = mutate(op->body);
+  return body.same_as(op->body) ? self : FirstThread::make(body);
+}
 // The fold nodes' index is their one child (see IRVisitor).
 Stmt IRMutator::visit(const FoldStart* op, const Stmt& self) {
   GpuFold f = op->fold;

@@ -90,6 +90,11 @@ class IRPrinter : public IRVisitor {
   void visit_node(const Barrier* op) override {
     line() << "barrier " << (op->scope == BarrierScope::Warp ? "warp" : "block") << "\n";
   }
+  void visit_node(const FirstThread* op) override {
+    line() << "first_thread {\n";
+    nested(op->body);
+    line() << "}\n";
+  }
   void visit_node(const FoldStart* op) override { fold("fold_start", op->fold) << "\n"; }
   void visit_node(const WarpReduce* op) override { fold("warp_reduce", op->fold) << "\n"; }
   void visit_node(const BlockReduce* op) override {

@@ -190,9 +190,8 @@ class CRenderer : public IRVisitor {
       const bool dead = schedule_->dead_stores.count(op) > 0;
       const std::string value = print(op->value);
       const std::string to_memory = op->buffer.name + "[" + print(op->index) + "] = " + row + ";";
-      if (in_row_ && row_loop_depth_ == 0) {
+      if (first_thread_) {
         line() << "if (tr_lane == 0) { " << row << " = " << value << "; " << to_memory << " }\n";
-        line() << sync() << "\n";
       } else {
         line() << row << " = " << value << ";\n";
         if (!dead && in_register_loop_ && row_vector() > 1)
@@ -202,11 +201,9 @@ class CRenderer : public IRVisitor {
       }
       return;
     }
-    if (in_row_ && row_loop_depth_ == 0 && op->buffer.slot != kLocalSlot) {
-      // A row's store outside its loops: one lane makes it, the others see it after the sync.
+    if (first_thread_) {
       line() << "if (tr_lane == 0) " << op->buffer.name << "[" << print(op->index) << "] = " << print(op->value)
              << ";\n";
-      line() << sync() << "\n";
       return;
     }
     line() << op->buffer.name << "[" << print(op->index) << "] = " << print(op->value) << ";\n";
@@ -243,6 +240,11 @@ class CRenderer : public IRVisitor {
   }
   // The GPU nodes (render_cuda_loops.cpp).
   void visit_node(const Barrier* op) override;
+  void visit_node(const FirstThread* op) override {
+    first_thread_ = true;
+    visit(op->body);
+    first_thread_ = false;
+  }
   void visit_node(const FoldStart* op) override;
   void visit_node(const WarpReduce* op) override;
   void visit_node(const BlockReduce* op) override;
@@ -309,12 +311,10 @@ class CRenderer : public IRVisitor {
       line() << "const int " << op->var << " = tr_r / " << w << ";\n";
       line() << "const int " << inner->var << " = tr_r % " << w << ";\n";
     }
-    ++row_loop_depth_;
     in_register_loop_ = true;
     visit(inner ? inner->body : op->body);
     in_register_loop_ = false;
     slot_register_.clear();  // the FoldStarts before the loop set them for its body
-    --row_loop_depth_;
     if (partial) {
       --indent_;
       line() << "}\n";
@@ -441,9 +441,6 @@ class CRenderer : public IRVisitor {
       }
     }
     line() << "__syncthreads();\n";
-  }
-  const char* sync() const {
-    return schedule_ && schedule_->mapping == CudaMapping::PerRowBlock ? "__syncthreads();" : "__syncwarp();";
   }
 
   // Element tr_t of the flattened range: binds the loop variables (the innermost one as
@@ -572,7 +569,7 @@ class CRenderer : public IRVisitor {
   std::set<std::string> slot_register_;                 // PerRowBlock: slot arrays folded in tr_slot_<name>
   std::set<std::string> written_rows_;                  // PerRowBlock by vectors: rows to write after the loop
   bool in_shared_scope_ = false;                        // inside a block's shared arrays' scope
-  int row_loop_depth_ = 0;                               // PerRowWarp: loops open inside the row
+  bool first_thread_ = false;                             // in a FirstThread's body
 };
 
 }  // namespace terrace::kernels::render_detail

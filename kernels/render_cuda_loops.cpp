@@ -156,9 +156,7 @@ void CRenderer::emit_lane_loop(const For* op) {
   line() << "for (" << (narrow(op) ? "int " : "int64_t ") << v << " = " << b << " + (int64_t)((tr_lane - (int)(("
          << b << ") % " << n << ") + " << n << ") % " << n << "); " << v << " < " << e << "; " << v << " += " << n
          << ") {\n";
-  ++row_loop_depth_;
   nested(op->body);
-  --row_loop_depth_;
   line() << "}\n";
 }
 
@@ -174,9 +172,7 @@ void CRenderer::emit_row_serial_loop(const For* op) {
     line() << "for (int " << v << " = " << cb->value << "; " << v << " < " << ce->value << "; ++" << v << ") {\n";
   else
     line() << loop_header(op) << " {\n";
-  ++row_loop_depth_;
   nested(op->body);
-  --row_loop_depth_;
   line() << "}\n";
 }
 

@@ -35,7 +35,9 @@ class MapRows : public IRMutator {
 
   // The row loop inside its shared arrays: the rows' copies first, then the parts.
   Stmt row(const For* op) {
+    in_row_ = true;
     Stmt body = mutate(op->body);
+    in_row_ = false;
     if (block_) body = before_end(body, Barrier::make(BarrierScope::Block));  // the next row's copies wait
     Stmt loop = For::make(op->var, op->begin, op->end, block_ ? ForKind::GpuBlock : ForKind::GpuWarp, body);
     std::vector<std::pair<Buffer, int64_t>> shared;
@@ -51,8 +53,16 @@ class MapRows : public IRMutator {
  protected:
   Stmt visit(const For* op, const Stmt& self) override {
     if (op == s_.parallel) return row(op);
-    if (!s_.lane_loops.count(op)) return IRMutator::visit(op, self);
-    return lane_loop(op);
+    if (s_.lane_loops.count(op)) return lane_loop(op);
+    ++depth_;
+    Stmt s = IRMutator::visit(op, self);
+    --depth_;
+    return s;
+  }
+  // A store of the row outside its loops: one thread makes it, the others see it after a barrier.
+  Stmt visit(const Store* op, const Stmt& self) override {
+    if (!in_row_ || depth_ > 0 || op->buffer.slot == kLocalSlot) return self;
+    return Block::make({FirstThread::make(self), Barrier::make(block_ ? BarrierScope::Block : BarrierScope::Warp)});
   }
 
  private:
@@ -116,7 +126,9 @@ class MapRows : public IRMutator {
 
   const CudaSchedule& s_;
   const bool block_;
-  std::vector<std::pair<Buffer, int64_t>> parts_;  // the folds' shared parts and their extents
+  std::vector<std::pair<Buffer, int64_t>> parts_;
+  bool in_row_ = false;
+  int depth_ = 0;  // loops open inside the row  // the folds' shared parts and their extents
 };
 
 }  // namespace

@@ -3,7 +3,8 @@
 // block per row (ForKind::GpuWarp / GpuBlock), the row's lane loops spread over the lanes (GpuLane /
 // GpuThread, or GpuRegisters for a row held in registers), each fold's per-thread values combined
 // after its loop by FoldStart, WarpReduce, Barrier and BlockReduce nodes (as TVM's
-// lower_thread_allreduce), and a block's shared arrays (its rows' copies and the folds' parts)
+// lower_thread_allreduce), the row's stores outside its loops made by its FirstThread, and a
+// block's shared arrays (its rows' copies and the folds' parts)
 // Allocate'd in MemoryScope::Shared around the row loop.
 #pragma once
 #include "kernels/ir.h"
