@@ -1,0 +1,230 @@
+// kernels/gpu's passes (pipeline.h, map_rows.h): the IR each leaves, printed by the IR printer;
+// the GPU nodes through the verifier, the printer and the mutator; and a kernel rendered twice
+// from two lowerings gives one source.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "interp/error.h"
+#include "kernels/gpu/pipeline.h"
+#include "kernels/lower_op.h"
+#include "kernels/mutator.h"
+#include "kernels/printer.h"
+#include "kernels/render_c.h"
+#include "kernels/verify.h"
+#include "kernels/visitor.h"
+#include "tests/support/attrs.h"
+
+namespace terrace::kernels {
+namespace {
+
+using testing::int_attr;
+
+LoweredFunc reduce_sum_rows(int64_t rows, int64_t cols) {
+  static const Tensor axes = Tensor::from_vector<int64_t>({1}, {1});
+  Node n;
+  n.op = Op::ReduceSum;
+  n.name = "sum";
+  n.inputs = {0, 1};
+  n.outputs = {2};
+  n.attrs["keepdims"] = int_attr(0);
+  std::vector<OpInput> in(2);
+  in[0].sig = {DType::Float32, {rows, cols}};
+  in[1].sig = {DType::Int64, {1}};
+  in[1].value = &axes;
+  return lower_op(n, in, "sum").calls.at(0).func;
+}
+
+LoweredFunc softmax_rows(int64_t rows, int64_t cols) {
+  Node n;
+  n.op = Op::Softmax;
+  n.name = "softmax";
+  n.inputs = {0};
+  n.outputs = {1};
+  n.attrs["axis"] = int_attr(-1);
+  return lower_op(n, {OpInput{{DType::Float32, {rows, cols}}}}, "softmax").calls.at(0).func;
+}
+
+// The passes' names and the IR after each, as the observer sees them.
+struct Seen {
+  std::vector<std::string> passes, ir;
+  gpu::PassObserver observer() {
+    return [this](const std::string& pass, const LoweredFunc& f) {
+      passes.push_back(pass);
+      ir.push_back(to_string(f));
+    };
+  }
+};
+
+// Counts the nodes of each GPU kind in a body.
+struct GpuNodes : IRVisitor {
+  std::map<std::string, int> count;
+  void visit_node(const For* op) override {
+    ++count[for_kind_name(op->for_kind)];
+    IRVisitor::visit_node(op);
+  }
+  void visit_node(const Allocate* op) override {
+    count[op->scope == MemoryScope::Shared ? "shared" : "local"] += 1;
+    IRVisitor::visit_node(op);
+  }
+  void visit_node(const Barrier* op) override { ++count[op->scope == BarrierScope::Block ? "barrier block" : "barrier warp"]; }
+  void visit_node(const FirstThread* op) override {
+    ++count["first_thread"];
+    IRVisitor::visit_node(op);
+  }
+  void visit_node(const FoldStart*) override { ++count["fold_start"]; }
+  void visit_node(const WarpReduce*) override { ++count["warp_reduce"]; }
+  void visit_node(const BlockReduce* op) override { ++count[op->read_back ? "read_back" : "block_reduce"]; }
+};
+
+TEST(GpuPasses, warp_row_sum_spreads_its_loop_over_lanes_and_combines_by_shuffles) {
+  const LoweredFunc f = reduce_sum_rows(32, 100);
+  Seen seen;
+  const gpu::GpuKernel k = gpu::run_gpu_passes(f, schedule_cuda(f), seen.observer());
+  EXPECT_EQ(seen.passes, std::vector<std::string>{"map_rows"});
+  ASSERT_EQ(seen.ir.size(), 1u);
+  EXPECT_EQ(seen.ir[0], R"(kernel sum(out0: float32*, in0: float32*) over [0, 32), 100 elements per iteration
+for u in [begin, end) gpu_warp {
+  let base: int64 = (0 + (u * 100))
+  let obase: int64 = u
+  allocate acc: float64[1]
+  acc[0] = 0
+  fold_start acc[0] by (acc[0] + tr_other) from 0
+  for r0 in [0, 100) gpu_lane {
+    acc[0] = (acc[0] + float64(in0[(base + r0)]))
+  }
+  warp_reduce acc[0] by (acc[0] + tr_other) from 0
+  barrier warp
+  first_thread {
+    out0[(obase + 0)] = float32(acc[0])
+  }
+  barrier warp
+}
+)");
+  // The lowered kernel is untouched: the passes build a new body around its unchanged nodes.
+  EXPECT_NE(to_string(f).find("parallel"), std::string::npos);
+  EXPECT_EQ(to_string(k.func.body), seen.ir[0].substr(seen.ir[0].find('\n') + 1));
+}
+
+TEST(GpuPasses, softmax_block_row_in_registers_folds_its_slots_in_registers_and_combines_one_max) {
+  const LoweredFunc f = softmax_rows(64, 4096);
+  const gpu::GpuKernel k = gpu::run_gpu_passes(f, schedule_cuda(f));
+  GpuNodes n;
+  n.visit(k.func.body);
+  EXPECT_EQ(n.count["gpu_block"], 1);
+  EXPECT_EQ(n.count["parallel"], 0);
+  // The max nest, the exp-and-sum loop and the scaling loop: each over the row in registers.
+  EXPECT_EQ(n.count["gpu_registers"], 3);
+  EXPECT_EQ(n.count["gpu_thread"], 0);
+  // The max's slots and the sum: a shared part each (the rows are in registers, not shared).
+  EXPECT_EQ(n.count["shared"], 2);
+  EXPECT_EQ(n.count["warp_reduce"], 2);
+  EXPECT_EQ(n.count["block_reduce"], 2);
+  EXPECT_EQ(n.count["read_back"], 0);  // the max's slots combine as one value (a whole fold)
+  const std::string ir = to_string(k.func);
+  EXPECT_NE(ir.find("allocate shared tr_part0: float32[4]\nallocate shared tr_part1: float64[4]\n"), std::string::npos)
+      << ir;
+  EXPECT_NE(ir.find("fold_start mlanes[tr_s] by select((tr_other > mlanes[tr_s]), tr_other, mlanes[tr_s]) slots 16 "
+                    "whole via tr_part0 of 4 warps in registers 4 of 16"),
+            std::string::npos)
+      << ir;
+}
+
+TEST(GpuPasses, shared_rows_and_slot_folds_read_back_after_a_second_barrier) {
+  const LoweredFunc f = softmax_rows(8, 5001);
+  const gpu::GpuKernel k = gpu::run_gpu_passes(f, schedule_cuda(f));
+  GpuNodes n;
+  n.visit(k.func.body);
+  EXPECT_EQ(n.count["shared"], 4);  // the input's row, the slots' part, the tail max's and the sum's
+  EXPECT_EQ(n.count["read_back"], 1);
+  EXPECT_EQ(n.count["gpu_thread"], 4);
+  const std::string ir = to_string(k.func);
+  EXPECT_EQ(ir.find("allocate shared tr_row_in0: float32[5157]\nallocate shared tr_part0: float32[64]\n"),
+            ir.find('\n') + 1)
+      << ir;
+}
+
+TEST(GpuPasses, other_mappings_leave_the_kernel_as_lowered) {
+  for (const LoweredFunc& f : {reduce_sum_rows(64, 8), softmax_rows(64, 16)}) {
+    const gpu::GpuKernel k = gpu::run_gpu_passes(f, schedule_cuda(f));
+    EXPECT_TRUE(k.func.body.same_as(f.body)) << to_string(f);
+  }
+}
+
+TEST(GpuPasses, a_kernel_renders_one_source_whatever_the_heap) {
+  // The shared parts were numbered by their folds' addresses: two lowerings of one kernel could
+  // render two sources (and miss the code cache). Now by their order in the row.
+  for (const int64_t cols : {int64_t(4096), int64_t(5001)}) {
+    std::vector<std::string> sources;
+    std::vector<LoweredFunc> keep;  // every lowering alive at once, at addresses of its own
+    for (int i = 0; i < 6; ++i) {
+      keep.push_back(softmax_rows(8, cols));
+      sources.push_back(render_c(keep.back(), Dialect::Cuda));
+    }
+    for (const std::string& s : sources) EXPECT_EQ(s, sources[0]) << cols << " columns";
+  }
+}
+
+// A kernel body of `body` over out0 (float32) for the verifier.
+LoweredFunc kernel_of(Stmt body) {
+  LoweredFunc f;
+  f.name = "k";
+  f.buffers = {{"out0", DType::Float32, 0}};
+  f.body = std::move(body);
+  return f;
+}
+
+GpuFold sum_fold(const Buffer& acc, const Buffer& part) {
+  GpuFold g;
+  g.accumulator = acc;
+  g.index = make_index(0);
+  g.combined = Load::make(acc, make_index(0)) + Var::make(DType::Float32, "tr_other");
+  g.combined_mine = Var::make(DType::Float32, "tr_mine") + Var::make(DType::Float32, "tr_other");
+  g.identity = make_zero(DType::Float32);
+  g.part = part;
+  g.warps = 4;
+  return g;
+}
+
+TEST(GpuPasses, verifier_wants_fold_parts_shared_and_accumulators_in_scope) {
+  const Buffer acc{"acc", DType::Float32, kLocalSlot}, part{"tr_part0", DType::Float32, kLocalSlot};
+  const Stmt reduce = Block::make({WarpReduce::make(sum_fold(acc, part)), Barrier::make(BarrierScope::Block),
+                                   BlockReduce::make(sum_fold(acc, part), false)});
+  auto in = [&](MemoryScope part_scope) {
+    return Allocate::make(part, 4, Allocate::make(acc, 1, reduce), part_scope);
+  };
+  EXPECT_NO_THROW(verify(kernel_of(in(MemoryScope::Shared))));
+  try {
+    verify(kernel_of(in(MemoryScope::Local)));
+    FAIL() << "a thread's own array taken as the warps' meeting place";
+  } catch (const Error& e) {
+    EXPECT_NE(e.message().find("fold part 'tr_part0' is not shared"), std::string::npos) << e.message();
+  }
+  EXPECT_THROW(verify(kernel_of(Allocate::make(part, 4, reduce, MemoryScope::Shared))), Error);  // no acc
+  // The mutator keeps a shared array shared when it rebuilds it.
+  struct Renames : IRMutator {
+    Stmt visit(const Barrier*, const Stmt&) override { return Barrier::make(BarrierScope::Warp); }
+  } renames;
+  const Stmt rebuilt = renames.mutate(in(MemoryScope::Shared));
+  ASSERT_FALSE(rebuilt.same_as(in(MemoryScope::Shared)));
+  EXPECT_EQ(rebuilt.as<Allocate>()->scope, MemoryScope::Shared);
+  EXPECT_EQ(to_string(rebuilt), R"(allocate shared tr_part0: float32[4]
+allocate acc: float32[1]
+warp_reduce acc[0] by (acc[0] + tr_other) from 0f via tr_part0 of 4 warps
+barrier warp
+block_reduce acc[0] by (acc[0] + tr_other) from 0f via tr_part0 of 4 warps
+)");
+}
+
+TEST(GpuPasses, the_cpp_dialect_refuses_shared_memory) {
+  const Buffer a{"a", DType::Float32, kLocalSlot};
+  LoweredFunc f = kernel_of(Allocate::make(
+      a, 4, Store::make(Buffer{"out0", DType::Float32, 0}, make_index(0), Load::make(a, make_index(0))),
+      MemoryScope::Shared));
+  EXPECT_THROW(render_c(f, Dialect::Cpp), Error);
+}
+
+}  // namespace
+}  // namespace terrace::kernels
