@@ -44,7 +44,7 @@ const char* cmp_op_name(CmpOp op) {
 }
 const char* for_kind_name(ForKind kind) {
   constexpr const char* names[] = {"serial",   "parallel", "vectorized", "gpu_block",
-                                   "gpu_thread", "gpu_warp", "gpu_lane", "gpu_registers"};
+                                   "gpu_thread", "gpu_warp", "gpu_lane", "gpu_registers", "gpu_elements"};
   return names[size_t(kind)];
 }
 bool is_gpu_loop(ForKind kind) {
@@ -75,10 +75,11 @@ Expr FloatImm::make(DType t, double v) {
   return expr<FloatImm>(t, t == DType::Float32 ? double(float(v)) : v);
 }
 Expr Var::make(DType t, std::string name) { return expr<Var>(t, std::move(name)); }
-Expr Load::make(Buffer buffer, Expr index) {
+Expr Load::make(Buffer buffer, Expr index, int vector_lanes) {
   check_defined(index, "Load");
   TERRACE_ASSERT(index.type() == DType::Int64, "Load index must be int64");
-  return expr<Load>(std::move(buffer), std::move(index));
+  TERRACE_ASSERT(vector_lanes >= 1, "Load of ", buffer.name, ": ", vector_lanes, " lanes");
+  return expr<Load>(std::move(buffer), std::move(index), vector_lanes);
 }
 Expr Unary::make(UnaryOp op, Expr a) {
   check_defined(a, "Unary");
@@ -131,13 +132,14 @@ Stmt For::make(std::string var, Expr begin, Expr end, ForKind kind, Stmt body) {
   TERRACE_ASSERT(body.defined(), "For without body");
   return stmt<For>(std::move(var), std::move(begin), std::move(end), kind, std::move(body));
 }
-Stmt Store::make(Buffer buffer, Expr index, Expr value) {
+Stmt Store::make(Buffer buffer, Expr index, Expr value, int vector_lanes) {
   check_defined(index, "Store");
   check_defined(value, "Store");
   TERRACE_ASSERT(index.type() == DType::Int64, "Store index must be int64");
   TERRACE_ASSERT(value.type() == buffer.dtype, "Store of ", dtype_name(value.type()), " into ",
                  dtype_name(buffer.dtype), " buffer ", buffer.name);
-  return stmt<Store>(std::move(buffer), std::move(index), std::move(value));
+  TERRACE_ASSERT(vector_lanes >= 1, "Store to ", buffer.name, ": ", vector_lanes, " lanes");
+  return stmt<Store>(std::move(buffer), std::move(index), std::move(value), vector_lanes);
 }
 Stmt LetStmt::make(std::string name, Expr value, Stmt body) {
   check_defined(value, "LetStmt");

@@ -35,12 +35,16 @@ const char* cmp_op_name(CmpOp op);
 
 // How a loop runs. Parallel: the outermost loop, whose range the runtime splits across threads
 // (the kernel receives [begin, end) of it). Vectorized: an innermost unit-stride loop. The GPU
-// kinds are set by kernels/gpu's mapping pass, CUDA only: GpuBlock / GpuWarp, one block / one warp
-// per iteration (grid-stride); GpuThread / GpuLane, iterations spread over the block's threads /
-// the warp's 32 lanes (iteration r on thread r % count); GpuRegisters, as GpuThread from 0 over a
+// kinds are set by kernels/gpu's mapping passes, CUDA only: GpuBlock / GpuWarp, one block / one
+// warp per iteration (grid-stride); GpuThread / GpuLane, iterations spread over the block's threads
+// / the warp's 32 lanes (iteration r on thread r % count); GpuRegisters, as GpuThread from 0 over a
 // constant range fully unrolled, so that the row it visits lives in registers (a nest of two loops
-// is flattened into one range).
-enum class ForKind : uint8_t { Serial, Parallel, Vectorized, GpuBlock, GpuThread, GpuWarp, GpuLane, GpuRegisters };
+// is flattened into one range); GpuElements, the outermost loop (and, where its body is lets around
+// one loop, that loop too, also GpuElements) flattened into one range of elements spread over the
+// grid's threads, grid-stride, a step of the vector accesses' lanes at a time where they are aligned.
+enum class ForKind : uint8_t {
+  Serial, Parallel, Vectorized, GpuBlock, GpuThread, GpuWarp, GpuLane, GpuRegisters, GpuElements
+};
 const char* for_kind_name(ForKind kind);
 bool is_gpu_loop(ForKind kind);
 
@@ -119,12 +123,16 @@ struct Var final : BaseExprNode {
   Var(DType t, std::string n) : BaseExprNode(kKind, t), name(std::move(n)) {}
   static Expr make(DType t, std::string name);
 };
+// vector_lanes > 1 (set by kernels/gpu's element mapping, under a GpuElements loop): this access
+// of each lane of a step of that many elements is one 16-byte access of all of them.
 struct Load final : BaseExprNode {
   static constexpr IRNodeKind kKind = IRNodeKind::Load;
   Buffer buffer;
   Expr index;  // int64, in elements
-  Load(Buffer b, Expr i) : BaseExprNode(kKind, b.dtype), buffer(std::move(b)), index(std::move(i)) {}
-  static Expr make(Buffer buffer, Expr index);
+  int vector_lanes;
+  Load(Buffer b, Expr i, int lanes)
+      : BaseExprNode(kKind, b.dtype), buffer(std::move(b)), index(std::move(i)), vector_lanes(lanes) {}
+  static Expr make(Buffer buffer, Expr index, int vector_lanes = 1);
 };
 struct Unary final : BaseExprNode {
   static constexpr IRNodeKind kKind = IRNodeKind::Unary;
@@ -187,9 +195,10 @@ struct Store final : BaseStmtNode {
   static constexpr IRNodeKind kKind = IRNodeKind::Store;
   Buffer buffer;
   Expr index, value;
-  Store(Buffer b, Expr i, Expr v)
-      : BaseStmtNode(kKind), buffer(std::move(b)), index(std::move(i)), value(std::move(v)) {}
-  static Stmt make(Buffer buffer, Expr index, Expr value);
+  int vector_lanes;  // as Load's
+  Store(Buffer b, Expr i, Expr v, int lanes)
+      : BaseStmtNode(kKind), buffer(std::move(b)), index(std::move(i)), value(std::move(v)), vector_lanes(lanes) {}
+  static Stmt make(Buffer buffer, Expr index, Expr value, int vector_lanes = 1);
 };
 struct LetStmt final : BaseStmtNode {
   static constexpr IRNodeKind kKind = IRNodeKind::LetStmt;

@@ -27,7 +27,7 @@ Expr IRMutator::visit(const FloatImm*, const Expr& self) { return self; }
 Expr IRMutator::visit(const Var*, const Expr& self) { return self; }
 Expr IRMutator::visit(const Load* op, const Expr& self) {
   Expr index = mutate(op->index);
-  return index.same_as(op->index) ? self : Load::make(op->buffer, index);
+  return index.same_as(op->index) ? self : Load::make(op->buffer, index, op->vector_lanes);
 }
 Expr IRMutator::visit(const Unary* op, const Expr& self) {
   Expr a = mutate(op->a);
@@ -69,7 +69,7 @@ Stmt IRMutator::visit(const For* op, const Stmt& self) {
 Stmt IRMutator::visit(const Store* op, const Stmt& self) {
   Expr index = mutate(op->index), value = mutate(op->value);
   bool same = index.same_as(op->index) && value.same_as(op->value);
-  return same ? self : Store::make(op->buffer, index, value);
+  return same ? self : Store::make(op->buffer, index, value, op->vector_lanes);
 }
 Stmt IRMutator::visit(const LetStmt* op, const Stmt& self) {
   Expr value = mutate(op->value);

@@ -30,6 +30,7 @@ class IRPrinter : public IRVisitor {
     os_ << op->buffer.name << "[";
     visit(op->index);
     os_ << "]";
+    if (op->vector_lanes > 1) os_ << "<" << op->vector_lanes << ">";
   }
   void visit_node(const Unary* op) override {
     os_ << unary_op_name(op->op);
@@ -72,7 +73,9 @@ class IRPrinter : public IRVisitor {
   void visit_node(const Store* op) override {
     line() << op->buffer.name << "[";
     visit(op->index);
-    os_ << "] = ";
+    os_ << "]";
+    if (op->vector_lanes > 1) os_ << "<" << op->vector_lanes << ">";
+    os_ << " = ";
     visit(op->value);
     os_ << "\n";
   }

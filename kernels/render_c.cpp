@@ -91,21 +91,20 @@ std::string lower_name(const char* s) {
 
 // True when `s` reads variable `name` other than in the index of a vector access (a lane whose
 // every access is a vector's needs no index of its own: NVRTC would warn of an unused variable).
-bool reads_var(const Stmt& s, const std::string& name, const std::set<const IRNode*>& vector_accesses) {
+bool reads_var(const Stmt& s, const std::string& name) {
   struct Finder : IRVisitor {
     const std::string& name;
-    const std::set<const IRNode*>& skip;
     bool found = false;
-    Finder(const std::string& n, const std::set<const IRNode*>& v) : name(n), skip(v) {}
+    explicit Finder(const std::string& n) : name(n) {}
     void visit_node(const Var* op) override { found = found || op->name == name; }
     void visit_node(const Load* op) override {
-      if (!skip.count(op)) IRVisitor::visit_node(op);
+      if (op->vector_lanes == 1) IRVisitor::visit_node(op);
     }
     void visit_node(const Store* op) override {
-      if (!skip.count(op)) visit(op->index);
+      if (op->vector_lanes == 1) visit(op->index);
       visit(op->value);
     }
-  } f(name, vector_accesses);
+  } f(name);
   f.visit(s);
   return f.found;
 }

@@ -39,7 +39,7 @@ std::string lower_name(const char* s);
 
 // True when `s` reads variable `name` other than in the index of a vector access (a lane whose
 // every access is a vector's needs no index of its own: NVRTC would warn of an unused variable).
-bool reads_var(const Stmt& s, const std::string& name, const std::set<const IRNode*>& vector_accesses);
+bool reads_var(const Stmt& s, const std::string& name);
 
 // True where a node of kind N occurs in `x` (an Expr or a Stmt): contains<Load> reads memory,
 // contains<For> holds a loop.
@@ -154,11 +154,8 @@ class CRenderer : public IRVisitor {
   }
 
   void visit_node(const For* op) override {
-    if (schedule_ && op == schedule_->parallel && schedule_->mapping == CudaMapping::PerElement) {
-      emit_per_element(op);
-      return;
-    }
     switch (op->for_kind) {
+      case ForKind::GpuElements: return emit_per_element(op);
       case ForKind::GpuWarp: case ForKind::GpuBlock: return emit_row_loop(op);
       case ForKind::GpuLane: case ForKind::GpuThread: return emit_lane_loop(op);
       case ForKind::GpuRegisters: return emit_register_loop(op, op->body.as<For>());
@@ -266,11 +263,11 @@ class CRenderer : public IRVisitor {
     --indent_;
   }
 
-  // The PerElement schedule: the Parallel loop (and in 2-D the Vectorized loop inside it) as one
-  // grid-stride range [tr_lo, tr_hi) of elements. With vector_width W > 1 and every vector
-  // buffer aligned to W elements at run time, each step takes W elements: vector loads, the
-  // body once per lane (unrolled; the lanes live in registers), vector stores; the elements
-  // before the first and after the last whole vector (1-D ranges only) run one by one.
+  // A GpuElements loop (and in 2-D the one inside it) as one grid-stride range [tr_lo, tr_hi) of
+  // elements. With vector accesses of W lanes and every vector buffer aligned to W elements at
+  // run time, each step takes W elements: vector loads, the body once per lane (unrolled; the
+  // lanes live in registers), vector stores; the elements before the first and after the last
+  // whole vector (1-D ranges only) run one by one.
   void emit_per_element(const For* op);
   void emit_vector_steps(const For* op);
   void emit_vector_step(const For* op, const std::vector<const IRNode*>& order);
@@ -444,44 +441,34 @@ class CRenderer : public IRVisitor {
   }
 
   // Element tr_t of the flattened range: binds the loop variables (the innermost one as
-  // `inner_name`) and, in 2-D, the Parallel loop's lets.
+  // `inner_name`) and, in 2-D, the outer loop's lets.
   void element_prologue(const For* op, const std::string& inner_name) {
-    const CudaSchedule& s = *schedule_;
-    if (!s.inner) {
+    if (!elements_.inner) {
       line() << "const int64_t " << inner_name << " = tr_t;\n";
       return;
     }
-    const std::string n = std::to_string(s.inner_extent);
+    const std::string n = std::to_string(elements_.inner_extent);
     line() << "const int64_t " << op->var << " = tr_t / " << n << ";\n";
     line() << "const int64_t " << inner_name << " = tr_t - " << op->var << " * " << n << ";\n";
     for (Stmt body = op->body; const LetStmt* let = body.as<LetStmt>(); body = let->body)
       line() << "const " << c_type(let->value.type()) << " " << let->name << " = " << print(let->value) << ";\n";
   }
   void scalar_element(const For* op) {
-    const CudaSchedule& s = *schedule_;
-    element_prologue(op, s.inner ? s.inner->var : op->var);
-    visit(s.inner ? s.inner->body : op->body);
+    element_prologue(op, elements_.inner ? elements_.inner->var : op->var);
+    visit(elements_.lane_body());
   }
 
-  // The schedule's vector accesses in the order the body reaches them (the render is stable).
-  static std::vector<const IRNode*> vector_accesses_in_order(const CudaSchedule& s) {
-    struct Order : IRVisitor {
-      const std::set<const IRNode*>& want;
-      std::vector<const IRNode*> out;
-      explicit Order(const std::set<const IRNode*>& w) : want(w) {}
-      std::set<const IRNode*> seen;  // a load shared by several expressions is one access
-      void visit_node(const Load* op) override {
-        if (want.count(op) && seen.insert(op).second) out.push_back(op);
-        IRVisitor::visit_node(op);
-      }
-      void visit_node(const Store* op) override {
-        if (want.count(op) && seen.insert(op).second) out.push_back(op);
-        IRVisitor::visit_node(op);
-      }
-    } order(s.vector_accesses);
-    order.visit(s.inner ? s.inner->body : s.parallel->body);
-    return order.out;
-  }
+  // A GpuElements loop as the renderer walks it: the loop, the inner loop it flattens (2-D), and
+  // its vector accesses in the order the body reaches them (the render is stable).
+  struct ElementLoop {
+    const For* outer = nullptr;
+    const For* inner = nullptr;
+    int64_t inner_extent = 1;
+    int width = 1;  // the vector accesses' lanes, 1 where there are none
+    std::vector<const IRNode*> vector_accesses;
+    const Stmt& lane_body() const { return inner ? inner->body : outer->body; }
+  };
+  static ElementLoop element_loop(const For* outer);
   static const Buffer& buffer_of(const IRNode* access) {
     if (const Load* ld = dynamic_cast<const Load*>(access)) return ld->buffer;
     return static_cast<const Store*>(access)->buffer;
@@ -558,6 +545,7 @@ class CRenderer : public IRVisitor {
   Dialect dialect_;
   const DialectTraits& traits_;
   const CudaSchedule* schedule_;
+  ElementLoop elements_;                                 // the GpuElements loop being printed
   std::string expr_;
   int indent_ = 1;
   std::map<std::string, std::string> renamed_;           // variables printed under another name

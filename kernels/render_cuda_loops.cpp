@@ -1,16 +1,47 @@
-// CRenderer's CUDA loops and GPU nodes (kernels/render_c_internal.h): the Parallel loop per element,
-// with 16-byte vector loads and stores (emit_per_element), and the row loops, lane loops, fold
-// nodes and barriers that kernels/gpu/map_rows.h writes into a row-wise kernel's IR, each printed
-// as the node says.
+// CRenderer's CUDA loops and GPU nodes (kernels/render_c_internal.h): the GpuElements loops with
+// their 16-byte vector accesses (emit_per_element), and the row loops, lane loops, fold nodes and
+// barriers, each printed as the node says; kernels/gpu's passes write them into the IR.
 #include <string>
 
 #include "kernels/render_c_internal.h"
 
 namespace terrace::kernels::render_detail {
 
+CRenderer::ElementLoop CRenderer::element_loop(const For* outer) {
+  ElementLoop l;
+  l.outer = outer;
+  Stmt body = outer->body;
+  while (const LetStmt* let = body.as<LetStmt>()) body = let->body;
+  if (const For* inner = body.as<For>(); inner && inner->for_kind == ForKind::GpuElements) {
+    l.inner = inner;
+    l.inner_extent = std::max<int64_t>(1, inner->end.as<IntImm>()->value);
+  }
+  struct Order : IRVisitor {
+    ElementLoop& l;
+    std::set<const IRNode*> seen;  // a load shared by several expressions is one access
+    explicit Order(ElementLoop& loop) : l(loop) {}
+    void add(const IRNode* access, int lanes) {
+      if (lanes == 1 || !seen.insert(access).second) return;
+      l.vector_accesses.push_back(access);
+      l.width = lanes;
+    }
+    void visit_node(const Load* op) override {
+      add(op, op->vector_lanes);
+      IRVisitor::visit_node(op);
+    }
+    void visit_node(const Store* op) override {
+      add(op, op->vector_lanes);
+      IRVisitor::visit_node(op);
+    }
+  } order(l);
+  order.visit(l.lane_body());
+  return l;
+}
+
 void CRenderer::emit_per_element(const For* op) {
-  const CudaSchedule& s = *schedule_;
-  const int w = s.vector_width;
+  elements_ = element_loop(op);
+  const ElementLoop& s = elements_;
+  const int w = s.width;
   const std::string n = std::to_string(s.inner_extent);
   const std::string b = print(op->begin), e = print(op->end);
   line() << "{\n";
@@ -42,9 +73,9 @@ void CRenderer::emit_per_element(const For* op) {
 // Where every vector buffer is aligned: the whole vectors of the range a step each, then the
 // elements before the first and after the last one by one. Leaves the `if` open for the else.
 void CRenderer::emit_vector_steps(const For* op) {
-  const int w = schedule_->vector_width;
+  const int w = elements_.width;
   const std::string W = std::to_string(w);
-  const std::vector<const IRNode*> order = vector_accesses_in_order(*schedule_);
+  const std::vector<const IRNode*>& order = elements_.vector_accesses;
   std::string aligned;
   std::set<std::string> seen;
   for (const IRNode* a : order) {
@@ -76,8 +107,8 @@ void CRenderer::emit_vector_steps(const For* op) {
 // One step of W elements from tr_t: the vector loads, the body once per lane (unrolled: the lanes
 // live in registers), the vector stores.
 void CRenderer::emit_vector_step(const For* op, const std::vector<const IRNode*>& order) {
-  const CudaSchedule& s = *schedule_;
-  const std::string W = std::to_string(s.vector_width);
+  const ElementLoop& s = elements_;
+  const std::string W = std::to_string(s.width);
   const std::string lane = s.inner ? s.inner->var : op->var;
   auto vec_type = [&](const Buffer& buf) { return std::string("tr_vec<") + c_type(buf.dtype) + ", " + W + ">"; };
   element_prologue(op, "tr_i0");
@@ -95,8 +126,8 @@ void CRenderer::emit_vector_step(const For* op, const std::vector<const IRNode*>
   line() << "#pragma unroll\n";
   line() << "for (int tr_k = 0; tr_k < " << W << "; ++tr_k) {\n";
   ++indent_;
-  const Stmt& lane_body = s.inner ? s.inner->body : op->body;
-  if (reads_var(lane_body, lane, s.vector_accesses)) line() << "const int64_t " << lane << " = tr_i0 + tr_k;\n";
+  const Stmt& lane_body = s.lane_body();
+  if (reads_var(lane_body, lane)) line() << "const int64_t " << lane << " = tr_i0 + tr_k;\n";
   in_lanes_ = true;
   visit(lane_body);
   in_lanes_ = false;

@@ -9,6 +9,7 @@
 
 #include "interp/error.h"
 #include "kernels/gpu/pipeline.h"
+#include "kernels/lower.h"
 #include "kernels/lower_op.h"
 #include "kernels/mutator.h"
 #include "kernels/printer.h"
@@ -83,9 +84,10 @@ TEST(GpuPasses, warp_row_sum_spreads_its_loop_over_lanes_and_combines_by_shuffle
   const LoweredFunc f = reduce_sum_rows(32, 100);
   Seen seen;
   const gpu::GpuKernel k = gpu::run_gpu_passes(f, schedule_cuda(f), seen.observer());
-  EXPECT_EQ(seen.passes, std::vector<std::string>{"map_rows"});
-  ASSERT_EQ(seen.ir.size(), 1u);
-  EXPECT_EQ(seen.ir[0], R"(kernel sum(out0: float32*, in0: float32*) over [0, 32), 100 elements per iteration
+  EXPECT_EQ(seen.passes, (std::vector<std::string>{"map_elements", "map_rows"}));
+  ASSERT_EQ(seen.ir.size(), 2u);
+  EXPECT_EQ(seen.ir[0], to_string(f));  // not an elementwise kernel
+  EXPECT_EQ(seen.ir[1], R"(kernel sum(out0: float32*, in0: float32*) over [0, 32), 100 elements per iteration
 for u in [begin, end) gpu_warp {
   let base: int64 = (0 + (u * 100))
   let obase: int64 = u
@@ -105,7 +107,7 @@ for u in [begin, end) gpu_warp {
 )");
   // The lowered kernel is untouched: the passes build a new body around its unchanged nodes.
   EXPECT_NE(to_string(f).find("parallel"), std::string::npos);
-  EXPECT_EQ(to_string(k.func.body), seen.ir[0].substr(seen.ir[0].find('\n') + 1));
+  EXPECT_EQ(to_string(k.func.body), seen.ir[1].substr(seen.ir[1].find('\n') + 1));
 }
 
 TEST(GpuPasses, softmax_block_row_in_registers_folds_its_slots_in_registers_and_combines_one_max) {
@@ -144,6 +146,48 @@ TEST(GpuPasses, shared_rows_and_slot_folds_read_back_after_a_second_barrier) {
   EXPECT_EQ(ir.find("allocate shared tr_row_in0: float32[5157]\nallocate shared tr_part0: float32[64]\n"),
             ir.find('\n') + 1)
       << ir;
+}
+
+// [rows, cols] + [cols] as one fusion group.
+LoweredFunc bias_add(int64_t rows, int64_t cols) {
+  FusionGroup g;
+  g.name = "bias";
+  g.inputs = {{DType::Float32, {rows, cols}}, {DType::Float32, {cols}}};
+  FusedOp f;
+  f.node.op = Op::Add;
+  f.node.name = "n0";
+  f.node.inputs = {0, 0};
+  f.node.outputs = {0};
+  f.operands = {Operand::input(0), Operand::input(1)};
+  g.ops.push_back(std::move(f));
+  g.ops.back().result = infer_result(g, 0);
+  g.outputs.push_back(0);
+  return lower(g);
+}
+
+TEST(GpuPasses, elementwise_rows_flatten_into_one_range_with_their_accesses_by_four_lanes) {
+  const LoweredFunc f = bias_add(64, 768);
+  Seen seen;
+  gpu::run_gpu_passes(f, schedule_cuda(f), seen.observer());
+  ASSERT_EQ(seen.ir.size(), 2u);
+  EXPECT_EQ(seen.ir[0], seen.ir[1]);  // not a row-wise kernel
+  EXPECT_EQ(seen.ir[0], R"(kernel bias(in0: float32*, in1: float32*, out0: float32*) over [0, 64), 768 elements per iteration
+for o in [begin, end) gpu_elements {
+  let base0: int64 = (o * 768)
+  let base2: int64 = (o * 768)
+  for i in [0, 768) gpu_elements {
+    let x0: float32 = in0[(base0 + i)]<4>
+    let x1: float32 = in1[i]<4>
+    let v0: float32 = (x0 + x1)
+    out0[(base2 + i)]<4> = v0
+  }
+}
+)");
+  // 7 columns: no vector divides the rows, nothing is marked.
+  const LoweredFunc seven = bias_add(10, 7);
+  const std::string ir = to_string(gpu::run_gpu_passes(seven, schedule_cuda(seven)).func);
+  EXPECT_NE(ir.find("gpu_elements"), std::string::npos) << ir;
+  EXPECT_EQ(ir.find("<"), std::string::npos) << ir;
 }
 
 TEST(GpuPasses, other_mappings_leave_the_kernel_as_lowered) {
