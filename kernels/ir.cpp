@@ -164,6 +164,15 @@ Stmt Allocate::make(Buffer buffer, int64_t extent, Stmt body, MemoryScope scope)
 }
 
 Stmt Barrier::make(BarrierScope scope) { return stmt<Barrier>(scope); }
+Stmt RowCopy::make(Buffer buffer, Buffer row, Expr base, int64_t length, int64_t threads, int64_t vector,
+                   bool registers, bool to_memory) {
+  check_defined(base, "RowCopy");
+  TERRACE_ASSERT(buffer.slot != kLocalSlot && row.slot == kLocalSlot && row.dtype == buffer.dtype, "RowCopy of ",
+                 buffer.name, " into ", row.name);
+  TERRACE_ASSERT(length > 0 && threads > 0 && vector >= 1 && (registers || !to_memory), "RowCopy of ", buffer.name);
+  return stmt<RowCopy>(std::move(buffer), std::move(row), std::move(base), length, threads, vector, registers,
+                       to_memory);
+}
 Stmt FirstThread::make(Stmt body) {
   TERRACE_ASSERT(body.defined(), "FirstThread without body");
   return stmt<FirstThread>(std::move(body));

@@ -42,6 +42,7 @@ const char* cmp_op_name(CmpOp op);
 // is flattened into one range); GpuElements, the outermost loop (and, where its body is lets around
 // one loop, that loop too, also GpuElements) flattened into one range of elements spread over the
 // grid's threads, grid-stride, a step of the vector accesses' lanes at a time where they are aligned.
+// A GpuRegisters loop's body may read Var "tr_k" (int64), the register of the element it visits.
 enum class ForKind : uint8_t {
   Serial, Parallel, Vectorized, GpuBlock, GpuThread, GpuWarp, GpuLane, GpuRegisters, GpuElements
 };
@@ -257,6 +258,26 @@ struct FirstThread final : BaseStmtNode {
   Stmt body;
   explicit FirstThread(Stmt b) : BaseStmtNode(kKind), body(std::move(b)) {}
   static Stmt make(Stmt body);
+};
+
+// A block's row of a kernel buffer copied between memory and the row's copy (kernels/gpu/
+// cache_rows.h), by all the block's threads: `length` elements from element `base` of `buffer`.
+// In shared memory (`row` a Shared array, one element of padding every 32): into it only, 16 bytes
+// at a time where the row is aligned at run time (`vector` elements; 1: element by element). In
+// registers (`row` each thread's Local array): element r on thread (r / vector) % threads, in its
+// register (r / (vector * threads)) * vector + r % vector; by 16-byte streaming accesses where
+// vector is 4 (the row 16-byte aligned), element by element where 1.
+struct RowCopy final : BaseStmtNode {
+  static constexpr IRNodeKind kKind = IRNodeKind::RowCopy;
+  Buffer buffer, row;
+  Expr base;
+  int64_t length, threads, vector;
+  bool registers, to_memory;
+  RowCopy(Buffer b, Buffer r, Expr at, int64_t n, int64_t t, int64_t v, bool regs, bool out)
+      : BaseStmtNode(kKind), buffer(std::move(b)), row(std::move(r)), base(std::move(at)), length(n), threads(t),
+        vector(v), registers(regs), to_memory(out) {}
+  static Stmt make(Buffer buffer, Buffer row, Expr base, int64_t length, int64_t threads, int64_t vector,
+                   bool registers, bool to_memory);
 };
 
 // A fold whose partial values, one per GPU thread of a row, are combined across the row's threads

@@ -97,6 +97,12 @@ Stmt IRMutator::visit(const Allocate* op, const Stmt& self) {
   return body.same_as(op->body) ? self : Allocate::make(op->buffer, op->extent, body, op->scope);
 }
 Stmt IRMutator::visit(const Barrier*, const Stmt& self) { return self; }
+Stmt IRMutator::visit(const RowCopy* op, const Stmt& self) {
+  Expr base = mutate(op->base);
+  return base.same_as(op->base) ? self
+                                : RowCopy::make(op->buffer, op->row, base, op->length, op->threads, op->vector,
+                                                op->registers, op->to_memory);
+}
 Stmt IRMutator::visit(const FirstThread* op, const Stmt& self) {
   Stmt body = mutate(op->body);
   return body.same_as(op->body) ? self : FirstThread::make(body);

@@ -93,6 +93,14 @@ class IRPrinter : public IRVisitor {
   void visit_node(const Barrier* op) override {
     line() << "barrier " << (op->scope == BarrierScope::Warp ? "warp" : "block") << "\n";
   }
+  void visit_node(const RowCopy* op) override {
+    line() << "row_copy " << (op->to_memory ? op->buffer.name : op->row.name) << " <- "
+           << (op->to_memory ? op->row.name : op->buffer.name) << " at ";
+    visit(op->base);
+    os_ << ", " << op->length << " elements by " << op->threads << " threads"
+        << (op->registers ? " in registers" : "") << (op->vector > 1 ? " by " + std::to_string(op->vector) : "")
+        << "\n";
+  }
   void visit_node(const FirstThread* op) override {
     line() << "first_thread {\n";
     nested(op->body);

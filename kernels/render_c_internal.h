@@ -90,24 +90,21 @@ class CRenderer : public IRVisitor {
       expr_ = it->second + ".v[tr_k]";
       return;
     }
-    if (const Expr* offset = cached_offset(op)) {
-      expr_ = row_element(op->buffer.name, *offset);
-      return;
-    }
-    if (in_register_loop_ && row_vector() > 1 && schedule_->vector_loads.count(op)) {
+    if (in_register_loop_ && op->vector_lanes > 1) {
       // Its index is the loop's element: vector tr_lane + (tr_k / 4) * block, lane tr_k % 4,
       // written so that the four unrolled reads of one vector are visibly one load (an index
       // computed from the element was not merged: four loads each, a 4,096-column layernorm 16%
       // slower on the H100).
-      expr_ = "tr_ld4(" + op->buffer.name + ", tr_lane + (tr_k / " + std::to_string(row_vector()) + ") * " +
-              std::to_string(schedule_->block) + ", tr_k % " + std::to_string(row_vector()) + ")";
+      const std::string lanes = std::to_string(op->vector_lanes);
+      expr_ = "tr_ld4(" + op->buffer.name + ", tr_lane + (tr_k / " + lanes + ") * " +
+              std::to_string(schedule_->block) + ", tr_k % " + lanes + ")";
       return;
     }
     if (op->buffer.slot == kLocalSlot && slot_register_.count(op->buffer.name)) {
       expr_ = slot_name(op->buffer.name);  // the schedule proved the index is the thread's slot
       return;
     }
-    expr_ = op->buffer.name + "[" + print(op->index) + "]";
+    expr_ = element(op->buffer, op->index);
   }
   void visit_node(const Unary* op) override {
     std::string a = print(op->a);
@@ -180,36 +177,13 @@ class CRenderer : public IRVisitor {
       line() << it->second << ".v[tr_k] = " << print(op->value) << ";\n";
       return;
     }
-    if (const Expr* offset = cached_offset(op)) {
-      // A row kept in shared memory: the value goes there, and to memory unless a later loop
-      // writes the whole row again.
-      const std::string row = row_element(op->buffer.name, *offset);
-      const bool dead = schedule_->dead_stores.count(op) > 0;
-      const std::string value = print(op->value);
-      const std::string to_memory = op->buffer.name + "[" + print(op->index) + "] = " + row + ";";
-      if (first_thread_) {
-        line() << "if (tr_lane == 0) { " << row << " = " << value << "; " << to_memory << " }\n";
-      } else {
-        line() << row << " = " << value << ";\n";
-        if (!dead && in_register_loop_ && row_vector() > 1)
-          written_rows_.insert(op->buffer.name);  // to memory after the loop, by vectors
-        else if (!dead)
-          line() << to_memory << "\n";
-      }
-      return;
-    }
-    if (first_thread_) {
-      line() << "if (tr_lane == 0) " << op->buffer.name << "[" << print(op->index) << "] = " << print(op->value)
-             << ";\n";
-      return;
-    }
-    line() << op->buffer.name << "[" << print(op->index) << "] = " << print(op->value) << ";\n";
+    line() << (first_thread_ ? "if (tr_lane == 0) " : "") << element(op->buffer, op->index) << " = "
+           << print(op->value) << ";\n";
   }
   // Let bodies stay in the enclosing C scope: verify() guarantees every name is bound once.
   void visit_node(const LetStmt* op) override {
     line() << "const " << c_type(op->value.type()) << " " << op->name << " = " << print(op->value)
            << ";\n";
-    fill_after_lets(op->body);
     visit(op->body);
   }
   // A local array in the enclosing C scope (names are unique, as for LetStmt). A block's shared
@@ -228,7 +202,9 @@ class CRenderer : public IRVisitor {
       in_shared_scope_ = true;
     }
     line() << "__shared__ " << c_type(op->buffer.dtype) << " " << op->buffer.name << "[" << op->extent << "];\n";
+    shared_arrays_.insert(op->buffer.name);
     visit(op->body);
+    shared_arrays_.erase(op->buffer.name);
     if (open) {
       in_shared_scope_ = false;
       --indent_;
@@ -237,11 +213,8 @@ class CRenderer : public IRVisitor {
   }
   // The GPU nodes (render_cuda_loops.cpp).
   void visit_node(const Barrier* op) override;
-  void visit_node(const FirstThread* op) override {
-    first_thread_ = true;
-    visit(op->body);
-    first_thread_ = false;
-  }
+  void visit_node(const RowCopy* op) override;
+  void visit_node(const FirstThread* op) override;
   void visit_node(const FoldStart* op) override;
   void visit_node(const WarpReduce* op) override;
   void visit_node(const BlockReduce* op) override;
@@ -318,127 +291,24 @@ class CRenderer : public IRVisitor {
     }
     --indent_;
     line() << "}\n";
-    // By vectors: the rows the loop wrote, from their registers to memory.
-    for (const CudaSchedule::RowCache& c : schedule_->row_caches)
-      if (written_rows_.count(c.buffer.name)) move_row(c, false, std::min(n, c.length));
-    written_rows_.clear();
   }
 
-  // By vectors (row_vector 4, the row 16-byte aligned): a cached row between memory and its
-  // registers by streaming 16-byte loads or stores; vector q on thread q % block, registers
-  // 4 (q / block) ... 4 (q / block) + 3. A store moves the loop's elements [0, count) only.
-  void move_row(const CudaSchedule::RowCache& c, bool load, int64_t count = -1) {
-    const int64_t block = schedule_->block, vec = row_vector(), vectors = (count < 0 ? c.length : count) / vec;
-    const std::string reg = "tr_reg_" + c.buffer.name, ptr = "(" + c.buffer.name + " + " + c.base + ")";
-    line() << "#pragma unroll\n";
-    line() << "for (int tr_k = 0; tr_k < " << (vectors + block - 1) / block << "; ++tr_k) {\n";
-    ++indent_;
-    line() << "const int tr_q = tr_lane + tr_k * " << block << ";\n";
-    line() << (vectors % block ? "if (tr_q < " + std::to_string(vectors) + ") " : std::string()) << "{\n";
-    ++indent_;
-    if (load) {
-      line() << "const float4 tr_v = __ldcs((const float4*)" << ptr << " + tr_q);\n";
-      line() << reg << "[tr_k * 4] = tr_v.x; " << reg << "[tr_k * 4 + 1] = tr_v.y; " << reg << "[tr_k * 4 + 2] = tr_v.z; "
-             << reg << "[tr_k * 4 + 3] = tr_v.w;\n";
-    } else {
-      line() << "__stcs((float4*)" << ptr << " + tr_q, make_float4(" << reg << "[tr_k * 4], " << reg << "[tr_k * 4 + 1], "
-             << reg << "[tr_k * 4 + 2], " << reg << "[tr_k * 4 + 3]));\n";
-    }
-    --indent_;
-    line() << "}\n";
-    --indent_;
-    line() << "}\n";
-  }
   std::string slot_name(const std::string& accumulator) const {
     return "tr_slot_" + accumulator + "[tr_k % " + std::to_string(row_vector()) + "]";
   }
   int64_t row_vector() const { return schedule_ ? schedule_->row_vector : 1; }
 
-  // PerRowBlock: the element at `offset` of a buffer's row in shared memory (one element of
-  // padding every 32, so that a stride of 16 or 32 elements does not hit one bank).
-  std::string row_element(const std::string& buffer, const Expr& offset) {
-    if (schedule_->rows_in_registers) {
-      // The schedule put every access of a row in a register loop, at the element it visits.
-      TERRACE_CHECK(in_register_loop_, Internal, "render_c: an access of ", buffer,
-                    "'s row in registers outside a register loop");
-      return "tr_reg_" + buffer + "[tr_k]";
-    }
-    // Offsets are below the row's length: 32-bit arithmetic (64-bit is several instructions each).
-    return "tr_row_" + buffer + "[" + padded("(int)(" + print(offset) + ")") + "]";
+  // An element of an array; of a shared one, in 32-bit arithmetic (its rows are shorter than 2^30
+  // elements; 64-bit is several instructions each) with one element of padding every 32, so that a
+  // stride of 16 or 32 elements does not hit one bank.
+  std::string element(const Buffer& b, const Expr& index) {
+    if (b.slot == kLocalSlot && shared_arrays_.count(b.name))
+      return b.name + "[" + padded("(int)(" + print(index) + ")") + "]";
+    return b.name + "[" + print(index) + "]";
   }
   static std::string padded(const std::string& x) { return x + " + (" + x + " >> 5)"; }
-  // The row's inputs are copied in once its leading lets (the row's base among them) are bound:
-  // before `next`, the statement after a let, unless that is another let.
-  void fill_after_lets(const Stmt& next) {
-    if (!fill_pending_ || next.as<LetStmt>()) return;
-    fill_pending_ = false;
-    fill_row_caches();
-  }
-  const Expr* cached_offset(const IRNode* access) const {
-    if (!schedule_) return nullptr;
-    auto it = schedule_->cached_accesses.find(access);
-    return it == schedule_->cached_accesses.end() ? nullptr : &it->second;
-  }
-  // The inputs' rows copied into shared memory, 16 bytes at a time where the row is aligned; or
-  // into registers, every load made at once (the outputs' rows declared).
-  void fill_row_caches() {
-    const CudaSchedule& s = *schedule_;
-    const std::string n = std::to_string(s.block);
-    if (s.rows_in_registers && row_vector() > 1) {
-      for (const CudaSchedule::RowCache& c : s.row_caches) {
-        const int64_t per = row_vector() * s.block, k = (c.length + per - 1) / per * row_vector();
-        line() << c_type(c.buffer.dtype) << " tr_reg_" << c.buffer.name << "[" << k << "];\n";
-        if (c.fill) move_row(c, true);  // (schedule_cuda: lengths are multiples of row_vector)
-      }
-      return;
-    }
-    if (s.rows_in_registers) {
-      for (const CudaSchedule::RowCache& c : s.row_caches) {
-        const int64_t k = (c.length + s.block - 1) / s.block;
-        line() << c_type(c.buffer.dtype) << " tr_reg_" << c.buffer.name << "[" << k << "];\n";
-        if (!c.fill) continue;
-        line() << "#pragma unroll\n";
-        line() << "for (int tr_k = 0; tr_k < " << k << "; ++tr_k) {\n";
-        ++indent_;
-        line() << "const int tr_x = tr_lane + tr_k * " << n << ";\n";
-        line() << (c.length % s.block ? "if (tr_x < " + std::to_string(c.length) + ") " : std::string()) << "tr_reg_"
-               << c.buffer.name << "[tr_k] = (" << c.buffer.name << " + " << c.base << ")[tr_x];\n";
-        --indent_;
-        line() << "}\n";
-      }
-      return;
-    }
-    for (const CudaSchedule::RowCache& c : s.row_caches) {
-      if (!c.fill) continue;
-      const std::string src = c.buffer.name + " + " + c.base, dst = "tr_row_" + c.buffer.name;
-      const int64_t w = int64_t(16 / dtype_size(c.buffer.dtype));
-      const std::string len = std::to_string(c.length), type = c_type(c.buffer.dtype);
-      if (w > 1 && c.length % w == 0) {
-        const std::string vec = "tr_vec<" + type + ", " + std::to_string(w) + ">";
-        line() << "if (((unsigned long long)(" << src << ") & 15) == 0) {\n";
-        ++indent_;
-        line() << "#pragma unroll 4\n";
-        line() << "for (int tr_q = tr_lane; tr_q < " << c.length / w << "; tr_q += " << n << ") {\n";
-        ++indent_;
-        line() << "const " << vec << " tr_v = *(const " << vec << "*)(" << src << " + tr_q * " << w << ");\n";
-        line() << "#pragma unroll\n";
-        line() << "for (int tr_k = 0; tr_k < " << w << "; ++tr_k) { const int tr_x = tr_q * " << w
-               << " + tr_k; " << dst << "[" << padded("tr_x") << "] = tr_v.v[tr_k]; }\n";
-        --indent_;
-        line() << "}\n";
-        --indent_;
-        line() << "} else {\n";
-        ++indent_;
-      }
-      line() << "for (int tr_x = tr_lane; tr_x < " << len << "; tr_x += " << n << ") " << dst << "["
-             << padded("tr_x") << "] = (" << src << ")[tr_x];\n";
-      if (w > 1 && c.length % w == 0) {
-        --indent_;
-        line() << "}\n";
-      }
-    }
-    line() << "__syncthreads();\n";
-  }
+  void move_row(const RowCopy* op);
+  void fill_shared_row(const RowCopy* op);
 
   // Element tr_t of the flattened range: binds the loop variables (the innermost one as
   // `inner_name`) and, in 2-D, the outer loop's lets.
@@ -552,10 +422,9 @@ class CRenderer : public IRVisitor {
   std::map<const IRNode*, std::string> vector_name_;     // vector accesses: their register
   bool in_lanes_ = false;                                // rendering one lane of a vector step
   bool in_row_ = false;                                  // PerRowWarp: inside the row loop
-  bool fill_pending_ = false;                            // PerRowBlock: the row's caches still to fill
   bool in_register_loop_ = false;                       // PerRowBlock: in emit_register_loop's body
   std::set<std::string> slot_register_;                 // PerRowBlock: slot arrays folded in tr_slot_<name>
-  std::set<std::string> written_rows_;                  // PerRowBlock by vectors: rows to write after the loop
+  std::set<std::string> shared_arrays_;                  // the Shared arrays in scope
   bool in_shared_scope_ = false;                        // inside a block's shared arrays' scope
   bool first_thread_ = false;                             // in a FirstThread's body
 };

@@ -142,9 +142,8 @@ void CRenderer::emit_vector_step(const For* op, const std::vector<const IRNode*>
   vector_name_.clear();
 }
 
-// GpuWarp: a warp per row, grid-stride over the grid's warps. GpuBlock: a block per row, whose
-// inputs' rows are copied in once the row's leading lets are bound. The scope that holds the
-// thread's lane is the one its shared arrays opened, if any.
+// GpuWarp: a warp per row, grid-stride over the grid's warps. GpuBlock: a block per row. The
+// scope that holds the thread's lane is the one its shared arrays opened, if any.
 void CRenderer::emit_row_loop(const For* op) {
   const std::string v = op->var, b = print(op->begin), e = print(op->end);
   const bool open = !in_shared_scope_;
@@ -156,10 +155,6 @@ void CRenderer::emit_row_loop(const For* op) {
     line() << "const int tr_lane = threadIdx.x;\n";
     line() << "for (int64_t " << v << " = " << b << " + blockIdx.x; " << v << " < " << e << "; " << v
            << " += gridDim.x) {\n";
-    fill_pending_ = !schedule_->row_caches.empty();
-    ++indent_;
-    fill_after_lets(op->body);
-    --indent_;
   } else {
     line() << "const int tr_lane = threadIdx.x & 31;\n";
     line() << "const int64_t tr_warp = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;\n";
@@ -382,6 +377,95 @@ void CRenderer::visit_node(const BlockReduce* op) {
   }
   --indent_;
   line() << "}\n";
+}
+
+// One statement for the row: lane 0 makes it (a store, or a row's store to its copy and to memory).
+void CRenderer::visit_node(const FirstThread* op) {
+  const Block* stores = op->body.as<Block>();
+  if (!stores) {
+    first_thread_ = true;
+    visit(op->body);
+    first_thread_ = false;
+    return;
+  }
+  line() << "if (tr_lane == 0) {";
+  for (const Stmt& s : stores->stmts) {
+    const Store* st = s.as<Store>();
+    TERRACE_ASSERT(st, "render_c: a first thread's statements are stores");
+    os_ << " " << element(st->buffer, st->index) << " = " << print(st->value) << ";";
+  }
+  os_ << " }\n";
+}
+
+void CRenderer::visit_node(const RowCopy* op) {
+  if (!op->registers) return fill_shared_row(op);
+  if (op->vector > 1) return move_row(op);
+  // Element by element: element tr_lane + k * threads into register k.
+  const int64_t k = (op->length + op->threads - 1) / op->threads;
+  line() << "#pragma unroll\n";
+  line() << "for (int tr_k = 0; tr_k < " << k << "; ++tr_k) {\n";
+  ++indent_;
+  line() << "const int tr_x = tr_lane + tr_k * " << op->threads << ";\n";
+  line() << (op->length % op->threads ? "if (tr_x < " + std::to_string(op->length) + ") " : std::string())
+         << op->row.name << "[tr_k] = (" << op->buffer.name << " + " << print(op->base) << ")[tr_x];\n";
+  --indent_;
+  line() << "}\n";
+}
+
+// By vectors (the row 16-byte aligned): streaming 16-byte loads or stores; vector q on thread
+// q % threads, registers 4 (q / threads) ... 4 (q / threads) + 3.
+void CRenderer::move_row(const RowCopy* op) {
+  const int64_t block = op->threads, vectors = op->length / op->vector;
+  const std::string reg = op->row.name, ptr = "(" + op->buffer.name + " + " + print(op->base) + ")";
+  line() << "#pragma unroll\n";
+  line() << "for (int tr_k = 0; tr_k < " << (vectors + block - 1) / block << "; ++tr_k) {\n";
+  ++indent_;
+  line() << "const int tr_q = tr_lane + tr_k * " << block << ";\n";
+  line() << (vectors % block ? "if (tr_q < " + std::to_string(vectors) + ") " : std::string()) << "{\n";
+  ++indent_;
+  if (!op->to_memory) {
+    line() << "const float4 tr_v = __ldcs((const float4*)" << ptr << " + tr_q);\n";
+    line() << reg << "[tr_k * 4] = tr_v.x; " << reg << "[tr_k * 4 + 1] = tr_v.y; " << reg << "[tr_k * 4 + 2] = tr_v.z; "
+           << reg << "[tr_k * 4 + 3] = tr_v.w;\n";
+  } else {
+    line() << "__stcs((float4*)" << ptr << " + tr_q, make_float4(" << reg << "[tr_k * 4], " << reg << "[tr_k * 4 + 1], "
+           << reg << "[tr_k * 4 + 2], " << reg << "[tr_k * 4 + 3]));\n";
+  }
+  --indent_;
+  line() << "}\n";
+  --indent_;
+  line() << "}\n";
+}
+
+// Into shared memory: 16 bytes at a time where the row is aligned at run time, else (and for
+// vector 1) element by element.
+void CRenderer::fill_shared_row(const RowCopy* op) {
+  const std::string src = op->buffer.name + " + " + print(op->base), dst = op->row.name;
+  const std::string n = std::to_string(op->threads);
+  const int64_t w = op->vector;
+  if (w > 1) {
+    const std::string vec = "tr_vec<" + std::string(c_type(op->buffer.dtype)) + ", " + std::to_string(w) + ">";
+    line() << "if (((unsigned long long)(" << src << ") & 15) == 0) {\n";
+    ++indent_;
+    line() << "#pragma unroll 4\n";
+    line() << "for (int tr_q = tr_lane; tr_q < " << op->length / w << "; tr_q += " << n << ") {\n";
+    ++indent_;
+    line() << "const " << vec << " tr_v = *(const " << vec << "*)(" << src << " + tr_q * " << w << ");\n";
+    line() << "#pragma unroll\n";
+    line() << "for (int tr_k = 0; tr_k < " << w << "; ++tr_k) { const int tr_x = tr_q * " << w << " + tr_k; " << dst
+           << "[" << padded("tr_x") << "] = tr_v.v[tr_k]; }\n";
+    --indent_;
+    line() << "}\n";
+    --indent_;
+    line() << "} else {\n";
+    ++indent_;
+  }
+  line() << "for (int tr_x = tr_lane; tr_x < " << op->length << "; tr_x += " << n << ") " << dst << "["
+         << padded("tr_x") << "] = (" << src << ")[tr_x];\n";
+  if (w > 1) {
+    --indent_;
+    line() << "}\n";
+  }
 }
 
 }  // namespace terrace::kernels::render_detail

@@ -46,7 +46,9 @@ class Verifier : public IRVisitor {
     visit(op->begin);
     visit(op->end);
     ++loop_depth_;
+    if (op->for_kind == ForKind::GpuRegisters) scope_["tr_k"] = DType::Int64;  // the element's register
     bind(op->var, DType::Int64, op->body);
+    if (op->for_kind == ForKind::GpuRegisters) scope_.erase("tr_k");
     --loop_depth_;
   }
   void visit_node(const Store* op) override {
@@ -69,6 +71,12 @@ class Verifier : public IRVisitor {
   }
   // A fold node's accumulator is a thread's array in scope, its part (a block's) a shared one; its
   // index may read the slot variable tr_s.
+  void visit_node(const RowCopy* op) override {
+    check_buffer(op->buffer);
+    check_buffer(op->row);
+    check(op->registers != (shared_.count(op->row.name) > 0), "row copy '", op->row.name, "' in the wrong scope");
+    visit(op->base);
+  }
   void visit_node(const FoldStart* op) override { check_fold(op->fold); }
   void visit_node(const WarpReduce* op) override { check_fold(op->fold); }
   void visit_node(const BlockReduce* op) override { check_fold(op->fold); }

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "kernels/gpu/cache_rows.h"
 #include "kernels/gpu/map_elements.h"
 #include "kernels/gpu/map_rows.h"
 #include "kernels/printer.h"
@@ -29,7 +30,7 @@ GpuKernel run_gpu_passes(const LoweredFunc& f, CudaSchedule s, const PassObserve
     const char* name;
     Stmt (*run)(const Stmt&, const CudaSchedule&);
   };
-  static const Pass passes[] = {{"map_elements", map_elements}, {"map_rows", map_rows}};
+  static const Pass passes[] = {{"map_elements", map_elements}, {"map_rows", map_rows}, {"cache_rows", cache_rows}};
   int n = 0;
   dump("lowered", n++, k.func);
   for (const Pass& p : passes) {

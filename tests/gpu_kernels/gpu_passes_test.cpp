@@ -38,6 +38,18 @@ LoweredFunc reduce_sum_rows(int64_t rows, int64_t cols) {
   return lower_op(n, in, "sum").calls.at(0).func;
 }
 
+LoweredFunc layernorm_rows(int64_t rows, int64_t cols) {
+  Node n;
+  n.op = Op::LayerNormalization;
+  n.name = "layernorm";
+  n.inputs = {0, 1, 2};
+  n.outputs = {3};
+  n.attrs["axis"] = int_attr(-1);
+  std::vector<OpInput> in{OpInput{{DType::Float32, {rows, cols}}}};
+  in.insert(in.end(), 2, OpInput{{DType::Float32, {cols}}});
+  return lower_op(n, in, "layernorm").calls.at(0).func;
+}
+
 LoweredFunc softmax_rows(int64_t rows, int64_t cols) {
   Node n;
   n.op = Op::Softmax;
@@ -84,9 +96,10 @@ TEST(GpuPasses, warp_row_sum_spreads_its_loop_over_lanes_and_combines_by_shuffle
   const LoweredFunc f = reduce_sum_rows(32, 100);
   Seen seen;
   const gpu::GpuKernel k = gpu::run_gpu_passes(f, schedule_cuda(f), seen.observer());
-  EXPECT_EQ(seen.passes, (std::vector<std::string>{"map_elements", "map_rows"}));
-  ASSERT_EQ(seen.ir.size(), 2u);
+  EXPECT_EQ(seen.passes, (std::vector<std::string>{"map_elements", "map_rows", "cache_rows"}));
+  ASSERT_EQ(seen.ir.size(), 3u);
   EXPECT_EQ(seen.ir[0], to_string(f));  // not an elementwise kernel
+  EXPECT_EQ(seen.ir[2], seen.ir[1]);    // nor a block's row
   EXPECT_EQ(seen.ir[1], R"(kernel sum(out0: float32*, in0: float32*) over [0, 32), 100 elements per iteration
 for u in [begin, end) gpu_warp {
   let base: int64 = (0 + (u * 100))
@@ -134,6 +147,40 @@ TEST(GpuPasses, softmax_block_row_in_registers_folds_its_slots_in_registers_and_
       << ir;
 }
 
+// The IR's accesses of `buffer` itself (not of its copies tr_reg_<buffer>, tr_row_<buffer>).
+size_t accesses_of(const std::string& ir, const std::string& buffer) {
+  size_t n = 0;
+  for (size_t at = ir.find(buffer + "["); at != std::string::npos; at = ir.find(buffer + "[", at + 1))
+    n += at == 0 || ir[at - 1] != '_';
+  return n;
+}
+
+TEST(GpuPasses, rows_in_registers_are_read_once_and_written_once_by_vectors) {
+  const LoweredFunc f = softmax_rows(64, 4096);
+  const std::string ir = to_string(gpu::run_gpu_passes(f, schedule_cuda(f)).func);
+  EXPECT_NE(ir.find("  let obase: int64 = u\n  allocate tr_reg_in0: float32[32]\n  row_copy tr_reg_in0 <- in0 at base, "
+                    "4096 elements by 128 threads in registers by 4\n  allocate tr_reg_out0: float32[32]\n"),
+            std::string::npos)
+      << ir;
+  EXPECT_NE(ir.find("row_copy out0 <- tr_reg_out0 at base, 4096 elements by 128 threads in registers by 4"),
+            std::string::npos)
+      << ir;
+  EXPECT_NE(ir.find("Exp((tr_reg_in0[tr_k] - mx[0]))"), std::string::npos) << ir;
+  EXPECT_EQ(accesses_of(ir, "in0"), 0u) << ir;
+  EXPECT_EQ(accesses_of(ir, "out0"), 0u) << ir;
+  // Without vectors (the kernel's element-by-element twin) every store writes memory as well.
+  CudaSchedule element = schedule_cuda(f);
+  element.row_vector = 1;
+  const std::string twin = to_string(gpu::run_gpu_passes(f, element).func);
+  EXPECT_EQ(twin.find("row_copy out0"), std::string::npos) << twin;
+  EXPECT_NE(twin.find("out0[(base + r0)] = tr_reg_out0[tr_k]"), std::string::npos) << twin;
+  // A layernorm's scale and bias: read by 16-byte vectors in its register loop.
+  const LoweredFunc norm = layernorm_rows(64, 4096);
+  const std::string norm_ir = to_string(gpu::run_gpu_passes(norm, schedule_cuda(norm)).func);
+  EXPECT_NE(norm_ir.find("in1[r0]<4>"), std::string::npos) << norm_ir;
+  EXPECT_NE(norm_ir.find("in2[r0]<4>"), std::string::npos) << norm_ir;
+}
+
 TEST(GpuPasses, shared_rows_and_slot_folds_read_back_after_a_second_barrier) {
   const LoweredFunc f = softmax_rows(8, 5001);
   const gpu::GpuKernel k = gpu::run_gpu_passes(f, schedule_cuda(f));
@@ -146,6 +193,12 @@ TEST(GpuPasses, shared_rows_and_slot_folds_read_back_after_a_second_barrier) {
   EXPECT_EQ(ir.find("allocate shared tr_row_in0: float32[5157]\nallocate shared tr_part0: float32[64]\n"),
             ir.find('\n') + 1)
       << ir;
+  // The input's row copied in (by 16 bytes where aligned) before the block reads it from there.
+  EXPECT_NE(ir.find("  let obase: int64 = u\n  row_copy tr_row_in0 <- in0 at base, 5001 elements by 128 threads\n"
+                    "  barrier block\n"),
+            std::string::npos)
+      << ir;
+  EXPECT_EQ(accesses_of(ir, "in0"), 0u) << ir;
 }
 
 // [rows, cols] + [cols] as one fusion group.
@@ -169,8 +222,8 @@ TEST(GpuPasses, elementwise_rows_flatten_into_one_range_with_their_accesses_by_f
   const LoweredFunc f = bias_add(64, 768);
   Seen seen;
   gpu::run_gpu_passes(f, schedule_cuda(f), seen.observer());
-  ASSERT_EQ(seen.ir.size(), 2u);
-  EXPECT_EQ(seen.ir[0], seen.ir[1]);  // not a row-wise kernel
+  ASSERT_EQ(seen.ir.size(), 3u);
+  EXPECT_EQ(seen.ir[0], seen.ir[2]);  // not a row-wise kernel
   EXPECT_EQ(seen.ir[0], R"(kernel bias(in0: float32*, in1: float32*, out0: float32*) over [0, 64), 768 elements per iteration
 for o in [begin, end) gpu_elements {
   let base0: int64 = (o * 768)
