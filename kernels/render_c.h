@@ -20,8 +20,8 @@ enum class Dialect { Cpp, Cuda };
 //         buffers[slot] is the array of buffer `slot`; the outermost loop runs over [begin, end).
 //   Cuda: extern "C" __global__ void <name>(T0* in0, ..., int64_t begin, int64_t end)
 //         with the Parallel loop mapped onto threads as schedule_cuda(f) decides
-//         (kernels/schedule_cuda.h): correct for any grid and any block of whole warps,
-//         fastest with cuda_launch's.
+//         (kernels/schedule_cuda.h) and kernels/gpu's passes write into the IR: correct for any
+//         grid and any block of whole warps, fastest with cuda_launch's.
 // Buffers must not overlap (they are declared __restrict).
 std::string render_c(const LoweredFunc& f, Dialect dialect);
 
