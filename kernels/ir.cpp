@@ -44,11 +44,12 @@ const char* cmp_op_name(CmpOp op) {
 }
 const char* for_kind_name(ForKind kind) {
   constexpr const char* names[] = {"serial",   "parallel", "vectorized", "gpu_block",
-                                   "gpu_thread", "gpu_warp", "gpu_lane", "gpu_registers", "gpu_elements"};
+                                   "gpu_thread", "gpu_warp", "gpu_lane", "gpu_registers", "gpu_elements", "unrolled"};
   return names[size_t(kind)];
 }
 bool is_gpu_loop(ForKind kind) {
-  return kind != ForKind::Serial && kind != ForKind::Parallel && kind != ForKind::Vectorized;
+  return kind != ForKind::Serial && kind != ForKind::Parallel && kind != ForKind::Vectorized &&
+         kind != ForKind::Unrolled;
 }
 const char* memory_scope_name(MemoryScope scope) { return scope == MemoryScope::Shared ? "shared" : "local"; }
 

@@ -43,8 +43,10 @@ const char* cmp_op_name(CmpOp op);
 // one loop, that loop too, also GpuElements) flattened into one range of elements spread over the
 // grid's threads, grid-stride, a step of the vector accesses' lanes at a time where they are aligned.
 // A GpuRegisters loop's body may read Var "tr_k" (int64), the register of the element it visits.
+// Unrolled: a short loop over a constant range that each thread runs whole, unrolled (CUDA: #pragma
+// unroll), so that the local arrays it indexes by its variable stay in registers.
 enum class ForKind : uint8_t {
-  Serial, Parallel, Vectorized, GpuBlock, GpuThread, GpuWarp, GpuLane, GpuRegisters, GpuElements
+  Serial, Parallel, Vectorized, GpuBlock, GpuThread, GpuWarp, GpuLane, GpuRegisters, GpuElements, Unrolled
 };
 const char* for_kind_name(ForKind kind);
 bool is_gpu_loop(ForKind kind);

@@ -186,14 +186,12 @@ void CRenderer::emit_lane_loop(const For* op) {
   line() << "}\n";
 }
 
-// A loop of a row that every thread runs whole. In a block's row a short loop over a constant
-// range (a local array's slots) is unrolled, so that the array is indexed by constants and stays
-// in registers instead of the stack.
+// A loop of a row that every thread runs whole (unrolled where map_rows made it Unrolled).
 void CRenderer::emit_row_serial_loop(const For* op) {
   const IntImm* cb = op->begin.as<IntImm>();
   const IntImm* ce = op->end.as<IntImm>();
   const std::string v = op->var;
-  if (narrow(op) && ce->value - cb->value <= 32) line() << "#pragma unroll\n";
+  if (op->for_kind == ForKind::Unrolled) line() << "#pragma unroll\n";
   if (narrow(op))
     line() << "for (int " << v << " = " << cb->value << "; " << v << " < " << ce->value << "; ++" << v << ") {\n";
   else

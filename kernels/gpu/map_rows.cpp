@@ -33,7 +33,8 @@ class MapRows : public IRMutator {
  public:
   explicit MapRows(const CudaSchedule& s) : s_(s), block_(s.mapping == CudaMapping::PerRowBlock) {}
 
-  // The row loop inside its shared arrays: the rows' copies first, then the parts.
+  // The row loop inside its shared arrays: the rows' copies first, then the parts. (Its
+  // Unrolled loops: see visit(For).)
   Stmt row(const For* op) {
     in_row_ = true;
     Stmt body = mutate(op->body);
@@ -57,7 +58,13 @@ class MapRows : public IRMutator {
     ++depth_;
     Stmt s = IRMutator::visit(op, self);
     --depth_;
-    return s;
+    // A block's short loop over a constant range (a local array's slots, the CPU's 16 vector lanes)
+    // unrolled, so that the array is indexed by constants and stays in registers, not the stack.
+    const IntImm* b = op->begin.as<IntImm>();
+    const IntImm* e = op->end.as<IntImm>();
+    if (!block_ || !b || !e || b->value < 0 || e->value >= (int64_t(1) << 30) || e->value - b->value > 32) return s;
+    const For* loop = s.as<For>();
+    return For::make(loop->var, loop->begin, loop->end, ForKind::Unrolled, loop->body);
   }
   // A store of the row outside its loops: one thread makes it, the others see it after a barrier.
   Stmt visit(const Store* op, const Stmt& self) override {
@@ -76,7 +83,9 @@ class MapRows : public IRMutator {
     std::vector<Stmt> out;
     for (const GpuFold& f : folds)
       if (f.vector || f.identity.defined()) out.push_back(FoldStart::make(f));
-    out.push_back(For::make(op->var, op->begin, op->end, kind, op->body));
+    ++depth_;
+    out.push_back(For::make(op->var, op->begin, op->end, kind, mutate(op->body)));
+    --depth_;
     for (const GpuFold& f : folds) out.push_back(WarpReduce::make(f));
     if (block_ && !folds.empty()) {
       out.push_back(Barrier::make(BarrierScope::Block));
