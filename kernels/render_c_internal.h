@@ -367,8 +367,7 @@ class CRenderer : public IRVisitor {
         default: break;
       }
     } else {
-      TERRACE_ASSERT(op->for_kind != ForKind::GpuBlock && op->for_kind != ForKind::GpuThread,
-                     "GPU loop '", op->var, "' in a C++ kernel");
+      TERRACE_ASSERT(!is_gpu_loop(op->for_kind), "GPU loop '", op->var, "' in a C++ kernel");
     }
     return "for (int64_t " + v + " = " + b + "; " + v + " < " + e + "; ++" + v + ")";
   }

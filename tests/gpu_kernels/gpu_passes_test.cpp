@@ -285,12 +285,15 @@ GpuFold sum_fold(const Buffer& acc, const Buffer& part) {
   return g;
 }
 
-TEST(GpuPasses, verifier_wants_fold_parts_shared_and_accumulators_in_scope) {
+TEST(GpuPasses, verifier_wants_fold_parts_shared_accumulators_in_scope_and_gpu_nodes_in_their_row) {
   const Buffer acc{"acc", DType::Float32, kLocalSlot}, part{"tr_part0", DType::Float32, kLocalSlot};
   const Stmt reduce = Block::make({WarpReduce::make(sum_fold(acc, part)), Barrier::make(BarrierScope::Block),
                                    BlockReduce::make(sum_fold(acc, part), false)});
+  auto row = [](ForKind kind, Stmt body) {
+    return For::make("u", Var::make(DType::Int64, "begin"), Var::make(DType::Int64, "end"), kind, std::move(body));
+  };
   auto in = [&](MemoryScope part_scope) {
-    return Allocate::make(part, 4, Allocate::make(acc, 1, reduce), part_scope);
+    return Allocate::make(part, 4, row(ForKind::GpuBlock, Allocate::make(acc, 1, reduce)), part_scope);
   };
   EXPECT_NO_THROW(verify(kernel_of(in(MemoryScope::Shared))));
   try {
@@ -299,7 +302,30 @@ TEST(GpuPasses, verifier_wants_fold_parts_shared_and_accumulators_in_scope) {
   } catch (const Error& e) {
     EXPECT_NE(e.message().find("fold part 'tr_part0' is not shared"), std::string::npos) << e.message();
   }
-  EXPECT_THROW(verify(kernel_of(Allocate::make(part, 4, reduce, MemoryScope::Shared))), Error);  // no acc
+  EXPECT_THROW(verify(kernel_of(Allocate::make(part, 4, row(ForKind::GpuBlock, reduce), MemoryScope::Shared))),
+               Error);  // no accumulator
+  // The GPU nodes and loops need their row: a block's for its parts and barriers, a warp's for lanes.
+  auto why = [](const LoweredFunc& f) {
+    try {
+      verify(f);
+    } catch (const Error& e) {
+      return e.message();
+    }
+    return std::string();
+  };
+  EXPECT_NE(why(kernel_of(Allocate::make(part, 4, Allocate::make(acc, 1, reduce), MemoryScope::Shared)))
+                .find("warp_reduce outside a GPU row"),
+            std::string::npos);
+  EXPECT_NE(why(kernel_of(Allocate::make(part, 4, row(ForKind::GpuWarp, Allocate::make(acc, 1, reduce)),
+                                         MemoryScope::Shared)))
+                .find("barrier outside a block's row"),
+            std::string::npos);
+  const Stmt store = Store::make(Buffer{"out0", DType::Float32, 0}, make_index(0), make_zero(DType::Float32));
+  EXPECT_NE(why(kernel_of(row(ForKind::GpuBlock, For::make("r", make_index(0), make_index(8), ForKind::GpuLane, store))))
+                .find("lane loop 'r' outside a warp's row"),
+            std::string::npos);
+  EXPECT_EQ(why(kernel_of(row(ForKind::GpuWarp, For::make("r", make_index(0), make_index(8), ForKind::GpuLane, store)))),
+            "");
   // The mutator keeps a shared array shared when it rebuilds it.
   struct Renames : IRMutator {
     Stmt visit(const Barrier*, const Stmt&) override { return Barrier::make(BarrierScope::Warp); }
@@ -308,10 +334,12 @@ TEST(GpuPasses, verifier_wants_fold_parts_shared_and_accumulators_in_scope) {
   ASSERT_FALSE(rebuilt.same_as(in(MemoryScope::Shared)));
   EXPECT_EQ(rebuilt.as<Allocate>()->scope, MemoryScope::Shared);
   EXPECT_EQ(to_string(rebuilt), R"(allocate shared tr_part0: float32[4]
-allocate acc: float32[1]
-warp_reduce acc[0] by (acc[0] + tr_other) from 0f via tr_part0 of 4 warps
-barrier warp
-block_reduce acc[0] by (acc[0] + tr_other) from 0f via tr_part0 of 4 warps
+for u in [begin, end) gpu_block {
+  allocate acc: float32[1]
+  warp_reduce acc[0] by (acc[0] + tr_other) from 0f via tr_part0 of 4 warps
+  barrier warp
+  block_reduce acc[0] by (acc[0] + tr_other) from 0f via tr_part0 of 4 warps
+}
 )");
 }
 
