@@ -126,8 +126,9 @@ struct Var final : BaseExprNode {
   Var(DType t, std::string n) : BaseExprNode(kKind, t), name(std::move(n)) {}
   static Expr make(DType t, std::string name);
 };
-// vector_lanes > 1 (set by kernels/gpu's element mapping, under a GpuElements loop): this access
-// of each lane of a step of that many elements is one 16-byte access of all of them.
+// vector_lanes > 1 (set by kernels/gpu's passes): this access, made for each of that many
+// consecutive elements (the lanes of a GpuElements loop's step, or the unrolled elements of a
+// GpuRegisters loop), is one 16-byte access of all of them.
 struct Load final : BaseExprNode {
   static constexpr IRNodeKind kKind = IRNodeKind::Load;
   Buffer buffer;
@@ -283,7 +284,8 @@ struct RowCopy final : BaseStmtNode {
 };
 
 // A fold whose partial values, one per GPU thread of a row, are combined across the row's threads
-// (the fold nodes below; kernels/gpu/map_rows.h finds them in the CPU-shaped reduction).
+// (schedule_cuda finds the folds in the lowered reduction; kernels/gpu/map_rows.h writes the nodes
+// below).
 struct GpuFold {
   Buffer accumulator;  // a Local array
   Expr index;          // the element folded; with slots, Var "tr_s" (int64) over [0, slots)

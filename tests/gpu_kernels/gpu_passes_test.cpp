@@ -251,8 +251,8 @@ TEST(GpuPasses, other_mappings_leave_the_kernel_as_lowered) {
 }
 
 TEST(GpuPasses, a_kernel_renders_one_source_whatever_the_heap) {
-  // The shared parts were numbered by their folds' addresses: two lowerings of one kernel could
-  // render two sources (and miss the code cache). Now by their order in the row.
+  // The shared parts are numbered by their folds' order in the row, not by any address, so that
+  // two lowerings of one kernel render one source (and hit the code cache).
   for (const int64_t cols : {int64_t(4096), int64_t(5001)}) {
     std::vector<std::string> sources;
     std::vector<LoweredFunc> keep;  // every lowering alive at once, at addresses of its own
