@@ -255,43 +255,8 @@ class CRenderer : public IRVisitor {
   void start_slot_registers(const GpuFold& f);
   void reduce_slot_registers(const GpuFold& f);
 
-  // PerRowBlock in registers: a lane loop from 0 (or a nest [0, J) x [0, W), flattened) over its n
-  // elements, element r on thread r % block as its register r / block: fully unrolled, so that
-  // the rows' arrays are indexed by constants and stay in registers.
-  void emit_register_loop(const For* op, const For* inner) {
-    const int64_t block = schedule_->block, vec = row_vector();
-    const int64_t w = inner ? inner->end.as<IntImm>()->value : 1;
-    const int64_t n = op->end.as<IntImm>()->value * w;
-    const std::string r = inner ? "tr_r" : op->var;
-    line() << "#pragma unroll\n";
-    line() << "for (int tr_k = 0; tr_k < " << (n + vec * block - 1) / (vec * block) * vec << "; ++tr_k) {\n";
-    ++indent_;
-    const bool partial = n % (vec * block) != 0;
-    if (vec > 1) {
-      line() << "const int " << r << " = (tr_lane + (tr_k / " << vec << ") * " << block << ") * " << vec << " + tr_k % "
-             << vec << ";\n";
-    } else {
-      line() << "const int " << r << " = tr_lane + tr_k * " << block << ";\n";
-    }
-    if (partial) {
-      line() << "if (" << r << " < " << n << ") {\n";
-      ++indent_;
-    }
-    if (inner) {
-      line() << "const int " << op->var << " = tr_r / " << w << ";\n";
-      line() << "const int " << inner->var << " = tr_r % " << w << ";\n";
-    }
-    in_register_loop_ = true;
-    visit(inner ? inner->body : op->body);
-    in_register_loop_ = false;
-    slot_register_.clear();  // the FoldStarts before the loop set them for its body
-    if (partial) {
-      --indent_;
-      line() << "}\n";
-    }
-    --indent_;
-    line() << "}\n";
-  }
+  // A GpuRegisters loop (or a nest [0, J) x [0, W) flattened, `inner` the second loop).
+  void emit_register_loop(const For* op, const For* inner);
 
   std::string slot_name(const std::string& accumulator) const {
     return "tr_slot_" + accumulator + "[tr_k % " + std::to_string(row_vector()) + "]";
