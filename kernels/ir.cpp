@@ -43,9 +43,15 @@ const char* cmp_op_name(CmpOp op) {
   return names[size_t(op)];
 }
 const char* for_kind_name(ForKind kind) {
-  constexpr const char* names[] = {"serial", "parallel", "vectorized", "gpu_block", "gpu_thread"};
+  constexpr const char* names[] = {"serial",   "parallel", "vectorized", "gpu_block",
+                                   "gpu_thread", "gpu_warp", "gpu_lane", "gpu_registers", "gpu_elements", "unrolled"};
   return names[size_t(kind)];
 }
+bool is_gpu_loop(ForKind kind) {
+  return kind != ForKind::Serial && kind != ForKind::Parallel && kind != ForKind::Vectorized &&
+         kind != ForKind::Unrolled;
+}
+const char* memory_scope_name(MemoryScope scope) { return scope == MemoryScope::Shared ? "shared" : "local"; }
 
 namespace {
 template <typename Node, typename... Args>
@@ -70,10 +76,11 @@ Expr FloatImm::make(DType t, double v) {
   return expr<FloatImm>(t, t == DType::Float32 ? double(float(v)) : v);
 }
 Expr Var::make(DType t, std::string name) { return expr<Var>(t, std::move(name)); }
-Expr Load::make(Buffer buffer, Expr index) {
+Expr Load::make(Buffer buffer, Expr index, int vector_lanes) {
   check_defined(index, "Load");
   TERRACE_ASSERT(index.type() == DType::Int64, "Load index must be int64");
-  return expr<Load>(std::move(buffer), std::move(index));
+  TERRACE_ASSERT(vector_lanes >= 1, "Load of ", buffer.name, ": ", vector_lanes, " lanes");
+  return expr<Load>(std::move(buffer), std::move(index), vector_lanes);
 }
 Expr Unary::make(UnaryOp op, Expr a) {
   check_defined(a, "Unary");
@@ -126,13 +133,14 @@ Stmt For::make(std::string var, Expr begin, Expr end, ForKind kind, Stmt body) {
   TERRACE_ASSERT(body.defined(), "For without body");
   return stmt<For>(std::move(var), std::move(begin), std::move(end), kind, std::move(body));
 }
-Stmt Store::make(Buffer buffer, Expr index, Expr value) {
+Stmt Store::make(Buffer buffer, Expr index, Expr value, int vector_lanes) {
   check_defined(index, "Store");
   check_defined(value, "Store");
   TERRACE_ASSERT(index.type() == DType::Int64, "Store index must be int64");
   TERRACE_ASSERT(value.type() == buffer.dtype, "Store of ", dtype_name(value.type()), " into ",
                  dtype_name(buffer.dtype), " buffer ", buffer.name);
-  return stmt<Store>(std::move(buffer), std::move(index), std::move(value));
+  TERRACE_ASSERT(vector_lanes >= 1, "Store to ", buffer.name, ": ", vector_lanes, " lanes");
+  return stmt<Store>(std::move(buffer), std::move(index), std::move(value), vector_lanes);
 }
 Stmt LetStmt::make(std::string name, Expr value, Stmt body) {
   check_defined(value, "LetStmt");
@@ -148,12 +156,52 @@ Stmt IfThenElse::make(Expr cond, Stmt then_case, Stmt else_case) {
   TERRACE_ASSERT(cond.type() == DType::Bool, "IfThenElse condition must be bool");
   return stmt<IfThenElse>(std::move(cond), std::move(then_case), std::move(else_case));
 }
-Stmt Allocate::make(Buffer buffer, int64_t extent, Stmt body) {
+Stmt Allocate::make(Buffer buffer, int64_t extent, Stmt body, MemoryScope scope) {
   TERRACE_ASSERT(buffer.slot == kLocalSlot, "Allocate of ", buffer.name, ": slot must be kLocalSlot");
   TERRACE_ASSERT(extent >= 1, "Allocate of ", buffer.name, ": extent ", extent);
   TERRACE_ASSERT(buffer.dtype != DType::String, "Allocate of ", buffer.name, ": string dtype");
   TERRACE_ASSERT(body.defined(), "Allocate without body");
-  return stmt<Allocate>(std::move(buffer), extent, std::move(body));
+  return stmt<Allocate>(std::move(buffer), extent, std::move(body), scope);
+}
+
+Stmt Barrier::make(BarrierScope scope) { return stmt<Barrier>(scope); }
+Stmt RowCopy::make(Buffer buffer, Buffer row, Expr base, int64_t length, int64_t threads, int64_t vector,
+                   bool registers, bool to_memory) {
+  check_defined(base, "RowCopy");
+  TERRACE_ASSERT(buffer.slot != kLocalSlot && row.slot == kLocalSlot && row.dtype == buffer.dtype, "RowCopy of ",
+                 buffer.name, " into ", row.name);
+  TERRACE_ASSERT(length > 0 && threads > 0 && vector >= 1 && (registers || !to_memory), "RowCopy of ", buffer.name);
+  return stmt<RowCopy>(std::move(buffer), std::move(row), std::move(base), length, threads, vector, registers,
+                       to_memory);
+}
+Stmt FirstThread::make(Stmt body) {
+  TERRACE_ASSERT(body.defined(), "FirstThread without body");
+  return stmt<FirstThread>(std::move(body));
+}
+
+namespace {
+void check_fold(const GpuFold& f) {
+  TERRACE_ASSERT(f.accumulator.slot == kLocalSlot, "GPU fold of ", f.accumulator.name, ": not a local array");
+  check_defined(f.index, "GPU fold index");
+  check_defined(f.combined, "GPU fold combine");
+  TERRACE_ASSERT(f.slots >= 0 && f.warps >= 1 && f.vector >= 0, "GPU fold of ", f.accumulator.name, ": bad counts");
+  TERRACE_ASSERT(f.vector == 0 || (f.width > 0 && f.combined_mine.defined()), "GPU fold of ", f.accumulator.name,
+                 ": slot registers without a width");
+}
+}  // namespace
+
+Stmt FoldStart::make(GpuFold fold) {
+  check_fold(fold);
+  return stmt<FoldStart>(std::move(fold));
+}
+Stmt WarpReduce::make(GpuFold fold) {
+  check_fold(fold);
+  return stmt<WarpReduce>(std::move(fold));
+}
+Stmt BlockReduce::make(GpuFold fold, bool read_back) {
+  check_fold(fold);
+  TERRACE_ASSERT(!fold.part.name.empty(), "BlockReduce of ", fold.accumulator.name, " without a shared part");
+  return stmt<BlockReduce>(std::move(fold), read_back);
 }
 
 Expr make_index(int64_t v) { return IntImm::make(DType::Int64, v); }

@@ -34,10 +34,30 @@ const char* binary_op_name(BinaryOp op);
 const char* cmp_op_name(CmpOp op);
 
 // How a loop runs. Parallel: the outermost loop, whose range the runtime splits across threads
-// (the kernel receives [begin, end) of it). Vectorized: an innermost unit-stride loop. GpuBlock
-// and GpuThread are reserved for the CUDA dialect (the loop variable is the block/thread index).
-enum class ForKind : uint8_t { Serial, Parallel, Vectorized, GpuBlock, GpuThread };
+// (the kernel receives [begin, end) of it). Vectorized: an innermost unit-stride loop. The GPU
+// kinds are set by kernels/gpu's mapping passes, CUDA only: GpuBlock / GpuWarp, one block / one
+// warp per iteration (grid-stride); GpuThread / GpuLane, iterations spread over the block's threads
+// / the warp's 32 lanes (iteration r on thread r % count); GpuRegisters, as GpuThread from 0 over a
+// constant range fully unrolled, so that the row it visits lives in registers (a nest of two loops
+// is flattened into one range); GpuElements, the outermost loop (and, where its body is lets around
+// one loop, that loop too, also GpuElements) flattened into one range of elements spread over the
+// grid's threads, grid-stride, a step of the vector accesses' lanes at a time where they are aligned.
+// A GpuRegisters loop's body may read Var "tr_k" (int64), the register of the element it visits.
+// Unrolled: a short loop over a constant range that each thread runs whole, unrolled (CUDA: #pragma
+// unroll), so that the local arrays it indexes by its variable stay in registers.
+enum class ForKind : uint8_t {
+  Serial, Parallel, Vectorized, GpuBlock, GpuThread, GpuWarp, GpuLane, GpuRegisters, GpuElements, Unrolled
+};
 const char* for_kind_name(ForKind kind);
+bool is_gpu_loop(ForKind kind);
+
+// Where an Allocate's array lives. Local: private to each thread (registers or its stack; the only
+// scope on the CPU). Shared: one array per GPU block that all its threads see (CUDA __shared__).
+enum class MemoryScope : uint8_t { Local, Shared };
+const char* memory_scope_name(MemoryScope scope);
+
+// Which threads a Barrier waits for: the 32 lanes of a warp, or every thread of a block.
+enum class BarrierScope : uint8_t { Warp, Block };
 
 // A kernel parameter: buffers[slot] viewed as an array of dtype; or, with slot kLocalSlot, a local
 // array declared by an enclosing Allocate.
@@ -106,12 +126,17 @@ struct Var final : BaseExprNode {
   Var(DType t, std::string n) : BaseExprNode(kKind, t), name(std::move(n)) {}
   static Expr make(DType t, std::string name);
 };
+// vector_lanes > 1 (set by kernels/gpu's passes): this access, made for each of that many
+// consecutive elements (the lanes of a GpuElements loop's step, or the unrolled elements of a
+// GpuRegisters loop), is one 16-byte access of all of them.
 struct Load final : BaseExprNode {
   static constexpr IRNodeKind kKind = IRNodeKind::Load;
   Buffer buffer;
   Expr index;  // int64, in elements
-  Load(Buffer b, Expr i) : BaseExprNode(kKind, b.dtype), buffer(std::move(b)), index(std::move(i)) {}
-  static Expr make(Buffer buffer, Expr index);
+  int vector_lanes;
+  Load(Buffer b, Expr i, int lanes)
+      : BaseExprNode(kKind, b.dtype), buffer(std::move(b)), index(std::move(i)), vector_lanes(lanes) {}
+  static Expr make(Buffer buffer, Expr index, int vector_lanes = 1);
 };
 struct Unary final : BaseExprNode {
   static constexpr IRNodeKind kKind = IRNodeKind::Unary;
@@ -174,9 +199,10 @@ struct Store final : BaseStmtNode {
   static constexpr IRNodeKind kKind = IRNodeKind::Store;
   Buffer buffer;
   Expr index, value;
-  Store(Buffer b, Expr i, Expr v)
-      : BaseStmtNode(kKind), buffer(std::move(b)), index(std::move(i)), value(std::move(v)) {}
-  static Stmt make(Buffer buffer, Expr index, Expr value);
+  int vector_lanes;  // as Load's
+  Store(Buffer b, Expr i, Expr v, int lanes)
+      : BaseStmtNode(kKind), buffer(std::move(b)), index(std::move(i)), value(std::move(v)), vector_lanes(lanes) {}
+  static Stmt make(Buffer buffer, Expr index, Expr value, int vector_lanes = 1);
 };
 struct LetStmt final : BaseStmtNode {
   static constexpr IRNodeKind kKind = IRNodeKind::LetStmt;
@@ -204,16 +230,108 @@ struct IfThenElse final : BaseStmtNode {
 
 // A local array of `extent` elements of buffer.dtype (slot kLocalSlot), uninitialised, read and
 // written through Load and Store in body: reductions keep their accumulators in one (a scalar is
-// extent 1, which the C compiler keeps in a register). Private to each iteration of the loops
-// around it (in CUDA: to each thread).
+// extent 1, which the C compiler keeps in a register). MemoryScope::Local: private to each
+// iteration of the loops around it (in CUDA: to each thread); Shared: one per GPU block.
 struct Allocate final : BaseStmtNode {
   static constexpr IRNodeKind kKind = IRNodeKind::Allocate;
   Buffer buffer;
   int64_t extent;
   Stmt body;
-  Allocate(Buffer b, int64_t n, Stmt s)
-      : BaseStmtNode(kKind), buffer(std::move(b)), extent(n), body(std::move(s)) {}
-  static Stmt make(Buffer buffer, int64_t extent, Stmt body);  // extent >= 1
+  MemoryScope scope;
+  Allocate(Buffer b, int64_t n, Stmt s, MemoryScope m)
+      : BaseStmtNode(kKind), buffer(std::move(b)), extent(n), body(std::move(s)), scope(m) {}
+  // extent >= 1
+  static Stmt make(Buffer buffer, int64_t extent, Stmt body, MemoryScope scope = MemoryScope::Local);
+};
+
+// A GPU barrier: every thread of the scope reaches it before any goes on, and their earlier
+// writes to memory are visible after it.
+struct Barrier final : BaseStmtNode {
+  static constexpr IRNodeKind kKind = IRNodeKind::Barrier;
+  BarrierScope scope;
+  explicit Barrier(BarrierScope s) : BaseStmtNode(kKind), scope(s) {}
+  static Stmt make(BarrierScope scope);
+};
+
+// A statement of a row that one thread makes for all (a store outside the row's spread loops):
+// lane 0 of the row's warp, or thread 0 of its block. A Barrier after it shows its result to the
+// others.
+struct FirstThread final : BaseStmtNode {
+  static constexpr IRNodeKind kKind = IRNodeKind::FirstThread;
+  Stmt body;
+  explicit FirstThread(Stmt b) : BaseStmtNode(kKind), body(std::move(b)) {}
+  static Stmt make(Stmt body);
+};
+
+// A block's row of a kernel buffer copied between memory and the row's copy (kernels/gpu/
+// cache_rows.h), by all the block's threads: `length` elements from element `base` of `buffer`.
+// In shared memory (`row` a Shared array, one element of padding every 32): into it only, 16 bytes
+// at a time where the row is aligned at run time (`vector` elements; 1: element by element). In
+// registers (`row` each thread's Local array): element r on thread (r / vector) % threads, in its
+// register (r / (vector * threads)) * vector + r % vector; by 16-byte streaming accesses where
+// vector is 4 (the row 16-byte aligned), element by element where 1.
+struct RowCopy final : BaseStmtNode {
+  static constexpr IRNodeKind kKind = IRNodeKind::RowCopy;
+  Buffer buffer, row;
+  Expr base;
+  int64_t length, threads, vector;
+  bool registers, to_memory;
+  RowCopy(Buffer b, Buffer r, Expr at, int64_t n, int64_t t, int64_t v, bool regs, bool out)
+      : BaseStmtNode(kKind), buffer(std::move(b)), row(std::move(r)), base(std::move(at)), length(n), threads(t),
+        vector(v), registers(regs), to_memory(out) {}
+  static Stmt make(Buffer buffer, Buffer row, Expr base, int64_t length, int64_t threads, int64_t vector,
+                   bool registers, bool to_memory);
+};
+
+// A fold whose partial values, one per GPU thread of a row, are combined across the row's threads
+// (schedule_cuda finds the folds in the lowered reduction; kernels/gpu/map_rows.h writes the nodes
+// below).
+struct GpuFold {
+  Buffer accumulator;  // a Local array
+  Expr index;          // the element folded; with slots, Var "tr_s" (int64) over [0, slots)
+  // Two partial values combined: `combined` reads the accumulator's element (a Load) and the Var
+  // "tr_other", the other thread's value; `combined_mine` reads Var "tr_mine" for the former.
+  Expr combined, combined_mine;
+  // The value threads other than the first start from (0 for a sum), so that what the
+  // accumulator held before is counted once; undefined for max and min (taken any number of times).
+  Expr identity;
+  int64_t slots = 0;   // > 0: every element of the array [0, slots), each folded alike
+  bool whole = false;  // the slots combined into one value, which every slot then holds
+  Buffer part;         // a block's row: the Shared array the warps' values meet in (empty name: a warp's row)
+  int64_t warps = 1;   // warps in the block
+  // A flattened nest in registers: the thread folds into `vector` registers tr_slot_<accumulator>,
+  // its slots (vector * thread + j) % width; 0: the accumulator itself.
+  int64_t vector = 0, width = 0;
+};
+
+// Before a loop spread over threads: threads other than the first start the fold from its
+// identity, or (vector > 0) each declares and starts its slot registers.
+struct FoldStart final : BaseStmtNode {
+  static constexpr IRNodeKind kKind = IRNodeKind::FoldStart;
+  GpuFold fold;
+  explicit FoldStart(GpuFold f) : BaseStmtNode(kKind), fold(std::move(f)) {}
+  static Stmt make(GpuFold fold);
+};
+
+// After it: the fold's values combined across each warp by a butterfly of shuffles. A warp's row
+// then gives every lane lane 0's value (the same bits everywhere, NaN included); a block's row
+// leaves each warp's value in fold.part for a BlockReduce.
+struct WarpReduce final : BaseStmtNode {
+  static constexpr IRNodeKind kKind = IRNodeKind::WarpReduce;
+  GpuFold fold;
+  explicit WarpReduce(GpuFold f) : BaseStmtNode(kKind), fold(std::move(f)) {}
+  static Stmt make(GpuFold fold);
+};
+
+// After a block Barrier: the warps' values in fold.part combined in warp order by every thread (the
+// same value in all). read_back: the second step of a fold over slots, after another Barrier, where
+// thread s combined slot s into the part and every thread now reads the slots back.
+struct BlockReduce final : BaseStmtNode {
+  static constexpr IRNodeKind kKind = IRNodeKind::BlockReduce;
+  GpuFold fold;
+  bool read_back;
+  BlockReduce(GpuFold f, bool back) : BaseStmtNode(kKind), fold(std::move(f)), read_back(back) {}
+  static Stmt make(GpuFold fold, bool read_back);
 };
 
 // One compiled unit: `void name(void** buffers, int64_t begin, int64_t end)`. The body's

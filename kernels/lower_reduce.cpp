@@ -54,44 +54,32 @@ std::vector<bool> reduce_mask(const Node& node, const std::vector<OpInput>& in, 
 }
 // ---- Reduce* and the global pools ----
 
-OpKernels lower_reduce_op(const Node& node, const std::vector<OpInput>& in, const std::string& name,
-                          const ReductionFusion& fusion) {
-  const TensorSig& x = in.at(0).sig;
-  const DType t = x.dtype;
-  const int64_t rank = int64_t(x.shape.size());
-  const bool pool = node.op == Op::GlobalAveragePool || node.op == Op::GlobalMaxPool || node.op == Op::GlobalLpPool;
-  std::vector<bool> mask;
-  Shape out_shape;
-  if (pool) {
+// The reduced-axis mask of a Reduce* node or a global pool (every axis but N and C), and its
+// output's shape.
+std::vector<bool> reduce_or_pool_mask(const Node& node, const std::vector<OpInput>& in, Shape& out_shape) {
+  const Shape& x = in.at(0).sig.shape;
+  const int64_t rank = int64_t(x.size());
+  if (node.op == Op::GlobalAveragePool || node.op == Op::GlobalMaxPool || node.op == Op::GlobalLpPool) {
     TERRACE_CHECK(rank >= 3, InvalidArgument, node.describe(), ": input X must have rank >= 3, got ", rank);
-    mask.assign(size_t(rank), true);
+    std::vector<bool> mask(size_t(rank), true);
     mask[0] = mask[1] = false;
-    out_shape = reduced_shape(x.shape, mask, true);
-  } else {
-    mask = reduce_mask(node, in, rank);
-    out_shape = reduced_shape(x.shape, mask, node.attr_int("keepdims", 1) != 0);
+    out_shape = reduced_shape(x, mask, true);
+    return mask;
   }
-  OpKernels k;
-  k.outputs.push_back({t, out_shape});
-  if (shape_numel(out_shape) == 0) return k;
+  std::vector<bool> mask = reduce_mask(node, in, rank);
+  out_shape = reduced_shape(x, mask, node.attr_int("keepdims", 1) != 0);
+  return mask;
+}
 
-  Io io(node, in, nullptr, fusion);
-  const Layout l = make_layout(x.shape, mask, io.operand_shapes());
-  const Nest nest(l, "");
-  Kernel kern;
-  kern.f.name = name;
-  const Buffer yb = kern.add("out0", t, int(in.size()));
-  io.add_buffers(kern, int(in.size() + node.outputs.size()));
-  const DType a = acc_type(t);
-  const double count = double(l.red_count);
+// The fold of a Reduce* op or global pool over elements of type t accumulated in a (its terms
+// read the input through `io`, which must outlive the fold).
+Fold reduce_fold(const Node& node, DType t, DType a, Io& io) {
   const Op op = node.op;
-
-  auto elem = [&](DType as) { return [&, as](const At& at, Expr) { return io.x(at, as); }; };
-  auto add = [](Expr s, Expr v) { return s + v; };
+  auto elem = [&io](DType as) { return [&io, as](const At& at, Expr) { return io.x(at, as); }; };
   Fold f;
   f.type = a;
   f.init = make_zero(a);
-  f.combine = add;
+  f.combine = [](Expr s, Expr v) { return s + v; };
   f.term = elem(a);
   if (op == Op::ReduceMax || op == Op::ReduceMin || op == Op::GlobalMaxPool) {
     const bool is_max = op != Op::ReduceMin;
@@ -108,64 +96,91 @@ OpKernels lower_reduce_op(const Node& node, const std::vector<OpInput>& in, cons
     // sum(|x|^p)^(1/p) in double, as the interpreter's lp_pool (p 1 and 2 without pow).
     const int64_t p = node.attr_int("p", 2);
     TERRACE_CHECK(p > 0, InvalidModel, node.describe(), ": attribute 'p' must be > 0, got ", p);
-    f.term = [&, p](const At& at, Expr) {
+    f.term = [&io, a, p](const At& at, Expr) {
       Expr v = Call::make(Intrinsic::Abs, {io.x(at, a)});
       return p == 1 ? v : p == 2 ? v * v : Call::make(Intrinsic::Pow, {v, f64(double(p))});
     };
   } else if (op == Op::ReduceSumSquare || op == Op::ReduceL2) {
-    f.term = [&](const At& at, Expr) {
+    f.term = [&io, a](const At& at, Expr) {
       Expr v = io.x(at, a);
       return v * v;
     };
   } else if (op == Op::ReduceL1) {
-    f.term = [&](const At& at, Expr) {
+    f.term = [&io, a](const At& at, Expr) {
       Expr v = io.x(at, a);
       return Select::make(Compare::make(CmpOp::LT, v, make_zero(a)), make_zero(a) - v, v);
     };
   }
+  return f;
+}
 
-  std::vector<Stmt> body;
-  const Acc acc = make_acc(nest, "acc", f.type);
-  Expr m;  // ReduceLogSumExp: the finite maximum
-  if (op == Op::ReduceLogSumExp) {
-    // log(sum(exp(x - m))) + m with m the maximum (0 where it is not finite), as the interpreter.
-    const Acc mx = make_acc(nest, "mx", t);
-    Fold fm{t, lowest(t), elem(t), [](Expr s, Expr v) { return fold_extreme(true, s, v); }, fold_max_no_nan, true};
-    Expr mv = mx.at(nest);
-    Expr finite = Unary::make(UnaryOp::Not, Binary::make(BinaryOp::Or, Call::make(Intrinsic::IsNaN, {mv}),
-                                                         Call::make(Intrinsic::IsInf, {mv})));
-    Stmt fix = nest.over_lanes(mx.set(nest, Select::make(finite, mv, make_zero(t))));
-    f.term = [&, mx](const At& at, Expr) {
-      Expr e = Call::make(Intrinsic::Exp, {io.x(at, t) - mx.at(nest)});
-      return Cast::make(a, e);
-    };
-    Stmt rest = seq({emit_fold(nest, acc, f, "s"),
-                     nest.over_lanes(Store::make(yb, nest.obase() + nest.lane(),
-                                                 Cast::make(t, Call::make(Intrinsic::Log, {acc.at(nest)}) +
-                                                                   Cast::make(a, mx.at(nest)))))});
-    body.push_back(mx.wrap(seq({emit_fold(nest, mx, fm, "m"), fix, acc.wrap(rest)})));
-  } else {
-    Expr v = acc.at(nest);
-    Expr result;
-    switch (op) {
-      case Op::ReduceL2: result = Call::make(Intrinsic::Sqrt, {v}); break;
-      case Op::ReduceLogSum: result = Call::make(Intrinsic::Log, {v}); break;
-      case Op::ReduceMean:
-        if (is_float(t)) result = v / f64(count);
-        else result = count == 0 ? make_zero(a) : v / IntImm::make(a, int64_t(count));
-        break;
-      case Op::GlobalAveragePool: result = count == 0 ? f64(0) : v / f64(count); break;
-      case Op::GlobalLpPool: {
-        const int64_t p = node.attr_int("p", 2);
-        result = p == 1 ? v : p == 2 ? Call::make(Intrinsic::Sqrt, {v}) : Call::make(Intrinsic::Pow, {v, f64(1.0 / double(p))});
-        break;
-      }
-      default: result = v;
+// The output element of a reduction from its folded value v (in a) over `count` elements.
+Expr reduce_result(const Node& node, DType t, DType a, Expr v, double count) {
+  switch (node.op) {
+    case Op::ReduceL2: return Call::make(Intrinsic::Sqrt, {v});
+    case Op::ReduceLogSum: return Call::make(Intrinsic::Log, {v});
+    case Op::ReduceMean:
+      if (is_float(t)) return v / f64(count);
+      return count == 0 ? make_zero(a) : v / IntImm::make(a, int64_t(count));
+    case Op::GlobalAveragePool: return count == 0 ? f64(0) : v / f64(count);
+    case Op::GlobalLpPool: {
+      const int64_t p = node.attr_int("p", 2);
+      return p == 1 ? v : p == 2 ? Call::make(Intrinsic::Sqrt, {v}) : Call::make(Intrinsic::Pow, {v, f64(1.0 / double(p))});
     }
-    Stmt store = nest.over_lanes(Store::make(yb, nest.obase() + nest.lane(), Cast::make(t, result)));
-    body.push_back(acc.wrap(seq({emit_fold(nest, acc, f, "r"), store})));
+    default: return v;
   }
-  finish(k, std::move(kern), nest, seq(std::move(body)));
+}
+
+// ReduceLogSumExp: log(sum(exp(x - m))) + m with m the maximum (0 where it is not finite), as the
+// interpreter; `f` is the sum's fold, whose term this sets.
+Stmt log_sum_exp(const Nest& nest, Io& io, const Buffer& yb, DType t, DType a, Fold f) {
+  const Acc acc = make_acc(nest, "acc", f.type);
+  const Acc mx = make_acc(nest, "mx", t);
+  Fold fm{t, lowest(t), [&io, t](const At& at, Expr) { return io.x(at, t); },
+          [](Expr s, Expr v) { return fold_extreme(true, s, v); }, fold_max_no_nan, true};
+  Expr mv = mx.at(nest);
+  Expr finite = Unary::make(UnaryOp::Not, Binary::make(BinaryOp::Or, Call::make(Intrinsic::IsNaN, {mv}),
+                                                       Call::make(Intrinsic::IsInf, {mv})));
+  Stmt fix = nest.over_lanes(mx.set(nest, Select::make(finite, mv, make_zero(t))));
+  f.term = [&io, &nest, t, a, mx](const At& at, Expr) {
+    Expr e = Call::make(Intrinsic::Exp, {io.x(at, t) - mx.at(nest)});
+    return Cast::make(a, e);
+  };
+  Stmt rest = seq({emit_fold(nest, acc, f, "s"),
+                   nest.over_lanes(Store::make(yb, nest.obase() + nest.lane(),
+                                               Cast::make(t, Call::make(Intrinsic::Log, {acc.at(nest)}) +
+                                                                 Cast::make(a, mx.at(nest)))))});
+  return mx.wrap(seq({emit_fold(nest, mx, fm, "m"), fix, acc.wrap(rest)}));
+}
+
+OpKernels lower_reduce_op(const Node& node, const std::vector<OpInput>& in, const std::string& name,
+                          const ReductionFusion& fusion) {
+  const DType t = in.at(0).sig.dtype;
+  Shape out_shape;
+  const std::vector<bool> mask = reduce_or_pool_mask(node, in, out_shape);
+  OpKernels k;
+  k.outputs.push_back({t, out_shape});
+  if (shape_numel(out_shape) == 0) return k;
+
+  Io io(node, in, nullptr, fusion);
+  const Layout l = make_layout(in.at(0).sig.shape, mask, io.operand_shapes());
+  const Nest nest(l, "");
+  Kernel kern;
+  kern.f.name = name;
+  const Buffer yb = kern.add("out0", t, int(in.size()));
+  io.add_buffers(kern, int(in.size() + node.outputs.size()));
+  const DType a = acc_type(t);
+  const Fold f = reduce_fold(node, t, a, io);
+  Stmt body;
+  if (node.op == Op::ReduceLogSumExp) {
+    body = log_sum_exp(nest, io, yb, t, a, f);
+  } else {
+    const Acc acc = make_acc(nest, "acc", f.type);
+    const Expr result = reduce_result(node, t, a, acc.at(nest), double(l.red_count));
+    Stmt store = nest.over_lanes(Store::make(yb, nest.obase() + nest.lane(), Cast::make(t, result)));
+    body = acc.wrap(seq({emit_fold(nest, acc, f, "r"), store}));
+  }
+  finish(k, std::move(kern), nest, seq({body}));
   return k;
 }
 // ---- ArgMax / ArgMin ----

@@ -27,7 +27,7 @@ Expr IRMutator::visit(const FloatImm*, const Expr& self) { return self; }
 Expr IRMutator::visit(const Var*, const Expr& self) { return self; }
 Expr IRMutator::visit(const Load* op, const Expr& self) {
   Expr index = mutate(op->index);
-  return index.same_as(op->index) ? self : Load::make(op->buffer, index);
+  return index.same_as(op->index) ? self : Load::make(op->buffer, index, op->vector_lanes);
 }
 Expr IRMutator::visit(const Unary* op, const Expr& self) {
   Expr a = mutate(op->a);
@@ -69,7 +69,7 @@ Stmt IRMutator::visit(const For* op, const Stmt& self) {
 Stmt IRMutator::visit(const Store* op, const Stmt& self) {
   Expr index = mutate(op->index), value = mutate(op->value);
   bool same = index.same_as(op->index) && value.same_as(op->value);
-  return same ? self : Store::make(op->buffer, index, value);
+  return same ? self : Store::make(op->buffer, index, value, op->vector_lanes);
 }
 Stmt IRMutator::visit(const LetStmt* op, const Stmt& self) {
   Expr value = mutate(op->value);
@@ -94,7 +94,34 @@ Stmt IRMutator::visit(const IfThenElse* op, const Stmt& self) {
 }
 Stmt IRMutator::visit(const Allocate* op, const Stmt& self) {
   Stmt body = mutate(op->body);
-  return body.same_as(op->body) ? self : Allocate::make(op->buffer, op->extent, body);
+  return body.same_as(op->body) ? self : Allocate::make(op->buffer, op->extent, body, op->scope);
+}
+Stmt IRMutator::visit(const Barrier*, const Stmt& self) { return self; }
+Stmt IRMutator::visit(const RowCopy* op, const Stmt& self) {
+  Expr base = mutate(op->base);
+  return base.same_as(op->base) ? self
+                                : RowCopy::make(op->buffer, op->row, base, op->length, op->threads, op->vector,
+                                                op->registers, op->to_memory);
+}
+Stmt IRMutator::visit(const FirstThread* op, const Stmt& self) {
+  Stmt body = mutate(op->body);
+  return body.same_as(op->body) ? self : FirstThread::make(body);
+}
+// The fold nodes' index is their one child (see IRVisitor).
+Stmt IRMutator::visit(const FoldStart* op, const Stmt& self) {
+  GpuFold f = op->fold;
+  f.index = mutate(op->fold.index);
+  return f.index.same_as(op->fold.index) ? self : FoldStart::make(std::move(f));
+}
+Stmt IRMutator::visit(const WarpReduce* op, const Stmt& self) {
+  GpuFold f = op->fold;
+  f.index = mutate(op->fold.index);
+  return f.index.same_as(op->fold.index) ? self : WarpReduce::make(std::move(f));
+}
+Stmt IRMutator::visit(const BlockReduce* op, const Stmt& self) {
+  GpuFold f = op->fold;
+  f.index = mutate(op->fold.index);
+  return f.index.same_as(op->fold.index) ? self : BlockReduce::make(std::move(f), op->read_back);
 }
 
 }  // namespace terrace::kernels

@@ -30,6 +30,7 @@ class IRPrinter : public IRVisitor {
     os_ << op->buffer.name << "[";
     visit(op->index);
     os_ << "]";
+    if (op->vector_lanes > 1) os_ << "<" << op->vector_lanes << ">";
   }
   void visit_node(const Unary* op) override {
     os_ << unary_op_name(op->op);
@@ -72,7 +73,9 @@ class IRPrinter : public IRVisitor {
   void visit_node(const Store* op) override {
     line() << op->buffer.name << "[";
     visit(op->index);
-    os_ << "] = ";
+    os_ << "]";
+    if (op->vector_lanes > 1) os_ << "<" << op->vector_lanes << ">";
+    os_ << " = ";
     visit(op->value);
     os_ << "\n";
   }
@@ -83,9 +86,30 @@ class IRPrinter : public IRVisitor {
     visit(op->body);
   }
   void visit_node(const Allocate* op) override {
-    line() << "allocate " << op->buffer.name << ": " << dtype_name(op->buffer.dtype) << "[" << op->extent
-           << "]\n";
+    line() << "allocate " << (op->scope == MemoryScope::Local ? "" : "shared ") << op->buffer.name << ": "
+           << dtype_name(op->buffer.dtype) << "[" << op->extent << "]\n";
     visit(op->body);
+  }
+  void visit_node(const Barrier* op) override {
+    line() << "barrier " << (op->scope == BarrierScope::Warp ? "warp" : "block") << "\n";
+  }
+  void visit_node(const RowCopy* op) override {
+    line() << "row_copy " << (op->to_memory ? op->buffer.name : op->row.name) << " <- "
+           << (op->to_memory ? op->row.name : op->buffer.name) << " at ";
+    visit(op->base);
+    os_ << ", " << op->length << " elements by " << op->threads << " threads"
+        << (op->registers ? " in registers" : "") << (op->vector > 1 ? " by " + std::to_string(op->vector) : "")
+        << "\n";
+  }
+  void visit_node(const FirstThread* op) override {
+    line() << "first_thread {\n";
+    nested(op->body);
+    line() << "}\n";
+  }
+  void visit_node(const FoldStart* op) override { fold("fold_start", op->fold) << "\n"; }
+  void visit_node(const WarpReduce* op) override { fold("warp_reduce", op->fold) << "\n"; }
+  void visit_node(const BlockReduce* op) override {
+    fold("block_reduce", op->fold) << (op->read_back ? " read_back" : "") << "\n";
   }
   void visit_node(const IfThenElse* op) override {
     line() << "if (";
@@ -100,6 +124,21 @@ class IRPrinter : public IRVisitor {
   }
 
  private:
+  // `what acc[index] by combine`, then the fold's options.
+  std::ostream& fold(const char* what, const GpuFold& f) {
+    line() << what << " " << f.accumulator.name << "[";
+    visit(f.index);
+    os_ << "] by ";
+    visit(f.combined);
+    if (f.identity.defined()) {
+      os_ << " from ";
+      visit(f.identity);
+    }
+    if (f.slots) os_ << " slots " << f.slots << (f.whole ? " whole" : "");
+    if (!f.part.name.empty()) os_ << " via " << f.part.name << " of " << f.warps << " warps";
+    if (f.vector) os_ << " in registers " << f.vector << " of " << f.width;
+    return os_;
+  }
   void infix(const Expr& a, const char* op, const Expr& b) {
     os_ << "(";
     visit(a);

@@ -1,19 +1,24 @@
 // render_c(): kernel IR -> C++ or CUDA C. The dialects differ in the entries of DialectTraits, in
 // how a loop header is spelled (loop_header) and, in CUDA, in the Parallel loop, which the
-// kernel's schedule (kernels/schedule_cuda.h) maps onto threads: a grid-stride loop per iteration,
-// or per element with 16-byte vector loads and stores (emit_per_element), or a warp or a block
-// per row of a reduction (emit_row_warp_loop; a block's row in shared memory).
+// kernel's schedule (kernels/schedule_cuda.h, decided once per kernel) maps onto threads: a
+// grid-stride loop per iteration, or per element with 16-byte vector loads and stores
+// (emit_per_element), or a warp or a block per row of a reduction, which kernels/gpu's passes
+// write into the IR (GPU loop kinds, shared arrays, fold nodes and barriers) for CRenderer to print.
 #include "kernels/render_c.h"
 
 #include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <limits>
 #include <map>
 #include <optional>
 #include <set>
 #include <sstream>
 
+#include "kernels/gpu/pipeline.h"
 #include "kernels/mutator.h"
 #include "kernels/render_c_internal.h"
 #include "kernels/schedule_cuda.h"
@@ -86,21 +91,20 @@ std::string lower_name(const char* s) {
 
 // True when `s` reads variable `name` other than in the index of a vector access (a lane whose
 // every access is a vector's needs no index of its own: NVRTC would warn of an unused variable).
-bool reads_var(const Stmt& s, const std::string& name, const std::set<const IRNode*>& vector_accesses) {
+bool reads_var(const Stmt& s, const std::string& name) {
   struct Finder : IRVisitor {
     const std::string& name;
-    const std::set<const IRNode*>& skip;
     bool found = false;
-    Finder(const std::string& n, const std::set<const IRNode*>& v) : name(n), skip(v) {}
+    explicit Finder(const std::string& n) : name(n) {}
     void visit_node(const Var* op) override { found = found || op->name == name; }
     void visit_node(const Load* op) override {
-      if (!skip.count(op)) IRVisitor::visit_node(op);
+      if (op->vector_lanes == 1) IRVisitor::visit_node(op);
     }
     void visit_node(const Store* op) override {
-      if (!skip.count(op)) visit(op->index);
+      if (op->vector_lanes == 1) visit(op->index);
       visit(op->value);
     }
-  } f(name, vector_accesses);
+  } f(name);
   f.visit(s);
   return f.found;
 }
@@ -112,10 +116,11 @@ using namespace render_detail;
 
 namespace {
 
-// The kernel alone, without the prelude.
+// The kernel alone, without the prelude; in CUDA, after the GPU passes with `schedule` (f's).
 // `element_copy`: a kernel whose rows move by vectors (CudaSchedule::row_vector) rendered element
 // by element instead, as cuda_element_copy_name(f.name) (same parameters, launch and results).
-std::string render_kernel(const LoweredFunc& f, Dialect dialect, bool element_copy = false) {
+std::string render_kernel(const LoweredFunc& f, Dialect dialect, const CudaSchedule* schedule = nullptr,
+                          bool element_copy = false) {
   const DialectTraits& t = traits(dialect);
   StoredBuffers stored;
   stored.visit(f.body);
@@ -124,9 +129,13 @@ std::string render_kernel(const LoweredFunc& f, Dialect dialect, bool element_co
     bool is_const = stored.slots.count(b.slot) == 0;
     return std::string(is_const ? "const " : "") + c_type(b.dtype) + "* " + t.restrict_kw + " " + b.name;
   };
-  std::optional<CudaSchedule> schedule;
-  if (dialect == Dialect::Cuda) schedule = schedule_cuda(f);
-  if (element_copy) schedule->row_vector = 1;
+  std::optional<gpu::GpuKernel> k;
+  if (dialect == Dialect::Cuda) {
+    CudaSchedule s = *schedule;
+    if (element_copy) s.row_vector = 1;
+    k = gpu::run_gpu_passes(f, std::move(s));
+    schedule = &k->schedule;
+  }
   os << t.kernel_qualifier << " ";
   if (schedule && schedule->mapping == CudaMapping::PerRowBlock)
     os << "__launch_bounds__(" << schedule->block << ", " << row_block_min_blocks(*schedule) << ") ";
@@ -142,25 +151,45 @@ std::string render_kernel(const LoweredFunc& f, Dialect dialect, bool element_co
   }
   if (schedule && schedule->mapping == CudaMapping::Single)  // any launch: one thread runs it
     os << "  if (blockIdx.x != 0 || threadIdx.x != 0) return;\n";
-  CRenderer r(os, dialect, schedule ? &*schedule : nullptr);
-  r.emit(f.body);
+  CRenderer r(os, dialect, schedule);
+  r.emit(k ? k->func.body : f.body);
   os << "}\n";
   return os.str();
+}
+
+// TERRACE_RENDER_DUMP_DIR: every rendered source written there as <name>-<hash of the text>, so
+// that two builds' renders of the same kernels compare file by file (tools and tests alike).
+// Best effort: a dump that cannot be written changes nothing.
+std::string dumped(const std::string& name, std::string source, Dialect d) {
+  const char* dir = std::getenv("TERRACE_RENDER_DUMP_DIR");
+  if (!dir || !*dir) return source;
+  uint64_t h = 1469598103934665603ull;  // FNV-1a
+  for (unsigned char c : source) h = (h ^ c) * 1099511628211ull;
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", (unsigned long long)h);
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  std::ofstream(std::filesystem::path(dir) / (name + "-" + hex + (d == Dialect::Cuda ? ".cu" : ".cpp")),
+                std::ios::binary) << source;
+  return source;
 }
 
 }  // namespace
 
 std::string render_c(const LoweredFunc& f, Dialect dialect) {
-  std::string kernel = render_kernel(f, dialect);
-  return "// Generated by Terrace from kernel " + f.name + ".\n" + render_prelude(dialect, kernel) +
-         "\n" + kernel;
+  std::optional<CudaSchedule> s;
+  if (dialect == Dialect::Cuda) s = schedule_cuda(f);
+  std::string kernel = render_kernel(f, dialect, s ? &*s : nullptr);
+  return dumped(f.name, "// Generated by Terrace from kernel " + f.name + ".\n" + render_prelude(dialect, kernel) +
+                            "\n" + kernel, dialect);
 }
 
 std::string cuda_element_copy_name(const std::string& kernel) { return kernel + "_e"; }
 
-std::vector<size_t> cuda_aligned_params(const LoweredFunc& f) {
+std::vector<size_t> cuda_aligned_params(const LoweredFunc& f) { return cuda_aligned_params(f, schedule_cuda(f)); }
+
+std::vector<size_t> cuda_aligned_params(const LoweredFunc& f, const CudaSchedule& s) {
   std::vector<size_t> params;
-  const CudaSchedule s = schedule_cuda(f);
   if (s.row_vector == 1) return params;
   std::set<std::string> names;
   for (const CudaSchedule::RowCache& c : s.row_caches) names.insert(c.buffer.name);
@@ -171,16 +200,27 @@ std::vector<size_t> cuda_aligned_params(const LoweredFunc& f) {
 }
 
 std::string render_cuda_program(std::span<const LoweredFunc> funcs, std::string_view comment) {
+  std::vector<CudaSchedule> schedules;
+  for (const LoweredFunc& f : funcs) schedules.push_back(schedule_cuda(f));
+  return render_cuda_program(funcs, schedules, comment);
+}
+
+std::string render_cuda_program(std::span<const LoweredFunc> funcs, std::span<const CudaSchedule> schedules,
+                                std::string_view comment) {
+  TERRACE_ASSERT(funcs.size() == schedules.size(), "render_cuda_program: a schedule per kernel");
   std::set<std::string> names;
   std::string kernels;
-  for (const LoweredFunc& f : funcs) {
+  for (size_t i = 0; i < funcs.size(); ++i) {
+    const LoweredFunc& f = funcs[i];
     TERRACE_CHECK(names.insert(f.name).second, InvalidArgument, "render_cuda_program: two kernels are named '",
                   f.name, "' (", comment, ")");
-    kernels += render_kernel(f, Dialect::Cuda) + "\n";
-    if (!cuda_aligned_params(f).empty()) kernels += render_kernel(f, Dialect::Cuda, true) + "\n";
+    kernels += render_kernel(f, Dialect::Cuda, &schedules[i]) + "\n";
+    if (!cuda_aligned_params(f, schedules[i]).empty())
+      kernels += render_kernel(f, Dialect::Cuda, &schedules[i], true) + "\n";
   }
-  return "// Generated by Terrace: " + std::string(comment) + " (" + std::to_string(funcs.size()) + " kernels).\n" +
-         render_prelude(Dialect::Cuda, kernels) + "\n" + kernels;
+  return dumped("program", "// Generated by Terrace: " + std::string(comment) + " (" + std::to_string(funcs.size()) +
+                               " kernels).\n" + render_prelude(Dialect::Cuda, kernels) + "\n" + kernels,
+                Dialect::Cuda);
 }
 
 }  // namespace terrace::kernels

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "kernels/ir.h"
+#include "kernels/schedule_cuda.h"
 
 namespace terrace::kernels {
 
@@ -19,8 +20,8 @@ enum class Dialect { Cpp, Cuda };
 //         buffers[slot] is the array of buffer `slot`; the outermost loop runs over [begin, end).
 //   Cuda: extern "C" __global__ void <name>(T0* in0, ..., int64_t begin, int64_t end)
 //         with the Parallel loop mapped onto threads as schedule_cuda(f) decides
-//         (kernels/schedule_cuda.h): correct for any grid and any block of whole warps,
-//         fastest with cuda_launch's.
+//         (kernels/schedule_cuda.h) and kernels/gpu's passes write into the IR: correct for any
+//         grid and any block of whole warps, fastest with cuda_launch's.
 // Buffers must not overlap (they are declared __restrict).
 std::string render_c(const LoweredFunc& f, Dialect dialect);
 
@@ -28,6 +29,10 @@ std::string render_c(const LoweredFunc& f, Dialect dialect);
 // per program) after one prelude with what they use; `comment` heads it ("region 3 (Add,Relu)").
 // Throws InvalidArgument when two kernels share a name.
 std::string render_cuda_program(std::span<const LoweredFunc> funcs, std::string_view comment);
+// The same with each kernel's schedule_cuda() already decided (schedules[i] is funcs[i]'s), so that
+// a caller that also launches the kernels decides each schedule once.
+std::string render_cuda_program(std::span<const LoweredFunc> funcs, std::span<const CudaSchedule> schedules,
+                                std::string_view comment);
 
 // A kernel whose rows move by 16-byte vectors (CudaSchedule::row_vector) reads and writes them
 // with vector accesses only, which need each row of those buffers 16-byte aligned: the
@@ -38,6 +43,7 @@ std::string render_cuda_program(std::span<const LoweredFunc> funcs, std::string_
 // access inside the kernel kept both forms' values live, which cost registers and speed
 // (bench/RESULTS.md).
 std::vector<size_t> cuda_aligned_params(const LoweredFunc& f);
+std::vector<size_t> cuda_aligned_params(const LoweredFunc& f, const CudaSchedule& schedule);  // f's
 std::string cuda_element_copy_name(const std::string& kernel);
 
 // The whole prelude (for tests of the math functions).

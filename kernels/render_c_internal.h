@@ -1,6 +1,7 @@
 // The printer of kernel IR as C++ or CUDA C that render_c.cpp drives (CRenderer), shared with
-// render_cuda_loops.cpp, which holds its CUDA element and row loops. Not for other files:
-// kernels/render_c.h is the interface.
+// render_cuda_loops.cpp, which holds its CUDA element loop and prints the GPU loops and nodes that
+// kernels/gpu's passes leave in a row-wise kernel. Not for other files: kernels/render_c.h is the
+// interface.
 #pragma once
 #include <map>
 #include <optional>
@@ -38,7 +39,7 @@ std::string lower_name(const char* s);
 
 // True when `s` reads variable `name` other than in the index of a vector access (a lane whose
 // every access is a vector's needs no index of its own: NVRTC would warn of an unused variable).
-bool reads_var(const Stmt& s, const std::string& name, const std::set<const IRNode*>& vector_accesses);
+bool reads_var(const Stmt& s, const std::string& name);
 
 // True where a node of kind N occurs in `x` (an Expr or a Stmt): contains<Load> reads memory,
 // contains<For> holds a loop.
@@ -89,24 +90,21 @@ class CRenderer : public IRVisitor {
       expr_ = it->second + ".v[tr_k]";
       return;
     }
-    if (const Expr* offset = cached_offset(op)) {
-      expr_ = row_element(op->buffer.name, *offset);
-      return;
-    }
-    if (in_register_loop_ && row_vector() > 1 && schedule_->vector_loads.count(op)) {
+    if (in_register_loop_ && op->vector_lanes > 1) {
       // Its index is the loop's element: vector tr_lane + (tr_k / 4) * block, lane tr_k % 4,
       // written so that the four unrolled reads of one vector are visibly one load (an index
       // computed from the element was not merged: four loads each, a 4,096-column layernorm 16%
       // slower on the H100).
-      expr_ = "tr_ld4(" + op->buffer.name + ", tr_lane + (tr_k / " + std::to_string(row_vector()) + ") * " +
-              std::to_string(schedule_->block) + ", tr_k % " + std::to_string(row_vector()) + ")";
+      const std::string lanes = std::to_string(op->vector_lanes);
+      expr_ = "tr_ld4(" + op->buffer.name + ", tr_lane + (tr_k / " + lanes + ") * " +
+              std::to_string(schedule_->block) + ", tr_k % " + lanes + ")";
       return;
     }
     if (op->buffer.slot == kLocalSlot && slot_register_.count(op->buffer.name)) {
       expr_ = slot_name(op->buffer.name);  // the schedule proved the index is the thread's slot
       return;
     }
-    expr_ = op->buffer.name + "[" + print(op->index) + "]";
+    expr_ = element(op->buffer, op->index);
   }
   void visit_node(const Unary* op) override {
     std::string a = print(op->a);
@@ -153,14 +151,14 @@ class CRenderer : public IRVisitor {
   }
 
   void visit_node(const For* op) override {
-    if (schedule_ && op == schedule_->parallel && schedule_->mapping == CudaMapping::PerElement) {
-      emit_per_element(op);
-      return;
+    switch (op->for_kind) {
+      case ForKind::GpuElements: return emit_per_element(op);
+      case ForKind::GpuWarp: case ForKind::GpuBlock: return emit_row_loop(op);
+      case ForKind::GpuLane: case ForKind::GpuThread: return emit_lane_loop(op);
+      case ForKind::GpuRegisters: return emit_register_loop(op, op->body.as<For>());
+      default: break;
     }
-    if (schedule_ && (schedule_->mapping == CudaMapping::PerRowWarp || schedule_->mapping == CudaMapping::PerRowBlock)) {
-      emit_row_warp_loop(op);
-      return;
-    }
+    if (in_row_) return emit_row_serial_loop(op);
     bool innermost = !contains<For>(op->body);
     if (innermost && (op->for_kind == ForKind::Vectorized || op->for_kind == ForKind::Parallel))
       line() << traits_.vectorize_pragma;
@@ -179,46 +177,47 @@ class CRenderer : public IRVisitor {
       line() << it->second << ".v[tr_k] = " << print(op->value) << ";\n";
       return;
     }
-    if (const Expr* offset = cached_offset(op)) {
-      // A row kept in shared memory: the value goes there, and to memory unless a later loop
-      // writes the whole row again.
-      const std::string row = row_element(op->buffer.name, *offset);
-      const bool dead = schedule_->dead_stores.count(op) > 0;
-      const std::string value = print(op->value);
-      const std::string to_memory = op->buffer.name + "[" + print(op->index) + "] = " + row + ";";
-      if (in_row_ && row_loop_depth_ == 0) {
-        line() << "if (tr_lane == 0) { " << row << " = " << value << "; " << to_memory << " }\n";
-        line() << sync() << "\n";
-      } else {
-        line() << row << " = " << value << ";\n";
-        if (!dead && in_register_loop_ && row_vector() > 1)
-          written_rows_.insert(op->buffer.name);  // to memory after the loop, by vectors
-        else if (!dead)
-          line() << to_memory << "\n";
-      }
-      return;
-    }
-    if (in_row_ && row_loop_depth_ == 0 && op->buffer.slot != kLocalSlot) {
-      // A row's store outside its loops: one lane makes it, the others see it after the sync.
-      line() << "if (tr_lane == 0) " << op->buffer.name << "[" << print(op->index) << "] = " << print(op->value)
-             << ";\n";
-      line() << sync() << "\n";
-      return;
-    }
-    line() << op->buffer.name << "[" << print(op->index) << "] = " << print(op->value) << ";\n";
+    line() << (first_thread_ ? "if (tr_lane == 0) " : "") << element(op->buffer, op->index) << " = "
+           << print(op->value) << ";\n";
   }
   // Let bodies stay in the enclosing C scope: verify() guarantees every name is bound once.
   void visit_node(const LetStmt* op) override {
     line() << "const " << c_type(op->value.type()) << " " << op->name << " = " << print(op->value)
            << ";\n";
-    fill_after_lets(op->body);
     visit(op->body);
   }
-  // A local array in the enclosing C scope (names are unique, as for LetStmt).
+  // A local array in the enclosing C scope (names are unique, as for LetStmt). A block's shared
+  // arrays open a scope of their own (the row loop's, inside them).
   void visit_node(const Allocate* op) override {
-    line() << c_type(op->buffer.dtype) << " " << op->buffer.name << "[" << op->extent << "];\n";
+    if (op->scope == MemoryScope::Local) {
+      line() << c_type(op->buffer.dtype) << " " << op->buffer.name << "[" << op->extent << "];\n";
+      visit(op->body);
+      return;
+    }
+    TERRACE_ASSERT(dialect_ == Dialect::Cuda, "shared array '", op->buffer.name, "' in a C++ kernel");
+    const bool open = !in_shared_scope_;
+    if (open) {
+      line() << "{\n";
+      ++indent_;
+      in_shared_scope_ = true;
+    }
+    line() << "__shared__ " << c_type(op->buffer.dtype) << " " << op->buffer.name << "[" << op->extent << "];\n";
+    shared_arrays_.insert(op->buffer.name);
     visit(op->body);
+    shared_arrays_.erase(op->buffer.name);
+    if (open) {
+      in_shared_scope_ = false;
+      --indent_;
+      line() << "}\n";
+    }
   }
+  // The GPU nodes (render_cuda_loops.cpp).
+  void visit_node(const Barrier* op) override;
+  void visit_node(const RowCopy* op) override;
+  void visit_node(const FirstThread* op) override;
+  void visit_node(const FoldStart* op) override;
+  void visit_node(const WarpReduce* op) override;
+  void visit_node(const BlockReduce* op) override;
   void visit_node(const IfThenElse* op) override {
     line() << "if (" << print(op->cond) << ") {\n";
     nested(op->then_case);
@@ -237,235 +236,74 @@ class CRenderer : public IRVisitor {
     --indent_;
   }
 
-  // The PerElement schedule: the Parallel loop (and in 2-D the Vectorized loop inside it) as one
-  // grid-stride range [tr_lo, tr_hi) of elements. With vector_width W > 1 and every vector
-  // buffer aligned to W elements at run time, each step takes W elements: vector loads, the
-  // body once per lane (unrolled; the lanes live in registers), vector stores; the elements
-  // before the first and after the last whole vector (1-D ranges only) run one by one.
+  // A GpuElements loop (and in 2-D the one inside it) as one grid-stride range [tr_lo, tr_hi) of
+  // elements. With vector accesses of W lanes and every vector buffer aligned to W elements at
+  // run time, each step takes W elements: vector loads, the body once per lane (unrolled; the
+  // lanes live in registers), vector stores; the elements before the first and after the last
+  // whole vector (1-D ranges only) run one by one.
   void emit_per_element(const For* op);
+  void emit_vector_steps(const For* op);
+  void emit_vector_step(const For* op, const std::vector<const IRNode*>& order);
 
-  // The PerRowWarp schedule: the Parallel loop over warps (one row per warp, grid-stride), the
-  // lane loops strided by 32 with element r always on lane r % 32, each fold combined by a
-  // butterfly of shuffles and lane 0's result broadcast (every lane then holds the same value,
-  // NaN included); a __syncwarp after each lane loop orders the lanes' stores before the next
-  // reads. The other loops run in every lane.
-  void emit_row_warp_loop(const For* op);
+  // The loops of kernels/gpu/map_rows: a row per warp or block, its lane loops, its other loops.
+  void emit_row_loop(const For* op);
+  void emit_lane_loop(const For* op);
+  void emit_row_serial_loop(const For* op);
+  bool narrow(const For* op) const;
+  bool open_slots(const GpuFold& f);
+  void close_slots(bool open);
+  void start_slot_registers(const GpuFold& f);
+  void reduce_slot_registers(const GpuFold& f);
 
-  // PerRowBlock in registers: a lane loop from 0 (or a nest [0, J) x [0, W), flattened) over its n
-  // elements, element r on thread r % block as its register r / block: fully unrolled, so that
-  // the rows' arrays are indexed by constants and stay in registers.
-  void emit_register_loop(const For* op, const For* inner) {
-    const int64_t block = schedule_->block, vec = row_vector();
-    const int64_t w = inner ? inner->end.as<IntImm>()->value : 1;
-    const int64_t n = op->end.as<IntImm>()->value * w;
-    const std::string r = inner ? "tr_r" : op->var;
-    line() << "#pragma unroll\n";
-    line() << "for (int tr_k = 0; tr_k < " << (n + vec * block - 1) / (vec * block) * vec << "; ++tr_k) {\n";
-    ++indent_;
-    const bool partial = n % (vec * block) != 0;
-    if (vec > 1) {
-      line() << "const int " << r << " = (tr_lane + (tr_k / " << vec << ") * " << block << ") * " << vec << " + tr_k % "
-             << vec << ";\n";
-    } else {
-      line() << "const int " << r << " = tr_lane + tr_k * " << block << ";\n";
-    }
-    if (partial) {
-      line() << "if (" << r << " < " << n << ") {\n";
-      ++indent_;
-    }
-    if (inner) {
-      line() << "const int " << op->var << " = tr_r / " << w << ";\n";
-      line() << "const int " << inner->var << " = tr_r % " << w << ";\n";
-    }
-    ++row_loop_depth_;
-    in_register_loop_ = true;
-    visit(inner ? inner->body : op->body);
-    in_register_loop_ = false;
-    --row_loop_depth_;
-    if (partial) {
-      --indent_;
-      line() << "}\n";
-    }
-    --indent_;
-    line() << "}\n";
-    // By vectors: the rows the loop wrote, from their registers to memory.
-    for (const CudaSchedule::RowCache& c : schedule_->row_caches)
-      if (written_rows_.count(c.buffer.name)) move_row(c, false, std::min(n, c.length));
-    written_rows_.clear();
-  }
+  // A GpuRegisters loop (or a nest [0, J) x [0, W) flattened, `inner` the second loop).
+  void emit_register_loop(const For* op, const For* inner);
 
-  // By vectors (row_vector 4, the row 16-byte aligned): a cached row between memory and its
-  // registers by streaming 16-byte loads or stores; vector q on thread q % block, registers
-  // 4 (q / block) ... 4 (q / block) + 3. A store moves the loop's elements [0, count) only.
-  void move_row(const CudaSchedule::RowCache& c, bool load, int64_t count = -1) {
-    const int64_t block = schedule_->block, vec = row_vector(), vectors = (count < 0 ? c.length : count) / vec;
-    const std::string reg = "tr_reg_" + c.buffer.name, ptr = "(" + c.buffer.name + " + " + c.base + ")";
-    line() << "#pragma unroll\n";
-    line() << "for (int tr_k = 0; tr_k < " << (vectors + block - 1) / block << "; ++tr_k) {\n";
-    ++indent_;
-    line() << "const int tr_q = tr_lane + tr_k * " << block << ";\n";
-    line() << (vectors % block ? "if (tr_q < " + std::to_string(vectors) + ") " : std::string()) << "{\n";
-    ++indent_;
-    if (load) {
-      line() << "const float4 tr_v = __ldcs((const float4*)" << ptr << " + tr_q);\n";
-      line() << reg << "[tr_k * 4] = tr_v.x; " << reg << "[tr_k * 4 + 1] = tr_v.y; " << reg << "[tr_k * 4 + 2] = tr_v.z; "
-             << reg << "[tr_k * 4 + 3] = tr_v.w;\n";
-    } else {
-      line() << "__stcs((float4*)" << ptr << " + tr_q, make_float4(" << reg << "[tr_k * 4], " << reg << "[tr_k * 4 + 1], "
-             << reg << "[tr_k * 4 + 2], " << reg << "[tr_k * 4 + 3]));\n";
-    }
-    --indent_;
-    line() << "}\n";
-    --indent_;
-    line() << "}\n";
-  }
   std::string slot_name(const std::string& accumulator) const {
     return "tr_slot_" + accumulator + "[tr_k % " + std::to_string(row_vector()) + "]";
   }
   int64_t row_vector() const { return schedule_ ? schedule_->row_vector : 1; }
 
-  // A slot fold's combine with its accumulator's element read from the variable tr_mine (the
-  // thread that combines a slot holds it in a register, not in the array).
-  static Expr slot_combined(const CudaSchedule::Fold& f) {
-    struct Mine : IRMutator {
-      const CudaSchedule::Fold& f;
-      explicit Mine(const CudaSchedule::Fold& fold) : f(fold) {}
-      Expr visit(const Load* op, const Expr& self) override {
-        if (op->buffer.slot == kLocalSlot && op->buffer.name == f.accumulator.name) return Var::make(f.accumulator.dtype, "tr_mine");
-        return IRMutator::visit(op, self);
-      }
-    } mine(f);
-    return mine.mutate(f.combined);
-  }
-
-  // PerRowBlock: the element at `offset` of a buffer's row in shared memory (one element of
-  // padding every 32, so that a stride of 16 or 32 elements does not hit one bank).
-  std::string row_element(const std::string& buffer, const Expr& offset) {
-    if (schedule_->rows_in_registers) {
-      // The schedule put every access of a row in a register loop, at the element it visits.
-      TERRACE_CHECK(in_register_loop_, Internal, "render_c: an access of ", buffer,
-                    "'s row in registers outside a register loop");
-      return "tr_reg_" + buffer + "[tr_k]";
-    }
-    // Offsets are below the row's length: 32-bit arithmetic (64-bit is several instructions each).
-    return "tr_row_" + buffer + "[" + padded("(int)(" + print(offset) + ")") + "]";
+  // An element of an array; of a shared one, in 32-bit arithmetic (its rows are shorter than 2^30
+  // elements; 64-bit is several instructions each) with one element of padding every 32, so that a
+  // stride of 16 or 32 elements does not hit one bank.
+  std::string element(const Buffer& b, const Expr& index) {
+    if (b.slot == kLocalSlot && shared_arrays_.count(b.name))
+      return b.name + "[" + padded("(int)(" + print(index) + ")") + "]";
+    return b.name + "[" + print(index) + "]";
   }
   static std::string padded(const std::string& x) { return x + " + (" + x + " >> 5)"; }
-  // The row's inputs are copied in once its leading lets (the row's base among them) are bound:
-  // before `next`, the statement after a let, unless that is another let.
-  void fill_after_lets(const Stmt& next) {
-    if (!fill_pending_ || next.as<LetStmt>()) return;
-    fill_pending_ = false;
-    fill_row_caches();
-  }
-  const Expr* cached_offset(const IRNode* access) const {
-    if (!schedule_) return nullptr;
-    auto it = schedule_->cached_accesses.find(access);
-    return it == schedule_->cached_accesses.end() ? nullptr : &it->second;
-  }
-  // The inputs' rows copied into shared memory, 16 bytes at a time where the row is aligned; or
-  // into registers, every load made at once (the outputs' rows declared).
-  void fill_row_caches() {
-    const CudaSchedule& s = *schedule_;
-    const std::string n = std::to_string(s.block);
-    if (s.rows_in_registers && row_vector() > 1) {
-      for (const CudaSchedule::RowCache& c : s.row_caches) {
-        const int64_t per = row_vector() * s.block, k = (c.length + per - 1) / per * row_vector();
-        line() << c_type(c.buffer.dtype) << " tr_reg_" << c.buffer.name << "[" << k << "];\n";
-        if (c.fill) move_row(c, true);  // (schedule_cuda: lengths are multiples of row_vector)
-      }
-      return;
-    }
-    if (s.rows_in_registers) {
-      for (const CudaSchedule::RowCache& c : s.row_caches) {
-        const int64_t k = (c.length + s.block - 1) / s.block;
-        line() << c_type(c.buffer.dtype) << " tr_reg_" << c.buffer.name << "[" << k << "];\n";
-        if (!c.fill) continue;
-        line() << "#pragma unroll\n";
-        line() << "for (int tr_k = 0; tr_k < " << k << "; ++tr_k) {\n";
-        ++indent_;
-        line() << "const int tr_x = tr_lane + tr_k * " << n << ";\n";
-        line() << (c.length % s.block ? "if (tr_x < " + std::to_string(c.length) + ") " : std::string()) << "tr_reg_"
-               << c.buffer.name << "[tr_k] = (" << c.buffer.name << " + " << c.base << ")[tr_x];\n";
-        --indent_;
-        line() << "}\n";
-      }
-      return;
-    }
-    for (const CudaSchedule::RowCache& c : s.row_caches) {
-      if (!c.fill) continue;
-      const std::string src = c.buffer.name + " + " + c.base, dst = "tr_row_" + c.buffer.name;
-      const int64_t w = int64_t(16 / dtype_size(c.buffer.dtype));
-      const std::string len = std::to_string(c.length), type = c_type(c.buffer.dtype);
-      if (w > 1 && c.length % w == 0) {
-        const std::string vec = "tr_vec<" + type + ", " + std::to_string(w) + ">";
-        line() << "if (((unsigned long long)(" << src << ") & 15) == 0) {\n";
-        ++indent_;
-        line() << "#pragma unroll 4\n";
-        line() << "for (int tr_q = tr_lane; tr_q < " << c.length / w << "; tr_q += " << n << ") {\n";
-        ++indent_;
-        line() << "const " << vec << " tr_v = *(const " << vec << "*)(" << src << " + tr_q * " << w << ");\n";
-        line() << "#pragma unroll\n";
-        line() << "for (int tr_k = 0; tr_k < " << w << "; ++tr_k) { const int tr_x = tr_q * " << w
-               << " + tr_k; " << dst << "[" << padded("tr_x") << "] = tr_v.v[tr_k]; }\n";
-        --indent_;
-        line() << "}\n";
-        --indent_;
-        line() << "} else {\n";
-        ++indent_;
-      }
-      line() << "for (int tr_x = tr_lane; tr_x < " << len << "; tr_x += " << n << ") " << dst << "["
-             << padded("tr_x") << "] = (" << src << ")[tr_x];\n";
-      if (w > 1 && c.length % w == 0) {
-        --indent_;
-        line() << "}\n";
-      }
-    }
-    line() << "__syncthreads();\n";
-  }
-  const char* sync() const {
-    return schedule_ && schedule_->mapping == CudaMapping::PerRowBlock ? "__syncthreads();" : "__syncwarp();";
-  }
+  void move_row(const RowCopy* op);
+  void fill_shared_row(const RowCopy* op);
 
   // Element tr_t of the flattened range: binds the loop variables (the innermost one as
-  // `inner_name`) and, in 2-D, the Parallel loop's lets.
+  // `inner_name`) and, in 2-D, the outer loop's lets.
   void element_prologue(const For* op, const std::string& inner_name) {
-    const CudaSchedule& s = *schedule_;
-    if (!s.inner) {
+    if (!elements_.inner) {
       line() << "const int64_t " << inner_name << " = tr_t;\n";
       return;
     }
-    const std::string n = std::to_string(s.inner_extent);
+    const std::string n = std::to_string(elements_.inner_extent);
     line() << "const int64_t " << op->var << " = tr_t / " << n << ";\n";
     line() << "const int64_t " << inner_name << " = tr_t - " << op->var << " * " << n << ";\n";
     for (Stmt body = op->body; const LetStmt* let = body.as<LetStmt>(); body = let->body)
       line() << "const " << c_type(let->value.type()) << " " << let->name << " = " << print(let->value) << ";\n";
   }
   void scalar_element(const For* op) {
-    const CudaSchedule& s = *schedule_;
-    element_prologue(op, s.inner ? s.inner->var : op->var);
-    visit(s.inner ? s.inner->body : op->body);
+    element_prologue(op, elements_.inner ? elements_.inner->var : op->var);
+    visit(elements_.lane_body());
   }
 
-  // The schedule's vector accesses in the order the body reaches them (the render is stable).
-  static std::vector<const IRNode*> vector_accesses_in_order(const CudaSchedule& s) {
-    struct Order : IRVisitor {
-      const std::set<const IRNode*>& want;
-      std::vector<const IRNode*> out;
-      explicit Order(const std::set<const IRNode*>& w) : want(w) {}
-      std::set<const IRNode*> seen;  // a load shared by several expressions is one access
-      void visit_node(const Load* op) override {
-        if (want.count(op) && seen.insert(op).second) out.push_back(op);
-        IRVisitor::visit_node(op);
-      }
-      void visit_node(const Store* op) override {
-        if (want.count(op) && seen.insert(op).second) out.push_back(op);
-        IRVisitor::visit_node(op);
-      }
-    } order(s.vector_accesses);
-    order.visit(s.inner ? s.inner->body : s.parallel->body);
-    return order.out;
-  }
+  // A GpuElements loop as the renderer walks it: the loop, the inner loop it flattens (2-D), and
+  // its vector accesses in the order the body reaches them (the render is stable).
+  struct ElementLoop {
+    const For* outer = nullptr;
+    const For* inner = nullptr;
+    int64_t inner_extent = 1;
+    int width = 1;  // the vector accesses' lanes, 1 where there are none
+    std::vector<const IRNode*> vector_accesses;
+    const Stmt& lane_body() const { return inner ? inner->body : outer->body; }
+  };
+  static ElementLoop element_loop(const For* outer);
   static const Buffer& buffer_of(const IRNode* access) {
     if (const Load* ld = dynamic_cast<const Load*>(access)) return ld->buffer;
     return static_cast<const Store*>(access)->buffer;
@@ -494,8 +332,7 @@ class CRenderer : public IRVisitor {
         default: break;
       }
     } else {
-      TERRACE_ASSERT(op->for_kind != ForKind::GpuBlock && op->for_kind != ForKind::GpuThread,
-                     "GPU loop '", op->var, "' in a C++ kernel");
+      TERRACE_ASSERT(!is_gpu_loop(op->for_kind), "GPU loop '", op->var, "' in a C++ kernel");
     }
     return "for (int64_t " + v + " = " + b + "; " + v + " < " + e + "; ++" + v + ")";
   }
@@ -542,18 +379,18 @@ class CRenderer : public IRVisitor {
   Dialect dialect_;
   const DialectTraits& traits_;
   const CudaSchedule* schedule_;
+  ElementLoop elements_;                                 // the GpuElements loop being printed
   std::string expr_;
   int indent_ = 1;
   std::map<std::string, std::string> renamed_;           // variables printed under another name
   std::map<const IRNode*, std::string> vector_name_;     // vector accesses: their register
   bool in_lanes_ = false;                                // rendering one lane of a vector step
   bool in_row_ = false;                                  // PerRowWarp: inside the row loop
-  bool fill_pending_ = false;                            // PerRowBlock: the row's caches still to fill
   bool in_register_loop_ = false;                       // PerRowBlock: in emit_register_loop's body
   std::set<std::string> slot_register_;                 // PerRowBlock: slot arrays folded in tr_slot_<name>
-  std::set<std::string> written_rows_;                  // PerRowBlock by vectors: rows to write after the loop
-  std::map<const CudaSchedule::Fold*, std::string> part_name_;  // PerRowBlock: a fold's warps' values
-  int row_loop_depth_ = 0;                               // PerRowWarp: loops open inside the row
+  std::set<std::string> shared_arrays_;                  // the Shared arrays in scope
+  bool in_shared_scope_ = false;                        // inside a block's shared arrays' scope
+  bool first_thread_ = false;                             // in a FirstThread's body
 };
 
 }  // namespace terrace::kernels::render_detail

@@ -1,6 +1,8 @@
 // The CUDA schedule of a lowered kernel: how its Parallel loop maps onto GPU threads, which of its
-// loads and stores move 16 bytes at a time, and the grid and block of a launch. render_c's CUDA
-// dialect renders what schedule_cuda decides; the runtime launches with cuda_launch.
+// loads and stores move 16 bytes at a time, and the grid and block of a launch. It is decided once
+// per kernel; kernels/gpu's passes (pipeline.h) then write it into the kernel's IR, which render_c's
+// CUDA dialect prints, and the runtime launches with cuda_launch. The node pointers below name
+// nodes of the lowered kernel, for those passes.
 //
 // Every schedule keeps the kernel's ABI (buffers, then the [begin, end) of its Parallel loop) and
 // is correct for any grid, and for any block of whole warps (PerRowWarp's shuffles need all 32

@@ -2,6 +2,7 @@
 #include "kernels/verify.h"
 
 #include <map>
+#include <set>
 
 #include "kernels/printer.h"
 #include "kernels/visitor.h"
@@ -44,9 +45,23 @@ class Verifier : public IRVisitor {
           "parallel loop '", op->var, "' is not outermost");
     visit(op->begin);
     visit(op->end);
+    const ForKind row = row_;
+    check_gpu_loop(op);
     ++loop_depth_;
+    if (op->for_kind == ForKind::GpuRegisters) scope_["tr_k"] = DType::Int64;  // the element's register
     bind(op->var, DType::Int64, op->body);
+    if (op->for_kind == ForKind::GpuRegisters) scope_.erase("tr_k");
     --loop_depth_;
+    row_ = row;
+  }
+  // The GPU nodes need the row they work in: a warp's (lanes, shuffles) or a block's (its threads,
+  // shared memory and block barriers too).
+  void visit_node(const Barrier* op) override {
+    in_row(op->scope == BarrierScope::Block ? ForKind::GpuBlock : ForKind::Serial, "barrier");
+  }
+  void visit_node(const FirstThread* op) override {
+    in_row(ForKind::Serial, "first_thread");
+    visit(op->body);
   }
   void visit_node(const Store* op) override {
     check_buffer(op->buffer);
@@ -61,8 +76,31 @@ class Verifier : public IRVisitor {
     check(locals_.count(name) == 0 && scope_.count(name) == 0, "'", name, "' bound twice");
     for (const Buffer& p : f_.buffers) check(p.name != name, "local array '", name, "' shadows a parameter");
     locals_[name] = op->buffer.dtype;
+    if (op->scope == MemoryScope::Shared) shared_.insert(name);
     visit(op->body);
     locals_.erase(name);
+    shared_.erase(name);
+  }
+  // A fold node's accumulator is a thread's array in scope, its part (a block's) a shared one; its
+  // index may read the slot variable tr_s.
+  void visit_node(const RowCopy* op) override {
+    in_row(ForKind::GpuBlock, "row_copy");
+    check_buffer(op->buffer);
+    check_buffer(op->row);
+    check(op->registers != (shared_.count(op->row.name) > 0), "row copy '", op->row.name, "' in the wrong scope");
+    visit(op->base);
+  }
+  void visit_node(const FoldStart* op) override {
+    in_row(ForKind::Serial, "fold_start");
+    check_fold(op->fold);
+  }
+  void visit_node(const WarpReduce* op) override {
+    in_row(ForKind::Serial, "warp_reduce");
+    check_fold(op->fold);
+  }
+  void visit_node(const BlockReduce* op) override {
+    in_row(ForKind::GpuBlock, "block_reduce");
+    check_fold(op->fold);
   }
 
  private:
@@ -88,6 +126,36 @@ class Verifier : public IRVisitor {
     check(p.name == b.name && p.dtype == b.dtype, "buffer ", b.name, " does not match parameter ",
           p.name);
   }
+  // A row loop (GpuWarp, GpuBlock) starts a row, not inside another; a warp's lanes are in a warp's
+  // row, a block's threads and registers in a block's.
+  void check_gpu_loop(const For* op) {
+    const ForKind k = op->for_kind;
+    if (k == ForKind::GpuWarp || k == ForKind::GpuBlock) {
+      check(row_ == ForKind::Serial, "row loop '", op->var, "' inside another row");
+      row_ = k;
+    }
+    if (k == ForKind::GpuLane) check(row_ == ForKind::GpuWarp, "lane loop '", op->var, "' outside a warp's row");
+    if (k == ForKind::GpuThread || k == ForKind::GpuRegisters)
+      check(row_ == ForKind::GpuBlock, "thread loop '", op->var, "' outside a block's row");
+  }
+  // `what` is in a row; in a block's where `need` is GpuBlock.
+  void in_row(ForKind need, const char* what) {
+    check(row_ != ForKind::Serial, what, " outside a GPU row");
+    check(need != ForKind::GpuBlock || row_ == ForKind::GpuBlock, what, " outside a block's row");
+  }
+  void check_fold(const GpuFold& f) {
+    check_buffer(f.accumulator);
+    check(!shared_.count(f.accumulator.name), "fold accumulator '", f.accumulator.name, "' is shared");
+    if (!f.part.name.empty()) {
+      check_buffer(f.part);
+      check(shared_.count(f.part.name) > 0, "fold part '", f.part.name, "' is not shared");
+    }
+    if (f.slots == 0) return visit(f.index);
+    check(scope_.count("tr_s") == 0, "'tr_s' bound twice");
+    scope_["tr_s"] = DType::Int64;
+    visit(f.index);
+    scope_.erase("tr_s");
+  }
   void bind(const std::string& name, DType t, const Stmt& body) {
     check(scope_.count(name) == 0 && locals_.count(name) == 0, "'", name, "' bound twice");
     scope_[name] = t;
@@ -98,7 +166,9 @@ class Verifier : public IRVisitor {
   const LoweredFunc& f_;
   std::map<std::string, DType> scope_;
   std::map<std::string, DType> locals_;  // Allocate'd arrays in scope
+  std::set<std::string> shared_;         // those of them in MemoryScope::Shared
   int loop_depth_ = 0;
+  ForKind row_ = ForKind::Serial;  // the GPU row loop around (GpuWarp, GpuBlock), Serial: none
 };
 
 }  // namespace

@@ -54,5 +54,12 @@ void IRVisitor::visit_node(const IfThenElse* op) {
   visit(op->else_case);
 }
 void IRVisitor::visit_node(const Allocate* op) { visit(op->body); }
+void IRVisitor::visit_node(const Barrier*) {}
+void IRVisitor::visit_node(const FirstThread* op) { visit(op->body); }
+void IRVisitor::visit_node(const RowCopy* op) { visit(op->base); }
+// A fold node's index is its one child: its combines are templates over placeholder variables.
+void IRVisitor::visit_node(const FoldStart* op) { visit(op->fold.index); }
+void IRVisitor::visit_node(const WarpReduce* op) { visit(op->fold.index); }
+void IRVisitor::visit_node(const BlockReduce* op) { visit(op->fold.index); }
 
 }  // namespace terrace::kernels

@@ -114,6 +114,7 @@ GpuProgram render_gpu_program(const Graph& g, const Region& region, const std::v
   p.constants = std::move(lowered.constants);
   p.value_inputs = std::move(lowered.value_inputs);
   std::vector<kernels::LoweredFunc> funcs;
+  std::vector<kernels::CudaSchedule> schedules;  // decided once per kernel: launch, alignment, render
   for (LoweredStep& step : lowered.steps) {
     const bool copy = step.kind == LoweredStep::Kind::Copy;
     std::vector<int> slots = step.slots;
@@ -128,21 +129,22 @@ GpuProgram render_gpu_program(const Graph& g, const Region& region, const std::v
     w.name = f.name;
     k.slots.clear();  // per kernel parameter (LoweredFunc::buffers order): a region slot
     for (const kernels::Buffer& b : f.buffers) k.slots.push_back(slots.at(size_t(b.slot)));
-    w.aligned = kernels::cuda_aligned_params(f);
+    const kernels::CudaSchedule schedule = kernels::schedule_cuda(f);
+    w.aligned = kernels::cuda_aligned_params(f, schedule);
     w.extent = f.parallel_extent;
     // The schedule render_c follows (kernels/schedule_cuda.h) gives the launch; the device's SM
     // count is known only where there is one (0: an H100's).
-    const kernels::CudaLaunch launch =
-        kernels::cuda_launch(kernels::schedule_cuda(f), 0, f.parallel_extent, sm_count);
+    const kernels::CudaLaunch launch = kernels::cuda_launch(schedule, 0, f.parallel_extent, sm_count);
     w.grid = launch.grid;
     w.block = launch.block;
     p.steps.push_back(std::move(k));
     p.ir += kernels::to_string(f);
     funcs.push_back(std::move(f));
+    schedules.push_back(schedule);
   }
   // No region id in the program: regions that lower alike (a transformer's layers) render the same
   // source, which compile_gpu_cubin finds in the cache instead of running NVRTC again.
-  p.source = kernels::render_cuda_program(funcs, "a region of " + region.ops());
+  p.source = kernels::render_cuda_program(funcs, schedules, "a region of " + region.ops());
   return p;
 }
 
