@@ -17,6 +17,7 @@
 #include "kernels/schedule_cuda.h"
 #include "kernels/split.h"
 #include "tests/support/attrs.h"
+#include "tests/support/kernel_builders.h"
 #ifdef TERRACE_HAVE_CUDA
 #include "jit/cuda/nvrtc.h"
 #endif
@@ -27,23 +28,6 @@ namespace {
 using testing::int_attr;
 using testing::ints_attr;
 
-// Compiles `source` for sm_90, or skips the test where NVRTC cannot be loaded.
-#ifdef TERRACE_HAVE_CUDA
-#define EXPECT_COMPILES_FOR_SM90(source, program)                                           \
-  do {                                                                                        \
-    std::string why_;                                                                         \
-    if (!jit::nvrtc_available(&why_)) GTEST_SKIP() << "NVRTC cannot be loaded: " << why_;     \
-    try {                                                                                     \
-      std::vector<char> cubin_ = jit::nvrtc_compile(source, "sm_90", program, {"-default-device"}); \
-      EXPECT_GT(cubin_.size(), 64u);                                                          \
-      EXPECT_EQ(std::string(cubin_.data(), 4), "\x7f" "ELF");                                 \
-    } catch (const Error& e) {                                                                \
-      ADD_FAILURE() << e.what() << "\n---- source ----\n" << source;                          \
-    }                                                                                         \
-  } while (0)
-#else
-#define EXPECT_COMPILES_FOR_SM90(source, program) GTEST_SKIP() << "built without TERRACE_WITH_CUDA"
-#endif
 
 Expr idx_var(const std::string& n) { return Var::make(DType::Int64, n); }
 

@@ -17,6 +17,7 @@
 #include "kernels/verify.h"
 #include "kernels/visitor.h"
 #include "tests/support/attrs.h"
+#include "tests/support/kernel_builders.h"
 
 namespace terrace::kernels {
 namespace {
@@ -203,19 +204,7 @@ TEST(GpuPasses, shared_rows_and_slot_folds_read_back_after_a_second_barrier) {
 
 // [rows, cols] + [cols] as one fusion group.
 LoweredFunc bias_add(int64_t rows, int64_t cols) {
-  FusionGroup g;
-  g.name = "bias";
-  g.inputs = {{DType::Float32, {rows, cols}}, {DType::Float32, {cols}}};
-  FusedOp f;
-  f.node.op = Op::Add;
-  f.node.name = "n0";
-  f.node.inputs = {0, 0};
-  f.node.outputs = {0};
-  f.operands = {Operand::input(0), Operand::input(1)};
-  g.ops.push_back(std::move(f));
-  g.ops.back().result = infer_result(g, 0);
-  g.outputs.push_back(0);
-  return lower(g);
+  return testing::binary_kernel("bias", Op::Add, DType::Float32, {rows, cols}, {cols});
 }
 
 TEST(GpuPasses, elementwise_rows_flatten_into_one_range_with_their_accesses_by_four_lanes) {

@@ -14,9 +14,7 @@
 #include "kernels/lower_op.h"
 #include "kernels/render_c.h"
 #include "tests/support/attrs.h"
-#ifdef TERRACE_HAVE_CUDA
-#include "jit/cuda/nvrtc.h"
-#endif
+#include "tests/support/kernel_builders.h"
 
 namespace terrace::kernels {
 namespace {
@@ -24,21 +22,6 @@ namespace {
 using testing::int_attr;
 using testing::ints_attr;
 
-void expect_compiles(const std::string& source, const std::string& program) {
-#ifdef TERRACE_HAVE_CUDA
-  std::string why;
-  if (!jit::nvrtc_available(&why)) GTEST_SKIP() << "NVRTC cannot be loaded: " << why;
-  try {
-    std::vector<char> cubin = jit::nvrtc_compile(source, "sm_90", program, {"-default-device"});
-    EXPECT_GT(cubin.size(), 64u);
-  } catch (const Error& e) {
-    ADD_FAILURE() << e.what();
-  }
-#else
-  (void)source;
-  GTEST_SKIP() << "built without TERRACE_WITH_CUDA: " << program;
-#endif
-}
 
 // The kernels lower_op gives one node over `in` (constant axes where given), named apart.
 struct Sweep {
@@ -77,7 +60,7 @@ TEST(RenderSweep, softmax_and_layernorm_rows_of_every_length) {
   s.add(Op::Softmax, {f32({8192, 4096})}, {{"axis", int_attr(-1)}});
   s.add(Op::LayerNormalization, {f32({8192, 4096}), f32({4096}), f32({4096})}, {{"axis", int_attr(-1)}});
   ASSERT_GE(s.funcs.size(), 32u);
-  expect_compiles(s.render(), "rows.cu");
+  EXPECT_COMPILES_FOR_SM90(s.render(), "rows.cu");
 }
 
 TEST(RenderSweep, reductions_of_every_kind_axis_and_dtype) {
@@ -107,25 +90,9 @@ TEST(RenderSweep, reductions_of_every_kind_axis_and_dtype) {
   s.add(Op::GlobalAveragePool, {f32({2, 8, 32, 32})}, {});
   s.add(Op::GlobalMaxPool, {f32({2, 8, 64, 64})}, {});
   ASSERT_GE(s.funcs.size(), 60u);
-  expect_compiles(s.render(), "reductions.cu");
+  EXPECT_COMPILES_FOR_SM90(s.render(), "reductions.cu");
 }
 
-// A fusion group of one elementwise op over `a` and `b` (broadcast), lowered as tier 2 gets it.
-LoweredFunc elementwise(const std::string& name, Op op, DType t, Shape a, Shape b) {
-  FusionGroup g;
-  g.name = name;
-  g.inputs = {{t, std::move(a)}, {t, std::move(b)}};
-  FusedOp f;
-  f.node.op = op;
-  f.node.name = "n0";
-  f.node.inputs = {0, 0};
-  f.node.outputs = {0};
-  f.operands = {Operand::input(0), Operand::input(1)};
-  g.ops.push_back(std::move(f));
-  g.ops.back().result = infer_result(g, 0);
-  g.outputs.push_back(0);
-  return lower(g);
-}
 
 TEST(RenderSweep, elementwise_kernels_in_one_and_two_dimensions) {
   Sweep s;
@@ -134,10 +101,10 @@ TEST(RenderSweep, elementwise_kernels_in_one_and_two_dimensions) {
                                std::pair{Shape{64, 768}, Shape{64, 1}}, std::pair{Shape{10, 6}, Shape{6}},
                                std::pair{Shape{10, 7}, Shape{7}}})
       for (Op op : {Op::Add, Op::Mul})
-        s.funcs.push_back(elementwise("e" + std::to_string(s.funcs.size()), op, t, a, b));
+        s.funcs.push_back(testing::binary_kernel("e" + std::to_string(s.funcs.size()), op, t, a, b));
   s.add(Op::Transpose, {f32({8, 12, 64})}, {{"perm", ints_attr({0, 2, 1})}});
   ASSERT_GE(s.funcs.size(), 41u);
-  expect_compiles(s.render(), "elementwise.cu");
+  EXPECT_COMPILES_FOR_SM90(s.render(), "elementwise.cu");
 }
 
 }  // namespace
