@@ -53,8 +53,8 @@ std::string usage() {
        "2 usage error. Environment: TERRACE_LOG (error|warn|info|debug|trace, and the topics\n"
        "graph_breaks,recompiles,deopts,promotions,validation), TERRACE_MAX_TIER (interp|cpu|gpu),\n"
        "TERRACE_MODE (default|reduce-overhead|max-autotune), TERRACE_STRICT=1, TERRACE_PROFILE=FILE.json,\n"
-       "TERRACE_CACHE_DIR, TERRACE_CACHE_MAX_MB, TERRACE_DUMP_DIR, TERRACE_RECHECK, TERRACE_SPILL_DIR,\n"
-       "TERRACE_FAULT; see README.md.\n";
+       "TERRACE_CACHE_DIR, TERRACE_CACHE_MAX_MB, TERRACE_DUMP_DIR, TERRACE_RENDER_DUMP_DIR,\n"
+       "TERRACE_GPU_PASS_DUMP_DIR, TERRACE_RECHECK, TERRACE_SPILL_DIR, TERRACE_FAULT; see README.md.\n";
   return s;
 }
 
