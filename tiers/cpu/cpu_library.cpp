@@ -248,33 +248,133 @@ bool may_run_winograd(const Node& node, const Tensor& x, const Tensor& w) {
   return g.group == 1;
 }
 
+
+// A recurrent region's bound: the recurrence's own (jit/cpu/dnnl_rnn.h), per output.
+std::vector<Tensor> recurrent_allowance(const Graph& g, const Region& region, const std::vector<Tensor>& inputs) {
+  std::vector<Tensor> out(region.outputs.size());
+  const Node& first = g.nodes[size_t(region.nodes[0])];
+  std::vector<Tensor> node_inputs;
+  for (int v : first.inputs) node_inputs.push_back(v >= 0 ? inputs[region_input_index(region, v)] : Tensor());
+  const std::vector<Tensor> bounds = jit::dnnl_rnn_error_bound(first, node_inputs);
+  for (size_t j = 0; j < region.outputs.size(); ++j)
+    for (size_t k = 0; k < first.outputs.size() && k < bounds.size(); ++k)
+      if (first.outputs[k] == region.outputs[j]) out[j] = bounds[k];
+  return out;
+}
+
+Tensor abs64(const Tensor& t, double scale) {
+  Tensor r = t.cast(DType::Float64);
+  double* p = r.data<double>();
+  for (int64_t i = 0; i < r.numel(); ++i) p[i] = scale * std::abs(p[i]);
+  return r;
+}
+
+// The walk of a library region op by op: each value as the interpreter computes it, and the bound
+// (float64) on the compiled version's error in it.
+struct BoundWalk {
+  BoundWalk(const Graph& graph, const Region& r, const std::vector<Tensor>& in) : g(graph), region(r), inputs(in) {}
+  const Graph& g;
+  const Region& region;
+  const std::vector<Tensor>& inputs;
+  const double u = std::ldexp(1.0, -24);
+  std::map<int, Tensor> value, bound;  // per value id
+
+  const Tensor& value_of(int v) const {
+    if (auto it = value.find(v); it != value.end()) return it->second;
+    return inputs[region_input_index(region, v)];
+  }
+
+  // A max moves by at most its window's largest input error: the max of the bounds (none for a
+  // region input: oneDNN's max is one of the inputs, as the interpreter's). An average of K taps:
+  // the average of the bounds, plus its own rounding, gamma_{K+2} times the average of |a|.
+  Tensor pool(const Node& node) const {
+    const Tensor& a = value_of(node.inputs[0]);
+    auto e = bound.find(node.inputs[0]);
+    RValue eb(e != bound.end() ? e->second : Tensor::zeros(DType::Float64, a.shape()));
+    Tensor b = interpret_node(node, {&eb}).at(0).tensor;
+    if (node.op != Op::AveragePool && node.op != Op::GlobalAveragePool) return b;
+    int64_t taps = 1;
+    if (node.op == Op::GlobalAveragePool)
+      for (size_t d = 2; d < a.shape().size(); ++d) taps *= a.shape()[d];
+    else
+      for (int64_t k : node.attr_ints("kernel_shape", {})) taps *= k;
+    const double K = 2 + double(taps);
+    const double gamma = K * u / (1 - K * u);
+    RValue mag(abs64(a, 1.0));
+    const Tensor m = interpret_node(node, {&mag}).at(0).tensor;
+    for (int64_t i = 0; i < b.numel(); ++i) b.data<double>()[i] += gamma * m.data<double>()[i];
+    return b;
+  }
+
+  // A product of K terms: gamma_{K+2} |a| |b| + (1 + gamma) E_a |b| (+ gamma |c|), the node run on
+  // magnitudes; plus Winograd's F(2x2, 3x3) rounding where it may run.
+  Tensor product(const Node& node) const {
+    const Tensor& a = value_of(node.inputs[0]);
+    const double K = double(reduction_length(node, a.shape(), value_of(node.inputs[1]).shape())) + 2;
+    const double gamma = K * u / (1 - K * u);
+    Tensor z = abs64(a, gamma);  // gamma |a| + (1 + gamma) E_a
+    if (auto e = bound.find(node.inputs[0]); e != bound.end())
+      for (int64_t i = 0; i < z.numel(); ++i) z.data<double>()[i] += (1 + gamma) * e->second.data<double>()[i];
+    Node magnitude = node;
+    for (const char* key : {"alpha", "beta"})
+      if (auto at = magnitude.attrs.find(key); at != magnitude.attrs.end()) at->second.f = std::abs(at->second.f);
+    std::vector<RValue> args;
+    args.reserve(node.inputs.size());
+    std::vector<const RValue*> ptrs;
+    for (size_t i = 0; i < node.inputs.size(); ++i) {
+      if (node.inputs[i] < 0) { ptrs.push_back(nullptr); continue; }
+      args.emplace_back(i == 0 ? z : abs64(value_of(node.inputs[i]), i == 2 ? gamma : 1.0));
+      ptrs.push_back(&args.back());
+    }
+    Tensor b = interpret_node(magnitude, ptrs).at(0).tensor;
+    if (may_run_winograd(node, a, value_of(node.inputs[1]))) {
+      Tensor za = abs64(a, 1.0);
+      if (auto e = bound.find(node.inputs[0]); e != bound.end())
+        for (int64_t i = 0; i < za.numel(); ++i) za.data<double>()[i] += e->second.data<double>()[i];
+      const Tensor w = jit::winograd_rounding_bound(za, value_of(node.inputs[1]));
+      for (int64_t i = 0; i < w.numel(); ++i) b.data<double>()[i] += w.data<double>()[i];
+    }
+    return b;
+  }
+
+  // A residual Add: E = (1 + 2u) (E_a + E_b) + 2u |a + b|, either bound possibly 0; sets the
+  // result's value too.
+  Tensor add(const Node& node) {
+    const int result = node.outputs[0];
+    RValue x(value_of(node.inputs[0])), y(value_of(node.inputs[1]));
+    value[result] = interpret_node(node, {&x, &y}).at(0).tensor;
+    const float* s = value[result].data<float>();
+    Tensor e = Tensor::zeros(DType::Float64, value[result].shape());
+    double* pe = e.data<double>();
+    for (int v : {node.inputs[0], node.inputs[1]})
+      if (auto b = bound.find(v); b != bound.end())
+        for (int64_t i = 0; i < e.numel(); ++i) pe[i] += b->second.data<double>()[i];
+    for (int64_t i = 0; i < e.numel(); ++i) pe[i] = (1 + 2 * u) * pe[i] + 2 * u * std::abs(double(s[i]));
+    return e;
+  }
+
+  // The interpreter's value of the node's result, for the ops after it.
+  void set_value(const Node& node) {
+    std::vector<RValue> args;
+    args.reserve(node.inputs.size());
+    std::vector<const RValue*> ptrs;
+    for (int v : node.inputs) {
+      if (v < 0) { ptrs.push_back(nullptr); continue; }
+      args.emplace_back(value_of(v));
+      ptrs.push_back(&args.back());
+    }
+    value[node.outputs[0]] = interpret_node(node, ptrs).at(0).tensor;
+  }
+};
+
 }  // namespace
 
 std::vector<Tensor> error_allowance(const Graph& g, const Region& region, const std::vector<Tensor>& inputs) {
   std::vector<Tensor> out(region.outputs.size());
-  if (!is_library_op(g.nodes[size_t(region.nodes[0])].op)) return out;
-  const double u = std::ldexp(1.0, -24);
   const Node& first = g.nodes[size_t(region.nodes[0])];
-  if (first.op == Op::LSTM || first.op == Op::GRU || first.op == Op::RNN) {  // the recurrence's bound (jit/cpu/dnnl_rnn.h)
-    std::vector<Tensor> node_inputs;
-    for (int v : first.inputs) node_inputs.push_back(v >= 0 ? inputs[region_input_index(region, v)] : Tensor());
-    const std::vector<Tensor> bounds = jit::dnnl_rnn_error_bound(first, node_inputs);
-    for (size_t j = 0; j < region.outputs.size(); ++j)
-      for (size_t k = 0; k < first.outputs.size() && k < bounds.size(); ++k)
-        if (first.outputs[k] == region.outputs[j]) out[j] = bounds[k];
-    return out;
-  }
-  std::map<int, Tensor> value, bound;  // per value id: the interpreter's value, its error bound (double)
-  auto value_of = [&](int v) -> const Tensor& {
-    if (auto it = value.find(v); it != value.end()) return it->second;
-    return inputs[region_input_index(region, v)];
-  };
-  auto abs64 = [](const Tensor& t, double scale) {
-    Tensor r = t.cast(DType::Float64);
-    double* p = r.data<double>();
-    for (int64_t i = 0; i < r.numel(); ++i) p[i] = scale * std::abs(p[i]);
-    return r;
-  };
+  if (!is_library_op(first.op)) return out;
+  if (first.op == Op::LSTM || first.op == Op::GRU || first.op == Op::RNN) return recurrent_allowance(g, region, inputs);
+  BoundWalk w(g, region, inputs);
   // Each value and bound is released after the region's last reader of it (a region output's bound
   // is kept): a ResNet-50 chain's intermediates in float64 were most of its peak memory.
   std::map<int, size_t> last_read;
@@ -285,98 +385,160 @@ std::vector<Tensor> error_allowance(const Graph& g, const Region& region, const 
       auto it = last_read.find(v);
       return it == last_read.end() || it->second < k;
     };
-    std::erase_if(value, [&](const auto& e) { return dead(e.first); });
-    std::erase_if(bound, [&](const auto& e) {
+    std::erase_if(w.value, [&](const auto& e) { return dead(e.first); });
+    std::erase_if(w.bound, [&](const auto& e) {
       return dead(e.first) && std::find(region.outputs.begin(), region.outputs.end(), e.first) == region.outputs.end();
     });
   };
   for (size_t k = 0; k < region.nodes.size(); ++k) {
     release_before(k);
     const Node& node = g.nodes[size_t(region.nodes[k])];
-    const bool last = k + 1 == region.nodes.size();
     const int result = node.outputs[0];
-    if (is_pool(node.op)) {
-      // A max moves by at most its window's largest input error: the max of the bounds (none for
-      // a region input: oneDNN's max is one of the inputs, as the interpreter's). An average of K
-      // taps: the average of the bounds, plus its own rounding, gamma_{K+2} times the average of |a|.
-      const Tensor& a = value_of(node.inputs[0]);
-      auto e = bound.find(node.inputs[0]);
-      RValue eb(e != bound.end() ? e->second : Tensor::zeros(DType::Float64, a.shape()));
-      Tensor b = interpret_node(node, {&eb}).at(0).tensor;
-      if (node.op == Op::AveragePool || node.op == Op::GlobalAveragePool) {
-        int64_t taps = 1;
-        if (node.op == Op::GlobalAveragePool)
-          for (size_t d = 2; d < a.shape().size(); ++d) taps *= a.shape()[d];
-        else
-          for (int64_t k : node.attr_ints("kernel_shape", {})) taps *= k;
-        const double K = 2 + double(taps);
-        const double gamma = K * u / (1 - K * u);
-        RValue mag(abs64(a, 1.0));
-        const Tensor m = interpret_node(node, {&mag}).at(0).tensor;
-        for (int64_t i = 0; i < b.numel(); ++i) b.data<double>()[i] += gamma * m.data<double>()[i];
-      }
-      bound[result] = std::move(b);
-    } else if (is_library_op(node.op)) {
-      const Tensor& a = value_of(node.inputs[0]);
-      const double K = double(reduction_length(node, a.shape(), value_of(node.inputs[1]).shape())) + 2;
-      const double gamma = K * u / (1 - K * u);
-      Tensor z = abs64(a, gamma);  // gamma |a| + (1 + gamma) E_a
-      if (auto e = bound.find(node.inputs[0]); e != bound.end())
-        for (int64_t i = 0; i < z.numel(); ++i) z.data<double>()[i] += (1 + gamma) * e->second.data<double>()[i];
-      Node magnitude = node;
-      for (const char* key : {"alpha", "beta"})
-        if (auto at = magnitude.attrs.find(key); at != magnitude.attrs.end()) at->second.f = std::abs(at->second.f);
-      std::vector<RValue> args;
-      args.reserve(node.inputs.size());
-      std::vector<const RValue*> ptrs;
-      for (size_t i = 0; i < node.inputs.size(); ++i) {
-        if (node.inputs[i] < 0) { ptrs.push_back(nullptr); continue; }
-        args.emplace_back(i == 0 ? z : abs64(value_of(node.inputs[i]), i == 2 ? gamma : 1.0));
-        ptrs.push_back(&args.back());
-      }
-      bound[result] = interpret_node(magnitude, ptrs).at(0).tensor;
-      if (may_run_winograd(node, a, value_of(node.inputs[1]))) {  // plus F(2x2, 3x3)'s rounding
-        Tensor za = abs64(a, 1.0);
-        if (auto e = bound.find(node.inputs[0]); e != bound.end())
-          for (int64_t i = 0; i < za.numel(); ++i) za.data<double>()[i] += e->second.data<double>()[i];
-        const Tensor w = jit::winograd_rounding_bound(za, value_of(node.inputs[1]));
-        double* b = bound[result].data<double>();
-        for (int64_t i = 0; i < w.numel(); ++i) b[i] += w.data<double>()[i];
-      }
-    } else if (node.op == Op::Add) {  // E = (1 + 2u) (E_a + E_b) + 2u |a + b|, either bound possibly 0
-      RValue x(value_of(node.inputs[0])), y(value_of(node.inputs[1]));
-      value[result] = interpret_node(node, {&x, &y}).at(0).tensor;
-      const float* s = value[result].data<float>();
-      Tensor e = Tensor::zeros(DType::Float64, value[result].shape());
-      double* pe = e.data<double>();
-      for (int v : {node.inputs[0], node.inputs[1]})
-        if (auto b = bound.find(v); b != bound.end())
-          for (int64_t i = 0; i < e.numel(); ++i) pe[i] += b->second.data<double>()[i];
-      for (int64_t i = 0; i < e.numel(); ++i) pe[i] = (1 + 2 * u) * pe[i] + 2 * u * std::abs(double(s[i]));
-      bound[result] = std::move(e);
+    if (node.op == Op::Add) {
+      w.bound[result] = w.add(node);  // its value set too
       continue;
-    } else {
+    }
+    if (is_pool(node.op)) w.bound[result] = w.pool(node);
+    else if (is_library_op(node.op)) w.bound[result] = w.product(node);
+    else {
       const std::optional<jit::DnnlActivation> act = activation_of(g, node);
       TERRACE_ASSERT(act.has_value(), "tier 1: a library region holds a node that is no activation");
       // Relu and Clip pass the bound on; the others scale it by their slope and add their own
       // rounding (jit/cpu/dnnl_activation.h).
-      bound[result] = jit::dnnl_activation_bound(*act, value_of(node.inputs[0]), bound.at(node.inputs[0]));
+      w.bound[result] = jit::dnnl_activation_bound(*act, w.value_of(node.inputs[0]), w.bound.at(node.inputs[0]));
     }
-    if (last) break;
-    // The interpreter's value of the result, for the ops after it.
-    std::vector<RValue> args;
-    args.reserve(node.inputs.size());
-    std::vector<const RValue*> ptrs;
-    for (int v : node.inputs) {
-      if (v < 0) { ptrs.push_back(nullptr); continue; }
-      args.emplace_back(value_of(v));
-      ptrs.push_back(&args.back());
-    }
-    value[result] = interpret_node(node, ptrs).at(0).tensor;
+    if (k + 1 == region.nodes.size()) break;
+    w.set_value(node);
   }
-  for (size_t j = 0; j < region.outputs.size(); ++j) out[j] = bound.at(region.outputs[j]);
+  for (size_t j = 0; j < region.outputs.size(); ++j) out[j] = w.bound.at(region.outputs[j]);
   return out;
 }
+
+namespace {
+
+// The region's outputs as new slots after its inputs, in order.
+void add_output_slots(LibraryPart& part, std::vector<kernels::TensorSig>& slots) {
+  for (const Shape& s : part.primitive->output_shapes()) {
+    slots.push_back({DType::Float32, s});
+    part.slots.push_back(int(slots.size()) - 1);
+  }
+}
+
+// LSTM, GRU or RNN: several outputs (jit/cpu/dnnl_rnn.h).
+LibraryPart recurrent_part(const Graph& g, const Region& region, const Node& node,
+                           std::vector<kernels::TensorSig>& slots) {
+  LibraryPart part;
+  part.node = node.describe();
+  std::vector<bool> present;
+  std::vector<Shape> shapes;
+  std::vector<const Tensor*> constants;
+  for (int v : node.inputs) {
+    present.push_back(v >= 0);
+    if (v < 0) continue;
+    const size_t slot = region_input_index(region, v);
+    shapes.push_back(slots[slot].shape);
+    constants.push_back(constant_of(g, v));
+    part.slots.push_back(int(slot));
+  }
+  std::vector<int> outputs;  // per region output: which of the node's
+  for (int v : region.outputs) {
+    auto it = std::find(node.outputs.begin(), node.outputs.end(), v);
+    TERRACE_ASSERT(it != node.outputs.end(), "tier 1: a recurrent op's region outputs a value it does not produce");
+    outputs.push_back(int(it - node.outputs.begin()));
+  }
+  part.primitive = jit::make_dnnl_rnn(node, present, shapes, constants, outputs);
+  add_output_slots(part, slots);
+  return part;
+}
+
+// A product, ConvTranspose or pool alone, with a MatMul's bias Add and an activation.
+LibraryPart single_part(const Graph& g, const Region& region, const Node& node, std::vector<kernels::TensorSig>& slots) {
+  TERRACE_ASSERT(region.nodes.size() <= 3 && region.outputs.size() == 1 &&
+                     region.outputs[0] == g.nodes[size_t(region.nodes.back())].outputs[0],
+                 "tier 1: a product's or pool's region holds it, a MatMul's bias and an activation, one output");
+  LibraryPart part;
+  part.node = node.describe();
+  // A MatMul's bias Add: its constant operand becomes the primitive's third input.
+  int bias = -1;
+  size_t next = 1;
+  if (region.nodes.size() > 1) {
+    const Node& add = g.nodes[size_t(region.nodes[1])];
+    if (node.op == Op::MatMul && matmul_bias(g, node, add)) {
+      bias = add.inputs[0] == node.outputs[0] ? add.inputs[1] : add.inputs[0];
+      next = 2;
+    }
+  }
+  std::optional<jit::DnnlActivation> act;
+  if (region.nodes.size() > next) act = activation_of(g, g.nodes[size_t(region.nodes[next])]);
+  TERRACE_ASSERT(region.nodes.size() == next || (region.nodes.size() == next + 1 && act),
+                 "tier 1: a library region's node after its op (and bias) is no activation");
+  std::vector<Shape> shapes;
+  std::vector<const Tensor*> constants;
+  std::vector<int> reads(node.inputs.begin(), node.inputs.end());
+  if (bias >= 0) reads.push_back(bias);
+  for (int v : reads) {
+    if (v < 0) continue;
+    const size_t slot = region_input_index(region, v);
+    shapes.push_back(slots[slot].shape);
+    constants.push_back(constant_of(g, v));
+    part.slots.push_back(int(slot));
+  }
+  part.primitive = node.op == Op::ConvTranspose
+                       ? jit::make_dnnl_deconvolution(node, shapes, constants, act.value_or(jit::DnnlActivation{}))
+                       : jit::make_dnnl_primitive(node, shapes, constants, act.value_or(jit::DnnlActivation{}));
+  add_output_slots(part, slots);
+  return part;
+}
+
+// A Conv region: a chain of convolutions (and pools) with their activations and residual Adds in
+// oneDNN's blocked layouts.
+LibraryPart chain_part(const Graph& g, const Region& region, const Node& node, std::vector<kernels::TensorSig>& slots) {
+  LibraryPart part;
+  part.node = node.describe();
+  std::vector<Shape> shapes;
+  std::vector<const Tensor*> constants;
+  for (size_t i = 0; i < region.inputs.size(); ++i) {
+    shapes.push_back(slots[i].shape);
+    constants.push_back(constant_of(g, region.inputs[i]));
+    part.slots.push_back(int(i));
+  }
+  std::vector<jit::DnnlChainOp> ops;
+  std::map<int, int> op_of;  // value id -> the op (index) that produces it
+  int previous = -1;         // the value the last op produced
+  // A chain input's index, or -1 - k for op k's result.
+  auto index = [&](int v) {
+    auto it = op_of.find(v);
+    return it != op_of.end() ? -1 - it->second : int(region_input_index(region, v));
+  };
+  for (int n : region.nodes) {
+    const Node& op = g.nodes[size_t(n)];
+    jit::DnnlChainOp c;
+    c.node = op;
+    if (op.op == Op::Conv || is_pool(op.op)) {
+      c.kind = op.op == Op::Conv ? jit::DnnlChainOp::Kind::Conv : jit::DnnlChainOp::Kind::Pool;
+      for (int v : op.inputs)
+        if (v >= 0) c.inputs.push_back(index(v));
+    } else if (op.op == Op::Add) {
+      c.kind = jit::DnnlChainOp::Kind::Add;
+      c.inputs.push_back(index(op.inputs[0] == previous ? op.inputs[1] : op.inputs[0]));
+    } else {
+      c.kind = jit::DnnlChainOp::Kind::Activation;
+      std::optional<jit::DnnlActivation> act = activation_of(g, op);
+      TERRACE_ASSERT(act.has_value(), "tier 1: a convolution region holds a node that is no activation");
+      c.activation = *act;
+    }
+    op_of[op.outputs[0]] = int(ops.size());
+    ops.push_back(std::move(c));
+    previous = op.outputs[0];
+  }
+  std::vector<int> outputs;
+  for (int v : region.outputs) outputs.push_back(op_of.at(v));
+  part.primitive = jit::make_dnnl_conv_chain(ops, shapes, constants, outputs);
+  add_output_slots(part, slots);
+  return part;
+}
+
+}  // namespace
 
 // A MatMul or Gemm (and the activation it absorbed): one oneDNN primitive. A Conv region: a chain
 // of convolutions with their activations and residual Adds in oneDNN's blocked layouts. Inputs
@@ -384,115 +546,12 @@ std::vector<Tensor> error_allowance(const Graph& g, const Region& region, const 
 // weights are laid out once.
 LibraryPart compile_library(const Graph& g, const Region& region, std::vector<kernels::TensorSig>& slots) {
   const Node& node = g.nodes[size_t(region.nodes[0])];
-  if (node.op == Op::LSTM || node.op == Op::GRU || node.op == Op::RNN) {  // several outputs (jit/cpu/dnnl_rnn.h)
-    LibraryPart part;
-    part.node = node.describe();
-    std::vector<bool> present;
-    std::vector<Shape> shapes;
-    std::vector<const Tensor*> constants;
-    for (int v : node.inputs) {
-      present.push_back(v >= 0);
-      if (v < 0) continue;
-      const size_t slot = region_input_index(region, v);
-      shapes.push_back(slots[slot].shape);
-      constants.push_back(constant_of(g, v));
-      part.slots.push_back(int(slot));
-    }
-    std::vector<int> outputs;  // per region output: which of the node's
-    for (int v : region.outputs) {
-      auto it = std::find(node.outputs.begin(), node.outputs.end(), v);
-      TERRACE_ASSERT(it != node.outputs.end(), "tier 1: a recurrent op's region outputs a value it does not produce");
-      outputs.push_back(int(it - node.outputs.begin()));
-    }
-    part.primitive = jit::make_dnnl_rnn(node, present, shapes, constants, outputs);
-    for (const Shape& s : part.primitive->output_shapes()) {
-      slots.push_back({DType::Float32, s});
-      part.slots.push_back(int(slots.size()) - 1);
-    }
-    return part;
-  }
+  if (node.op == Op::LSTM || node.op == Op::GRU || node.op == Op::RNN) return recurrent_part(g, region, node, slots);
   TERRACE_CHECK(node.outputs.size() == 1 && node.outputs[0] >= 0, NotImplemented, node.describe(),
                 ": tier 1 runs single-output library ops");
-  LibraryPart part;
-  part.node = node.describe();
-  if (node.op != Op::Conv && !(is_pool(node.op) && region.nodes.size() > 1)) {  // a pool chains with Convs
-    TERRACE_ASSERT(region.nodes.size() <= 3 && region.outputs.size() == 1 &&
-                       region.outputs[0] == g.nodes[size_t(region.nodes.back())].outputs[0],
-                   "tier 1: a product's or pool's region holds it, a MatMul's bias and an activation, one output");
-    // A MatMul's bias Add: its constant operand becomes the primitive's third input.
-    int bias = -1;
-    size_t next = 1;
-    if (region.nodes.size() > 1) {
-      const Node& add = g.nodes[size_t(region.nodes[1])];
-      if (node.op == Op::MatMul && matmul_bias(g, node, add)) {
-        bias = add.inputs[0] == node.outputs[0] ? add.inputs[1] : add.inputs[0];
-        next = 2;
-      }
-    }
-    std::optional<jit::DnnlActivation> act;
-    if (region.nodes.size() > next) act = activation_of(g, g.nodes[size_t(region.nodes[next])]);
-    TERRACE_ASSERT(region.nodes.size() == next || (region.nodes.size() == next + 1 && act),
-                   "tier 1: a library region's node after its op (and bias) is no activation");
-    std::vector<Shape> shapes;
-    std::vector<const Tensor*> constants;
-    std::vector<int> reads(node.inputs.begin(), node.inputs.end());
-    if (bias >= 0) reads.push_back(bias);
-    for (int v : reads) {
-      if (v < 0) continue;
-      const size_t slot = region_input_index(region, v);
-      shapes.push_back(slots[slot].shape);
-      constants.push_back(constant_of(g, v));
-      part.slots.push_back(int(slot));
-    }
-    part.primitive = node.op == Op::ConvTranspose
-                         ? jit::make_dnnl_deconvolution(node, shapes, constants, act.value_or(jit::DnnlActivation{}))
-                         : jit::make_dnnl_primitive(node, shapes, constants, act.value_or(jit::DnnlActivation{}));
-  } else {
-    std::vector<Shape> shapes;
-    std::vector<const Tensor*> constants;
-    for (size_t i = 0; i < region.inputs.size(); ++i) {
-      shapes.push_back(slots[i].shape);
-      constants.push_back(constant_of(g, region.inputs[i]));
-      part.slots.push_back(int(i));
-    }
-    std::vector<jit::DnnlChainOp> ops;
-    std::map<int, int> op_of;  // value id -> the op (index) that produces it
-    int previous = -1;         // the value the last op produced
-    // A chain input's index, or -1 - k for op k's result.
-    auto index = [&](int v) {
-      auto it = op_of.find(v);
-      return it != op_of.end() ? -1 - it->second : int(region_input_index(region, v));
-    };
-    for (int n : region.nodes) {
-      const Node& op = g.nodes[size_t(n)];
-      jit::DnnlChainOp c;
-      c.node = op;
-      if (op.op == Op::Conv || is_pool(op.op)) {
-        c.kind = op.op == Op::Conv ? jit::DnnlChainOp::Kind::Conv : jit::DnnlChainOp::Kind::Pool;
-        for (int v : op.inputs)
-          if (v >= 0) c.inputs.push_back(index(v));
-      } else if (op.op == Op::Add) {
-        c.kind = jit::DnnlChainOp::Kind::Add;
-        c.inputs.push_back(index(op.inputs[0] == previous ? op.inputs[1] : op.inputs[0]));
-      } else {
-        c.kind = jit::DnnlChainOp::Kind::Activation;
-        std::optional<jit::DnnlActivation> act = activation_of(g, op);
-        TERRACE_ASSERT(act.has_value(), "tier 1: a convolution region holds a node that is no activation");
-        c.activation = *act;
-      }
-      op_of[op.outputs[0]] = int(ops.size());
-      ops.push_back(std::move(c));
-      previous = op.outputs[0];
-    }
-    std::vector<int> outputs;
-    for (int v : region.outputs) outputs.push_back(op_of.at(v));
-    part.primitive = jit::make_dnnl_conv_chain(ops, shapes, constants, outputs);
-  }
-  for (const Shape& s : part.primitive->output_shapes()) {  // the region's outputs, in order
-    slots.push_back({DType::Float32, s});
-    part.slots.push_back(int(slots.size()) - 1);
-  }
-  return part;
+  if (node.op != Op::Conv && !(is_pool(node.op) && region.nodes.size() > 1))  // a pool chains with Convs
+    return single_part(g, region, node, slots);
+  return chain_part(g, region, node, slots);
 }
 
 }  // namespace terrace::cpu_library
