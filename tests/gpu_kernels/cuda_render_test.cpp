@@ -157,20 +157,7 @@ TEST(CudaSchedule, conditional_store_stays_scalar) {
 }
 
 OpKernels reduce_sum(int64_t rows, int64_t cols, int64_t axis = 1) {
-  Node n;
-  n.op = Op::ReduceSum;
-  n.name = "sum";
-  n.inputs = {0, 1};
-  n.outputs = {2};
-  n.attrs["keepdims"] = int_attr(0);
-  static const Tensor axes_1 = Tensor::from_vector<int64_t>({1}, {1});
-  static const Tensor axes_0 = Tensor::from_vector<int64_t>({1}, {0});
-  const Tensor& axes = axis == 1 ? axes_1 : axes_0;
-  std::vector<OpInput> in(2);
-  in[0].sig = {DType::Float32, {rows, cols}};
-  in[1].sig = {DType::Int64, {1}};
-  in[1].value = &axes;
-  return lower_op(n, in, "sum");
+  return testing::reduce_sum_kernels(rows, cols, axis);
 }
 
 TEST(CudaSchedule, row_reduction_takes_a_warp_per_long_row_and_a_thread_per_short_row_or_columns) {

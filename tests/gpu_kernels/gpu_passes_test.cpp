@@ -24,20 +24,7 @@ namespace {
 
 using testing::int_attr;
 
-LoweredFunc reduce_sum_rows(int64_t rows, int64_t cols) {
-  static const Tensor axes = Tensor::from_vector<int64_t>({1}, {1});
-  Node n;
-  n.op = Op::ReduceSum;
-  n.name = "sum";
-  n.inputs = {0, 1};
-  n.outputs = {2};
-  n.attrs["keepdims"] = int_attr(0);
-  std::vector<OpInput> in(2);
-  in[0].sig = {DType::Float32, {rows, cols}};
-  in[1].sig = {DType::Int64, {1}};
-  in[1].value = &axes;
-  return lower_op(n, in, "sum").calls.at(0).func;
-}
+LoweredFunc reduce_sum_rows(int64_t rows, int64_t cols) { return testing::reduce_sum_kernels(rows, cols).calls.at(0).func; }
 
 LoweredFunc layernorm_rows(int64_t rows, int64_t cols) {
   Node n;

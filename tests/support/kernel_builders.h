@@ -9,6 +9,8 @@
 #include "interp/error.h"
 #include "kernels/fusion_group.h"
 #include "kernels/lower.h"
+#include "kernels/lower_op.h"
+#include "tests/support/attrs.h"
 #ifdef TERRACE_HAVE_CUDA
 #include "jit/cuda/nvrtc.h"
 #endif
@@ -31,6 +33,23 @@ inline kernels::LoweredFunc binary_kernel(const std::string& name, Op op, DType 
   g.ops.back().result = kernels::infer_result(g, 0);
   g.outputs.push_back(0);
   return kernels::lower(g);
+}
+
+// ReduceSum over `axis` (1: each row, 0: each column) of a float32 [rows, cols], keepdims 0.
+inline kernels::OpKernels reduce_sum_kernels(int64_t rows, int64_t cols, int64_t axis = 1) {
+  Node n;
+  n.op = Op::ReduceSum;
+  n.name = "sum";
+  n.inputs = {0, 1};
+  n.outputs = {2};
+  n.attrs["keepdims"] = int_attr(0);
+  static const Tensor axes_1 = Tensor::from_vector<int64_t>({1}, {1});
+  static const Tensor axes_0 = Tensor::from_vector<int64_t>({1}, {0});
+  std::vector<kernels::OpInput> in(2);
+  in[0].sig = {DType::Float32, {rows, cols}};
+  in[1].sig = {DType::Int64, {1}};
+  in[1].value = axis == 1 ? &axes_1 : &axes_0;
+  return kernels::lower_op(n, in, "sum");
 }
 
 }  // namespace terrace::testing
