@@ -91,6 +91,15 @@ std::optional<GuardFailure> GuardSet::check(const std::vector<Tensor>& inputs) c
   return std::nullopt;
 }
 
+std::optional<GuardFailure> GuardSet::check_values(const std::vector<Tensor>& inputs) const {
+  for (const Guard& g : guards_) {
+    if (g.kind != Guard::Kind::Value) continue;
+    if (size_t(g.input) >= inputs.size()) return GuardFailure{g, -1};
+    if (int64_t at = first_difference(inputs[size_t(g.input)], *g.value); at >= 0) return GuardFailure{g, at};
+  }
+  return std::nullopt;
+}
+
 std::string GuardSet::describe() const {
   std::string s;
   for (const Guard& g : guards_) s += (s.empty() ? "" : ", ") + g.describe();

@@ -40,6 +40,9 @@ class GuardSet {
 
   // The first failing guard for these inputs, or nullopt when all pass.
   std::optional<GuardFailure> check(const std::vector<Tensor>& inputs) const;
+  // The first failing value guard, for inputs whose signature is known to match (dispatch asks
+  // Signature::matches first, so the dtype, rank and dim guards would only repeat it).
+  std::optional<GuardFailure> check_values(const std::vector<Tensor>& inputs) const;
   const std::vector<Guard>& guards() const { return guards_; }
   std::string describe() const;
 

@@ -82,7 +82,7 @@ TierManager::Core::Attempt TierManager::Core::try_versions(RegionState& st, Fram
       if (!a.failure) a.failure = v->guards.check(in);
       continue;
     }
-    if (auto f = v->guards.check(in)) {
+    if (auto f = v->guards.check_values(in)) {
       if (!a.failure) a.failure = f;
       continue;
     }

@@ -108,6 +108,13 @@ TEST(CompileTimeValues, a_value_guard_passes_on_equal_contents_and_names_the_fir
   EXPECT_EQ(f->guard.kind, Guard::Kind::Value);
   EXPECT_EQ(f->seen, 1);
   EXPECT_NE(f->describe().find("input 1 value"), std::string::npos) << f->describe();
+  // Where the signature is known to match, only the value guards are asked, with the same answer.
+  EXPECT_FALSE(guards.check_values(same));
+  std::optional<GuardFailure> v = guards.check_values(other);
+  ASSERT_TRUE(v);
+  EXPECT_EQ(v->describe(), f->describe());
+  EXPECT_FALSE(guards.check_values({Tensor::from_vector<int64_t>({1}, {9}), in[1]}))
+      << "check_values leaves dtypes and shapes to Signature::matches";
 }
 
 }  // namespace
