@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -236,7 +237,13 @@ const OptionDef kStrictOption{"--strict", nullptr,
 const OptionDef kModeOption{"--mode", "default|reduce-overhead|max-autotune",
                             "the session's preset (README: reduce-overhead compiles after the first call)"};
 
+const OptionDef kThreadsOption{"--threads", "N",
+                               "threads for a call: the interpreter's and tier 1's (default: OMP_NUM_THREADS, else every "
+                               "core; more than the machine has are cut down)"};
+
 void apply_session_options(const ParsedArgs& p, Options& options) {
+  if (auto t = p.get("--threads"))  // past the machine's count, Options::resolved cuts it down and says so
+    options.interp_threads = int(std::min<int64_t>(parse_positive("--threads", *t), INT_MAX));
   if (auto f = p.get("--profile")) {
     if (f->empty()) throw UsageError{"--profile needs a file name"};
     options.profile_file = *f;

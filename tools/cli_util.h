@@ -79,7 +79,7 @@ Mode parse_mode(const std::string& text);
 // (a Chrome trace, Options::profile_file), --strict (Options::strict) and --mode (Options::mode).
 void apply_session_options(const ParsedArgs& p, Options& options);
 // Their definitions, for the commands' option lists.
-extern const OptionDef kProfileOption, kStrictOption, kModeOption;
+extern const OptionDef kProfileOption, kStrictOption, kModeOption, kThreadsOption;
 
 // ---- tiers ----
 

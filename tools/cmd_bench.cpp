@@ -416,6 +416,7 @@ const CommandDef kBenchCommand{
         kProfileOption,
         kStrictOption,
         kModeOption,
+        kThreadsOption,
     },
     1,
     1,

@@ -36,6 +36,7 @@ const CommandDef kRunCommand{
         kProfileOption,
         kStrictOption,
         kModeOption,
+        kThreadsOption,
     },
     1,
     1,

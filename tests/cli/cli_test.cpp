@@ -258,6 +258,23 @@ TEST(CliTiers, run_and_bench_without_tier_report_the_tier_that_ran_not_gpu) {
   EXPECT_NE(b.out.find("tiers: up to cpu allowed; ran on interp+cpu"), std::string::npos) << show(b);
 }
 
+TEST(CliThreads, run_and_bench_take_a_thread_count_and_refuse_zero) {
+  for (const char* cmd : {"run", "bench"}) {
+    const std::string args = std::string(cmd) + " " + elementwise_model() +
+                             (std::string(cmd) == "run" ? " --random-inputs --repeat 3" : " --calls 3 --quiet");
+    Result one = terrace(args + " --threads 1");
+    ASSERT_EQ(one.code, 0) << show(one);
+    EXPECT_NE(one.out.find("&&&& PASSED"), std::string::npos) << show(one);
+    // More than the machine has: cut down with a warning naming the option, and the run goes on.
+    Result many = terrace(args + " --threads 100000");
+    ASSERT_EQ(many.code, 0) << show(many);
+    EXPECT_NE(many.err.find("asks for 100000 threads"), std::string::npos) << show(many);
+    Result zero = terrace(args + " --threads 0");
+    EXPECT_EQ(zero.code, 2) << show(zero);
+    EXPECT_NE(zero.err.find("--threads"), std::string::npos) << show(zero);
+  }
+}
+
 TEST(CliTiers, run_warm_reports_calls_after_every_region_settled_on_its_tier) {
   fs::path json = scratch() / "run_warm.json";
   Result r = terrace("run " + elementwise_model() + " --random-inputs --warm --repeat 3 --tier cpu --json " + json.string());
