@@ -46,6 +46,32 @@ class CompiledRegion {
   virtual void forget_cached() {}
 };
 
+// A whole call plan handed to one tier (Backend::take_plan): every step a version of that tier.
+struct WholePlan {
+  struct Step {
+    std::shared_ptr<CompiledRegion> code;
+    std::vector<int> inputs, outputs;  // value ids, in the region's order
+  };
+  std::vector<Step> steps;
+  std::vector<int> inputs, outputs;  // the graph's inputs and outputs (value ids)
+  std::vector<std::pair<int, Tensor>> constants;  // the initializers the steps read
+  std::vector<Tensor> example_inputs;  // a call's graph inputs (host): the plan's dtypes and shapes
+  size_t values = 0;  // the graph's value count (ids are below it)
+};
+
+// A call plan a tier took whole (tier 2: one CUDA graph). run() is thread-safe.
+class TakenPlan {
+ public:
+  virtual ~TakenPlan() = default;
+  // The graph's outputs (graph order) for `inputs` (graph order, the plan's signature), on the
+  // host or, with `on_device`, in the tier's device memory; nullopt when a run-time check of the
+  // compiled code fired, so that the caller runs the call step by step (which answers it).
+  virtual std::optional<std::vector<Tensor>> run(const std::vector<Tensor>& inputs, bool on_device,
+                                                 CallTally& tally) = 0;
+  virtual size_t device_bytes() const = 0;  // the memory it holds on its device
+  virtual std::string describe() const = 0;  // "CUDA graph of 412 nodes, 18.2 MB"
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -78,6 +104,12 @@ class Backend {
   // thread; throws Error(CompileFailed) with the compiler's message on failure.
   virtual std::unique_ptr<CompiledRegion> compile(const Graph& graph, const Region& region,
                                                   const std::vector<Tensor>& inputs) = 0;
+  // Takes `plan` whole, or returns null and says why in `why`. Runs on a background thread; the
+  // plan's versions have served calls already. By default a tier takes none.
+  virtual std::unique_ptr<TakenPlan> take_plan(const WholePlan& /*plan*/, std::string& why) {
+    why = std::string("the ") + tier_name(tier()) + " tier runs plans step by step";
+    return nullptr;
+  }
   // A copy of host tensor `t` in this backend's device memory, for callers that bind device
   // inputs (tier 2); Error(NotImplemented) for a backend without a device.
   virtual Tensor to_device(const Tensor& t) {

@@ -28,15 +28,16 @@ RegionRun TierManager::Core::execute(int r, Frame& frame, int64_t call) {
   RegionState& st = *regions_[size_t(r)];
   auto t0 = std::chrono::steady_clock::now();
   RegionRun run;
-  run.tier = dispatch(st, frame, call, run.tally);
-  double ms = ms_since(t0);
+  run.tier = dispatch(st, frame, call, run);
+  run.ms = ms_since(t0);
   std::lock_guard<std::mutex> lock(st.mu);
   ++st.profile.calls;
-  st.profile.total_ms += ms;
+  st.profile.total_ms += run.ms;
   return run;
 }
 
-Tier TierManager::Core::dispatch(RegionState& st, Frame& frame, int64_t call, CallTally& tally) {
+Tier TierManager::Core::dispatch(RegionState& st, Frame& frame, int64_t call, RegionRun& run) {
+  CallTally& tally = run.tally;
   const Region& region = *st.region;
   std::vector<Tensor> in;
   in.reserve(region.inputs.size());
@@ -57,7 +58,7 @@ Tier TierManager::Core::dispatch(RegionState& st, Frame& frame, int64_t call, Ca
     demote(st, *a.refused, "compiled code raised " + a.why + " where the interpreter answers");
     return Tier::Interp;
   }
-  if (a.served) return finish_served(st, frame, in, a, tally, call);
+  if (a.served) return finish_served(st, frame, in, a, run, call);
   // Counted by signature for promotion; none for a sequence or optional input: no version takes one.
   std::optional<Signature> sig;
   if (all_tensors) sig.emplace(in);
@@ -120,8 +121,9 @@ TierManager::Core::Attempt TierManager::Core::try_versions(RegionState& st, Fram
 }
 
 Tier TierManager::Core::finish_served(RegionState& st, Frame& frame, const std::vector<Tensor>& in, Attempt& a,
-                                      CallTally& tally, int64_t call) {
+                                      RegionRun& run, int64_t call) {
   const Region& region = *st.region;
+  CallTally& tally = run.tally;
   Version& v = *a.served;
   const bool check = options_.validate == ValidateMode::Always ||
                      (options_.validate == ValidateMode::First && v.validations_left.fetch_sub(1) > 0);
@@ -130,11 +132,20 @@ Tier TierManager::Core::finish_served(RegionState& st, Frame& frame, const std::
   if (check) drop_constant_pages(region);
   if (check && !passed) return Tier::Interp;  // the frame holds the interpreter's results
   for (size_t i = 0; i < region.outputs.size(); ++i) frame.env[size_t(region.outputs[i])] = RValue(std::move(a.out[i]));
-  if (v.rung + 1 < ladder_.size()) {
-    std::lock_guard<std::mutex> lock(st.mu);
-    maybe_promote(st, {v.rung + 1, v.signature}, in, call);
-  }
+  std::lock_guard<std::mutex> lock(st.mu);
+  if (v.rung + 1 < ladder_.size()) maybe_promote(st, {v.rung + 1, v.signature}, in, call);
+  if (!check && at_top(st, v)) run.settled = a.served;
   return v.tier;
+}
+
+bool TierManager::Core::at_top(const RegionState& st, const Version& v) const {
+  const size_t next = v.rung + 1;
+  if (next >= ladder_.size() || !st.unable[next].empty()) return true;
+  const VersionKey key{next, v.signature};
+  if (st.failed.count(key)) return true;
+  // The count toward the next rung stops at its threshold only once a compile is queued: a key
+  // short of it, or compiling, still climbs.
+  return false;
 }
 
 void TierManager::Core::interpret_call(RegionState& st, Frame& frame, std::vector<Tensor>& in,

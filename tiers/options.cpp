@@ -66,6 +66,8 @@ Options Options::from_env() {
              {OptimizeLevel::None, OptimizeLevel::Basic, OptimizeLevel::Extended}, o.optimize);
   read_level("TERRACE_MODE", {"default", "reduce-overhead", "max-autotune"},
              {Mode::Default, Mode::ReduceOverhead, Mode::MaxAutotune}, o.mode);
+  read_level("TERRACE_CALL_PLANS", {"off", "steps", "whole"}, {CallPlanMode::Off, CallPlanMode::Steps, CallPlanMode::Whole},
+             o.call_plans);
   o.strict = env_flag("TERRACE_STRICT", false);
   if (const char* p = std::getenv("TERRACE_PROFILE")) o.profile_file = p;
   return o;

@@ -36,6 +36,12 @@ enum class OptimizeLevel { None = 0, Basic = 1, Extended = 2 };
 //                   timed per signature), which is not written yet: today it runs as Default and
 //                   the session says so once (log level info).
 // $TERRACE_MODE (default|reduce-overhead|max-autotune).
+// Once every step of one input signature runs compiled versions that are validated and at the top
+// of their climb, calls with that signature run a call plan (tiers/call_plan.h) instead of
+// dispatching region by region (Steps), and a tier may take the plan whole (Whole: tier 2 captures
+// it as one CUDA graph). $TERRACE_CALL_PLANS (off|steps|whole).
+enum class CallPlanMode { Off = 0, Steps = 1, Whole = 2 };
+
 enum class Mode { Default = 0, ReduceOverhead = 1, MaxAutotune = 2 };
 const char* mode_name(Mode m);  // "default", "reduce-overhead", "max-autotune"
 
@@ -52,7 +58,8 @@ struct Options {
   // ResNet-50 no visible time on 2 cores, bench/RESULTS.md);
   // a mismatch demotes the version for the calls after it. 0 turns it off. $TERRACE_RECHECK.
   double recheck_budget = 0.01;
-  int max_specializations = 8;  // compiled versions per region
+  int max_specializations = 8;  // compiled versions per region; also call plans per session
+  CallPlanMode call_plans = CallPlanMode::Whole;
   int interp_threads = 0;       // OpenMP threads for the interpreter during run(); 0: OMP_NUM_THREADS or all cores
   int compile_threads = 1;      // background compile threads
   // How long a session's destructor waits for a compile still running before it abandons it (the

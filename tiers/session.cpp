@@ -19,6 +19,7 @@
 #include "interp/log.h"
 #include "interp/omp_threads.h"
 #include "interp/onnx_import.h"
+#include "tiers/call_plan.h"
 #include "tiers/graph_breaks.h"
 #include "tiers/input_check.h"
 #include "tiers/ladder.h"
@@ -35,6 +36,7 @@ struct Session::Impl {
   std::vector<int> last_use;  // per value: the last step that reads it
   std::vector<int> step_of_node;
   std::unique_ptr<TierManager> tiers;
+  std::unique_ptr<CallPlans> plans;  // after `tiers`: a taken plan goes before its tier's backend
   mutable std::mutex mu;
   std::vector<CallRecord> calls;
   std::atomic<int64_t> last_trim_ns{0};  // steady_clock time of the last release_free_heap
@@ -64,6 +66,7 @@ void release_free_heap(std::atomic<int64_t>& last_ns) {
 
 Session::Session(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Session::~Session() {
+  impl_->plans.reset();  // a taken plan holds its tier's device memory
   if (!impl_->options.trace) return;
   impl_->tiers.reset();  // its compiles end (or are abandoned) before the trace is written
   try {
@@ -101,6 +104,7 @@ std::unique_ptr<Session> Session::from_graph(std::shared_ptr<const Graph> graph,
   impl->last_use = last_use_positions(g, impl->step_of_node);
   check_graph_breaks(g, impl->plan, options);  // the graph_breaks log topic; Options::strict
   impl->tiers = std::make_unique<TierManager>(impl->graph, impl->plan, options, std::move(ladder));
+  impl->plans = std::make_unique<CallPlans>(g, impl->plan, impl->last_use, *impl->tiers, options);
   return std::unique_ptr<Session>(new Session(std::move(impl)));
 }
 
@@ -153,60 +157,101 @@ static void node_inputs_to_host(Frame& frame, const Node& node, std::unordered_m
     if (v >= 0) fetch(v);
 }
 
-NamedTensors Session::run(const NamedTensors& inputs, const RunOptions& run_options) {
-  Impl& im = *impl_;
-  CancelScope cancel(run_options.terminate_flag(), run_options.deadline);
-  const Graph& g = *im.graph;
-  // Options::interp_threads for this run() on the calling thread (0: its own setting).
-  ScopedOmpThreads threads(im.options.interp_threads);
-  Frame frame = make_frame(g, bind_inputs(g, inputs), nullptr);
-  int64_t call;
-  {
-    std::lock_guard<std::mutex> lock(im.mu);
-    call = int64_t(im.calls.size());
-    im.calls.push_back({call, 0, {}});
-  }
-  auto t0 = std::chrono::steady_clock::now();
+// What one call did, for its CallRecord.
+struct Session::CallState {
+  int64_t index = 0;
+  std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
   CallTally tally;
   bool tiers_used[kMaxTiers] = {};
-  Trace* const trace = im.options.trace.get();  // Options::profile_file
   std::unordered_map<int, RValue> device_copies;  // see node_inputs_to_host
-  for (size_t s = 0; s < im.plan.steps.size(); ++s) {
+};
+
+// Runs the session's steps from `from` on, each region through dispatch; records them in `rec`.
+void Session::walk(Frame& frame, size_t from, CallState& c, PlanRecording* rec) {
+  Impl& im = *impl_;
+  const Graph& g = *im.graph;
+  Trace* const trace = im.options.trace.get();  // Options::profile_file
+  for (size_t s = from; s < im.plan.steps.size(); ++s) {
     const Step& step = im.plan.steps[s];
     check_cancelled();
     if (step.region < 0) {
       TraceSpan span(trace, "node", "interp node", step.node);
-      node_inputs_to_host(frame, g.nodes[size_t(step.node)], device_copies, tally);
+      node_inputs_to_host(frame, g.nodes[size_t(step.node)], c.device_copies, c.tally);
       run_node(frame, step.node);
-      tiers_used[0] = true;
+      c.tiers_used[0] = true;
       release_dead_inputs(frame, step.node, int(s), im.last_use);
     } else {
       TraceSpan span(trace, "region", "region", step.region);
       // Inputs a graph break fetched to the host: the region reads their device tensors (none
       // without tier 2: then nothing is looked up).
       std::vector<int> swapped;
-      if (!device_copies.empty())
+      if (!c.device_copies.empty())
         for (int v : im.plan.regions[size_t(step.region)].inputs) {
-          auto it = device_copies.find(v);
-          if (it == device_copies.end() || frame.env[size_t(v)].kind != ValueKind::Tensor) continue;
+          auto it = c.device_copies.find(v);
+          if (it == c.device_copies.end() || frame.env[size_t(v)].kind != ValueKind::Tensor) continue;
           std::swap(frame.env[size_t(v)], it->second);
           swapped.push_back(v);
         }
-      const RegionRun ran = im.tiers->execute(step.region, frame, call);
-      for (int v : swapped) std::swap(frame.env[size_t(v)], device_copies[v]);
-      tiers_used[int(ran.tier)] = true;
-      tally.transfers += ran.tally.transfers;
-      tally.interpreted += ran.tally.interpreted;
+      const RegionRun ran = im.tiers->execute(step.region, frame, c.index);
+      for (int v : swapped) std::swap(frame.env[size_t(v)], c.device_copies[v]);
+      if (rec) im.plans->record(*rec, s, ran);
+      c.tiers_used[int(ran.tier)] = true;
+      c.tally.transfers += ran.tally.transfers;
+      c.tally.interpreted += ran.tally.interpreted;
       span.arg("tier", tier_name(ran.tier));
       for (int n : im.plan.regions[size_t(step.region)].nodes)
         release_dead_inputs(frame, n, int(s), im.last_use);
     }
-    if (!device_copies.empty())  // a released value's device tensor goes with it
-      std::erase_if(device_copies, [&](const auto& e) { return frame.env[size_t(e.first)].kind != ValueKind::Tensor; });
+    if (!c.device_copies.empty())  // a released value's device tensor goes with it
+      std::erase_if(c.device_copies,
+                    [&](const auto& e) { return frame.env[size_t(e.first)].kind != ValueKind::Tensor; });
   }
+}
+
+NamedTensors Session::run(const NamedTensors& inputs, const RunOptions& run_options) {
+  Impl& im = *impl_;
+  CancelScope cancel(run_options.terminate_flag(), run_options.deadline);
+  const Graph& g = *im.graph;
+  // Options::interp_threads for this run() on the calling thread (0: its own setting).
+  ScopedOmpThreads threads(im.options.interp_threads);
+  std::vector<RValue> bound = bind_inputs(g, inputs);
+  CallState c;
+  {
+    std::lock_guard<std::mutex> lock(im.mu);
+    c.index = int64_t(im.calls.size());
+    im.calls.push_back({c.index, 0, {}});
+  }
+  c.t0 = std::chrono::steady_clock::now();
+  // The graph inputs as tensors: a call with a sequence or optional input has no plan.
+  std::vector<Tensor> in;
+  for (const RValue& rv : bound)
+    if (rv.kind == ValueKind::Tensor && rv.tensor.defined()) in.push_back(rv.tensor);
+  const bool plannable = in.size() == bound.size();
+  std::shared_ptr<CallPlan> plan = plannable ? im.plans->find(in) : nullptr;
+  if (plan)
+    if (const std::shared_ptr<TakenPlan> taken = plan->taken())
+      if (auto out = taken->run(in, run_options.outputs_on_device, c.tally)) {
+        plan->whole_calls.fetch_add(1);
+        std::copy(std::begin(plan->tiers_used), std::end(plan->tiers_used), std::begin(c.tiers_used));
+        NamedTensors result;
+        for (size_t i = 0; i < g.outputs.size(); ++i)
+          result.emplace_back(g.values[size_t(g.outputs[i])].name, std::move((*out)[i]));
+        record_call(c);
+        return result;
+      }
+  Frame frame = make_frame(g, std::move(bound), nullptr);
+  size_t from = 0;
+  if (plan) {
+    from = im.plans->run(*plan, frame, c.device_copies, c.tally, im.options.trace.get());
+    for (int t = 0; t < kMaxTiers; ++t) c.tiers_used[t] = c.tiers_used[t] || plan->tiers_used[t];
+  }
+  // Only a call walked from its first step is recorded for a plan.
+  PlanRecording rec;
+  rec.epoch = im.tiers->epoch();
+  const bool recording = plannable && from == 0;
+  walk(frame, from, c, recording ? &rec : nullptr);
   std::vector<RValue> out = frame_outputs(frame);
-  if (tiers_used[int(Tier::Interp)] || tally.interpreted > 0) release_free_heap(im.last_trim_ns);
-  double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  if (c.tiers_used[int(Tier::Interp)] || c.tally.interpreted > 0) release_free_heap(im.last_trim_ns);
   NamedTensors result;
   for (size_t i = 0; i < g.outputs.size(); ++i) {
     const std::string& name = g.values[size_t(g.outputs[i])].name;
@@ -215,32 +260,50 @@ NamedTensors Session::run(const NamedTensors& inputs, const RunOptions& run_opti
     Tensor t = std::move(out[i].tensor);
     if (t.on_device() && !run_options.outputs_on_device) {
       t = t.to_host();
-      ++tally.transfers;
+      ++c.tally.transfers;
     }
     result.emplace_back(name, std::move(t));
   }
-  std::lock_guard<std::mutex> lock(im.mu);
-  CallRecord& rec = im.calls[size_t(call)];
-  rec.ms = ms;
-  rec.transfers = tally.transfers;
-  for (int t = 0; t < kMaxTiers; ++t)
-    if (tiers_used[t]) rec.tiers.push_back(tier_name(Tier(t)));
-  if (trace) {
-    std::string tiers;
-    for (const std::string& t : rec.tiers) tiers += (tiers.empty() ? "" : "+") + t;
-    trace->span("call", "call " + std::to_string(call), t0, {{"tiers", tiers}, {"transfers", std::to_string(rec.transfers)}});
-    if (rec.transfers) trace->counter("transfer", "host<->device transfers per call", "tensors", double(rec.transfers));
+  const double ms = record_call(c);
+  if (recording) {
+    std::vector<Tensor> outs;
+    for (const auto& [name, t] : result) outs.push_back(t);
+    im.plans->finish(rec, in, outs, ms);
   }
   return result;
 }
 
-std::vector<RegionReport> Session::region_reports() const { return impl_->tiers->report(); }
+double Session::record_call(const CallState& c) {
+  Impl& im = *impl_;
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - c.t0).count();
+  std::lock_guard<std::mutex> lock(im.mu);
+  CallRecord& rec = im.calls[size_t(c.index)];
+  rec.ms = ms;
+  rec.transfers = c.tally.transfers;
+  for (int t = 0; t < kMaxTiers; ++t)
+    if (c.tiers_used[t]) rec.tiers.push_back(tier_name(Tier(t)));
+  if (Trace* trace = im.options.trace.get()) {
+    std::string tiers;
+    for (const std::string& t : rec.tiers) tiers += (tiers.empty() ? "" : "+") + t;
+    trace->span("call", "call " + std::to_string(c.index), c.t0,
+                {{"tiers", tiers}, {"transfers", std::to_string(rec.transfers)}});
+    if (rec.transfers) trace->counter("transfer", "host<->device transfers per call", "tensors", double(rec.transfers));
+  }
+  return ms;
+}
+
+std::vector<PlanReport> Session::plan_reports() const { return impl_->plans->report(); }
+
+std::vector<RegionReport> Session::region_reports() const {
+  impl_->plans->credit_all();
+  return impl_->tiers->report();
+}
 
 std::string Session::report_json() const {
   JsonWriter j;
   j.begin_object();
   j.key("regions").begin_array();
-  for (const RegionReport& r : impl_->tiers->report()) {
+  for (const RegionReport& r : region_reports()) {
     j.begin_object().field("id", r.id).field("ops", r.ops).field("tier", tier_name(r.tier))
         .field("state", r.state).field("calls", r.calls).field("total_ms", r.total_ms).field("compile_ms", r.compile_ms)
         .field("promoted_at_call", r.promoted_at_call).field("deopts", r.deopts)
@@ -248,6 +311,12 @@ std::string Session::report_json() const {
         .field("transfers", r.transfers).field("climb", r.climb)
         .field("rechecks", r.rechecks).field("versions", r.versions).end_object();
   }
+  j.end_array();
+  j.key("plans").begin_array();
+  for (const PlanReport& p : plan_reports())
+    j.begin_object().field("signature", p.signature).field("regions", p.regions).field("graph_breaks", p.graph_breaks)
+        .field("copies", p.copies).field("calls", p.calls).field("whole_calls", p.whole_calls).field("whole", p.whole)
+        .end_object();
   j.end_array();
   j.field("warnings", impl_->graph->warnings);
   j.key("graph_breaks").begin_array();
@@ -268,7 +337,7 @@ std::string Session::report_json() const {
 std::string Session::report() const {
   std::ostringstream os;
   for (const std::string& w : impl_->graph->warnings) os << "warning: " << w << "\n";
-  for (const RegionReport& r : impl_->tiers->report()) {
+  for (const RegionReport& r : region_reports()) {
     os << "region " << r.id << " [" << r.ops << "]: " << tier_name(r.tier) << ", " << r.state
        << ", " << r.calls << " calls, " << r.deopts << " deopts, compile " << r.compile_ms
        << " ms, validation " << r.validation;
@@ -277,6 +346,13 @@ std::string Session::report() const {
     os << "\n";
     if (!r.climb.empty()) os << "    climb: " << r.climb << "\n";
     for (auto& gf : r.guard_failures) os << "    guard failed: " << gf << "\n";
+  }
+  for (const PlanReport& p : plan_reports()) {
+    os << "call plan " << p.signature << ": " << p.regions << " regions, " << p.graph_breaks << " graph breaks, "
+       << p.copies << " copies to the host; " << p.calls << " calls";
+    if (p.whole_calls) os << " (" << p.whole_calls << " whole)";
+    if (!p.whole.empty()) os << "; " << p.whole;
+    os << "\n";
   }
   return os.str();
 }

@@ -16,6 +16,9 @@ namespace terrace {
 
 using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 struct RegionReport;
+struct PlanRecording;  // tiers/call_plan.h
+struct PlanReport;     // tiers/call_plan.h
+struct Frame;          // interp/interpreter.h
 
 // What one run() call did.
 struct CallRecord {
@@ -68,6 +71,8 @@ class Session {
   std::string report_json() const;
   // The regions' part of it, typed (tiers/tier_manager.h): for tools that poll it between calls.
   std::vector<RegionReport> region_reports() const;
+  // The call plans made so far (tiers/call_plan.h), most recent first.
+  std::vector<PlanReport> plan_reports() const;
   // A short human-readable report.
   std::string report() const;
 
@@ -90,7 +95,10 @@ class Session {
   struct Impl;
 
  private:
+  struct CallState;
   explicit Session(std::unique_ptr<Impl> impl);
+  void walk(Frame& frame, size_t from, CallState& c, PlanRecording* rec);
+  double record_call(const CallState& c);  // the call's CallRecord; returns its time
   std::unique_ptr<Impl> impl_;
 };
 

@@ -9,6 +9,7 @@
 #include <mutex>
 #include <thread>
 
+#include "interp/compare.h"
 #include "interp/log.h"
 #include "interp/omp_threads.h"
 #include "tiers/jobs.h"
@@ -40,6 +41,29 @@ TierManager::~TierManager() {
 
 RegionRun TierManager::execute(int r, Frame& frame, int64_t call) { return core_->execute(r, frame, call); }
 std::vector<RegionReport> TierManager::report() const { return core_->report(); }
+uint64_t TierManager::epoch() const { return core_->epoch_.load(); }
+
+void TierManager::credit(int r, int64_t calls, double ms) {
+  if (calls <= 0) return;
+  RegionState& st = *core_->regions_[size_t(r)];
+  std::lock_guard<std::mutex> lock(st.mu);
+  st.profile.calls += calls;
+  st.profile.total_ms += double(calls) * ms;
+  st.profile.served_ms += double(calls) * ms;
+}
+
+int64_t TierManager::recheck_period(const std::vector<int>& regions, double call_ms) const {
+  const Options& o = core_->options_;
+  if (o.validate != ValidateMode::First || o.recheck_budget <= 0) return 0;
+  double interp_ms = 0;  // one re-check of every region: the interpreter's time for each
+  for (int r : regions) {
+    const RegionState& st = *core_->regions_[size_t(r)];
+    std::lock_guard<std::mutex> lock(st.mu);
+    interp_ms += st.profile.interp_ms;
+  }
+  const double calls = interp_ms / (o.recheck_budget * std::max(call_ms, 1e-3));
+  return std::clamp<int64_t>(int64_t(calls), 1, int64_t(1) << 20);
+}
 
 Tensor TierManager::to_device(const Tensor& t) {
   for (auto it = core_->ladder_.rbegin(); it != core_->ladder_.rend(); ++it)
@@ -51,6 +75,38 @@ Tensor TierManager::to_device(const Tensor& t) {
 void TierManager::wait_idle() {
   jobs_->wait();
   checks_->wait();
+}
+
+// Why the taken plan's outputs for `in` are not `expected` ("" when they agree). The taken plan
+// runs the very kernels the step-by-step plan ran, in the same order: only a library's
+// nondeterministic reduction order may move a result, by rounding, hence the tolerance far
+// tighter than validation's against the interpreter.
+static std::string taken_mismatch(TakenPlan& taken, const std::vector<Tensor>& in, const std::vector<Tensor>& expected) {
+  CallTally tally;
+  std::optional<std::vector<Tensor>> out = taken.run(in, false, tally);
+  if (!out) return "a run-time check fired on the inputs of the call it was made from";
+  if (out->size() != expected.size()) return "it returned " + std::to_string(out->size()) + " outputs";
+  for (size_t i = 0; i < expected.size(); ++i) {
+    const Comparison c = compare_tensors(expected[i], (*out)[i], Tolerance{1e-5, 1e-6});
+    if (!c.equal) return "output " + std::to_string(i) + " differs from the step-by-step plan's: " + c.message;
+  }
+  return "";
+}
+
+void TierManager::take_whole(size_t rung, WholePlan plan, std::vector<Tensor> outputs, TakeDone done) {
+  auto job = [core = core_, rung, plan = std::move(plan), outputs = std::move(outputs), done] {
+    std::string why;
+    std::shared_ptr<TakenPlan> taken;
+    try {
+      taken = core->ladder_[rung]->take_plan(plan, why);
+      if (taken) why = taken_mismatch(*taken, plan.example_inputs, outputs);
+    } catch (const std::exception& e) {
+      why = e.what();
+    }
+    if (!why.empty()) taken.reset();
+    done(std::move(taken), why);
+  };
+  if (std::string why = jobs_->enqueue(std::move(job)); !why.empty()) done(nullptr, why);
 }
 
 // What a compile job keeps of a call's inputs: their dtypes and shapes, and the contents of small
@@ -157,11 +213,13 @@ void TierManager::Core::compile_job(RegionState& st, VersionKey key, std::vector
   v->guards = GuardSet::exact(in, code->value_inputs);
   v->code = std::move(code);
   v->compile_ms = ms;
+  v->device = backend.device_resident();
   v->promoted_at_call = call;
   v->validations_left = options_.validate == ValidateMode::First ? options_.validate_calls : 0;
   if (st.promoted_at_call < 0) st.promoted_at_call = call;
   if (options_.validate != ValidateMode::Off) st.validation = RegionState::Validation::Pending;
   st.publish(std::move(v));
+  epoch_.fetch_add(1);
   if (key.rung > 0) st.climb = "";
   log_event(LogTopic::Promotions, LogLevel::Info, "region ", st.region->id, " (", st.region->ops(), "): promoted to ",
             tier, " for ", key.signature.str(), " after call ", call, ", compiled in ", ms, " ms");

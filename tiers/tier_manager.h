@@ -3,6 +3,7 @@
 // (validator.cpp).
 #pragma once
 #include <atomic>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -32,6 +33,7 @@ struct Version {
   int64_t promoted_at_call = 0;
   std::atomic<int> validations_left{0};
   std::atomic<bool> demoted{false};
+  bool device = false;  // its tier's Backend::device_resident
 };
 
 // What the report says about a region (a snapshot).
@@ -57,6 +59,10 @@ struct RegionReport {
 struct RegionRun {
   Tier tier = Tier::Interp;  // the tier whose results the frame holds
   CallTally tally;           // its copies between host and device, and interpreter runs
+  double ms = 0;             // the region's time in this call
+  // The version that served the call, when its results were neither validated nor counted toward
+  // a climb still to come: a call plan (tiers/call_plan.h) may run it again directly.
+  std::shared_ptr<Version> settled;
 };
 
 class TierManager {
@@ -77,6 +83,22 @@ class TierManager {
   RegionRun execute(int r, Frame& frame, int64_t call);
 
   std::vector<RegionReport> report() const;
+
+  // Bumped by every publish and demotion: a call plan made at another epoch may name a version
+  // no longer the best one, and is dropped.
+  uint64_t epoch() const;
+  // Calls a call plan served without dispatch, counted into region `r`'s profile (calls, time,
+  // and the served time that continuous validation's budget reads) at `ms` a call.
+  void credit(int r, int64_t calls, double ms);
+  // How many calls a call plan over `regions` (each at its recorded time) may serve between two
+  // calls walked through dispatch, so that continuous validation samples those regions as often as
+  // its budget allows (Options::recheck_budget); 0: no re-checks, never walk for them.
+  int64_t recheck_period(const std::vector<int>& regions, double call_ms) const;
+  // Offers `plan` (every step a version of rung `rung`) to that tier to take whole, on the compile
+  // thread; a taken plan must reproduce `outputs` for the plan's example inputs (a call walked
+  // before, host copies) before `done` gets it, else `done` gets null and why.
+  using TakeDone = std::function<void(std::shared_ptr<TakenPlan>, const std::string& why)>;
+  void take_whole(size_t rung, WholePlan plan, std::vector<Tensor> outputs, TakeDone done);
   // A device copy of `t` on tier 2's device (Session::to_device).
   Tensor to_device(const Tensor& t);
   // Blocks until no background job is queued or running (tests and benchmarks; run() never

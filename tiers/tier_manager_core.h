@@ -2,6 +2,7 @@
 // and its profile), tier_manager.cpp (promotion up the ladder, compiles, reports) and validator.cpp
 // (shadow validation, re-checks, demotion). Not for other files.
 #pragma once
+#include <atomic>
 #include <chrono>
 #include <compare>
 #include <map>
@@ -113,7 +114,7 @@ struct TierManager::Core : std::enable_shared_from_this<Core> {
   // version may not read (oneDNN's packed copies); one that reads them faults them back.
   void drop_constant_pages(const Region& region) const;
   RegionRun execute(int r, Frame& frame, int64_t call);
-  Tier dispatch(RegionState& st, Frame& frame, int64_t call, CallTally& tally);
+  Tier dispatch(RegionState& st, Frame& frame, int64_t call, RegionRun& run);
   // What trying a region's versions on one call came to (try_versions).
   struct Attempt {
     std::shared_ptr<Version> served;      // the version whose results are in `out`
@@ -128,8 +129,11 @@ struct TierManager::Core : std::enable_shared_from_this<Core> {
   Attempt try_versions(RegionState& st, Frame& frame, std::vector<Tensor>& in, CallTally& tally);
   // A served call: validated or sampled for a re-check, its results into the frame, counted
   // toward the next rung. Returns the tier whose results the frame holds.
-  Tier finish_served(RegionState& st, Frame& frame, const std::vector<Tensor>& in, Attempt& a, CallTally& tally,
+  Tier finish_served(RegionState& st, Frame& frame, const std::vector<Tensor>& in, Attempt& a, RegionRun& run,
                      int64_t call);
+  // True when no climb is left for `v`'s signature above its rung (no rung, unable, failed, or
+  // the climb stopped). Caller holds st.mu.
+  bool at_top(const RegionState& st, const Version& v) const;
   // The interpreter runs the region for a call no version served; counts it toward promotion.
   void interpret_call(RegionState& st, Frame& frame, std::vector<Tensor>& in, const std::optional<Signature>& sig,
                       const std::optional<GuardFailure>& failure, CallTally& tally, int64_t call);
@@ -160,6 +164,7 @@ struct TierManager::Core : std::enable_shared_from_this<Core> {
   std::vector<std::unique_ptr<Backend>> ladder_;
   std::vector<std::unique_ptr<RegionState>> regions_;
   std::vector<std::vector<std::vector<int>>> release_after_;  // per region: released_after (partition.h)
+  std::atomic<uint64_t> epoch_{0};  // TierManager::epoch
   JobPool* jobs_ = nullptr;    // compiles; valid while any job may run (leaked when one is abandoned)
   JobPool* checks_ = nullptr;  // continuous validation's re-checks, at the lowest priority
 };

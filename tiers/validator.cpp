@@ -32,6 +32,7 @@ std::optional<std::string> TierManager::Core::mismatch(const Version& v, const R
 
 void TierManager::Core::demote(RegionState& st, Version& v, const std::string& why) {
   v.demoted = true;
+  epoch_.fetch_add(1);
   if (v.code) v.code->forget_cached();
   st.failed.insert({v.rung, v.signature});
   st.validation = RegionState::Validation::Failed;

@@ -24,7 +24,9 @@ namespace terrace::jit::cuda {
   X(cuEventRecord) X(cuEventSynchronize) X(cuEventElapsedTime) X(cuMemAllocAsync)             \
   X(cuMemFreeAsync) X(cuDeviceGetDefaultMemPool) X(cuMemPoolSetAttribute) X(cuMemGetInfo)     \
   X(cuMemHostAlloc) X(cuMemFreeHost) X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync)               \
-  X(cuMemcpyDtoDAsync) X(cuMemsetD8Async)
+  X(cuMemcpyDtoDAsync) X(cuMemsetD8Async) X(cuMemAlloc) X(cuMemFree) X(cuStreamBeginCapture)      \
+  X(cuStreamEndCapture) X(cuGraphInstantiateWithFlags) X(cuGraphLaunch) X(cuGraphExecDestroy)  \
+  X(cuGraphDestroy) X(cuGraphGetNodes)
 
 struct Driver {
 #define TERRACE_CU_FIELD(name) decltype(&::name) name = nullptr;

@@ -33,6 +33,7 @@
 #include "kernels/split.h"
 #include "tiers/cpu/cpu_library.h"
 #include "tiers/gpu/gpu_conv.h"
+#include "tiers/gpu/gpu_graph.h"
 #include "tiers/gpu/gpu_program.h"
 #include "tiers/region_lowering.h"
 #endif
@@ -159,7 +160,7 @@ std::vector<bool> constant_inputs(const Graph& g, const Region& region) {
 
 std::string cubin_key(const std::string& source, const std::string& arch);  // below compile_gpu_cubin
 
-class GpuRegion : public CompiledRegion {
+class GpuRegion : public CompiledRegion, public CapturableRegion {
  public:
   // `constant[i]`: region input i is a graph initializer (weights): copied to the device once and
   // kept there while its host tensor is the same one. The program's alias and constants: views
@@ -192,18 +193,46 @@ class GpuRegion : public CompiledRegion {
     jit::cuda::device();
     Bound b{table_.size()};
     int64_t copies = bind_inputs(inputs, b);
-    bind_outputs_and_intermediates(b);
-    Device device{*this, b};
+    if (plan_.arena_bytes && !arena_.bytes()) arena_ = jit::cuda::DeviceBuffer(plan_.arena_bytes, stream_->get());
+    bind_outputs_and_intermediates(
+        b, [&](DType dtype, const Shape& shape) { return recycler_->tensor(dtype, shape); }, arena_.ptr());
+    Device device{*this, b, *stream_};
     run_program(steps_, device);
     if (!checks_.empty()) read_checks(b);
-    std::vector<Tensor> out;
-    for (size_t j = 0; j < table_.n_outputs; ++j)
-      out.push_back(b.root_tensor(*this, table_.n_inputs + j).reshaped(table_.sigs[table_.n_inputs + j].shape));
+    std::vector<Tensor> out = outputs(b);
     if (perturb_) perturb(out);
     transfers += copies;
     tally.transfers += copies;
     return out;
   }
+
+  // The same work enqueued on a capturing stream, over the graph's memory (tiers/gpu/gpu_graph.h).
+  std::vector<Tensor> capture(const std::vector<Tensor>& inputs, GraphCapture& cx) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    TERRACE_CHECK(!perturb_, NotImplemented, "a region with an injected fault (TERRACE_FAULT) is not captured");
+    TERRACE_CHECK(device_constants_.size() == table_.constants.size(), NotImplemented,
+                  "a region is captured only after it has run");
+    Bound b{table_.size()};
+    for (size_t i = 0; i < table_.n_inputs; ++i) {
+      if (inputs[i].on_device()) {
+        b.at[i] = inputs[i];
+        continue;
+      }
+      TERRACE_CHECK(constant_[i] && resident_source_[i] == inputs[i].raw(), NotImplemented, "region input ", i,
+                    " is a host tensor, not a resident initializer");
+      b.at[i] = resident_[i];
+      cx.held.push_back(b.at[i]);  // a later upload may replace the region's copy; the graph keeps this one
+    }
+    for (const Tensor& t : device_constants_) cx.held.push_back(t);
+    bind_outputs_and_intermediates(
+        b, [&](DType dtype, const Shape& shape) { return cx.tensor(dtype, shape); }, cx.scratch);
+    Device device{*this, b, cx.stream};
+    run_program(steps_, device);
+    for (const GpuStep* c : checks_)
+      cx.checks.push_back({b.ptr[size_t(c->error_slot)], c->node, c->error_message});
+    return outputs(b);
+  }
+  size_t arena_bytes() const override { return plan_.arena_bytes; }
 
  private:
   // This call's device buffers: a tensor per slot that has one (inputs, outputs, escaping
@@ -223,9 +252,10 @@ class GpuRegion : public CompiledRegion {
   struct Device {
     GpuRegion& r;
     Bound& b;
+    const jit::cuda::Stream& stream;  // the region's, or a capturing one
     std::vector<CUdeviceptr> ptrs;
     std::vector<void*> args;
-    CUstream s() const { return r.stream_->get(); }
+    CUstream s() const { return stream.get(); }
     CUdeviceptr ptr(int slot) const { return slot < 0 ? CUdeviceptr(0) : b.ptr[size_t(slot)]; }
     void zero_word(int slot) { TERRACE_CU(cuMemsetD8Async, ptr(slot), 0, 2 * sizeof(int64_t), s()); }
     void copy(int from, int to) {
@@ -245,7 +275,7 @@ class GpuRegion : public CompiledRegion {
       args.push_back(&end);
       bool aligned = true;  // for a kernel whose rows move by vectors (GpuWork::aligned)
       for (size_t i : w.aligned) aligned = aligned && ptrs[i] % 16 == 0;
-      if (w.extent > 0) jit::cuda::launch(aligned ? w.fn : w.element_fn, {w.grid, w.block, 0}, *r.stream_, args.data());
+      if (w.extent > 0) jit::cuda::launch(aligned ? w.fn : w.element_fn, {w.grid, w.block, 0}, stream, args.data());
     }
   };
 
@@ -301,20 +331,28 @@ class GpuRegion : public CompiledRegion {
     return copies;
   }
 
-  // Outputs and escaping intermediates get this call's own buffers (they leave the region); the
-  // other intermediates their place in the arena; views and constants their source's address.
-  void bind_outputs_and_intermediates(Bound& b) {
+  // Outputs and escaping intermediates get buffers of their own from `make` (they leave the
+  // region); the other intermediates their place in the arena at `arena`; views and constants
+  // their source's address.
+  template <class Make>
+  void bind_outputs_and_intermediates(Bound& b, const Make& make, CUdeviceptr arena) {
     for (size_t slot = table_.n_inputs; slot < table_.size(); ++slot)
       if (table_.alias[slot] == -1 && (table_.output(slot) || std::binary_search(plan_.escaping.begin(),
                                                                                 plan_.escaping.end(), slot)))
-        b.at[slot] = recycler_->tensor(table_.sigs[slot].dtype, table_.sigs[slot].shape);
-    if (plan_.arena_bytes && !arena_.bytes()) arena_ = jit::cuda::DeviceBuffer(plan_.arena_bytes, stream_->get());
-    for (size_t s : plan_.planned) b.ptr[s] = arena_.ptr() + plan_.offset[s];
+        b.at[slot] = make(table_.sigs[slot].dtype, table_.sigs[slot].shape);
+    for (size_t s : plan_.planned) b.ptr[s] = arena + plan_.offset[s];
     for (size_t slot = 0; slot < table_.size(); ++slot) {
       const size_t root = plan_.root[slot];
       if (b.ptr[root] == 0) b.ptr[root] = b.root_tensor(*this, root).device_address();
       b.ptr[slot] = b.ptr[root];
     }
+  }
+
+  std::vector<Tensor> outputs(const Bound& b) const {
+    std::vector<Tensor> out;
+    for (size_t j = 0; j < table_.n_outputs; ++j)
+      out.push_back(b.root_tensor(*this, table_.n_inputs + j).reshaped(table_.sigs[table_.n_inputs + j].shape));
+    return out;
   }
 
   // The run-time index checks' words: read back, so this call waits (which also surfaces a
@@ -416,6 +454,10 @@ class GpuBackend : public Backend {
   }
 
   Tensor to_device(const Tensor& host) override { return jit::cuda::upload(host, stream()); }
+
+  std::unique_ptr<TakenPlan> take_plan(const WholePlan& plan, std::string& why) override {
+    return capture_whole_plan(plan, stream(), why);
+  }
 
  private:
   // The compiled region running `p` (its kernels' functions resolved in `module`, if any).

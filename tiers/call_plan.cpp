@@ -1,0 +1,256 @@
+// Call plans (tiers/call_plan.h): recorded from a walked call, found by signature, run step by
+// step or handed to a tier whole.
+#include "tiers/call_plan.h"
+
+#include <algorithm>
+
+#include "interp/cancel.h"
+#include "interp/log.h"
+#include "tiers/trace.h"
+
+namespace terrace {
+
+CallPlans::CallPlans(const Graph& graph, const Plan& plan, const std::vector<int>& last_use, TierManager& tiers,
+                     const Options& options)
+    : graph_(graph), plan_(plan), last_use_(last_use), tiers_(tiers), mode_(options.call_plans),
+      max_plans_(size_t(std::max(1, options.max_specializations))) {}
+
+std::shared_ptr<CallPlan> CallPlans::find(const std::vector<Tensor>& inputs) {
+  if (mode_ == CallPlanMode::Off) return nullptr;
+  const uint64_t epoch = tiers_.epoch();
+  std::shared_ptr<CallPlan> found;
+  std::vector<std::shared_ptr<CallPlan>> stale;  // dropped after the lock: a taken plan's end waits for its device
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = plans_.begin(); it != plans_.end();) {
+      if ((*it)->epoch == epoch) {
+        if (!found && (*it)->signature.matches(inputs)) found = *it;
+        ++it;
+        continue;
+      }
+      credit(**it);
+      stale.push_back(std::move(*it));
+      it = plans_.erase(it);
+    }
+  }
+  if (!found) return nullptr;
+  if (found->recheck_period > 0 && found->since_walk.fetch_add(1) + 1 >= found->recheck_period) {
+    found->since_walk = 0;
+    credit(*found);
+    return nullptr;  // this call walks through dispatch, which samples it for re-checks
+  }
+  found->uncredited.fetch_add(1);
+  found->calls.fetch_add(1);
+  return found;
+}
+
+namespace {
+// A plan step's region inputs, each from the frame or (device_inputs) from the device copy a
+// ToHost step kept; false when one is not a defined tensor.
+bool gather_inputs(const Region& region, const PlanStep& ps, Frame& frame,
+                   std::unordered_map<int, RValue>& device_copies, std::vector<Tensor>& in) {
+  in.clear();
+  for (int v : region.inputs) {
+    const RValue* rv = &frame.env[size_t(v)];
+    if (!ps.device_inputs.empty() && std::binary_search(ps.device_inputs.begin(), ps.device_inputs.end(), v))
+      if (auto it = device_copies.find(v); it != device_copies.end()) rv = &it->second;
+    if (rv->kind != ValueKind::Tensor || !rv->tensor.defined()) return false;
+    in.push_back(rv->tensor);
+  }
+  return true;
+}
+}  // namespace
+
+size_t CallPlans::run(const CallPlan& plan, Frame& frame, std::unordered_map<int, RValue>& device_copies,
+                      CallTally& tally, Trace* trace) const {
+  std::vector<Tensor> in;
+  auto forget_released = [&] {  // a released value's device copy goes with it
+    if (!device_copies.empty())
+      std::erase_if(device_copies, [&](const auto& e) { return frame.env[size_t(e.first)].kind != ValueKind::Tensor; });
+  };
+  for (const PlanStep& ps : plan.steps) {
+    check_cancelled();
+    if (ps.kind == PlanStep::Kind::ToHost) {
+      RValue& rv = frame.env[size_t(ps.index)];
+      if (rv.kind != ValueKind::Tensor || !rv.tensor.on_device()) continue;
+      device_copies[ps.index] = rv;
+      rv = RValue(rv.tensor.to_host());
+      ++tally.transfers;
+      continue;
+    }
+    if (ps.kind == PlanStep::Kind::Node) {
+      TraceSpan span(trace, "node", "interp node", ps.index);
+      run_node(frame, ps.index);
+      release_dead_inputs(frame, ps.index, ps.step, last_use_);
+      forget_released();
+      continue;
+    }
+    TraceSpan span(trace, "region", "region", ps.index);
+    const Region& region = plan_.regions[size_t(ps.index)];
+    const Version& v = *ps.version;
+    if (trace) span.arg("tier", tier_name(v.tier));
+    if (v.demoted.load() || !gather_inputs(region, ps, frame, device_copies, in) || !v.signature.matches(in) ||
+        v.guards.check_values(in))
+      return size_t(ps.step);
+    std::vector<Tensor> out;
+    try {
+      out = v.code->run(in, tally);
+    } catch (const std::exception&) {
+      return size_t(ps.step);  // dispatch runs the step again and decides (an error or a demotion)
+    }
+    for (size_t i = 0; i < region.outputs.size(); ++i) frame.env[size_t(region.outputs[i])] = RValue(std::move(out[i]));
+    for (int n : region.nodes) release_dead_inputs(frame, n, ps.step, last_use_);
+    forget_released();
+  }
+  return plan_.steps.size();
+}
+
+void CallPlans::record(PlanRecording& rec, size_t step, const RegionRun& ran) const {
+  if (rec.versions.empty()) {
+    rec.versions.resize(plan_.steps.size());
+    rec.ms.resize(plan_.steps.size());
+  }
+  if (!ran.settled) {
+    rec.complete = false;
+    return;
+  }
+  rec.versions[step] = ran.settled;
+  rec.ms[step] = ran.ms;
+}
+
+// Steps in the session's order, with a copy to the host wherever a host step (a graph break, a
+// host tier's version) reads a value only a device version made, the device copy kept for later
+// device steps: decided here once, as the walk decides it call by call.
+std::shared_ptr<CallPlan> CallPlans::make(const PlanRecording& rec, const std::vector<Tensor>& inputs,
+                                          double call_ms) const {
+  enum Where : uint8_t { Host, Device, Both };
+  std::vector<uint8_t> where(graph_.values.size(), Host);
+  auto p = std::make_shared<CallPlan>();
+  p->signature = Signature(inputs);
+  p->epoch = rec.epoch;
+  p->call_ms = call_ms;
+  auto to_host = [&](int v, int step) {
+    if (v < 0 || where[size_t(v)] != Device || last_use_[size_t(v)] < step) return;
+    p->steps.push_back({PlanStep::Kind::ToHost, v, step, nullptr, {}, 0});
+    where[size_t(v)] = Both;
+  };
+  for (size_t s = 0; s < plan_.steps.size(); ++s) {
+    const Step& step = plan_.steps[s];
+    if (step.region < 0) {
+      const Node& node = graph_.nodes[size_t(step.node)];
+      for (int v : node.inputs) to_host(v, int(s));
+      for (int v : graph_.captured_by(node)) to_host(v, int(s));
+      p->steps.push_back({PlanStep::Kind::Node, step.node, int(s), nullptr, {}, 0});
+      p->tiers_used[int(Tier::Interp)] = true;
+      continue;
+    }
+    const Region& region = plan_.regions[size_t(step.region)];
+    PlanStep ps{PlanStep::Kind::Region, step.region, int(s), rec.versions[s], {}, rec.ms[s]};
+    const bool device = ps.version->device;
+    for (int v : region.inputs) {
+      if (!device) to_host(v, int(s));
+      else if (where[size_t(v)] == Both) ps.device_inputs.push_back(v);
+    }
+    std::sort(ps.device_inputs.begin(), ps.device_inputs.end());
+    for (int v : region.outputs) where[size_t(v)] = device ? Device : Host;
+    p->tiers_used[int(ps.version->tier)] = true;
+    p->regions.push_back(step.region);
+    p->steps.push_back(std::move(ps));
+  }
+  p->recheck_period = tiers_.recheck_period(p->regions, call_ms);
+  return p;
+}
+
+void CallPlans::finish(const PlanRecording& rec, const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs,
+                       double call_ms) {
+  if (mode_ == CallPlanMode::Off || !rec.complete || rec.versions.empty() || rec.epoch != tiers_.epoch()) return;
+  if (std::none_of(rec.versions.begin(), rec.versions.end(), [](const auto& v) { return v != nullptr; })) return;
+  std::shared_ptr<CallPlan> p = make(rec, inputs, call_ms);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& q : plans_)
+      if (q->epoch == p->epoch && q->signature == p->signature) return;  // made by another call meanwhile
+    plans_.insert(plans_.begin(), p);
+    if (plans_.size() > max_plans_) plans_.pop_back();
+  }
+  log_event(LogTopic::Promotions, LogLevel::Info, "call plan for ", p->signature.str(), ": ", p->regions.size(),
+            " regions, ", p->steps.size() - p->regions.size(), " other steps; a call walks through dispatch every ",
+            p->recheck_period, " calls for re-checks");
+  if (mode_ == CallPlanMode::Whole) offer_whole(p, inputs, outputs);
+}
+
+void CallPlans::offer_whole(const std::shared_ptr<CallPlan>& plan, const std::vector<Tensor>& inputs,
+                            const std::vector<Tensor>& outputs) {
+  WholePlan whole;
+  whole.inputs = graph_.inputs;
+  whole.outputs = graph_.outputs;
+  whole.values = graph_.values.size();
+  const size_t rung = plan->steps.front().version ? plan->steps.front().version->rung : 0;
+  std::vector<bool> constant_seen(graph_.values.size());
+  for (const PlanStep& ps : plan->steps) {
+    // Only a plan of one tier's versions, whose value guards (if any) read constants: the tier runs
+    // it with no check between its steps.
+    if (ps.kind != PlanStep::Kind::Region || ps.version->rung != rung) return;
+    const Region& region = plan_.regions[size_t(ps.index)];
+    for (int i : ps.version->code->value_inputs)
+      if (!graph_.initializers.count(region.inputs[size_t(i)])) return;
+    for (int v : region.inputs)
+      if (auto it = graph_.initializers.find(v); it != graph_.initializers.end() && !constant_seen[size_t(v)]) {
+        constant_seen[size_t(v)] = true;
+        whole.constants.emplace_back(v, it->second);
+      }
+    whole.steps.push_back({ps.version->code, region.inputs, region.outputs});
+  }
+  std::vector<Tensor> out;
+  for (const Tensor& t : inputs) whole.example_inputs.push_back(t.on_device() ? t.to_host() : t.clone());
+  for (const Tensor& t : outputs) out.push_back(t.on_device() ? t.to_host() : t.clone());
+  std::weak_ptr<CallPlan> weak = plan;
+  const std::string sig = plan->signature.str();
+  tiers_.take_whole(rung, std::move(whole), std::move(out),
+                    [weak, sig](std::shared_ptr<TakenPlan> taken, const std::string& why) {
+                      const std::string what = taken ? "taken: " + taken->describe() : "not taken: " + why;
+                      log_event(LogTopic::Promotions, LogLevel::Info, "call plan for ", sig, " ", what);
+                      if (auto p = weak.lock()) {
+                        p->set_whole(what);
+                        if (taken) p->set_taken(std::move(taken));
+                      }
+                    });
+}
+
+void CallPlans::credit(CallPlan& plan) {
+  const int64_t calls = plan.uncredited.exchange(0);
+  if (calls == 0) return;
+  for (const PlanStep& ps : plan.steps)
+    if (ps.kind == PlanStep::Kind::Region) tiers_.credit(ps.index, calls, ps.ms);
+}
+
+void CallPlans::credit_all() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& p : plans_) credit(*p);
+}
+
+std::vector<PlanReport> CallPlans::report() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<PlanReport> out;
+  for (const auto& p : plans_) {
+    PlanReport r;
+    r.signature = p->signature.str();
+    for (const PlanStep& ps : p->steps) {
+      r.regions += ps.kind == PlanStep::Kind::Region;
+      r.graph_breaks += ps.kind == PlanStep::Kind::Node;
+      r.copies += ps.kind == PlanStep::Kind::ToHost;
+    }
+    r.calls = p->calls.load();
+    r.whole_calls = p->whole_calls.load();
+    r.whole = p->whole();
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+size_t CallPlans::size() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return plans_.size();
+}
+
+}  // namespace terrace

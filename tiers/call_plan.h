@@ -1,0 +1,134 @@
+// Call plans: what a call with one input signature does, decided once. A session walks its steps
+// (graph breaks and regions) through the tier manager's dispatch, which profiles, counts toward
+// promotion, validates and picks a version per region per call. Once a walked call found every
+// region served by a version that is validated and at the top of its climb, nothing dispatch
+// decides changes for that signature until a version is published or demoted (TierManager::epoch):
+// the call's steps become a plan (each region's version, each graph break, each host/device copy
+// as its own step) that later calls with the signature run straight through, checking only each
+// version's guards. A tier may take a whole plan (Backend::take_plan; tier 2: one CUDA graph).
+// Plans keep continuous validation: a call walks through dispatch every
+// TierManager::recheck_period calls, after the plan's calls are credited to the regions' profiles.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "guards/guard.h"
+#include "interp/interpreter.h"
+#include "tiers/tier_manager.h"
+
+namespace terrace {
+
+class Trace;  // tiers/trace.h
+
+struct PlanStep {
+  enum class Kind { Node, Region, ToHost };
+  Kind kind = Kind::Node;
+  int index = -1;  // the node (Node), the region (Region) or the value copied (ToHost)
+  int step = -1;   // the session's step (Plan::steps) it belongs to: where a walk resumes
+  std::shared_ptr<Version> version;  // Region
+  std::vector<int> device_inputs;    // Region: inputs read from the device copy a ToHost kept
+  double ms = 0;                     // Region: its time in the recorded call
+};
+
+class CallPlan {
+ public:
+  Signature signature;  // the graph inputs'
+  uint64_t epoch = 0;   // TierManager::epoch when made
+  std::vector<PlanStep> steps;
+  std::vector<int> regions;  // the regions its steps run, in order
+  double call_ms = 0;        // the recorded call's time
+  bool tiers_used[kMaxTiers] = {};  // the tiers its steps run on (the interpreter: a graph break)
+  int64_t recheck_period = 0;
+  std::atomic<int64_t> uncredited{0};  // calls served since the regions' profiles were last credited
+  std::atomic<int64_t> since_walk{0};  // calls served since a call last walked through dispatch
+  std::atomic<int64_t> calls{0};       // calls served, step by step or whole
+  std::atomic<int64_t> whole_calls{0};  // calls its taker served whole
+
+  // What became of the offer to take it whole: the taken plan's description, or why not.
+  std::string whole() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return whole_;
+  }
+  void set_whole(std::string what) {
+    std::lock_guard<std::mutex> lock(mu_);
+    whole_ = std::move(what);
+  }
+
+  std::shared_ptr<TakenPlan> taken() const { return std::atomic_load(&taken_); }
+  void set_taken(std::shared_ptr<TakenPlan> t) { std::atomic_store(&taken_, std::move(t)); }
+
+ private:
+  std::shared_ptr<TakenPlan> taken_;
+  mutable std::mutex mu_;
+  std::string whole_;
+};
+
+// What the report says of a call plan.
+struct PlanReport {
+  std::string signature;
+  int regions = 0, graph_breaks = 0, copies = 0;  // its steps, by kind
+  int64_t calls = 0, whole_calls = 0;
+  std::string whole;  // "taken: <what>", "not taken: <why>", or "" (not offered, or pending)
+};
+
+// What a walked call did, step by step: a plan once every region step was settled.
+struct PlanRecording {
+  std::vector<std::shared_ptr<Version>> versions;  // per session step; null for a graph break
+  std::vector<double> ms;
+  uint64_t epoch = 0;  // TierManager::epoch when the call began
+  bool complete = true;
+};
+
+// A session's call plans: made from walked calls, found for later ones, run.
+class CallPlans {
+ public:
+  CallPlans(const Graph& graph, const Plan& plan, const std::vector<int>& last_use, TierManager& tiers,
+            const Options& options);
+
+  // The current plan for these graph inputs (tensors, in graph order), unless this call should walk
+  // (none made, a version published or demoted since, or a continuous-validation walk due).
+  std::shared_ptr<CallPlan> find(const std::vector<Tensor>& inputs);
+
+  // Runs `plan`'s steps on `frame`. Returns the session step to walk on from: Plan::steps' size
+  // when the plan ran to its end, else the step of the first version whose guards fail or whose
+  // code raises (dispatch takes it from there, with the frame as the plan left it).
+  // `device_copies`: as Session::run's walk keeps them.
+  size_t run(const CallPlan& plan, Frame& frame, std::unordered_map<int, RValue>& device_copies,
+             CallTally& tally, Trace* trace) const;
+
+  // Adds a region step dispatch ran to a walked call's recording.
+  void record(PlanRecording& rec, size_t step, const RegionRun& ran) const;
+  // Makes the plan of a complete recording of a call with these inputs and outputs (host copies
+  // are kept for a tier that may take it whole, to check itself against).
+  void finish(const PlanRecording& rec, const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs,
+              double call_ms);
+
+  // Credits every plan's served calls to its regions' profiles (before a report).
+  void credit_all();
+  std::vector<PlanReport> report() const;
+  size_t size() const;
+
+ private:
+  std::shared_ptr<CallPlan> make(const PlanRecording& rec, const std::vector<Tensor>& inputs, double call_ms) const;
+  void credit(CallPlan& plan);
+  // Offers `plan` to its tier to take whole, when one tier's versions run every step.
+  void offer_whole(const std::shared_ptr<CallPlan>& plan, const std::vector<Tensor>& inputs,
+                   const std::vector<Tensor>& outputs);
+
+  const Graph& graph_;
+  const Plan& plan_;
+  const std::vector<int>& last_use_;
+  TierManager& tiers_;
+  const CallPlanMode mode_;
+  const size_t max_plans_;
+  mutable std::mutex mu_;
+  std::vector<std::shared_ptr<CallPlan>> plans_;  // guarded by mu_; most recent first
+};
+
+}  // namespace terrace
