@@ -62,7 +62,7 @@ bool gather_inputs(const Region& region, const PlanStep& ps, Frame& frame,
 }  // namespace
 
 size_t CallPlans::run(const CallPlan& plan, Frame& frame, std::unordered_map<int, RValue>& device_copies,
-                      CallTally& tally, Trace* trace) const {
+                      CallTally& tally, Trace* trace, bool* tiers_used) const {
   std::vector<Tensor> in;
   auto forget_released = [&] {  // a released value's device copy goes with it
     if (!device_copies.empty())
@@ -81,6 +81,7 @@ size_t CallPlans::run(const CallPlan& plan, Frame& frame, std::unordered_map<int
     if (ps.kind == PlanStep::Kind::Node) {
       TraceSpan span(trace, "node", "interp node", ps.index);
       run_node(frame, ps.index);
+      tiers_used[int(Tier::Interp)] = true;
       release_dead_inputs(frame, ps.index, ps.step, last_use_);
       forget_released();
       continue;
@@ -99,6 +100,7 @@ size_t CallPlans::run(const CallPlan& plan, Frame& frame, std::unordered_map<int
       return size_t(ps.step);  // dispatch runs the step again and decides (an error or a demotion)
     }
     for (size_t i = 0; i < region.outputs.size(); ++i) frame.env[size_t(region.outputs[i])] = RValue(std::move(out[i]));
+    tiers_used[int(v.tier)] = true;
     for (int n : region.nodes) release_dead_inputs(frame, n, ps.step, last_use_);
     forget_released();
   }
@@ -125,6 +127,9 @@ std::shared_ptr<CallPlan> CallPlans::make(const PlanRecording& rec, const std::v
                                           double call_ms) const {
   enum Where : uint8_t { Host, Device, Both };
   std::vector<uint8_t> where(graph_.values.size(), Host);
+  // A graph input may come on the device (a bound input) or not, under one signature: its copy to
+  // the host is planned, and does nothing for a host tensor.
+  for (int v : graph_.inputs) where[size_t(v)] = Device;
   auto p = std::make_shared<CallPlan>();
   p->signature = Signature(inputs);
   p->epoch = rec.epoch;
@@ -185,9 +190,19 @@ void CallPlans::offer_whole(const std::shared_ptr<CallPlan>& plan, const std::ve
   whole.inputs = graph_.inputs;
   whole.outputs = graph_.outputs;
   whole.values = graph_.values.size();
-  const size_t rung = plan->steps.front().version ? plan->steps.front().version->rung : 0;
+  size_t rung = 0;
+  for (const PlanStep& ps : plan->steps)
+    if (ps.version) {
+      rung = ps.version->rung;
+      break;
+    }
   std::vector<bool> constant_seen(graph_.values.size());
+  const std::vector<int>& graph_inputs = graph_.inputs;
   for (const PlanStep& ps : plan->steps) {
+    // A graph input's copy to the host is the taker's: TakenPlan::run takes inputs on either side.
+    if (ps.kind == PlanStep::Kind::ToHost &&
+        std::find(graph_inputs.begin(), graph_inputs.end(), ps.index) != graph_inputs.end())
+      continue;
     // Only a plan of one tier's versions, whose value guards (if any) read constants: the tier runs
     // it with no check between its steps.
     if (ps.kind != PlanStep::Kind::Region || ps.version->rung != rung) return;

@@ -98,9 +98,9 @@ class CallPlans {
   // Runs `plan`'s steps on `frame`. Returns the session step to walk on from: Plan::steps' size
   // when the plan ran to its end, else the step of the first version whose guards fail or whose
   // code raises (dispatch takes it from there, with the frame as the plan left it).
-  // `device_copies`: as Session::run's walk keeps them.
+  // `device_copies`: as Session::run's walk keeps them; `tiers_used[t]` set for each tier a step ran on.
   size_t run(const CallPlan& plan, Frame& frame, std::unordered_map<int, RValue>& device_copies,
-             CallTally& tally, Trace* trace) const;
+             CallTally& tally, Trace* trace, bool* tiers_used) const;
 
   // Adds a region step dispatch ran to a walked call's recording.
   void record(PlanRecording& rec, size_t step, const RegionRun& ran) const;

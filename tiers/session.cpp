@@ -229,21 +229,17 @@ NamedTensors Session::run(const NamedTensors& inputs, const RunOptions& run_opti
   const bool plannable = in.size() == bound.size();
   std::shared_ptr<CallPlan> plan = plannable ? im.plans->find(in) : nullptr;
   if (plan)
-    if (const std::shared_ptr<TakenPlan> taken = plan->taken())
-      if (auto out = taken->run(in, run_options.outputs_on_device, c.tally)) {
-        plan->whole_calls.fetch_add(1);
-        std::copy(std::begin(plan->tiers_used), std::end(plan->tiers_used), std::begin(c.tiers_used));
-        NamedTensors result;
-        for (size_t i = 0; i < g.outputs.size(); ++i)
-          result.emplace_back(g.values[size_t(g.outputs[i])].name, std::move((*out)[i]));
-        record_call(c);
-        return result;
-      }
+    if (std::optional<std::vector<Tensor>> out = run_whole(*plan, in, run_options.outputs_on_device, c)) {
+      NamedTensors result;
+      for (size_t i = 0; i < g.outputs.size(); ++i)
+        result.emplace_back(g.values[size_t(g.outputs[i])].name, std::move((*out)[i]));
+      record_call(c);
+      return result;
+    }
   Frame frame = make_frame(g, std::move(bound), nullptr);
   size_t from = 0;
   if (plan) {
-    from = im.plans->run(*plan, frame, c.device_copies, c.tally, im.options.trace.get());
-    for (int t = 0; t < kMaxTiers; ++t) c.tiers_used[t] = c.tiers_used[t] || plan->tiers_used[t];
+    from = im.plans->run(*plan, frame, c.device_copies, c.tally, im.options.trace.get(), c.tiers_used);
   }
   // Only a call walked from its first step is recorded for a plan.
   PlanRecording rec;
@@ -271,6 +267,27 @@ NamedTensors Session::run(const NamedTensors& inputs, const RunOptions& run_opti
     im.plans->finish(rec, in, outs, ms);
   }
   return result;
+}
+
+// The plan's whole-plan version, if a tier took it: its outputs, or nullopt for a call to run step
+// by step (none taken, a run-time check fired, or it failed: then it is dropped, and says why).
+std::optional<std::vector<Tensor>> Session::run_whole(CallPlan& plan, const std::vector<Tensor>& in, bool on_device,
+                                                      CallState& c) {
+  const std::shared_ptr<TakenPlan> taken = plan.taken();
+  if (!taken) return std::nullopt;
+  std::optional<std::vector<Tensor>> out;
+  try {
+    out = taken->run(in, on_device, c.tally);
+  } catch (const std::exception& e) {
+    plan.set_taken(nullptr);
+    plan.set_whole(std::string("dropped: ") + e.what());
+    log_event(LogTopic::Promotions, LogLevel::Warn, "call plan for ", plan.signature.str(), " ", plan.whole());
+    return std::nullopt;
+  }
+  if (!out) return std::nullopt;
+  plan.whole_calls.fetch_add(1);
+  std::copy(std::begin(plan.tiers_used), std::end(plan.tiers_used), std::begin(c.tiers_used));
+  return out;
 }
 
 double Session::record_call(const CallState& c) {

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -18,6 +19,7 @@ using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 struct RegionReport;
 struct PlanRecording;  // tiers/call_plan.h
 struct PlanReport;     // tiers/call_plan.h
+class CallPlan;        // tiers/call_plan.h
 struct Frame;          // interp/interpreter.h
 
 // What one run() call did.
@@ -99,6 +101,8 @@ class Session {
   explicit Session(std::unique_ptr<Impl> impl);
   void walk(Frame& frame, size_t from, CallState& c, PlanRecording* rec);
   double record_call(const CallState& c);  // the call's CallRecord; returns its time
+  std::optional<std::vector<Tensor>> run_whole(CallPlan& plan, const std::vector<Tensor>& in, bool on_device,
+                                               CallState& c);
   std::unique_ptr<Impl> impl_;
 };
 

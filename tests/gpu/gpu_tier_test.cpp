@@ -13,6 +13,7 @@
 #include "interp/compare.h"
 #include "jit/cuda/cuda_driver.h"
 #include "tests/support/graph_builder.h"
+#include "tiers/call_plan.h"
 #include "tiers/session.h"
 #include "tiers/tier_manager.h"
 #include "tests/support/gpu_skip.h"
@@ -186,7 +187,9 @@ TEST(GpuTier, gpu_compile_failure_leaves_the_region_on_tier1) {
 TEST(GpuTier, gpu_out_of_memory_sends_the_call_to_tier1) {
   SKIP_WITHOUT_GPU();
   auto g = one_region_model();
-  auto s = Session::from_graph(g, gpu_options());
+  Options o = gpu_options();
+  o.call_plans = CallPlanMode::Steps;  // a whole plan's CUDA graph allocates nothing a call
+  auto s = Session::from_graph(g, o);
   const NamedTensors in = inputs(), want = reference(g, in);
   ASSERT_EQ(run_calls(*s, in, want, 10), std::vector<std::string>{"gpu"}) << s->report();
   ScopedFault fault("oom:gpu");
@@ -236,7 +239,9 @@ TEST(GpuTier, gemm_regions_run_on_the_gpu_through_cublaslt) {
   g.output(g.node(Op::MatMul, {h, w2}));
   auto graph = g.build();
   const NamedTensors in = {{"x", random_tensor({8, 96}, 14)}};
-  auto s = Session::from_graph(graph, gpu_options());
+  Options o = gpu_options();
+  o.call_plans = CallPlanMode::Steps;  // the regions' own copies are counted (a CUDA graph's are the call's)
+  auto s = Session::from_graph(graph, o);
   auto tiers = run_calls(*s, in, reference(graph, in), 10);
   EXPECT_TRUE(has(tiers, "gpu")) << s->report();
   std::vector<int64_t> before;
@@ -337,3 +342,61 @@ TEST(GpuTier, to_device_without_tier2_is_a_clear_error) {
 }  // namespace terrace
 
 #endif
+
+namespace terrace {
+namespace {
+
+// Gather(table, ids) -> Tanh -> MatMul: a region with a run-time index check, then a product.
+std::shared_ptr<Graph> gather_model() {
+  GraphBuilder g;
+  int ids = g.input("ids", DType::Int64, {4, 6});
+  int table = g.constant("table", random_tensor({50, 32}, 31));
+  int w = g.constant("w", random_tensor({32, 16}, 32));
+  g.output(g.node(Op::MatMul, {g.node(Op::Tanh, {g.node(Op::Gather, {table, ids})}), w}));
+  return g.build();
+}
+
+Tensor ids(int64_t bad_at = -1) {
+  Tensor t = Tensor::empty(DType::Int64, {4, 6});
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<int64_t>()[i] = i == bad_at ? 50 : (i * 7) % 50;
+  return t;
+}
+
+// Once every region runs on tier 2, calls replay one CUDA graph: right answers on the host and on
+// the device, and an index out of range still answered with the interpreter's error, not garbage.
+TEST(GpuPlans, a_whole_model_on_tier2_replays_one_cuda_graph) {
+  SKIP_WITHOUT_GPU();
+  auto g = gather_model();
+  auto s = Session::from_graph(g, gpu_options());
+  const NamedTensors in = {{"ids", ids()}};
+  const NamedTensors want = reference(g, in);
+  run_calls(*s, in, want, 12);
+  std::vector<PlanReport> plans = s->plan_reports();
+  ASSERT_EQ(plans.size(), 1u) << s->report();
+  EXPECT_EQ(plans[0].whole.rfind("taken: CUDA graph of", 0), 0u) << s->report();
+  const int64_t whole = plans[0].whole_calls;
+  EXPECT_GE(whole, 2) << s->report();
+  run_calls(*s, in, want, 3);
+  EXPECT_EQ(s->plan_reports()[0].whole_calls, whole + 3) << s->report();
+  EXPECT_EQ(s->last_call().transfers, 2);  // ids in, the output out
+
+  RunOptions keep;
+  keep.outputs_on_device = true;
+  NamedTensors out = s->run({{"ids", s->to_device(in[0].second)}}, keep);
+  ASSERT_TRUE(out[0].second.on_device());
+  expect_matches({{out[0].first, out[0].second.to_host()}}, want);
+  EXPECT_EQ(s->plan_reports()[0].whole_calls, whole + 4) << s->report();
+
+  const NamedTensors bad = {{"ids", ids(5)}};
+  try {
+    s->run(bad);
+    ADD_FAILURE() << "an index out of range was answered";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::InvalidArgument) << e.what();
+    EXPECT_NE(std::string(e.what()).find("Gather"), std::string::npos) << e.what();
+  }
+  expect_matches(s->run(in), want);  // and the graph serves again
+}
+
+}  // namespace
+}  // namespace terrace

@@ -228,8 +228,7 @@ class GpuRegion : public CompiledRegion, public CapturableRegion {
         b, [&](DType dtype, const Shape& shape) { return cx.tensor(dtype, shape); }, cx.scratch);
     Device device{*this, b, cx.stream};
     run_program(steps_, device);
-    for (const GpuStep* c : checks_)
-      cx.checks.push_back({b.ptr[size_t(c->error_slot)], c->node, c->error_message});
+    for (const GpuStep* c : checks_) cx.check(b.ptr[size_t(c->error_slot)], c->node, c->error_message);
     return outputs(b);
   }
   size_t arena_bytes() const override { return plan_.arena_bytes; }

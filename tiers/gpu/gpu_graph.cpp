@@ -92,7 +92,6 @@ class CapturedPlan final : public TakenPlan {
     const jit::cuda::Stream& s = *stream_;
     size_t staged = 0;
     for (const Tensor& t : inputs) staged += t.on_device() ? 0 : t.nbytes();
-    for (const Tensor& t : outputs_) staged += on_device ? 0 : t.nbytes();
     staged = (staged + 7) / 8 * 8;
     char* stage = static_cast<char*>(staging_.reserve(staged + 2 * sizeof(int64_t) * checks_.size() + 8));
     size_t off = 0;
@@ -101,25 +100,23 @@ class CapturedPlan final : public TakenPlan {
     auto* words = reinterpret_cast<int64_t*>(stage + staged);
     for (size_t c = 0; c < checks_.size(); ++c)
       jit::cuda::copy_to_host(words + 2 * c, checks_[c].word, 2 * sizeof(int64_t), s);
+    // Outputs straight into their tensors: a host tensor's copy waits for the graph (a pageable
+    // copy is synchronous), a device tensor's is ordered after it on the stream.
     std::vector<Tensor> out;
-    std::vector<size_t> at;  // host outputs: their place in the staging buffer
     for (const Tensor& t : outputs_) {
+      out.push_back(on_device ? jit::cuda::device_tensor(t.dtype(), t.shape(), stream_)
+                              : Tensor::empty(t.dtype(), t.shape()));
+      if (t.nbytes() == 0) continue;
       if (on_device) {
-        out.push_back(jit::cuda::device_tensor(t.dtype(), t.shape(), stream_));
-        if (t.nbytes()) TERRACE_CU(cuMemcpyDtoDAsync, out.back().device_address(), t.device_address(), t.nbytes(), s.get());
-        continue;
+        TERRACE_CU(cuMemcpyDtoDAsync, out.back().device_address(), t.device_address(), t.nbytes(), s.get());
+      } else {
+        jit::cuda::copy_to_host(out.back().raw(), t.device_address(), t.nbytes(), s);
+        ++tally.transfers;
       }
-      out.push_back(Tensor::empty(t.dtype(), t.shape()));
-      at.push_back(off);
-      if (t.nbytes()) jit::cuda::copy_to_host(stage + off, t.device_address(), t.nbytes(), s);
-      off += t.nbytes();
-      ++tally.transfers;
     }
     s.synchronize();
     for (size_t c = 0; c < checks_.size(); ++c)
       if (words[2 * c] != 0) return std::nullopt;  // the step-by-step run raises it, naming the node
-    for (size_t j = 0, k = 0; j < out.size() && !on_device; ++j, ++k)
-      if (out[j].nbytes()) std::memcpy(out[j].raw(), stage + at[k], out[j].nbytes());
     return out;
   }
 
@@ -185,6 +182,13 @@ std::vector<int> last_reads(const WholePlan& plan) {
 Tensor GraphCapture::tensor(DType dtype, const Shape& shape) {
   const size_t bytes = size_t(shape_numel(shape)) * dtype_size(dtype);
   return Tensor::on_device(dtype, shape, std::make_shared<GraphStorage>(memory, bytes));
+}
+
+void GraphCapture::check(CUdeviceptr word, std::string node, std::string message) {
+  Tensor kept = tensor(DType::Int64, {2});
+  TERRACE_CU(cuMemcpyDtoDAsync, kept.device_address(), word, 2 * sizeof(int64_t), stream.get());
+  checks.push_back({kept.device_address(), std::move(node), std::move(message)});
+  held.push_back(std::move(kept));
 }
 
 // The steps enqueued in order on a private capturing stream (relaxed mode: the allocations of

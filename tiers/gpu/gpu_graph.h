@@ -33,6 +33,9 @@ struct GraphCapture {
   // A device tensor in the graph's memory: its buffer comes back to the graph's pool, never to
   // anyone else, when the last tensor over it goes.
   Tensor tensor(DType dtype, const Shape& shape);
+  // A run-time check's error word at `word` (in a region's arena, which the next region reuses):
+  // copied to a word of the graph's own right after the region, and read from there.
+  void check(CUdeviceptr word, std::string node, std::string message);
 };
 
 // A compiled region that can be captured (tier 2's GpuRegion).

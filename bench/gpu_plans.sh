@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Call plans on the GPU host: tier 2's tests, then the zoo checked on --tier gpu with whole plans
+# (one CUDA graph a call), then steady-state calls with plans off, step by step and whole,
+# interleaved by round. Results under $OUT. Bundle as bench/gpu_tier2.sh says (terrace, test_gpu,
+# test_gpu_kernels, libterrace_clang_jit.so), then in a device call (carry .gpu):
+#   bash bench/gpu_plans.sh [tests] [runs] [hot] [bench]   # default: tests runs bench
+set -uo pipefail
+parts=${*:-tests runs bench}
+out=${OUT:-/tmp/gpu-plans}; mkdir -p "$out"
+root=$(pwd)
+printf '#!/usr/bin/env bash\nexec %q/.gpu/run terrace "$@"\n' "$root" > /tmp/terrace && chmod +x /tmp/terrace
+models=${MODELS:-mlp resnet50 mobilenetv2 bert gpt2}
+[ -f /tmp/m/gpt2/model.onnx ] || python3 tools/make_models.py --out /tmp/m $models > "$out/export.txt" 2>&1 &
+io() {  # the model's first input and output names
+  python3 -c "import onnx;g=onnx.load('$1/model.onnx').graph;print(g.input[0].name, g.output[0].name)"
+}
+for part in $parts; do case "$part" in
+tests)
+  timeout 240 .gpu/run test_gpu > "$out/test_gpu.txt" 2>&1; echo "test_gpu rc=$?"
+  grep -E "^\[  (PASSED|FAILED|SKIPPED) |FAILED  \]" "$out/test_gpu.txt" | head -20
+  timeout 90 .gpu/run test_gpu_kernels > "$out/test_gpu_kernels.txt" 2>&1; echo "test_gpu_kernels rc=$?"
+  grep -E "^\[  (PASSED|FAILED) |FAILED  \]" "$out/test_gpu_kernels.txt" | head -10 ;;
+runs)
+  wait
+  for m in $models; do
+    d=/tmp/m/$m; read -r in on < <(io $d)
+    TERRACE_LOG=promotions timeout 150 /tmp/terrace run $d --tier gpu --warm --repeat 30 \
+      --input $in=$d/test_data_set_0/input_0.pb --expect $on=$d/test_data_set_0/output_0.pb \
+      --json "$out/run_$m.json" > "$out/run_$m.txt" 2>&1
+    echo "== $m rc=$?"; grep -E "call plan|&&&&" "$out/run_$m.txt" | cut -c1-300 | head -6
+    python3 - "$out/run_$m.json" <<'PY'
+import json, sys, collections
+j = json.load(open(sys.argv[1])); r = j.get("report", j)
+last = r["calls"][-30:]
+print("  last 30 calls:", dict(collections.Counter("+".join(c["tiers"]) for c in last)),
+      "median ms", sorted(c["ms"] for c in last)[15], "plans", [(p["signature"], p["calls"], p["whole_calls"], p["whole"][:90]) for p in r.get("plans", [])])
+PY
+  done
+  (cd "$out" && tar czf runs.tgz run_*.txt run_*.json 2>/dev/null; rm -f run_*.txt run_*.json) ;;
+hot)  # each region's GPU time: launches made synchronous, host spans then cover the kernels
+  wait
+  for m in ${HOT_MODELS:-gpt2 bert}; do
+    d=/tmp/m/$m; read -r in on < <(io $d)
+    CUDA_LAUNCH_BLOCKING=1 TERRACE_CALL_PLANS=steps TERRACE_PROFILE=/tmp/hot_$m.json timeout 150 /tmp/terrace run $d \
+      --tier gpu --warm --repeat 20 --input $in=$d/test_data_set_0/input_0.pb --json /tmp/hot_$m.report.json \
+      > "$out/hot_$m.txt" 2>&1
+    python3 - /tmp/hot_$m.json /tmp/hot_$m.report.json "$m" <<'PY'
+import json, sys, collections
+t = json.load(open(sys.argv[1])); r = json.load(open(sys.argv[2])); r = r.get("report", r)
+ops = {x["id"]: x["ops"] for x in r["regions"]}
+dur = collections.defaultdict(list)
+for e in t["traceEvents"]:
+    if e.get("cat") == "region" and e.get("args", {}).get("tier") == "gpu":
+        dur[int(e["name"].split()[-1])].append(e["dur"] / 1000.0)
+med = {k: sorted(v)[len(v) // 2] for k, v in dur.items()}
+print(sys.argv[3], "regions on gpu", len(med), "sum of medians %.3f ms" % sum(med.values()))
+for k, v in sorted(med.items(), key=lambda kv: -kv[1])[:8]:
+    print("  region %d %.3f ms x%d: %s" % (k, v, len(dur[k]), ops.get(k, "?")[:150]))
+PY
+  done ;;
+bench)
+  wait
+  for round in ${ROUNDS:-1 2}; do
+    for m in $models; do
+      d=/tmp/m/$m; read -r in on < <(io $d)
+      line="$m round $round:"
+      for mode in off steps whole; do
+        r=$(TERRACE_CALL_PLANS=$mode timeout 100 /tmp/terrace bench $d --tier gpu --steady-calls 300 --quiet \
+              --input $in=$d/test_data_set_0/input_0.pb --expect $on=$d/test_data_set_0/output_0.pb 2>&1)
+        line="$line $mode $(echo "$r" | grep -oE 'median [0-9.]+ ms' | head -1)$(echo "$r" | grep -q 'PASSED' || echo ' NOT-PASSED')"
+      done
+      echo "$line"
+    done
+  done ;;
+esac; done
