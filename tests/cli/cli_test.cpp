@@ -529,7 +529,8 @@ TEST(CliUsage, run_bench_and_conformance_end_with_passed_or_failed) {
 TEST(CliUsage, run_writes_its_outputs_as_tensor_protos) {
   if (!have_test_data()) GTEST_SKIP() << "libonnx-testdata is not installed";
   fs::path dir = scratch() / "outputs" / "nested";
-  Result r = terrace("run " + kRelu + " --input x=" + kRelu + "/test_data_set_0/input_0.pb --output-dir " + dir.string());
+  Result r = terrace("run " + kRelu + " --input x=" + kRelu + "/test_data_set_0/input_0.pb --output-format pb --output-dir " +
+                     dir.string());
   ASSERT_EQ(r.code, 0) << show(r);
   ASSERT_TRUE(fs::is_regular_file(dir / "output_0.pb")) << show(r);
   terrace::Tensor got = terrace::load_tensor_pb((dir / "output_0.pb").string());
