@@ -218,7 +218,9 @@ TimedRun timed_run(const BenchArgs& b, Options options, int64_t calls, int64_t s
     std::snprintf(last, sizeof last, "last call %.3f ms", session->last_call().ms);
     progress.update(++c, last);
   };
-  if (duration_s > 0) call_concurrently(b.concurrency, [&](int64_t) { return ms_since(start) < duration_s * 1e3; }, call, done);
+  // At least one call however short the duration: the report reads the first.
+  auto in_time = [&](int64_t started) { return started == 0 || ms_since(start) < duration_s * 1e3; };
+  if (duration_s > 0) call_concurrently(b.concurrency, in_time, call, done);
   else call_concurrently(b.concurrency, [&](int64_t started) { return started < calls; }, call, done);
   auto extra = std::chrono::steady_clock::now();
   call_concurrently(b.concurrency, [&](int64_t) { return steady_calls > 0 && warming(c) && ms_since(extra) < 300e3; },
