@@ -470,8 +470,11 @@ void Progress::update(int64_t done, const std::string& what) {
   if (now < 1000 || now - shown_ms_ < 250) return;
   shown_ms_ = now;
   char head[160];
-  std::snprintf(head, sizeof head, "%s: %lld/%lld, %.1f s elapsed", label_.c_str(), (long long)done,
-                (long long)total_, now / 1000);
+  if (total_ > 0)
+    std::snprintf(head, sizeof head, "%s: %lld/%lld, %.1f s elapsed", label_.c_str(), (long long)done,
+                  (long long)total_, now / 1000);
+  else  // work bounded by time, not count (bench --duration)
+    std::snprintf(head, sizeof head, "%s: %lld, %.1f s elapsed", label_.c_str(), (long long)done, now / 1000);
   std::string line = std::string(head) + (what.empty() ? "" : ", " + what);
   if (line.size() > 110) line = line.substr(0, 107) + "...";
   const size_t pad = width_ > line.size() ? width_ - line.size() : 0;

@@ -130,7 +130,7 @@ void print_status_line(const std::string& command, bool passed);
 // line is erased when the object goes.
 class Progress {
  public:
-  Progress(std::string label, int64_t total);
+  Progress(std::string label, int64_t total);  // total 0: not known (work bounded by time)
   ~Progress();
   // `done` of the total; `what` says what was done last ("last 3.2 ms", a test's name).
   void update(int64_t done, const std::string& what);

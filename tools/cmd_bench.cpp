@@ -7,6 +7,8 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <mutex>
+#include <thread>
 #if defined(__GLIBC__)
 #include <malloc.h>
 #endif
@@ -18,6 +20,7 @@
 #include "tools/cli_util.h"
 #include "tools/fp64_reference.h"
 #include "tools/json_out.h"
+#include "tools/tensor_files.h"
 
 #ifndef TERRACE_SOURCE_DIR
 #define TERRACE_SOURCE_DIR "."
@@ -32,15 +35,33 @@ struct BenchArgs {
   int64_t baseline_calls = -1;  // -1: min(calls, 20)
   int64_t steady_calls = 0;     // calls to run after the warm-up, beyond --calls if need be
   int64_t batch = 0;            // 0: not given, random inputs get batch 1
+  double duration_s = 0;        // > 0: call for this long instead of --calls times
+  int64_t concurrency = 1;      // threads calling the one session at once
   bool quiet = false;
-  std::vector<std::pair<std::string, std::string>> input_files, expect_files;
+  std::vector<std::pair<std::string, std::string>> expect_files;
+  ParsedArgs args;  // --input's files are read against the model's graph, once it is loaded
   Options options = Options::from_env();
 };
+
+// --duration's value: seconds above 0, "2.5" or "2.5s".
+double parse_duration(const std::string& text) {
+  char* end = nullptr;
+  const double s = std::strtod(text.c_str(), &end);
+  const bool ok = !text.empty() && end != text.c_str() && (*end == 0 || (end[0] == 's' && end[1] == 0));
+  if (!ok || !std::isfinite(s) || s <= 0 || s > 1e6)
+    throw UsageError{"--duration expects seconds above 0 (such as 10 or 2.5), got '" + text + "'"};
+  return s;
+}
 
 BenchArgs parse_bench_args(const ParsedArgs& args) {
   BenchArgs b;
   b.model = args.operands[0];
+  b.args = args;
   if (auto v = args.get("--calls")) b.calls = parse_positive("--calls", *v);
+  if (auto v = args.get("--duration")) b.duration_s = parse_duration(*v);
+  if (args.get("--calls") && args.get("--duration"))
+    throw UsageError{"--calls and --duration both say how long to run: give one"};
+  if (auto v = args.get("--concurrency")) b.concurrency = parse_positive("--concurrency", *v);
   if (auto v = args.get("--steady-calls")) b.steady_calls = parse_count("--steady-calls", *v);
   if (auto v = args.get("--baseline-calls")) b.baseline_calls = parse_positive("--baseline-calls", *v);
   if (auto v = args.get("--batch")) b.batch = parse_positive("--batch", *v);
@@ -48,7 +69,6 @@ BenchArgs parse_bench_args(const ParsedArgs& args) {
   if (auto v = args.get("--tier")) b.options.max_tier = parse_tier(*v), asked = true;
   b.options.max_tier = effective_tier("bench", b.options.max_tier, asked);
   apply_session_options(args, b.options);
-  b.input_files = assignments(args, "--input");
   b.expect_files = assignments(args, "--expect");
   b.json_path = args.get("--json").value_or("");
   b.plot_path = args.get("--plot").value_or("");
@@ -66,16 +86,15 @@ NamedTensors bench_inputs(const Graph& graph, const BenchArgs& b) {
   std::vector<std::pair<std::string, int64_t>> dims;
   if (b.batch > 0) dims.emplace_back("batch", b.batch);
   check_dim_names(graph, dims, "--batch");
-  for (auto& [name, file] : b.input_files) check_input_name(graph, name);
   for (auto& [name, file] : b.expect_files) {
     bool found = false;
     for (int id : graph.outputs) found = found || graph.values[size_t(id)].name == name;
     if (!found) throw UsageError{"--expect names '" + name + "', which is not a graph output"};
   }
   NamedTensors inputs = random_inputs(graph, 42, dims);
-  for (auto& [name, file] : b.input_files) {
+  for (auto& [name, t] : input_files(b.args, graph)) {
     auto it = std::find_if(inputs.begin(), inputs.end(), [&](auto& p) { return p.first == name; });
-    it->second = load_tensor_pb(file);
+    it->second = t;
   }
   return inputs;
 }
@@ -121,6 +140,7 @@ struct TimedRun {
   std::string report_json;
   int validate_calls = 0;  // shadow-validated calls after each promotion
   double peak_mb = -1;     // the process's peak RSS when the run ended (peak_rss_mb)
+  std::vector<double> done_at_ms;  // when each call ended (from the first call's start), in the order they ended
 };
 
 // The call from which the last region's compiled code was usable; -1 if none was.
@@ -136,17 +156,49 @@ int64_t steady_from(const TimedRun& run) {
   return std::max<int64_t>(1, last_ready(run) + run.validate_calls);
 }
 
-// Loads the model into a new Session (a cold start) and runs it `calls` times; then, while fewer
-// than `steady_calls` of them are steady (or a compile is in flight), more, for at most 5 minutes.
+// Calls `call` from `threads` threads at once (the session is thread-safe) while `more(started)`
+// holds, then `done(outputs)` under one lock. The first error stops every thread and is rethrown.
+void call_concurrently(int64_t threads, const std::function<bool(int64_t)>& more,
+                       const std::function<NamedTensors()>& call, const std::function<void(NamedTensors&)>& done) {
+  std::mutex mu;
+  int64_t started = 0;
+  std::exception_ptr error;
+  auto worker = [&] {
+    for (;;) {
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        if (error || !more(started)) return;
+        ++started;
+      }
+      try {
+        NamedTensors out = call();
+        std::lock_guard<std::mutex> lock(mu);
+        done(out);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(mu);
+        if (!error) error = std::current_exception();
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int64_t t = 1; t < threads; ++t) pool.emplace_back(worker);
+  worker();
+  for (auto& t : pool) t.join();
+  if (error) std::rethrow_exception(error);
+}
+
+// Loads the model into a new Session (a cold start) and runs it `calls` times (or for
+// `duration_s` seconds, when above 0) from b.concurrency threads; then, while fewer than
+// `steady_calls` of them are steady (or a compile is in flight), more, for at most 5 minutes.
 TimedRun timed_run(const BenchArgs& b, Options options, int64_t calls, int64_t steady_calls,
-                   NamedTensors& inputs) {
+                   NamedTensors& inputs, double duration_s = 0) {
   TimedRun run;
   if (options.validate == ValidateMode::First) run.validate_calls = options.validate_calls;
   auto t0 = std::chrono::steady_clock::now();
   auto session = Session::load(b.model, options);
   run.load_ms = ms_since(t0);
   if (inputs.empty()) inputs = bench_inputs(session->graph(), b);
-  Progress progress(std::string("bench ") + tier_name(options.max_tier) + ", calls", calls);
+  Progress progress(std::string("bench ") + tier_name(options.max_tier) + ", calls", duration_s > 0 ? 0 : calls);
   // Tier 2 comes after Options::climb_threshold calls on tier 1: until that many calls have passed
   // with no region changing tier, a region may still be on its way to the GPU.
   const int64_t settle = options.max_tier == Tier::Gpu ? options.climb_threshold + run.validate_calls + 2 : 0;
@@ -155,17 +207,24 @@ TimedRun timed_run(const BenchArgs& b, Options options, int64_t calls, int64_t s
         std::any_of(run.regions.begin(), run.regions.end(), [](auto& r) { return r.state == "compiling"; });
     return compiling || done - last_ready(run) < settle || done - steady_from(run) < steady_calls;
   };
-  int64_t c = 0;
-  auto call = [&] {
-    run.outputs = session->run(inputs);
+  int64_t c = 0;  // calls ended
+  const auto start = std::chrono::steady_clock::now();
+  auto call = [&] { return session->run(inputs); };
+  auto done = [&](NamedTensors& out) {
+    run.outputs = std::move(out);
+    run.done_at_ms.push_back(ms_since(start));
     if (options.max_tier != Tier::Interp) update_regions(run.regions, *session, c);
     char last[48];
     std::snprintf(last, sizeof last, "last call %.3f ms", session->last_call().ms);
     progress.update(++c, last);
   };
-  while (c < calls) call();
+  // At least one call however short the duration: the report reads the first.
+  auto in_time = [&](int64_t started) { return started == 0 || ms_since(start) < duration_s * 1e3; };
+  if (duration_s > 0) call_concurrently(b.concurrency, in_time, call, done);
+  else call_concurrently(b.concurrency, [&](int64_t started) { return started < calls; }, call, done);
   auto extra = std::chrono::steady_clock::now();
-  while (steady_calls > 0 && warming(c) && ms_since(extra) < 300e3) call();
+  call_concurrently(b.concurrency, [&](int64_t) { return steady_calls > 0 && warming(c) && ms_since(extra) < 300e3; },
+                    call, done);
   session->wait_for_compiles();  // compile times of jobs still in flight belong in the report
   run.report_json = session->report_json();
   update_regions(run.regions, *session, c - 1);  // ready_at_call == c: after the run
@@ -176,7 +235,8 @@ TimedRun timed_run(const BenchArgs& b, Options options, int64_t calls, int64_t s
 
 struct Stats {
   int64_t first_call = 0, count = 0;
-  double median = 0, p90 = 0, p99 = 0, mean = 0;
+  double median = 0, p90 = 0, p99 = 0, mean = 0, min = 0, max = 0;
+  double per_s = 0;  // calls ended per second over those calls (with --concurrency, several at once)
 };
 
 // Nearest-rank percentiles over calls [first, end) (as ONNX Runtime's perf test reports them).
@@ -189,8 +249,18 @@ Stats stats_from(const std::vector<double>& ms, int64_t first) {
   std::sort(v.begin(), v.end());
   auto rank = [&](double p) { return v[size_t(std::max(0.0, std::ceil(p * double(v.size())) - 1))]; };
   s.median = rank(0.5), s.p90 = rank(0.9), s.p99 = rank(0.99);
+  s.min = v.front(), s.max = v.back();
   for (double x : v) s.mean += x / double(v.size());
   return s;
+}
+
+// Calls per second from the end of call first - 1 to the end of the last (by when calls ended:
+// with several threads, call indices end out of order).
+double throughput(const TimedRun& run, int64_t first) {
+  const std::vector<double>& at = run.done_at_ms;
+  if (at.empty() || first >= int64_t(at.size())) return 0;
+  const double span = at.back() - (first > 0 ? at[size_t(first - 1)] : 0);
+  return span > 0 ? double(int64_t(at.size()) - first) * 1e3 / span : 0;
 }
 
 std::vector<double> latencies(const std::vector<CallRecord>& calls) {
@@ -279,7 +349,7 @@ std::vector<Check> check_outputs(const BenchArgs& b, const NamedTensors& inputs,
   };
   for (auto& [name, t] : interp)
     checks.push_back(check_output(got, name, t, "interp", [&, name = name] { return exact_of(name); }));
-  for (auto& [name, file] : b.expect_files) checks.push_back(check_output(got, name, load_tensor_pb(file), file));
+  for (auto& [name, file] : b.expect_files) checks.push_back(check_output(got, name, load_tensor_file(file), file));
   return checks;
 }
 
@@ -302,8 +372,10 @@ std::string joined(const std::vector<std::string>& parts) {
 }
 
 Json stats_json(const Stats& s) {
-  return {{"first_call", s.first_call}, {"count", s.count}, {"median_ms", s.median},
-          {"p90_ms", s.p90},           {"p99_ms", s.p99},  {"mean_ms", s.mean}};
+  // median_ms is p50_ms under the name tools/plot_bench.py and bench/compare.py read.
+  return {{"first_call", s.first_call}, {"count", s.count}, {"median_ms", s.median}, {"p50_ms", s.median},
+          {"p90_ms", s.p90},           {"p99_ms", s.p99},  {"min_ms", s.min},        {"max_ms", s.max},
+          {"mean_ms", s.mean},         {"calls_per_s", s.per_s}};
 }
 
 // The whole result as JSON: the schema tools/plot_bench.py and bench/compare.py read.
@@ -317,6 +389,8 @@ std::string result_json(const BenchArgs& b, const NamedTensors& inputs, const Ti
   j["inputs"] = Json::array();
   for (auto& [name, t] : inputs)
     j["inputs"].push_back({{"name", name}, {"dtype", dtype_name(t.dtype())}, {"shape", t.shape()}});
+  j["concurrency"] = b.concurrency;
+  j["duration_s"] = b.duration_s > 0 ? Json(b.duration_s) : Json(nullptr);
   j["load_ms"] = run.load_ms;
   // The model's load and the tiered run, what a process serving the model holds at most (compare.py's
   // column, against ONNX Runtime's process); the interpreter baseline that follows in this process
@@ -369,13 +443,18 @@ void print_timeline(const TimedRun& run) {
   }
 }
 
-void print_summary(const TimedRun& run, const Stats& steady, const Stats& base_steady,
+void print_summary(const BenchArgs& b, const TimedRun& run, const Stats& steady, const Stats& base_steady,
                    std::optional<int64_t> even) {
   std::printf("load %.1f ms, first call %.3f ms, time to first result %.1f ms\n", run.load_ms,
               run.calls[0].ms, run.load_ms + run.calls[0].ms);
-  std::printf("steady state (calls %lld.., n=%lld): median %.3f ms, p90 %.3f ms, p99 %.3f ms\n",
-              (long long)steady.first_call, (long long)steady.count, steady.median, steady.p90, steady.p99);
-  std::printf("interpreter: median %.3f ms (n=%lld); speedup %.2fx\n", base_steady.median,
+  if (b.concurrency > 1 || b.duration_s > 0)
+    std::printf("%lld calls in %.3g s from %lld thread%s\n", (long long)run.calls.size(),
+                run.done_at_ms.empty() ? 0.0 : run.done_at_ms.back() / 1e3, (long long)b.concurrency,
+                b.concurrency > 1 ? "s" : "");
+  std::printf("steady state (calls %lld.., n=%lld): p50 %.3f ms, p90 %.3f ms, p99 %.3f ms, min %.3f ms, max %.3f ms; "
+              "%.1f calls/s\n", (long long)steady.first_call, (long long)steady.count, steady.median, steady.p90,
+              steady.p99, steady.min, steady.max, steady.per_s);
+  std::printf("interpreter: p50 %.3f ms (n=%lld); speedup %.2fx\n", base_steady.median,
               (long long)base_steady.count, base_steady.median / steady.median);
   if (even) std::printf("break-even: call %lld (compile time included)\n", (long long)*even);
   else std::printf("break-even: never within %zu calls (compile time included)\n", run.calls.size());
@@ -404,12 +483,14 @@ const CommandDef kBenchCommand{
     "warm-up timeline, the steady state against the interpreter and the break-even call.",
     {
         {"--calls", "N", "calls to time (default 20)"},
+        {"--duration", "S", "call for S seconds instead of --calls times"},
+        {"--concurrency", "K", "K threads calling the one session at once (default 1); the baseline too"},
         {"--steady-calls", "N", "keep calling until N calls after the warm-up are timed (at most 5 minutes)"},
         {"--baseline-calls", "N", "calls of the interpreter baseline (default min(calls, 20))"},
         {"--tier", "interp|cpu|gpu", "the highest tier regions may be promoted to (default: the highest built)"},
         {"--batch", "N", "the symbolic dim 'batch' of the random inputs (default 1)"},
-        {"--input", "NAME=FILE.pb", "the input NAME from a TensorProto file instead of random values", true},
-        {"--expect", "NAME=FILE.pb", "check output NAME of the last call against a TensorProto file", true},
+        {"--input", "NAME=FILE|FILE.npz", "the input NAME from a .npy or TensorProto .pb file instead of random values; or every input an .npz (numpy.savez) holds", true},
+        {"--expect", "NAME=FILE", "check output NAME of the last call against a .npy or TensorProto .pb file", true},
         {"--json", "FILE", "write the timeline, statistics and report as JSON (tools/plot_bench.py's schema)"},
         {"--plot", "FILE.png", "plot the timeline to FILE.png and FILE.svg (and its JSON next to it)"},
         {"--quiet", nullptr, "no per-call timeline"},
@@ -428,7 +509,7 @@ const CommandDef kBenchCommand{
 int cmd_bench(const ParsedArgs& args) {
   BenchArgs b = parse_bench_args(args);
   NamedTensors inputs;
-  TimedRun run = timed_run(b, b.options, b.calls, b.steady_calls, inputs);
+  TimedRun run = timed_run(b, b.options, b.calls, b.steady_calls, inputs, b.duration_s);
 #if defined(__GLIBC__)
   // The tiered session is gone: its freed heap goes back to the system before the baseline's
   // session loads, so that the process's peak RSS (process_peak_rss_mb) is one session's, not
@@ -442,12 +523,14 @@ int cmd_bench(const ParsedArgs& args) {
   interp.strict = false;
   TimedRun base = b.options.max_tier == Tier::Interp ? run : timed_run(b, interp, b.baseline_calls, 0, inputs);
   Stats steady = stats_from(latencies(run.calls), steady_start(run));
+  steady.per_s = throughput(run, steady.first_call);
   Stats base_steady = stats_from(latencies(base.calls), base.calls.size() > 1 ? 1 : 0);
+  base_steady.per_s = throughput(base, base_steady.first_call);
   auto even = break_even(run, latencies(base.calls), base_steady.median);
   std::vector<Check> checks = check_outputs(b, inputs, run.outputs, base.outputs);
 
   if (!b.quiet) print_timeline(run);
-  print_summary(run, steady, base_steady, even);
+  print_summary(b, run, steady, base_steady, even);
   std::printf("tiers: up to %s allowed; ran on %s\n", tier_name(b.options.max_tier), joined(tiers_ran(run)).c_str());
   bool ok = std::all_of(checks.begin(), checks.end(), [](auto& c) { return c.result.equal; });
   std::printf("check: outputs %s the interpreter%s\n", ok ? "match" : "DIFFER from",

@@ -13,6 +13,8 @@
 #include "tiers/tier_manager.h"
 #include "tools/cli_util.h"
 #include "tools/json_out.h"
+#include "tools/tensor_files.h"
+#include "tools/value_summary.h"
 
 namespace terrace::cli {
 
@@ -22,15 +24,16 @@ const CommandDef kRunCommand{
     "Runs a model (a .onnx file, or a folder holding model.onnx) N times, printing each call's "
     "latency and the tiers it ran on, the session's report and the outputs; checks outputs with --expect.",
     {
-        {"--input", "NAME=FILE.pb", "the input NAME from a TensorProto file", true},
+        {"--input", "NAME=FILE|FILE.npz", "the input NAME from a .npy or TensorProto .pb file; or every input an .npz (numpy.savez) holds", true},
         {"--random-inputs", nullptr, "deterministic random values for every input not given with --input"},
         {"--dim", "SYM=N", "the symbolic dim SYM of the random inputs (default 1)", true},
         {"--repeat", "N", "run N times (default 1)"},
         {"--warm", nullptr, "first, unreported calls until every region has settled on its tier (compiles and validation done; at most 5 minutes)"},
-        {"--expect", "NAME=FILE.pb", "check output NAME against a TensorProto file", true},
+        {"--expect", "NAME=FILE", "check output NAME against a .npy or TensorProto .pb file", true},
         {"--tier", "interp|cpu|gpu", "the highest tier regions may be promoted to (default: the highest built)"},
         {"--json", "FILE", "write the outputs' shapes, the checks and the session's report as JSON"},
-        {"--output-dir", "DIR", "write the last call's outputs as DIR/output_N.pb (TensorProto, ONNX test-data layout)"},
+        {"--output-dir", "DIR", "write the last call's outputs as DIR/NAME.npy (or as --output-format says)"},
+        {"--output-format", "npy|pb", "--output-dir's files: NAME.npy (default), or output_N.pb (TensorProto, ONNX test-data layout)"},
         {"--quiet", nullptr, "no per-call lines and no report"},
         {"--serve", nullptr, "instead of --repeat: read counts of calls from stdin, one a line; run each count and print its calls' times as one JSON line (bench/compare.py --interleave)"},
         kProfileOption,
@@ -51,23 +54,6 @@ std::string model_path(std::string model) {
   // A zoo folder stands for its model.onnx.
   if (std::filesystem::is_directory(model)) model += "/model.onnx";
   return model;
-}
-
-// Writes each output as DIR/output_N.pb, a TensorProto named after the output.
-void write_outputs(const std::string& dir, const NamedTensors& outputs) {
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  TERRACE_CHECK(!ec && std::filesystem::is_directory(dir), IoError, "--output-dir: cannot create '", dir,
-                "': ", ec ? ec.message() : "not a folder");
-  for (size_t i = 0; i < outputs.size(); ++i) {
-    onnx::TensorProto proto;
-    tensor_to_proto(outputs[i].second, &proto, outputs[i].first);
-    std::string bytes;
-    TERRACE_CHECK(proto.SerializeToString(&bytes), IoError, "cannot serialise output '", outputs[i].first, "'");
-    std::string path = (std::filesystem::path(dir) / ("output_" + std::to_string(i) + ".pb")).string();
-    write_text_file(path, bytes);
-    std::printf("wrote %s (output %s)\n", path.c_str(), outputs[i].first.c_str());
-  }
 }
 
 // Calls the session until every region has settled: no compile in flight, and no region's tier,
@@ -133,17 +119,16 @@ void check_expect_names(const Graph& graph, const Assignments& expect_files) {
   }
 }
 
-// The inputs: --random-inputs' values, each replaced (or added) by an --input file.
+// The inputs: --random-inputs' values, each replaced (or added) by an --input file's.
 NamedTensors run_inputs(const Graph& graph, bool random, const std::vector<std::pair<std::string, int64_t>>& dims,
-                        const Assignments& input_files) {
+                        const NamedTensors& files) {
   NamedTensors inputs;
   if (random) inputs = random_inputs(graph, 42, dims);
-  for (auto& [name, file] : input_files) {
-    Tensor t = load_tensor_pb(file);
+  for (auto& [name, t] : files) {
     bool replaced = false;
     for (auto& [n, v] : inputs)
       if (n == name) v = t, replaced = true;
-    if (!replaced) inputs.emplace_back(name, std::move(t));
+    if (!replaced) inputs.emplace_back(name, t);
   }
   return inputs;
 }
@@ -163,7 +148,8 @@ void print_tiers(Tier allowed, std::vector<std::string>& ran) {
 Json outputs_json(const NamedTensors& outputs) {
   Json list = Json::array();
   for (auto& [name, t] : outputs)
-    list.push_back({{"name", name}, {"dtype", dtype_name(t.dtype())}, {"shape", t.shape()}});
+    list.push_back({{"name", name}, {"dtype", dtype_name(t.dtype())}, {"shape", t.shape()},
+                    {"values", summary_json(summarize_values(t))}});
   return list;
 }
 
@@ -180,7 +166,7 @@ bool check_outputs(const Assignments& expect_files, const NamedTensors& outputs,
       checks.push_back({{"output", name}, {"equal", false}, {"message", "no call was made"}});
       continue;
     }
-    Tensor want = load_tensor_pb(file);
+    Tensor want = load_tensor_file(file);
     Comparison c = compare_tensors(want, *got, Tolerance::for_dtype(want.dtype()));
     std::printf("check %s: %s (max abs err %.3g, max rel err %.3g)%s%s\n", name.c_str(),
                 c.equal ? "matches" : "DIFFERS", c.max_abs_err, c.max_rel_err,
@@ -196,7 +182,6 @@ bool check_outputs(const Assignments& expect_files, const NamedTensors& outputs,
 
 int cmd_run(const ParsedArgs& args) {
   const std::string model = model_path(args.operands[0]);
-  auto input_files = assignments(args, "--input");
   auto expect_files = assignments(args, "--expect");
   std::vector<std::pair<std::string, int64_t>> dims;
   for (auto& [n, v] : assignments(args, "--dim")) dims.emplace_back(n, parse_count("--dim " + n, v));
@@ -206,6 +191,8 @@ int cmd_run(const ParsedArgs& args) {
   const std::string output_dir = args.get("--output-dir").value_or("");
   if (args.get("--json") && json_path.empty()) throw UsageError{"--json needs a file name"};
   if (args.get("--output-dir") && output_dir.empty()) throw UsageError{"--output-dir needs a folder name"};
+  const OutputFormat output_format = parse_output_format(args.get("--output-format").value_or("npy"));
+  if (args.get("--output-format") && output_dir.empty()) throw UsageError{"--output-format needs --output-dir"};
   if (!dims.empty() && !random) throw UsageError{"--dim sets the random inputs' dims: it needs --random-inputs"};
   if (args.has("--serve") && args.get("--repeat")) throw UsageError{"--serve reads its counts of calls from stdin: no --repeat"};
   Options options = Options::from_env();
@@ -216,10 +203,9 @@ int cmd_run(const ParsedArgs& args) {
 
   auto session = Session::load(model, options);
   const Graph& graph = session->graph();
-  for (auto& [name, file] : input_files) check_input_name(graph, name);
   check_dim_names(graph, dims);
   check_expect_names(graph, expect_files);
-  const NamedTensors inputs = run_inputs(graph, random, dims, input_files);
+  const NamedTensors inputs = run_inputs(graph, random, dims, input_files(args, graph));
   for (auto& [name, t] : inputs)
     log(LogLevel::Trace, "run: input ", name, ": ", dtype_name(t.dtype()), shape_str(t.shape()));
 
@@ -250,13 +236,14 @@ int cmd_run(const ParsedArgs& args) {
     std::printf("profile: %s (Chrome trace: Perfetto, chrome://tracing)\n", options.profile_file.c_str());
   }
   for (auto& [name, t] : outputs)
-    std::printf("output %s: %s%s\n", name.c_str(), dtype_name(t.dtype()), shape_str(t.shape()).c_str());
+    std::printf("output %s: %s%s  %s\n", name.c_str(), dtype_name(t.dtype()), shape_str(t.shape()).c_str(),
+                summary_text(summarize_values(t)).c_str());
   print_tiers(options.max_tier, ran);
 
   Json checks = Json::array();
   const bool ok = check_outputs(expect_files, outputs, checks);
 
-  if (!output_dir.empty()) write_outputs(output_dir, outputs);
+  if (!output_dir.empty()) write_output_files(output_dir, outputs, output_format);
   if (!json_path.empty()) {
     Json j;
     j["model"] = model;

@@ -13,6 +13,7 @@
 #include "tools/cli_util.h"
 #include "tools/fp64_reference.h"
 #include "tools/json_out.h"
+#include "tools/tensor_files.h"
 
 namespace terrace::cli {
 
@@ -27,7 +28,7 @@ const CommandDef kValidateCommand{
     {
         {"--tier", "interp|cpu|gpu|all", "the tiers to check (default all: every tier this build has)"},
         {"--calls", "N", "calls per tier (default: the promotion threshold plus the validated calls, plus one; as many again for tier 2 to climb to when it is checked)"},
-        {"--input", "NAME=FILE.pb", "the input NAME from a TensorProto file (the same for every call)", true},
+        {"--input", "NAME=FILE|FILE.npz", "the input NAME from a .npy or TensorProto .pb file, or every input an .npz (numpy.savez) holds (the same for every call)", true},
         {"--random-inputs", nullptr, "random values for every input not given with --input (a new draw per call)"},
         {"--dim", "SYM=N", "the symbolic dim SYM of the random inputs (default 1)", true},
         {"--json", "FILE", "write the per-tier, per-output results as JSON"},
@@ -307,8 +308,7 @@ int cmd_validate(const ParsedArgs& args) {
   if (args.get("--json") && json_path.empty()) throw UsageError{"--json needs a file name"};
   std::vector<std::pair<std::string, int64_t>> dims;
   for (auto& [n, v] : assignments(args, "--dim")) dims.emplace_back(n, parse_count("--dim " + n, v));
-  auto input_files = assignments(args, "--input");
-  if (!dims.empty() && !input_files.empty() && !args.has("--random-inputs"))
+  if (!dims.empty() && args.has("--input") && !args.has("--random-inputs"))
     throw UsageError{"--dim sets the random inputs' dims: it needs --random-inputs"};
   std::vector<TierResult> tiers = tiers_to_check(args);
   const Options base = Options::from_env();
@@ -321,10 +321,8 @@ int cmd_validate(const ParsedArgs& args) {
                               (climbs_to_gpu ? base.climb_threshold + base.validate_calls + 1 : 0);
 
   std::shared_ptr<const Graph> graph = load_onnx_file(model).graph;
-  for (auto& [name, file] : input_files) check_input_name(*graph, name);
   check_dim_names(*graph, dims);
-  std::vector<std::pair<std::string, Tensor>> files;
-  for (auto& [name, file] : input_files) files.emplace_back(name, load_tensor_pb(file));
+  const NamedTensors files = input_files(args, *graph);
   std::vector<NamedTensors> inputs;
   for (int64_t c = 0; c < calls; ++c) inputs.push_back(call_inputs(*graph, args, c, files, dims));
 
