@@ -32,8 +32,8 @@ const CommandDef kRunCommand{
         {"--expect", "NAME=FILE", "check output NAME against a .npy or TensorProto .pb file", true},
         {"--tier", "interp|cpu|gpu", "the highest tier regions may be promoted to (default: the highest built)"},
         {"--json", "FILE", "write the outputs' shapes, the checks and the session's report as JSON"},
-        {"--output-dir", "DIR", "write the last call's outputs as DIR/NAME.npy (or as --output-format says)"},
-        {"--output-format", "npy|pb", "--output-dir's files: NAME.npy (default), or output_N.pb (TensorProto, ONNX test-data layout)"},
+        {"--output-dir", "DIR", "write the last call's outputs as DIR/output_N.pb (or as --output-format says)"},
+        {"--output-format", "pb|npy", "--output-dir's files: output_N.pb (default: TensorProto, ONNX test-data layout), or NAME.npy"},
         {"--quiet", nullptr, "no per-call lines and no report"},
         {"--serve", nullptr, "instead of --repeat: read counts of calls from stdin, one a line; run each count and print its calls' times as one JSON line (bench/compare.py --interleave)"},
         kProfileOption,
@@ -191,7 +191,7 @@ int cmd_run(const ParsedArgs& args) {
   const std::string output_dir = args.get("--output-dir").value_or("");
   if (args.get("--json") && json_path.empty()) throw UsageError{"--json needs a file name"};
   if (args.get("--output-dir") && output_dir.empty()) throw UsageError{"--output-dir needs a folder name"};
-  const OutputFormat output_format = parse_output_format(args.get("--output-format").value_or("npy"));
+  const OutputFormat output_format = parse_output_format(args.get("--output-format").value_or("pb"));
   if (args.get("--output-format") && output_dir.empty()) throw UsageError{"--output-format needs --output-dir"};
   if (!dims.empty() && !random) throw UsageError{"--dim sets the random inputs' dims: it needs --random-inputs"};
   if (args.has("--serve") && args.get("--repeat")) throw UsageError{"--serve reads its counts of calls from stdin: no --repeat"};

@@ -62,7 +62,7 @@ terrace::Tensor read_npy(const fs::path& p) { return terrace::cli::tensor_from_n
 
 TEST(CliNumpy, run_reads_a_npy_input_and_writes_each_output_as_name_npy) {
   fs::path dir = scratch() / "npy_out";
-  Result r = terrace("run " + elementwise_model() + " --input x=" + x_npy() + " --output-dir " + dir.string());
+  Result r = terrace("run " + elementwise_model() + " --input x=" + x_npy() + " --output-format npy --output-dir " + dir.string());
   ASSERT_EQ(r.code, 0) << show(r);
   ASSERT_TRUE(fs::is_regular_file(dir / "y.npy")) << show(r);
   EXPECT_NE(r.out.find("wrote " + (dir / "y.npy").string() + " (output y)"), std::string::npos) << show(r);
@@ -82,7 +82,7 @@ TEST(CliNumpy, run_reads_a_npy_input_and_writes_each_output_as_name_npy) {
 
 TEST(CliNumpy, run_takes_every_input_of_an_npz_and_cleans_output_names_into_file_names) {
   fs::path dir = scratch() / "npz_out";
-  Result r = terrace("run " + two_input_model() + " --input " + ab_npz() + " --output-dir " + dir.string());
+  Result r = terrace("run " + two_input_model() + " --input " + ab_npz() + " --output-format npy --output-dir " + dir.string());
   ASSERT_EQ(r.code, 0) << show(r);
   terrace::Tensor sum = read_npy(dir / "out_sum.npy"), diff = read_npy(dir / "out_sum_1.npy");
   EXPECT_EQ(sum.data<float>()[5], 66);
@@ -159,7 +159,7 @@ TEST(CliNumpy, validate_and_bench_take_npz_inputs_and_npy_expectations) {
   Result v = terrace("validate " + elementwise_model() + " --input " + x_npz + " --tier interp");
   EXPECT_EQ(v.code, 0) << show(v);
   fs::path dir = scratch() / "bench_expect";
-  ASSERT_EQ(terrace("run " + elementwise_model() + " --input " + x_npz + " --output-dir " + dir.string()).code, 0);
+  ASSERT_EQ(terrace("run " + elementwise_model() + " --input " + x_npz + " --output-format npy --output-dir " + dir.string()).code, 0);
   Result b = terrace("bench " + elementwise_model() + " --calls 3 --quiet --input " + x_npz + " --expect y=" +
                      (dir / "y.npy").string());
   EXPECT_EQ(b.code, 0) << show(b);
