@@ -37,25 +37,22 @@ print("  last 30 calls:", dict(collections.Counter("+".join(c["tiers"]) for c in
 PY
   done
   (cd "$out" && tar czf runs.tgz run_*.txt run_*.json 2>/dev/null; rm -f run_*.txt run_*.json) ;;
-hot)  # each region's GPU time: launches made synchronous, host spans then cover the kernels
+hot)  # each region's device time (TERRACE_DEVICE_TIMING: events around every region, step by step)
   wait
-  for m in ${HOT_MODELS:-gpt2 bert}; do
+  for m in ${HOT_MODELS:-gpt2 bert resnet50}; do
     d=/tmp/m/$m; read -r in on < <(io $d)
-    CUDA_LAUNCH_BLOCKING=1 TERRACE_CALL_PLANS=steps TERRACE_PROFILE=/tmp/hot_$m.json timeout 150 /tmp/terrace run $d \
-      --tier gpu --warm --repeat 20 --input $in=$d/test_data_set_0/input_0.pb --json /tmp/hot_$m.report.json \
-      > "$out/hot_$m.txt" 2>&1
-    python3 - /tmp/hot_$m.json /tmp/hot_$m.report.json "$m" <<'PY'
-import json, sys, collections
-t = json.load(open(sys.argv[1])); r = json.load(open(sys.argv[2])); r = r.get("report", r)
-ops = {x["id"]: x["ops"] for x in r["regions"]}
-dur = collections.defaultdict(list)
-for e in t["traceEvents"]:
-    if e.get("cat") == "region" and e.get("args", {}).get("tier") == "gpu":
-        dur[int(e["name"].split()[-1])].append(e["dur"] / 1000.0)
-med = {k: sorted(v)[len(v) // 2] for k, v in dur.items()}
-print(sys.argv[3], "regions on gpu", len(med), "sum of medians %.3f ms" % sum(med.values()))
-for k, v in sorted(med.items(), key=lambda kv: -kv[1])[:8]:
-    print("  region %d %.3f ms x%d: %s" % (k, v, len(dur[k]), ops.get(k, "?")[:150]))
+    TERRACE_DEVICE_TIMING=1 TERRACE_CALL_PLANS=steps timeout 150 /tmp/terrace run $d --tier gpu --warm --repeat 20 \
+      --input $in=$d/test_data_set_0/input_0.pb --json /tmp/hot_$m.json > "$out/hot_$m.txt" 2>&1
+    python3 - /tmp/hot_$m.json "$m" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1])); r = r.get("report", r)
+regs = [x for x in r["regions"] if x.get("device_ms")]
+print(sys.argv[2], "regions timed", len(regs), "sum of device ms %.3f" % sum(x["device_ms"] for x in regs))
+by_ops = {}
+for x in regs:
+    k = x["ops"][:70]; by_ops.setdefault(k, []).append(x["device_ms"])
+for k, v in sorted(by_ops.items(), key=lambda kv: -sum(kv[1]))[:10]:
+    print("  %7.3f ms in %3d regions (%.4f each): %s" % (sum(v), len(v), sum(v) / len(v), k))
 PY
   done ;;
 bench)

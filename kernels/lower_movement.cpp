@@ -136,11 +136,14 @@ Expr add_terms(Expr base, const std::vector<std::pair<Expr, int64_t>>& terms) {
   return base;
 }
 // The transpose: the source is contiguous along dim k, the target along the last dim J. Each
-// parallel item is a band of kBlock along k that walks J in kBlock x kBlock blocks, each block
-// fully unrolled (kBlock^2 loads, then the stores): LLVM's SLP vectoriser turns it into row loads,
-// shuffles and row stores. [64,768,768] perm (0,2,1), float32, 2 threads, output reused: 26-28 ms
-// against 72-76 ms for 32 x 32 tiles moved element by element (the interpreter's scheme).
-constexpr int64_t kBlock = 8;
+// parallel item is a band of kBlock along k that walks a group of kBlock x kBlock blocks along J,
+// each block fully unrolled (kBlock^2 loads, then the stores): LLVM's SLP vectoriser turns it into
+// row loads, shuffles and row stores. [64,768,768] perm (0,2,1), float32, 2 threads, output reused:
+// 26-28 ms against 72-76 ms for 32 x 32 tiles moved element by element (the interpreter's scheme).
+// Where the bands alone are few, the blocks of a band are split into groups (a divisor of their
+// count) until there are kMinItems items: a GPU runs each item on a thread of its own, and
+// BERT's [128,768] -> [768,128] in whole bands gave it 96 threads (135 us on an H200).
+constexpr int64_t kBlock = 8, kMinItems = 4096;
 
 LoweredFunc tiled_copy(LoweredFunc f, const CopyPlan& p, size_t k, const View& from, const View& to) {
   const Buffer& src = f.buffers[0];
@@ -153,10 +156,24 @@ LoweredFunc tiled_copy(LoweredFunc f, const CopyPlan& p, size_t k, const View& f
   const int64_t kbands = (K + kBlock - 1) / kBlock, jblocks = J / kBlock;
   int64_t outer_count = 1;
   for (size_t d : outer) outer_count *= p.shape[d];
+  int64_t group = jblocks;  // blocks per item: the largest divisor of jblocks that gives enough items
+  while (group > 1 && outer_count * kbands * (jblocks / group) < kMinItems) {
+    int64_t g = group - 1;
+    while (g > 1 && jblocks % g != 0) --g;
+    group = g;
+  }
+  const int64_t jgroups = jblocks / group;
 
+  // One group (the bands are enough): the loops' bounds stay constants, as the CPU's code wants.
+  const bool grouped = jgroups > 1;
   std::vector<std::pair<std::string, Expr>> lets;
-  lets.push_back({"kt", Binary::make(BinaryOp::Mod, var("item"), make_index(kbands))});
-  Expr rest = var("item") / make_index(kbands);
+  if (grouped) {
+    lets.push_back({"jg", Binary::make(BinaryOp::Mod, var("item"), make_index(jgroups))});
+    lets.push_back({"band", var("item") / make_index(jgroups)});
+  }
+  const Expr band = grouped ? var("band") : var("item");
+  lets.push_back({"kt", Binary::make(BinaryOp::Mod, band, make_index(kbands))});
+  Expr rest = band / make_index(kbands);
   std::vector<std::pair<Expr, int64_t>> src_terms, dst_terms;
   for (size_t n = outer.size(); n-- > 0;) {
     size_t d = outer[n];
@@ -171,17 +188,25 @@ LoweredFunc tiled_copy(LoweredFunc f, const CopyPlan& p, size_t k, const View& f
     dst_terms.push_back({idx, p.to[d]});
   }
   lets.push_back({"k0", var("kt") * make_index(kBlock)});
+  if (grouped) lets.push_back({"jb", var("jg") * make_index(group)});  // the group's first block
+  const Expr jb = grouped ? var("jb") : make_index(0);
   lets.push_back({"sb", add_terms(make_index(from.base), src_terms) + var("k0")});
   lets.push_back({"db", add_terms(make_index(to.base), dst_terms) + term(var("k0"), dk)});
 
   // Element (kk, j) of the band, kk counted from k0, moved one by one (the edges).
-  auto move_range = [&](Expr k_end, Expr j_begin, int64_t j_end) {
+  auto move_range = [&](Expr k_end, Expr j_begin, Expr j_end) {
     Stmt move = Store::make(dst, var("db") + term(var("kk"), dk) + var("j"),
                             Load::make(src, var("sb") + var("kk") + term(var("j"), sj)));
-    Stmt inner = For::make("j", j_begin, make_index(j_end), ForKind::Serial, move);
+    Stmt inner = For::make("j", j_begin, j_end, ForKind::Serial, move);
     return For::make("kk", make_index(0), k_end, ForKind::Serial, inner);
   };
-  // A full band: unrolled blocks, then the columns past the last whole block.
+  // The group's columns, and past the last whole block the columns left (the last group's).
+  const Expr j_first = grouped ? jb * make_index(kBlock) : make_index(0);
+  const Expr j_past = grouped ? (jb + make_index(group)) * make_index(kBlock) : make_index(jblocks * kBlock);
+  auto in_last_group = [&](Stmt s, Stmt otherwise = Stmt()) {
+    return grouped ? IfThenElse::make(cmp(CmpOp::EQ, var("jg"), make_index(jgroups - 1)), s, otherwise) : s;
+  };
+  // A full band: its group's unrolled blocks, then the columns past the last whole block.
   std::vector<Stmt> loads_then_stores;
   for (int64_t b = 0; b < kBlock; ++b)
     for (int64_t a = 0; a < kBlock; ++a)
@@ -195,16 +220,22 @@ LoweredFunc tiled_copy(LoweredFunc f, const CopyPlan& p, size_t k, const View& f
   block = LetStmt::make("j0", var("jt") * make_index(kBlock),
                         LetStmt::make("sj0", var("sb") + term(var("j0"), sj),
                                       LetStmt::make("dj", var("db") + var("j0"), block)));
-  std::vector<Stmt> full = {For::make("jt", make_index(0), make_index(jblocks), ForKind::Serial, block)};
-  if (J % kBlock != 0) full.push_back(move_range(make_index(kBlock), make_index(jblocks * kBlock), J));
+  const Expr jt_end = grouped ? jb + make_index(group) : make_index(jblocks);
+  std::vector<Stmt> full = {For::make("jt", jb, jt_end, ForKind::Serial, block)};
+  if (J % kBlock != 0)
+    full.push_back(in_last_group(move_range(make_index(kBlock), make_index(jblocks * kBlock), make_index(J))));
   Stmt body = Block::make(std::move(full));
-  if (K % kBlock != 0)  // the last band is narrower
-    body = IfThenElse::make(cmp(CmpOp::LE, var("k0") + make_index(kBlock), make_index(K)), body,
-                            move_range(make_index(K) - var("k0"), make_index(0), J));
+  if (K % kBlock != 0) {  // the last band is narrower
+    const Expr k_left = make_index(K) - var("k0");
+    Stmt narrow = J % kBlock == 0 ? move_range(k_left, j_first, j_past)
+                                  : in_last_group(move_range(k_left, j_first, make_index(J)),
+                                                  move_range(k_left, j_first, j_past));
+    body = IfThenElse::make(cmp(CmpOp::LE, var("k0") + make_index(kBlock), make_index(K)), body, narrow);
+  }
   for (auto it = lets.rbegin(); it != lets.rend(); ++it) body = LetStmt::make(it->first, it->second, body);
   f.body = For::make("item", var("begin"), var("end"), ForKind::Parallel, body);
-  f.parallel_extent = outer_count * kbands;
-  f.work_per_iteration = kBlock * J;
+  f.parallel_extent = outer_count * kbands * jgroups;
+  f.work_per_iteration = kBlock * kBlock * group;
   verify(f);
   return f;
 }

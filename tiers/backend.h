@@ -41,6 +41,10 @@ class CompiledRegion {
   // version takes host or device inputs and returns device tensors (Tensor::on_device); the tier
   // manager gives every other consumer host tensors.
   std::atomic<int64_t> transfers{0};
+  // The device's own time for the version's work, summed over the calls timed (tier 2 times each
+  // call with events when $TERRACE_DEVICE_TIMING=1, which synchronises every region: a profiling
+  // mode; 0 calls otherwise).
+  std::atomic<int64_t> device_ns{0}, device_calls{0};
   // Drops the version's entries in the disk code cache once validation found it wrong, so that
   // the next process compiles it again instead of loading the same wrong code.
   virtual void forget_cached() {}

@@ -325,7 +325,7 @@ std::string Session::report_json() const {
         .field("state", r.state).field("calls", r.calls).field("total_ms", r.total_ms).field("compile_ms", r.compile_ms)
         .field("promoted_at_call", r.promoted_at_call).field("deopts", r.deopts)
         .field("guard_failures", r.guard_failures).field("validation", r.validation)
-        .field("transfers", r.transfers).field("climb", r.climb)
+        .field("transfers", r.transfers).field("device_ms", r.device_ms).field("climb", r.climb)
         .field("rechecks", r.rechecks).field("versions", r.versions).end_object();
   }
   j.end_array();

@@ -247,6 +247,8 @@ std::vector<RegionReport> TierManager::Core::report() const {
     r.rechecks = st.rechecks;
     for (const auto& v : *st.load()) {
       r.transfers += v->code->transfers.load();
+      if (const int64_t n = v->code->device_calls.load())
+        r.device_ms = std::max(r.device_ms, double(v->code->device_ns.load()) / 1e6 / double(n));
       if (!v->demoted) {
         r.tier = std::max(r.tier, v->tier);
         ++r.versions;

@@ -52,6 +52,7 @@ struct RegionReport {
   std::string state;                        // "interpreting", "compiling", "compiled", "stopped: ..."
   int versions = 0;
   int64_t transfers = 0;  // tensors copied between host and device by the region's versions (tier 2)
+  double device_ms = 0;   // the mean device time of its timed calls (CompiledRegion::device_ns), 0: none
   std::string climb;      // why a region with a compiled version is not on the next tier up ("" when it is, or none)
 };
 

@@ -220,3 +220,24 @@ TEST(MovementRegions, single_element_gather_and_gather_elements_check_run_time_i
 
 }  // namespace
 }  // namespace terrace
+
+namespace terrace {
+namespace {
+
+// Transposes whose tiled copy has every kind of edge (K and J multiples of its 8 x 8 block or not,
+// an outer dim around them): each block is a parallel item, the narrow last ones moved one by one.
+TEST(MovementRegions, transposes_with_every_edge_of_the_tiled_copy_match_the_interpreter) {
+  for (const Shape& shape : {Shape{16, 24}, Shape{13, 24}, Shape{16, 21}, Shape{13, 21}, Shape{3, 9, 17}, Shape{2, 8, 8}}) {
+    GraphBuilder g;
+    int x = g.input("x", DType::Float32, shape);
+    std::vector<int64_t> perm(shape.size());
+    for (size_t d = 0; d < perm.size(); ++d) perm[d] = int64_t(d);
+    std::swap(perm[perm.size() - 2], perm.back());
+    g.output(g.node(Op::Neg, {g.node(Op::Transpose, {x}, {{"perm", GraphBuilder::attr_ints(perm)}})}));
+    SCOPED_TRACE(shape_str(shape));
+    expect_one_compiled_region_matching_interpreter(g.build(), {{"x", random_tensor(shape, 41)}}, "Transpose,Neg");
+  }
+}
+
+}  // namespace
+}  // namespace terrace

@@ -19,6 +19,7 @@
 #include <mutex>
 #include <optional>
 
+#include "interp/env_flag.h"
 #include "interp/log.h"
 #include "jit/code_cache.h"
 #include "jit/cpu/cpu_jit.h"
@@ -197,7 +198,9 @@ class GpuRegion : public CompiledRegion, public CapturableRegion {
     bind_outputs_and_intermediates(
         b, [&](DType dtype, const Shape& shape) { return recycler_->tensor(dtype, shape); }, arena_.ptr());
     Device device{*this, b, *stream_};
+    if (timing_) timing_->first.record(*stream_);
     run_program(steps_, device);
+    if (timing_) time_call();
     if (!checks_.empty()) read_checks(b);
     std::vector<Tensor> out = outputs(b);
     if (perturb_) perturb(out);
@@ -354,6 +357,14 @@ class GpuRegion : public CompiledRegion, public CapturableRegion {
     return out;
   }
 
+  // TERRACE_DEVICE_TIMING: this call's work between the two events, counted (waits for it).
+  void time_call() {
+    timing_->second.record(*stream_);
+    timing_->second.synchronize();
+    device_ns += int64_t(1e6 * double(jit::cuda::Event::elapsed_ms(timing_->first, timing_->second)));
+    ++device_calls;
+  }
+
   // The run-time index checks' words: read back, so this call waits (which also surfaces a
   // kernel's fault, an illegal address, as an Error).
   void read_checks(const Bound& b) {
@@ -399,6 +410,9 @@ class GpuRegion : public CompiledRegion, public CapturableRegion {
   std::shared_ptr<jit::cuda::Stream> stream_;
   jit::cuda::PinnedBuffer pinned_, check_words_;
   std::optional<jit::cuda::Event> staged_;  // recorded after the last call's copies out of pinned_
+  std::unique_ptr<std::pair<jit::cuda::Event, jit::cuda::Event>> timing_ =
+      env_flag("TERRACE_DEVICE_TIMING", false) ? std::make_unique<std::pair<jit::cuda::Event, jit::cuda::Event>>()
+                                               : nullptr;
   std::vector<bool> constant_;
   // Per constant input: its device copy and the host data it was copied from.
   std::vector<Tensor> resident_;
