@@ -232,6 +232,9 @@ class ConvChain : public DnnlPrimitive {
       if (s.in_reorder) {  // a chain input, from plain NCHW
         src = memory(s.src, cpu_engine(), thread_buffer(n_slots_ + 1 + k, s.src.get_size()));
         (*s.in_reorder)(wrap(s.in_user, in[size_t(s.x)]), src, s.threads);
+      } else if (s.step_reorder) {  // an earlier step's result, in another layout
+        src = memory(s.src, cpu_engine(), thread_buffer(n_slots_ + 1 + k, s.src.get_size()));
+        (*s.step_reorder)(result[size_t(s.x_step)], src, s.threads);
       } else {
         src = s.x >= 0 ? wrap(s.src, in[size_t(s.x)]) : result[size_t(s.x_step)];
       }
@@ -279,6 +282,7 @@ class ConvChain : public DnnlPrimitive {
     int x_step = -1;             // the step whose result is x
     memory::desc in_user;        // x, a chain input, in plain NCHW
     std::optional<Reorder> in_reorder;  // ... into the primitive's source layout
+    std::optional<Reorder> step_reorder;  // x, step x_step's result, into the source layout (is_reference)
     Shape x_shape, w_shape, out_shape;
     // In order after the convolution: an activation, or a sum (activation None) of chain input
     // `sum_input` or of step `sum_step`'s result.
@@ -424,31 +428,39 @@ class ConvChain : public DnnlPrimitive {
     const memory::desc src = s.x < 0 ? steps_[size_t(s.x_step)].dst : plain_edges ? plain(dims_of(s.x_shape)) : any(dims_of(s.x_shape));
     const memory::desc dst = plain_edges ? plain(dims_of(s.out_shape)) : any(dims_of(s.out_shape));
     const Tensor* constant_w = size_t(s.w) < constants.size() ? constants[size_t(s.w)] : nullptr;
-    auto pd = building(s.node, s.threads, "primitive", [&] {
-      const memory::desc weights = any(w);
-      dnnl::convolution_forward::desc d =
-          s.b >= 0 ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
-                                                     dnnl::algorithm::convolution_direct, src, weights, s.bias, dst,
-                                                     strides, dil, pad_l, pad_r)
-                   : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
-                                                     dnnl::algorithm::convolution_direct, src, weights, dst, strides,
-                                                     dil, pad_l, pad_r);
-      dnnl::post_ops post;
-      for (const DnnlActivation& a : s.post) {
-        if (a.kind == DnnlActivation::Kind::None) post.append_sum(1.0f);  // dst = conv + dst, dst holding the addend
-        else append_activation(post, a);
-      }
-      dnnl::primitive_attr attr = user_scratchpad();
-      attr.set_post_ops(post);
-      return dnnl::convolution_forward::primitive_desc(d, attr, cpu_engine());
-    });
+    auto primitive = [&](const memory::desc& src, const memory::desc& dst) {
+      return building(s.node, s.threads, "primitive", [&] {
+        const memory::desc weights = any(w);
+        dnnl::convolution_forward::desc d =
+            s.b >= 0 ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
+                                                       dnnl::algorithm::convolution_direct, src, weights, s.bias, dst,
+                                                       strides, dil, pad_l, pad_r)
+                     : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
+                                                       dnnl::algorithm::convolution_direct, src, weights, dst, strides,
+                                                       dil, pad_l, pad_r);
+        dnnl::post_ops post;
+        for (const DnnlActivation& a : s.post) {
+          if (a.kind == DnnlActivation::Kind::None) post.append_sum(1.0f);  // dst = conv + dst, dst holding the addend
+          else append_activation(post, a);
+        }
+        dnnl::primitive_attr attr = user_scratchpad();
+        attr.set_post_ops(post);
+        return dnnl::convolution_forward::primitive_desc(d, attr, cpu_engine());
+      });
+    };
+    auto pd = primitive(src, dst);
+    // oneDNN's reference code for the layouts given (a grouped convolution reading the NHWC its
+    // producer wrote: 10-50 ms against well under 1 on RegNet's): the layouts it picks itself,
+    // with a reorder from the producer's, where that gets an optimised implementation.
+    if (is_reference(pd) && (src != any(dims_of(s.x_shape)) || dst != any(dims_of(s.out_shape))))
+      if (auto free = primitive(any(dims_of(s.x_shape)), any(dims_of(s.out_shape))); !is_reference(free)) pd = free;
     s.conv = dnnl::convolution_forward(pd);
     s.scratch = pd.scratchpad_desc();
     s.src = pd.src_desc();
     s.dst = pd.dst_desc();
     s.w_desc = pd.weights_desc();
-    TERRACE_CHECK(s.x >= 0 || s.src == steps_[size_t(s.x_step)].dst, Internal, s.node.describe(),
-                  ": oneDNN chose another source layout than its producer's");
+    if (s.x < 0 && s.src != steps_[size_t(s.x_step)].dst)
+      s.step_reorder = make_reorder(s.node, steps_[size_t(s.x_step)].dst, s.src, s.threads);
     build_input_reorders(s);
     build_step_weights(s, g, constant_w);
     s.text = "convolution_forward (" + s.node.describe() + ", " +

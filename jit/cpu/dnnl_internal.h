@@ -14,6 +14,13 @@
 
 namespace terrace::jit::dnnl_detail {
 
+// True when oneDNN picked its reference implementation ("ref:any"; "simple:" is its reference for
+// reorders), which runs compute one element at a time: tens of times slower than its JIT kernels.
+inline bool is_reference(const dnnl::primitive_desc_base& pd) {
+  const std::string impl = pd.impl_info_str();
+  return impl.rfind("ref", 0) == 0;
+}
+
 using dnnl::memory;
 
 // A stream and a scratchpad buffer per calling thread (calls may come from several threads at
