@@ -63,6 +63,11 @@ PySession::PySession(py::object model, std::optional<std::string> tier, std::opt
   }
 }
 
+PySession::~PySession() {
+  py::gil_scoped_release nogil;
+  session_.reset();
+}
+
 std::vector<size_t> PySession::select_outputs(py::handle output_names) const {
   std::vector<size_t> wanted;
   if (output_names.is_none()) {

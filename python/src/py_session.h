@@ -22,6 +22,8 @@ class PySession {
   // environment says (Options::from_env). InvalidArgument for a value outside these.
   PySession(pybind11::object model, std::optional<std::string> tier, std::optional<std::string> mode,
             std::optional<int> threads);
+  // Lets the GIL go while the session ends: it may wait for a compile in flight (Options::compile_wait_ms).
+  ~PySession();
 
   // The outputs named (None: all, in the model's order) for the feed {name: array}. Thread-safe.
   pybind11::list run(pybind11::object output_names, pybind11::dict feed);
