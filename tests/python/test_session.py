@@ -176,6 +176,32 @@ class InferenceSessionTest(unittest.TestCase):
             t.join()
         self.assertEqual(errors, [])
 
+    def test_run_lets_other_threads_hold_the_gil(self):
+        f = TensorProto.FLOAT
+        model = make_model([helper.make_node("MatMul", ["a", "a"], ["y"])],
+                           [helper.make_tensor_value_info("a", f, [512, 512])],
+                           [helper.make_tensor_value_info("y", f, [512, 512])])
+        sess = terrace.InferenceSession(model, tier="interp", threads=1)
+        a = np.ones((512, 512), np.float32)
+        count, stop = [0], threading.Event()
+
+        def counter():
+            while not stop.is_set():
+                count[0] += 1
+
+        t = threading.Thread(target=counter)
+        t.start()
+        try:
+            ticks = []
+            for _ in range(3):
+                before = count[0]
+                sess.run(None, {"a": a})  # tens of ms: the counter runs only if the GIL is let go
+                ticks.append(count[0] - before)
+        finally:
+            stop.set()
+            t.join()
+        self.assertGreater(max(ticks), 1000, ticks)
+
     def test_report_and_explain(self):
         self.sess.run(None, self.feed())
         self.assertTrue(self.sess.wait_until_settled(timeout=60))
