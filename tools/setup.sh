@@ -10,6 +10,7 @@ pkgs=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev nlohmann-json3-dev
   python3-torch python3-torchvision python3-onnx python3-numpy python3-matplotlib
+  python3-dev pybind11-dev python3-pybind11
 )
 missing=()
 for p in "${pkgs[@]}"; do
