@@ -62,6 +62,8 @@ float dnnl_activation_apply(const DnnlActivation& a, float xf) {
       const double z = 0.7978845608028654 * (x + 0.044715 * x * x * x);
       return float(z >= 0 ? x / (1.0 + std::exp(-2.0 * z)) : x * std::exp(2.0 * z) / (1.0 + std::exp(2.0 * z)));
     }
+    case Kind::Swish:  // the two nodes' rounding: the Sigmoid's result is a float before the product
+      return xf * dnnl_activation_apply({Kind::Sigmoid}, xf);
   }
   return xf;
 }
@@ -79,6 +81,7 @@ void dnnl_append_activation(dnnl::post_ops& ops, const DnnlActivation& a) {
     case Kind::HardSwish: return ops.append_eltwise(1.0f, algorithm::eltwise_hardswish, 0.0f, 0.0f);
     case Kind::Gelu: return ops.append_eltwise(1.0f, algorithm::eltwise_gelu_erf, 0.0f, 0.0f);
     case Kind::GeluTanh: return ops.append_eltwise(1.0f, algorithm::eltwise_gelu_tanh, 0.0f, 0.0f);
+    case Kind::Swish: return ops.append_eltwise(1.0f, algorithm::eltwise_swish, 1.0f, 0.0f);
   }
 }
 
@@ -94,6 +97,7 @@ std::string dnnl_activation_name(const DnnlActivation& a) {
     case Kind::HardSwish: return "hardswish";
     case Kind::Gelu: return "gelu_erf";
     case Kind::GeluTanh: return "gelu_tanh";
+    case Kind::Swish: return "swish";
   }
   return "?";
 }
@@ -106,6 +110,7 @@ double dnnl_activation_slope(const DnnlActivation& a) {
     case Kind::HardSwish: return 1.5;
     case Kind::Gelu:
     case Kind::GeluTanh: return 1.13;
+    case Kind::Swish: return 1.1;  // sigma(x) (1 + x (1 - sigma(x))) peaks at 1.0998 near x = 2.4, least -0.0998
     default: return 1.0;
   }
 }

@@ -31,7 +31,7 @@ void dnnl_append_activation(dnnl::post_ops& ops, const DnnlActivation& a);
 std::string dnnl_activation_name(const DnnlActivation& a);
 
 // A Lipschitz constant of the activation over all reals: |f(a) - f(b)| <= L |a - b|. Relu, Clip,
-// Tanh: 1; Sigmoid: 1/4; LeakyRelu and Elu: max(1, |alpha|); HardSwish: 3/2 (its slope (2x + 3)
+// Tanh: 1; Sigmoid: 1/4; Swish: 1.1; LeakyRelu and Elu: max(1, |alpha|); HardSwish: 3/2 (its slope (2x + 3)
 // / 6 on [-3, 3]); Gelu: 1.13 (the slope Phi(x) + x phi(x) peaks at 1.1289 near x = 1.41, and
 // goes no lower than -0.129; the tanh form peaks at 1.1290).
 double dnnl_activation_slope(const DnnlActivation& a);

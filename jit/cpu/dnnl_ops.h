@@ -41,7 +41,8 @@ class DnnlPrimitive {
 // (jit/cpu/dnnl_activation.h). On inputs that are not all finite, the activation is applied with the
 // interpreter's semantics instead (see all_finite in dnnl_ops.cpp).
 struct DnnlActivation {
-  enum class Kind { None, Relu, Clip, Sigmoid, Tanh, LeakyRelu, Elu, HardSwish, Gelu, GeluTanh } kind = Kind::None;
+  // Swish: x * Sigmoid(x), the SiLU exporters write as those two nodes (cpu_library::swish_of).
+  enum class Kind { None, Relu, Clip, Sigmoid, Tanh, LeakyRelu, Elu, HardSwish, Gelu, GeluTanh, Swish } kind = Kind::None;
   float lo = 0.0f, hi = 0.0f;  // Clip's bounds, lo <= hi
   float alpha = 0.0f;          // LeakyRelu's slope below 0, Elu's alpha
 };

@@ -68,6 +68,37 @@ TEST(LibraryRegions, activations_after_library_ops_are_post_ops_validated_on_tie
   expect_calls_match_and_regions_validated_on_tier1(*s, in, want, 6);
 }
 
+// EfficientNet's MBConv: 1x1 Conv, SiLU (Mul(x, Sigmoid(x)), as exporters write it), depthwise
+// 3x3 Conv, SiLU, 1x1 Conv, the residual Add: one chain, each SiLU a swish post-op (EfficientNet-B0
+// had 203 reorders a call with each SiLU ending a chain); validated, and a SiLU whose x has a third
+// reader stays outside.
+TEST(LibraryRegions, silu_after_a_convolution_is_a_swish_post_op_of_its_chain) {
+  GraphBuilder g;
+  int x = g.input("x", DType::Float32, {1, 8, 10, 10});
+  auto conv = [&](int in, Shape w, uint64_t seed, int64_t group, bool pad) {
+    int wv = g.constant("w" + std::to_string(seed), random_tensor(w, seed, -0.4f, 0.4f));
+    int bv = g.constant("b" + std::to_string(seed), random_tensor({w[0]}, seed + 100));
+    return g.node(Op::Conv, {in, wv, bv},
+                  {{"pads", GraphBuilder::attr_ints(pad ? std::vector<int64_t>{1, 1, 1, 1} : std::vector<int64_t>{0, 0, 0, 0})},
+                   {"group", GraphBuilder::attr_int(group)}});
+  };
+  auto silu = [&](int v) { return g.node(Op::Mul, {v, g.node(Op::Sigmoid, {v})}); };
+  int a = silu(conv(x, {32, 8, 1, 1}, 1, 1, false));
+  int b = silu(conv(a, {32, 1, 3, 3}, 2, 32, true));
+  int c = g.node(Op::Add, {conv(b, {8, 32, 1, 1}, 3, 1, false), x});
+  int d = conv(c, {8, 8, 1, 1}, 4, 1, false);
+  int sd = g.node(Op::Sigmoid, {d});
+  g.output(g.node(Op::Mul, {sd, d}));
+  g.output(d);  // a third reader of d: that SiLU is left to the elementwise kernels
+  auto graph = g.build();
+  auto s = Session::from_graph(graph, on_tier(Tier::Cpu));
+  EXPECT_EQ(region_ops(*s), (std::vector<std::string>{"Conv,Sigmoid,Mul,Conv,Sigmoid,Mul,Conv,Add,Conv", "Sigmoid,Mul"}));
+  NamedTensors in = {{"x", random_tensor({1, 8, 10, 10}, 8, -2.0f, 2.0f)}};
+  const NamedTensors want = Session::from_graph(graph, on_tier(Tier::Interp))->run(in);
+  warm_up(*s, in);
+  expect_calls_match_and_regions_validated_on_tier1(*s, in, want, 2);
+}
+
 TEST(LibraryRegions, miscompiled_region_with_a_fused_activation_is_caught) {
   const std::string json =
       report_after_a_miscompiled_call(activations_model(), {{"x", random_tensor({1, 4, 8, 8}, 9)}});

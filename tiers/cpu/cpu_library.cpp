@@ -90,13 +90,44 @@ const Node* producer_of(const Graph& g, int v) {
 }
 
 // True when value v has one reader: one node input (captures by subgraphs count) and no graph output.
-bool only_reader(const Graph& g, int v) {
+// How many times v is read: by nodes (each input and capture) and as a graph output.
+int readers_of(const Graph& g, int v) {
   int readers = int(std::count(g.outputs.begin(), g.outputs.end(), v));
   for (const Node& n : g.nodes) {
     readers += int(std::count(n.inputs.begin(), n.inputs.end(), v));
     for (int c : g.captured_by(n)) readers += c == v;
   }
-  return readers == 1;
+  return readers;
+}
+
+bool only_reader(const Graph& g, int v) { return readers_of(g, v) == 1; }
+
+// SiLU as exporters write it, Mul(x, Sigmoid(x)) with x read by those two alone and the Sigmoid's
+// result by the Mul alone: for `sigmoid`, its Mul, else nullptr. A chain runs the pair as one
+// swish post-op of the op that made x.
+const Node* swish_mul(const Graph& g, const Node& sigmoid) {
+  if (sigmoid.op != Op::Sigmoid || sigmoid.inputs.size() != 1 || sigmoid.outputs.size() != 1) return nullptr;
+  const int x = sigmoid.inputs[0], s = sigmoid.outputs[0];
+  if (x < 0 || s < 0 || !is_float32(g, x) || readers_of(g, x) != 2 || readers_of(g, s) != 1) return nullptr;
+  for (const Node& n : g.nodes)
+    if (n.op == Op::Mul && n.inputs.size() == 2 && n.outputs.size() == 1 &&
+        ((n.inputs[0] == x && n.inputs[1] == s) || (n.inputs[0] == s && n.inputs[1] == x)))
+      return &n;
+  return nullptr;
+}
+
+// The Sigmoid of the SiLU pair whose Mul `mul` is, or nullptr.
+const Node* swish_sigmoid(const Graph& g, const Node& mul) {
+  if (mul.op != Op::Mul || mul.inputs.size() != 2) return nullptr;
+  for (int v : mul.inputs)
+    if (const Node* p = producer_of(g, v); p && swish_mul(g, *p) == &mul) return p;
+  return nullptr;
+}
+
+// True when `next` starts a SiLU of `last`'s result.
+bool starts_swish(const Graph& g, const Node& last, const Node& next) {
+  return next.op == Op::Sigmoid && next.inputs.size() == 1 && next.inputs[0] == last.outputs[0] &&
+         swish_mul(g, next) != nullptr;
 }
 
 // True when `next`, reading `last`'s result as its data input, can be the next Conv of a chain:
@@ -211,14 +242,17 @@ bool absorbs(const Graph& g, const Node& last, const Node& next) {
   if (last.op == Op::MatMul) return activation || (matmul_bias(g, last, next) && only_reader(g, last.outputs[0]));
   if (last.op == Op::Gemm || last.op == Op::ConvTranspose) return activation;
   if (last.op == Op::Conv)
-    return activation || chains_conv(g, last, next) || chains_pool(g, last, next) ||
+    return activation || starts_swish(g, last, next) || chains_conv(g, last, next) || chains_pool(g, last, next) ||
            (chains_add(g, last, next) && only_reader(g, last.outputs[0]));
   // `last` is an activation or an Add already in a Conv's region: the next Conv, or an
-  // activation after an Add.
-  const Node* before = producer_of(g, last.inputs.empty() ? -1 : last.inputs[0]);
+  // activation after an Add; a SiLU's Sigmoid takes its Mul.
+  if (last.op == Op::Sigmoid && swish_mul(g, last) == &next) return true;
+  const Node* x_of = last.op == Op::Mul ? swish_sigmoid(g, last) : &last;  // a SiLU's Mul: its Sigmoid
+  const Node* before = x_of ? producer_of(g, x_of->inputs.empty() ? -1 : x_of->inputs[0]) : nullptr;
   if (last.op == Op::Add)
-    return activation || (!biased_matmul(g, last) && (chains_conv(g, last, next) || chains_pool(g, last, next)));
-  if (activation_of(g, last) && before && (before->op == Op::Conv || before->op == Op::Add))
+    return activation || (!biased_matmul(g, last) && (starts_swish(g, last, next) || chains_conv(g, last, next) ||
+                                                      chains_pool(g, last, next)));
+  if ((activation_of(g, last) || x_of != &last) && x_of && before && (before->op == Op::Conv || before->op == Op::Add))
     return chains_conv(g, last, next) || chains_pool(g, last, next);
   return false;
 }
@@ -400,7 +434,10 @@ std::vector<Tensor> error_allowance(const Graph& g, const Region& region, const 
     }
     if (is_pool(node.op)) w.bound[result] = w.pool(node);
     else if (is_library_op(node.op)) w.bound[result] = w.product(node);
-    else {
+    else if (const Node* sigmoid = swish_sigmoid(g, node)) {  // a SiLU: the swish of the Sigmoid's input
+      const int x = sigmoid->inputs[0];
+      w.bound[result] = jit::dnnl_activation_bound({jit::DnnlActivation::Kind::Swish}, w.value_of(x), w.bound.at(x));
+    } else {
       const std::optional<jit::DnnlActivation> act = activation_of(g, node);
       TERRACE_ASSERT(act.has_value(), "tier 1: a library region holds a node that is no activation");
       // Relu and Clip pass the bound on; the others scale it by their slope and add their own
@@ -521,6 +558,11 @@ LibraryPart chain_part(const Graph& g, const Region& region, const Node& node, s
     } else if (op.op == Op::Add) {
       c.kind = jit::DnnlChainOp::Kind::Add;
       c.inputs.push_back(index(op.inputs[0] == previous ? op.inputs[1] : op.inputs[0]));
+    } else if (swish_mul(g, op)) {
+      continue;  // a SiLU's Sigmoid: its Mul is the chain's swish
+    } else if (swish_sigmoid(g, op)) {
+      c.kind = jit::DnnlChainOp::Kind::Activation;
+      c.activation = jit::DnnlActivation{jit::DnnlActivation::Kind::Swish};
     } else {
       c.kind = jit::DnnlChainOp::Kind::Activation;
       std::optional<jit::DnnlActivation> act = activation_of(g, op);
