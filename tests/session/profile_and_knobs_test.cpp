@@ -14,16 +14,14 @@
 #include "interp/graph_builder.h"
 #include "tiers/cpu/cpu_backend.h"
 #include "tiers/tier_manager.h"
+#include "tests/support/session_helpers.h"
 #include "tiers/session.h"
 
 namespace terrace {
 namespace {
 namespace fs = std::filesystem;
 
-bool have_tier1() {
-  static const bool yes = make_cpu_backend() != nullptr;
-  return yes;
-}
+using testing::have_tier1;
 
 // y = CumSum(Relu(x) + x, axis 1), x: float[batch, 8]: Relu+Add is a region of tier 1, CumSum a
 // graph break.

@@ -11,9 +11,16 @@
 #include <vector>
 
 #include "interp/compare.h"
+#include "tiers/cpu/cpu_backend.h"
 #include "tiers/session.h"
 
 namespace terrace::testing {
+
+// True in a build with tier 1's compiler (tests of compiled tiers skip without it).
+inline bool have_tier1() {
+  static const bool yes = make_cpu_backend() != nullptr;
+  return yes;
+}
 
 // Tier `t` at most, without the disk cache (every compile is a real one).
 inline Options on_tier(Tier t) {

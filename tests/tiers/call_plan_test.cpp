@@ -11,23 +11,22 @@
 #include "interp/graph_builder.h"
 #include "tiers/call_plan.h"
 #include "tiers/cpu/cpu_backend.h"
+#include "tests/support/session_helpers.h"
 #include "tiers/session.h"
 
 namespace terrace {
 namespace {
 
-bool have_tier1() {
-  static const bool yes = make_cpu_backend() != nullptr;
-  return yes;
-}
+using testing::have_tier1;
 
-// y = CumSum(Relu(x) + x, axis 1), x: float[batch, 8]: a tier-1 region, then a graph break.
+// y = Exp(CumSum(Relu(x) + x, axis 1)), x: float[batch, 8]: a tier-1 region, a graph break, a
+// region.
 std::shared_ptr<Graph> model_with_a_break() {
   GraphBuilder b;
-  auto x = b.input("x", DType::Float32, {"batch", 8});
-  auto sum = b.op("Add", {b.op("Relu", {x}), x});
-  auto axis = b.constant("axis", Tensor::from_vector<int64_t>({}, {1}));
-  b.output(b.op("Exp", {b.op("CumSum", {sum, axis})}));
+  const std::string x = b.input("x", DType::Float32, {"batch", 8});
+  const std::string cumsum =
+      b.op("CumSum", {b.op("Add", {b.op("Relu", {x}), x}), b.constant("axis", Tensor::from_vector<int64_t>({}, {1}))});
+  b.output(b.op("Exp", {cumsum}));
   return b.build();
 }
 
