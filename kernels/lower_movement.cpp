@@ -145,6 +145,35 @@ Expr add_terms(Expr base, const std::vector<std::pair<Expr, int64_t>>& terms) {
 // BERT's [128,768] -> [768,128] in whole bands gave it 96 threads (135 us on an H200).
 constexpr int64_t kBlock = 8, kMinItems = 4096;
 
+// Blocks of a band per parallel item: all of them where the bands are enough items, else the
+// largest divisor of their count that makes kMinItems items (1 at least).
+int64_t blocks_per_item(int64_t bands, int64_t jblocks) {
+  int64_t group = jblocks;
+  while (group > 1 && bands * (jblocks / group) < kMinItems) {
+    int64_t g = group - 1;
+    while (g > 1 && jblocks % g != 0) --g;
+    group = g;
+  }
+  return group;
+}
+
+// Block jt of the band at sb/db, fully unrolled: its kBlock^2 loads, then its stores.
+Stmt unrolled_block(const Buffer& src, const Buffer& dst, int64_t sj, int64_t dk) {
+  std::vector<Stmt> loads_then_stores;
+  for (int64_t b = 0; b < kBlock; ++b)
+    for (int64_t a = 0; a < kBlock; ++a)
+      loads_then_stores.push_back(Store::make(dst, var("dj") + make_index(b * dk + a),
+                                              var("v" + std::to_string(a) + "_" + std::to_string(b), src.dtype)));
+  Stmt block = Block::make(std::move(loads_then_stores));
+  for (int64_t a = kBlock; a-- > 0;)
+    for (int64_t b = kBlock; b-- > 0;)
+      block = LetStmt::make("v" + std::to_string(a) + "_" + std::to_string(b),
+                            Load::make(src, var("sj0") + make_index(b + a * sj)), block);
+  return LetStmt::make("j0", var("jt") * make_index(kBlock),
+                       LetStmt::make("sj0", var("sb") + term(var("j0"), sj),
+                                     LetStmt::make("dj", var("db") + var("j0"), block)));
+}
+
 LoweredFunc tiled_copy(LoweredFunc f, const CopyPlan& p, size_t k, const View& from, const View& to) {
   const Buffer& src = f.buffers[0];
   const Buffer& dst = f.buffers[1];
@@ -156,12 +185,7 @@ LoweredFunc tiled_copy(LoweredFunc f, const CopyPlan& p, size_t k, const View& f
   const int64_t kbands = (K + kBlock - 1) / kBlock, jblocks = J / kBlock;
   int64_t outer_count = 1;
   for (size_t d : outer) outer_count *= p.shape[d];
-  int64_t group = jblocks;  // blocks per item: the largest divisor of jblocks that gives enough items
-  while (group > 1 && outer_count * kbands * (jblocks / group) < kMinItems) {
-    int64_t g = group - 1;
-    while (g > 1 && jblocks % g != 0) --g;
-    group = g;
-  }
+  const int64_t group = blocks_per_item(outer_count * kbands, jblocks);
   const int64_t jgroups = jblocks / group;
 
   // One group (the bands are enough): the loops' bounds stay constants, as the CPU's code wants.
@@ -207,19 +231,7 @@ LoweredFunc tiled_copy(LoweredFunc f, const CopyPlan& p, size_t k, const View& f
     return grouped ? IfThenElse::make(cmp(CmpOp::EQ, var("jg"), make_index(jgroups - 1)), s, otherwise) : s;
   };
   // A full band: its group's unrolled blocks, then the columns past the last whole block.
-  std::vector<Stmt> loads_then_stores;
-  for (int64_t b = 0; b < kBlock; ++b)
-    for (int64_t a = 0; a < kBlock; ++a)
-      loads_then_stores.push_back(Store::make(dst, var("dj") + make_index(b * dk + a),
-                                              var("v" + std::to_string(a) + "_" + std::to_string(b), src.dtype)));
-  Stmt block = Block::make(std::move(loads_then_stores));
-  for (int64_t a = kBlock; a-- > 0;)
-    for (int64_t b = kBlock; b-- > 0;)
-      block = LetStmt::make("v" + std::to_string(a) + "_" + std::to_string(b),
-                            Load::make(src, var("sj0") + make_index(b + a * sj)), block);
-  block = LetStmt::make("j0", var("jt") * make_index(kBlock),
-                        LetStmt::make("sj0", var("sb") + term(var("j0"), sj),
-                                      LetStmt::make("dj", var("db") + var("j0"), block)));
+  const Stmt block = unrolled_block(src, dst, sj, dk);
   const Expr jt_end = grouped ? jb + make_index(group) : make_index(jblocks);
   std::vector<Stmt> full = {For::make("jt", jb, jt_end, ForKind::Serial, block)};
   if (J % kBlock != 0)
