@@ -44,6 +44,12 @@ endforeach()
 
 install(TARGETS terrace_shared EXPORT TerraceTargets LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
 install(TARGETS terrace EXPORT TerraceTargets RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+# What the CLI reads besides models (tools/data_files.h): `bench --plot`'s script and
+# `conformance`'s expected-failures lists and floors, under share/terrace.
+install(FILES ${PROJECT_SOURCE_DIR}/tools/plot_bench.py DESTINATION ${CMAKE_INSTALL_DATADIR}/terrace)
+file(GLOB TERRACE_CONFORMANCE_LISTS ${PROJECT_SOURCE_DIR}/tests/conformance_expected*.txt
+     ${PROJECT_SOURCE_DIR}/tests/conformance_floor*.txt)
+install(FILES ${TERRACE_CONFORMANCE_LISTS} DESTINATION ${CMAKE_INSTALL_DATADIR}/terrace/conformance)
 set(TERRACE_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/Terrace)
 install(EXPORT TerraceTargets NAMESPACE Terrace:: DESTINATION ${TERRACE_CMAKE_DIR})
 configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/TerraceConfig.cmake.in

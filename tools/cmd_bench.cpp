@@ -18,13 +18,11 @@
 #include "interp/onnx_import.h"
 #include "tiers/tier_manager.h"
 #include "tools/cli_util.h"
+#include "tools/data_files.h"
 #include "tools/fp64_reference.h"
 #include "tools/json_out.h"
 #include "tools/tensor_files.h"
 
-#ifndef TERRACE_SOURCE_DIR
-#define TERRACE_SOURCE_DIR "."
-#endif
 
 namespace terrace::cli {
 
@@ -466,9 +464,16 @@ std::string shell_quote(const std::string& s) {
   return q + "'";
 }
 
-// Runs tools/plot_bench.py on the JSON; it writes FILE and FILE with an .svg extension.
+// Runs tools/plot_bench.py (installed, or the source tree's) on the JSON; it writes FILE and FILE
+// with an .svg extension.
 void plot(const std::string& json_path, const std::string& plot_path) {
-  std::string script = std::string(TERRACE_SOURCE_DIR) + "/tools/plot_bench.py";
+  std::vector<std::string> looked;
+  const std::string script = cli::data_file("plot_bench.py", "tools/plot_bench.py", &looked).string();
+  if (script.empty()) {
+    std::string where;
+    for (const std::string& p : looked) where += (where.empty() ? "" : ", ") + p;
+    fail(ErrorCode::IoError, "--plot needs plot_bench.py, found in none of: ", where);
+  }
   std::string cmd = "/usr/bin/python3 " + shell_quote(script) + " " + shell_quote(json_path) + " --out " +
                     shell_quote(plot_path);
   std::fflush(stdout);  // the script's output comes after ours

@@ -9,6 +9,7 @@
 
 #include "interp/tensor_proto.h"
 #include "tools/cli_util.h"
+#include "tools/data_files.h"
 #include "tools/commands.h"
 #include "tools/conformance.h"
 #include "tools/json_out.h"
@@ -34,21 +35,21 @@ struct Config {
   Tolerance tol = conformance::kOnnxTolerance;
 };
 
-// The source tree's expected-failures file for `tier`, found next to this source file:
-// tests/conformance_expected_<tier>.txt where a compiled tier has its own list, else
-// tests/conformance_expected.txt (the interpreter's); empty if neither is there.
+// The expected-failures file for `tier` (tools/data_files.h: installed under share/terrace/
+// conformance, or the source tree's tests/): conformance_expected_<tier>.txt where a compiled tier
+// has its own list, else conformance_expected.txt (the interpreter's); empty if neither is there.
 std::string default_expected_file(Tier tier, const std::vector<std::string>& dirs) {
-  fs::path tests = fs::path(__FILE__).parent_path().parent_path() / "tests";
+  auto list = [](const std::string& name) {
+    return cli::data_file("conformance/" + name, "tests/" + name).string();
+  };
   // ONNX 1.18's suite has its own list (for every tier), named by the suite or its folder.
   for (const std::string& d : dirs)
-    if (d == conformance::kOnnx118Suite || d.find("onnx-1.18.0") != std::string::npos) {
-      fs::path own = tests / "conformance_expected_onnx118.txt";
-      return fs::is_regular_file(own) ? own.string() : "";
-    }
-  fs::path own = tests / (std::string("conformance_expected_") + tier_name(tier) + ".txt");
-  if (tier != Tier::Interp && fs::is_regular_file(own)) return own.string();
-  fs::path shared = tests / "conformance_expected.txt";
-  return fs::is_regular_file(shared) ? shared.string() : "";
+    if (d == conformance::kOnnx118Suite || d.find("onnx-1.18.0") != std::string::npos)
+      return list("conformance_expected_onnx118.txt");
+  if (tier != Tier::Interp)
+    if (std::string own = list(std::string("conformance_expected_") + tier_name(tier) + ".txt"); !own.empty())
+      return own;
+  return list("conformance_expected.txt");
 }
 
 // Parses --rtol/--atol's value.

@@ -52,4 +52,24 @@ check "$work/pkg-config/run_model_c" "$model"
 check "$work/pkg-config/run_model_cpp" "$model"
 step "$prefix/bin/terrace run $model --random-inputs"
 "$prefix/bin/terrace" run "$model" --random-inputs | tail -n 2
+
+# The CLI's data files come from the prefix (share/terrace), ahead of the source tree it was
+# built from: conformance names the expected-failures list it read, bench --plot draws.
+for f in share/terrace/plot_bench.py share/terrace/conformance/conformance_expected.txt \
+         share/terrace/conformance/conformance_expected_onnx118.txt; do
+  [ -e "$prefix/$f" ] || { echo "missing after install: $f"; exit 1; }
+done
+relu=/usr/share/libonnx-testdata/data/node/test_relu
+if [ -d "$relu" ]; then
+  step "$prefix/bin/terrace conformance $relu"
+  out=$("$prefix/bin/terrace" conformance "$relu" --tier interp)
+  printf '%s\n' "$out" | grep "listed in $prefix/share/terrace/conformance/conformance_expected.txt" ||
+    { printf '%s\n' "$out"; echo "FAILED: conformance did not read the installed list"; exit 1; }
+fi
+if /usr/bin/python3 -c "import matplotlib" 2>/dev/null; then
+  step "$prefix/bin/terrace bench $model --calls 3 --plot"
+  "$prefix/bin/terrace" bench "$model" --calls 3 --tier cpu --plot "$work/bench.png" > "$work/bench.log"
+  [ -s "$work/bench.png" ] || { cat "$work/bench.log"; echo "FAILED: no plot"; exit 1; }
+  echo "bench --plot drew $work/bench.png"
+fi
 echo "install, find_package and pkg-config builds: all ran"
