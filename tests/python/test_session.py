@@ -4,6 +4,7 @@ Run by ctest (python_session) with PYTHONPATH at python/ and the build tree's py
 (skipped) where numpy, onnx or the compiled module terrace._terrace is absent.
 """
 import os
+import subprocess
 import sys
 import tempfile
 import threading
@@ -220,6 +221,46 @@ class InferenceSessionTest(unittest.TestCase):
         with self.assertRaises(terrace.TerraceError) as cm:
             terrace.InferenceSession("/nonexistent/model.onnx")
         self.assertIn(cm.exception.code, ("IoError", "InvalidModel"))
+
+
+class MainTest(unittest.TestCase):
+    """python -m terrace: help, a run from .npy files with outputs written, a bad input named."""
+
+    def terrace_main(self, *args):
+        return subprocess.run([sys.executable, "-m", "terrace", *args], capture_output=True, text=True, timeout=120)
+
+    def test_help(self):
+        r = self.terrace_main("--help")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("usage: python -m terrace", r.stdout)
+
+    def test_runs_a_model_on_npy_inputs_and_writes_its_outputs(self):
+        with tempfile.TemporaryDirectory() as d:
+            model = os.path.join(d, "model.onnx")
+            with open(model, "wb") as f:
+                f.write(add_relu_model())
+            x = np.arange(8, dtype=np.float32).reshape(2, 4) - 4
+            b = np.ones(4, np.float32)
+            np.save(os.path.join(d, "x.npy"), x)
+            np.save(os.path.join(d, "b.npy"), b)
+            out = os.path.join(d, "out")
+            r = self.terrace_main(d, "--input", "x=" + os.path.join(d, "x.npy"), "--input",
+                                  "b=" + os.path.join(d, "b.npy"), "--repeat", "3", "--output-dir", out, "--report")
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertIn("output y: float32[2, 4]", r.stdout)
+            self.assertIn("3 calls: first", r.stdout)
+            self.assertIn("region 0", r.stdout)
+            np.testing.assert_array_equal(np.load(os.path.join(out, "y.npy")), np.maximum(x + b, 0))
+
+    def test_an_input_the_model_lacks_is_named(self):
+        with tempfile.TemporaryDirectory() as d:
+            model = os.path.join(d, "model.onnx")
+            with open(model, "wb") as f:
+                f.write(add_relu_model())
+            np.save(os.path.join(d, "z.npy"), np.ones(4, np.float32))
+            r = self.terrace_main(model, "--input", "z=" + os.path.join(d, "z.npy"))
+            self.assertNotEqual(r.returncode, 0)
+            self.assertIn("the model has no input of that name", r.stderr)
 
 
 if __name__ == "__main__":
