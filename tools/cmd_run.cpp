@@ -122,15 +122,7 @@ void check_expect_names(const Graph& graph, const Assignments& expect_files) {
 // The inputs: --random-inputs' values, each replaced (or added) by an --input file's.
 NamedTensors run_inputs(const Graph& graph, bool random, const std::vector<std::pair<std::string, int64_t>>& dims,
                         const NamedTensors& files) {
-  NamedTensors inputs;
-  if (random) inputs = random_inputs(graph, 42, dims);
-  for (auto& [name, t] : files) {
-    bool replaced = false;
-    for (auto& [n, v] : inputs)
-      if (n == name) v = t, replaced = true;
-    if (!replaced) inputs.emplace_back(name, t);
-  }
-  return inputs;
+  return with_files(random ? random_inputs(graph, 42, dims) : NamedTensors(), files);
 }
 
 // The line naming the tiers allowed and those the calls ran on (`ran` sorted lowest first).

@@ -103,15 +103,8 @@ std::vector<TierResult> tiers_to_check(const ParsedArgs& args) {
 NamedTensors call_inputs(const Graph& graph, const ParsedArgs& args, int64_t c,
                          const std::vector<std::pair<std::string, Tensor>>& files,
                          const std::vector<std::pair<std::string, int64_t>>& dims) {
-  NamedTensors inputs;
-  if (files.empty() || args.has("--random-inputs")) inputs = random_inputs(graph, 42 + uint64_t(c), dims);
-  for (auto& [name, t] : files) {
-    bool replaced = false;
-    for (auto& [n, v] : inputs)
-      if (n == name) v = t, replaced = true;
-    if (!replaced) inputs.emplace_back(name, t);
-  }
-  return inputs;
+  const bool random = files.empty() || args.has("--random-inputs");
+  return with_files(random ? random_inputs(graph, 42 + uint64_t(c), dims) : NamedTensors(), files);
 }
 
 // The float64 model's outputs per call, computed when a comparison first needs them.

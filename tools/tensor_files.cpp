@@ -58,6 +58,15 @@ void check_against_input(const Graph& graph, const std::string& name, const Tens
 
 }  // namespace
 
+NamedTensors with_files(NamedTensors inputs, const NamedTensors& files) {
+  for (const auto& [name, t] : files) {
+    auto it = std::find_if(inputs.begin(), inputs.end(), [&](const auto& in) { return in.first == name; });
+    if (it != inputs.end()) it->second = t;
+    else inputs.emplace_back(name, t);
+  }
+  return inputs;
+}
+
 NamedTensors input_files(const ParsedArgs& p, const Graph& graph) {
   NamedTensors out;
   auto add = [&](const std::string& name, Tensor t, const std::string& file, const std::string& option) {

@@ -24,6 +24,9 @@ Tensor load_tensor_file(const std::string& path);
 // graph input's.
 NamedTensors input_files(const ParsedArgs& p, const Graph& graph);
 
+// `inputs` with each of `files` in place of the input of its name, or added after them.
+NamedTensors with_files(NamedTensors inputs, const NamedTensors& files);
+
 // How --output-dir writes: NAME.npy (numpy) or output_N.pb (a TensorProto, ONNX's test-data layout).
 enum class OutputFormat { Npy, Pb };
 OutputFormat parse_output_format(const std::string& text);
