@@ -14,6 +14,7 @@
 #include <optional>
 #include <random>
 #include <set>
+#include <sstream>
 
 #include <CLI/CLI.hpp>
 
@@ -368,8 +369,46 @@ Tier effective_tier(const char* command, Tier requested, bool explicitly_request
 
 // ---- inputs ----
 
-NamedTensors random_inputs(const Graph& g, uint64_t seed,
-                           const std::vector<std::pair<std::string, int64_t>>& dims) {
+const OptionDef kShapesOption{"--shapes", "NAME:DxD[,NAME:DxD]",
+                               "whole shapes of random inputs, for dims that have no names (trtexec's --shapes)", true};
+
+InputShapes parse_shapes(const ParsedArgs& p, const Graph& g) {
+  InputShapes shapes;
+  for (const std::string& list : p.all("--shapes")) {
+    std::stringstream entries(list);
+    for (std::string entry; std::getline(entries, entry, ',');) {
+      const size_t colon = entry.rfind(':');
+      if (colon == std::string::npos || colon == 0 || colon + 1 == entry.size())
+        throw UsageError{"--shapes " + entry + ": expected NAME:DxD (e.g. x:1x3x224x224)"};
+      const std::string name = entry.substr(0, colon);
+      check_input_name(g, name, "--shapes");
+      for (const auto& [n, s] : shapes)
+        if (n == name) throw UsageError{"--shapes gives input '" + name + "' twice"};
+      Shape shape;
+      std::stringstream dims(entry.substr(colon + 1));
+      for (std::string d; std::getline(dims, d, 'x');) shape.push_back(parse_count("--shapes " + name, d));
+      for (int id : g.inputs) {
+        const ValueInfo& info = g.values[size_t(id)].info;
+        if (g.values[size_t(id)].name != name || !info.shape) continue;
+        bool fits = info.shape->size() == shape.size();
+        for (size_t d = 0; fits && d < shape.size(); ++d) fits = (*info.shape)[d] < 0 || (*info.shape)[d] == shape[d];
+        if (fits) continue;
+        std::string declared;  // symbolic dims by name, unnamed ones as '?'
+        for (size_t d = 0; d < info.shape->size(); ++d) {
+          const int64_t n = (*info.shape)[d];
+          const std::string sym = d < info.dim_names.size() && !info.dim_names[d].empty() ? info.dim_names[d] : "?";
+          declared += (d ? "," : "") + (n >= 0 ? std::to_string(n) : sym);
+        }
+        throw UsageError{"--shapes " + entry + ": input '" + name + "' is [" + declared + "] in the model"};
+      }
+      shapes.emplace_back(name, std::move(shape));
+    }
+  }
+  return shapes;
+}
+
+NamedTensors random_inputs(const Graph& g, uint64_t seed, const std::vector<std::pair<std::string, int64_t>>& dims,
+                           const InputShapes& shapes) {
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<double> real(-1.0, 1.0);
   std::uniform_int_distribution<int> small(0, 9);
@@ -379,6 +418,8 @@ NamedTensors random_inputs(const Graph& g, uint64_t seed,
     TERRACE_CHECK(v.info.dtype && v.info.shape, InvalidArgument, "input '", v.name,
                   "' has no declared dtype and shape; give it with --input");
     Shape shape = *v.info.shape;
+    for (const auto& [name, given] : shapes)
+      if (name == v.name) shape = given;
     for (size_t d = 0; d < shape.size(); ++d) {
       if (shape[d] >= 0) continue;
       shape[d] = 1;

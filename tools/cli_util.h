@@ -79,7 +79,7 @@ Mode parse_mode(const std::string& text);
 // (a Chrome trace, Options::profile_file), --strict (Options::strict) and --mode (Options::mode).
 void apply_session_options(const ParsedArgs& p, Options& options);
 // Their definitions, for the commands' option lists.
-extern const OptionDef kProfileOption, kStrictOption, kModeOption, kThreadsOption;
+extern const OptionDef kProfileOption, kStrictOption, kModeOption, kThreadsOption, kShapesOption;
 
 // ---- tiers ----
 
@@ -107,10 +107,18 @@ bool tier_from_env();
 
 // ---- inputs ----
 
+// Whole shapes of inputs (--shapes NAME:DxDxD, trtexec's), for dims that have no names.
+using InputShapes = std::vector<std::pair<std::string, Shape>>;
+// The --shapes of `p` (repeatable, each a comma-separated list): UsageError for a malformed entry,
+// an input given twice, a name that is no graph input, or a rank or fixed dim unlike the model's.
+InputShapes parse_shapes(const ParsedArgs& p, const Graph& graph);
+
 // Deterministic random inputs for every graph input: unknown dims become 1 unless given in
-// `dims` ("name=value" per symbolic dim name); floats uniform in [-1, 1], integers in [0, 10).
+// `dims` ("name=value" per symbolic dim name), or the whole shape in `shapes`; floats uniform in
+// [-1, 1], integers in [0, 10).
 NamedTensors random_inputs(const Graph& graph, uint64_t seed,
-                           const std::vector<std::pair<std::string, int64_t>>& dims = {});
+                           const std::vector<std::pair<std::string, int64_t>>& dims = {},
+                           const InputShapes& shapes = {});
 // UsageError unless every name in `dims` is a symbolic dim of some graph input.
 void check_dim_names(const Graph& graph, const std::vector<std::pair<std::string, int64_t>>& dims,
                      const std::string& option = "--dim");

@@ -84,12 +84,14 @@ NamedTensors bench_inputs(const Graph& graph, const BenchArgs& b) {
   std::vector<std::pair<std::string, int64_t>> dims;
   if (b.batch > 0) dims.emplace_back("batch", b.batch);
   check_dim_names(graph, dims, "--batch");
+  for (auto& [n, v] : assignments(b.args, "--dim")) dims.emplace_back(n, parse_count("--dim " + n, v));
+  check_dim_names(graph, dims);
   for (auto& [name, file] : b.expect_files) {
     bool found = false;
     for (int id : graph.outputs) found = found || graph.values[size_t(id)].name == name;
     if (!found) throw UsageError{"--expect names '" + name + "', which is not a graph output"};
   }
-  NamedTensors inputs = random_inputs(graph, 42, dims);
+  NamedTensors inputs = random_inputs(graph, 42, dims, parse_shapes(b.args, graph));
   for (auto& [name, t] : input_files(b.args, graph)) {
     auto it = std::find_if(inputs.begin(), inputs.end(), [&](auto& p) { return p.first == name; });
     it->second = t;
@@ -503,6 +505,8 @@ const CommandDef kBenchCommand{
         kStrictOption,
         kModeOption,
         kThreadsOption,
+        kShapesOption,
+        {"--dim", "SYM=N", "the symbolic dim SYM of the random inputs (default 1; --batch N is --dim batch=N)", true},
     },
     1,
     1,

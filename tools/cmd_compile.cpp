@@ -35,6 +35,7 @@ const CommandDef kCompileCommand{
         {"--arch", "sm_XY", "tier 2's GPU architecture (default sm_90, the H100)"},
         {"--cache-dir", "DIR", "the disk cache to fill (default $TERRACE_CACHE_DIR, else ~/.cache/terrace)"},
         {"--dim", "SYM=N", "the symbolic dim SYM of the inputs compiled for (default 1)", true},
+        kShapesOption,
         {"--json", "FILE", "write each region's id, ops, kernels and status as JSON"},
     },
     1,
@@ -217,7 +218,7 @@ int cmd_compile(const ParsedArgs& args) {
   const Plan& plan = session->plan();
   if (!tier_available(Tier::Cpu) && plan.regions.empty())
     std::printf("note: this build has no tier 1, whose partition tier 2 follows: no regions\n");
-  const Frame frame = evaluate_all(g, plan, random_inputs(g, 42, dims));
+  const Frame frame = evaluate_all(g, plan, random_inputs(g, 42, dims, parse_shapes(args, g)));
 
   std::unique_ptr<Backend> cpu;
   if (std::string why = prepare(tier, cache_dir, cpu); !why.empty()) {

@@ -40,6 +40,7 @@ const CommandDef kRunCommand{
         kStrictOption,
         kModeOption,
         kThreadsOption,
+        kShapesOption,
     },
     1,
     1,
@@ -121,8 +122,8 @@ void check_expect_names(const Graph& graph, const Assignments& expect_files) {
 
 // The inputs: --random-inputs' values, each replaced (or added) by an --input file's.
 NamedTensors run_inputs(const Graph& graph, bool random, const std::vector<std::pair<std::string, int64_t>>& dims,
-                        const NamedTensors& files) {
-  return with_files(random ? random_inputs(graph, 42, dims) : NamedTensors(), files);
+                        const InputShapes& shapes, const NamedTensors& files) {
+  return with_files(random ? random_inputs(graph, 42, dims, shapes) : NamedTensors(), files);
 }
 
 // The line naming the tiers allowed and those the calls ran on (`ran` sorted lowest first).
@@ -196,8 +197,10 @@ int cmd_run(const ParsedArgs& args) {
   auto session = Session::load(model, options);
   const Graph& graph = session->graph();
   check_dim_names(graph, dims);
+  const InputShapes shapes = parse_shapes(args, graph);
+  if (!shapes.empty() && !random) throw UsageError{"--shapes sets the random inputs' shapes: it needs --random-inputs"};
   check_expect_names(graph, expect_files);
-  const NamedTensors inputs = run_inputs(graph, random, dims, input_files(args, graph));
+  const NamedTensors inputs = run_inputs(graph, random, dims, shapes, input_files(args, graph));
   for (auto& [name, t] : inputs)
     log(LogLevel::Trace, "run: input ", name, ": ", dtype_name(t.dtype()), shape_str(t.shape()));
 

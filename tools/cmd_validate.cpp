@@ -31,6 +31,7 @@ const CommandDef kValidateCommand{
         {"--input", "NAME=FILE|FILE.npz", "the input NAME from a .npy or TensorProto .pb file, or every input an .npz (numpy.savez) holds (the same for every call)", true},
         {"--random-inputs", nullptr, "random values for every input not given with --input (a new draw per call)"},
         {"--dim", "SYM=N", "the symbolic dim SYM of the random inputs (default 1)", true},
+        kShapesOption,
         {"--json", "FILE", "write the per-tier, per-output results as JSON"},
     },
     1,
@@ -102,9 +103,9 @@ std::vector<TierResult> tiers_to_check(const ParsedArgs& args) {
 // The inputs of call `c`: --input files, random values (seed 42 + c) for the rest.
 NamedTensors call_inputs(const Graph& graph, const ParsedArgs& args, int64_t c,
                          const std::vector<std::pair<std::string, Tensor>>& files,
-                         const std::vector<std::pair<std::string, int64_t>>& dims) {
+                         const std::vector<std::pair<std::string, int64_t>>& dims, const InputShapes& shapes) {
   const bool random = files.empty() || args.has("--random-inputs");
-  return with_files(random ? random_inputs(graph, 42 + uint64_t(c), dims) : NamedTensors(), files);
+  return with_files(random ? random_inputs(graph, 42 + uint64_t(c), dims, shapes) : NamedTensors(), files);
 }
 
 // The float64 model's outputs per call, computed when a comparison first needs them.
@@ -315,9 +316,10 @@ int cmd_validate(const ParsedArgs& args) {
 
   std::shared_ptr<const Graph> graph = load_onnx_file(model).graph;
   check_dim_names(*graph, dims);
+  const InputShapes shapes = parse_shapes(args, *graph);
   const NamedTensors files = input_files(args, *graph);
   std::vector<NamedTensors> inputs;
-  for (int64_t c = 0; c < calls; ++c) inputs.push_back(call_inputs(*graph, args, c, files, dims));
+  for (int64_t c = 0; c < calls; ++c) inputs.push_back(call_inputs(*graph, args, c, files, dims, shapes));
 
   const std::vector<NamedTensors> reference = reference_outputs(graph, base, inputs);
 

@@ -194,3 +194,33 @@ TEST(CliBench, duration_and_concurrency_report_percentiles_min_and_max) {
 }
 
 }  // namespace
+
+namespace {
+
+// Issue 36, point 5: --shapes NAME:DxD sets a random input's whole shape (trtexec's), for run,
+// validate, compile and bench; --dim works for bench too. A shape the model's rank or fixed dims
+// refuse, an unknown input and a malformed entry are usage errors naming what was wrong.
+TEST(CliShapes, shapes_set_random_inputs_and_bad_ones_are_named) {
+  const std::string m = elementwise_model();  // x: float32[batch, 8]
+  Result r = terrace("run " + m + " --random-inputs --shapes x:3x8");
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("output y: float32[3,8]"), std::string::npos) << r.out;
+  EXPECT_EQ(terrace("validate " + m + " --random-inputs --shapes x:2x8 --tier interp").code, 0);
+  EXPECT_EQ(terrace("bench " + m + " --shapes x:4x8 --calls 2").code, 0);
+  EXPECT_EQ(terrace("bench " + m + " --dim batch=4 --calls 2").code, 0);
+  struct Bad {
+    std::string args, says;
+  };
+  for (const Bad& b : {Bad{"run " + m + " --random-inputs --shapes x:3x7", "input 'x' is [batch,8]"},
+                       Bad{"run " + m + " --random-inputs --shapes x:3", "input 'x' is [batch,8]"},
+                       Bad{"run " + m + " --random-inputs --shapes z:3x8", "'z', which is not a graph input"},
+                       Bad{"run " + m + " --random-inputs --shapes x3x8", "expected NAME:DxD"},
+                       Bad{"run " + m + " --shapes x:3x8", "it needs --random-inputs"},
+                       Bad{"bench " + m + " --dim seq=4 --calls 2", "no graph input has a symbolic dim named 'seq'"}}) {
+    Result bad = terrace(b.args);
+    EXPECT_EQ(bad.code, 2) << b.args;
+    EXPECT_NE(bad.err.find(b.says), std::string::npos) << b.args << "\n" << bad.err;
+  }
+}
+
+}  // namespace
