@@ -18,6 +18,12 @@ std::optional<DnnlActivation> dnnl_activation_of(const Node& n) {
     case Op::Sigmoid: a.kind = Kind::Sigmoid; break;
     case Op::Tanh: a.kind = Kind::Tanh; break;
     case Op::HardSwish: a.kind = Kind::HardSwish; break;
+    case Op::HardSigmoid:
+      a.kind = Kind::HardSigmoid;
+      a.alpha = n.attr_float("alpha", 0.2f);
+      a.beta = n.attr_float("beta", 0.5f);
+      if (!std::isfinite(a.beta)) return std::nullopt;
+      break;
     case Op::LeakyRelu:
       a.kind = Kind::LeakyRelu;
       a.alpha = n.attr_float("alpha", 0.01f);
@@ -57,6 +63,10 @@ float dnnl_activation_apply(const DnnlActivation& a, float xf) {
     case Kind::LeakyRelu: return float(x < 0 ? double(a.alpha) * x : x);
     case Kind::Elu: return float(x < 0 ? double(a.alpha) * (std::exp(x) - 1.0) : x);
     case Kind::HardSwish: return float(x * std::max(0.0, std::min(1.0, x / 6.0 + 0.5)));
+    case Kind::HardSigmoid: {  // in float, as the interpreter's functor for float32; NaN stays NaN
+      const float v = a.alpha * xf + a.beta;
+      return v < 0.0f ? 0.0f : v > 1.0f ? 1.0f : v;
+    }
     case Kind::Gelu: return float(0.5 * x * std::erfc(-x * 0.7071067811865476));
     case Kind::GeluTanh: {
       const double z = 0.7978845608028654 * (x + 0.044715 * x * x * x);
@@ -79,6 +89,9 @@ void dnnl_append_activation(dnnl::post_ops& ops, const DnnlActivation& a) {
     case Kind::LeakyRelu: return ops.append_eltwise(1.0f, algorithm::eltwise_relu, a.alpha, 0.0f);
     case Kind::Elu: return ops.append_eltwise(1.0f, algorithm::eltwise_elu, a.alpha, 0.0f);
     case Kind::HardSwish: return ops.append_eltwise(1.0f, algorithm::eltwise_hardswish, 0.0f, 0.0f);
+    case Kind::HardSigmoid:  // oneDNN 2.6 has no hardsigmoid: alpha x + beta, then clipped to [0, 1]
+      ops.append_eltwise(1.0f, algorithm::eltwise_linear, a.alpha, a.beta);
+      return ops.append_eltwise(1.0f, algorithm::eltwise_clip, 0.0f, 1.0f);
     case Kind::Gelu: return ops.append_eltwise(1.0f, algorithm::eltwise_gelu_erf, 0.0f, 0.0f);
     case Kind::GeluTanh: return ops.append_eltwise(1.0f, algorithm::eltwise_gelu_tanh, 0.0f, 0.0f);
     case Kind::Swish: return ops.append_eltwise(1.0f, algorithm::eltwise_swish, 1.0f, 0.0f);
@@ -95,6 +108,7 @@ std::string dnnl_activation_name(const DnnlActivation& a) {
     case Kind::LeakyRelu: return "leaky_relu(" + std::to_string(a.alpha) + ")";
     case Kind::Elu: return "elu(" + std::to_string(a.alpha) + ")";
     case Kind::HardSwish: return "hardswish";
+    case Kind::HardSigmoid: return "hardsigmoid(" + std::to_string(a.alpha) + ", " + std::to_string(a.beta) + ")";
     case Kind::Gelu: return "gelu_erf";
     case Kind::GeluTanh: return "gelu_tanh";
     case Kind::Swish: return "swish";
@@ -108,6 +122,7 @@ double dnnl_activation_slope(const DnnlActivation& a) {
     case Kind::LeakyRelu:
     case Kind::Elu: return std::max(1.0, std::abs(double(a.alpha)));
     case Kind::HardSwish: return 1.5;
+    case Kind::HardSigmoid: return std::abs(double(a.alpha));
     case Kind::Gelu:
     case Kind::GeluTanh: return 1.13;
     case Kind::Swish: return 1.1;  // sigma(x) (1 + x (1 - sigma(x))) peaks at 1.0998 near x = 2.4, least -0.0998
@@ -120,8 +135,10 @@ Tensor dnnl_activation_bound(const DnnlActivation& a, const Tensor& y, const Ten
                 "tier 1: an activation's error bound needs the input's value and bound of one shape");
   if (a.kind == Kind::None || a.kind == Kind::Relu || a.kind == Kind::Clip) return e;  // monotone, 1-Lipschitz, exact
   const double L = dnnl_activation_slope(a), u = std::ldexp(1.0, -24);
-  const bool exact_form = a.kind == Kind::LeakyRelu;  // compares and one rounded product
-  const double own = exact_form ? u : 16 * u;
+  // Compares and one rounded product (HardSigmoid: a product and a sum, each rounded, and the
+  // interpreter's own rounding; its scale below is |alpha| |y'| + |beta| at most).
+  const bool exact_form = a.kind == Kind::LeakyRelu || a.kind == Kind::HardSigmoid;
+  const double own = a.kind == Kind::HardSigmoid ? 3 * u : exact_form ? u : 16 * u;
   Tensor yd = y.cast(DType::Float64);
   Tensor out = Tensor::empty(DType::Float64, y.shape());
   const double* py = yd.data<double>();
@@ -129,7 +146,9 @@ Tensor dnnl_activation_bound(const DnnlActivation& a, const Tensor& y, const Ten
   double* po = out.data<double>();
   for (int64_t i = 0; i < out.numel(); ++i) {
     const double f = std::abs(double(dnnl_activation_apply(a, float(py[i]))));
-    const double scale = exact_form ? f + L * pe[i] : f + L * (std::abs(py[i]) + pe[i]);
+    const double scale = a.kind == Kind::HardSigmoid ? std::abs(double(a.alpha)) * (std::abs(py[i]) + pe[i]) + std::abs(double(a.beta))
+                         : exact_form                 ? f + L * pe[i]
+                                                      : f + L * (std::abs(py[i]) + pe[i]);
     po[i] = L * pe[i] + own * scale;
   }
   return out;

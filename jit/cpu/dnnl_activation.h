@@ -16,7 +16,8 @@ struct post_ops;
 namespace terrace::jit {
 
 // The activation a node is, for the kinds beyond Relu and Clip (cpu_library reads those with
-// their constant bounds): Sigmoid, Tanh, LeakyRelu (alpha), Elu (alpha), HardSwish, Gelu
+// their constant bounds): Sigmoid, Tanh, LeakyRelu (alpha), Elu (alpha), HardSwish, HardSigmoid
+// (alpha, beta), Gelu
 // (approximate "none" or "tanh"); nullopt for any other node or attribute value.
 std::optional<DnnlActivation> dnnl_activation_of(const Node& node);
 
@@ -31,7 +32,8 @@ void dnnl_append_activation(dnnl::post_ops& ops, const DnnlActivation& a);
 std::string dnnl_activation_name(const DnnlActivation& a);
 
 // A Lipschitz constant of the activation over all reals: |f(a) - f(b)| <= L |a - b|. Relu, Clip,
-// Tanh: 1; Sigmoid: 1/4; Swish: 1.1; LeakyRelu and Elu: max(1, |alpha|); HardSwish: 3/2 (its slope (2x + 3)
+// Tanh: 1; Sigmoid: 1/4; Swish: 1.1; LeakyRelu and Elu: max(1, |alpha|); HardSigmoid: |alpha|;
+// HardSwish: 3/2 (its slope (2x + 3)
 // / 6 on [-3, 3]); Gelu: 1.13 (the slope Phi(x) + x phi(x) peaks at 1.1289 near x = 1.41, and
 // goes no lower than -0.129; the tanh form peaks at 1.1290).
 double dnnl_activation_slope(const DnnlActivation& a);

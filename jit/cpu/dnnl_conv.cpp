@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstring>
 #include <numeric>
+#include <optional>
 #include <vector>
 
 #include "interp/error.h"
@@ -159,6 +160,56 @@ Reorder make_reorder(const Node& node, const memory::desc& from, const memory::d
   });
 }
 
+// x times one value per channel, on a layout of dense spatial dims and at most one inner block
+// of channels (plain, nhwc, nChw8c, nChw16c), for where oneDNN's binary is its reference code
+// (below AVX2: 18 ms for a 1x32x112x112 multiply). Padding channels stay zero.
+class ChannelScaleLoop {
+ public:
+  // nullopt where `x`'s layout is not of that form.
+  static std::optional<ChannelScaleLoop> of(const memory::desc& x, int64_t scale_batch) {
+    const dnnl_memory_desc_t& d = x.data;
+    if (d.format_kind != dnnl_blocked || d.ndims < 3) return std::nullopt;
+    const dnnl_blocking_desc_t& b = d.format_desc.blocking;
+    if (b.inner_nblks > 1 || (b.inner_nblks == 1 && b.inner_idxs[0] != 1)) return std::nullopt;
+    ChannelScaleLoop l;
+    l.block_ = b.inner_nblks == 1 ? b.inner_blks[0] : 1;
+    l.n_ = d.dims[0];
+    l.c_ = d.dims[1];
+    l.blocks_ = d.padded_dims[1] / l.block_;
+    l.batch_stride_ = b.strides[0];
+    l.block_stride_ = b.strides[1];
+    l.pixel_stride_ = b.strides[d.ndims - 1];
+    l.pixels_ = 1;
+    for (int i = 2; i < d.ndims; ++i) {
+      l.pixels_ *= d.padded_dims[i];
+      if (i + 1 < d.ndims && b.strides[i] != b.strides[i + 1] * d.padded_dims[i + 1]) return std::nullopt;
+    }
+    l.scale_batch_ = scale_batch;
+    return l;
+  }
+
+  // y = x * s, s plain [scale_batch, C]; x and y in the layout `of` took.
+  void run(const float* x, const float* s, float* y, int threads) const {
+    const int64_t items = n_ * blocks_ * pixels_;
+    const bool channels_inner = block_stride_ < pixel_stride_;  // nhwc: go pixel by pixel
+#pragma omp parallel for num_threads(threads) if (threads > 1) schedule(static)
+    for (int64_t i = 0; i < items; ++i) {
+      const int64_t n = i / (blocks_ * pixels_), r = i % (blocks_ * pixels_);
+      const int64_t cb = channels_inner ? r % blocks_ : r / pixels_, p = channels_inner ? r / blocks_ : r % pixels_;
+      const int64_t at = n * batch_stride_ + cb * block_stride_ + p * pixel_stride_;
+      const float* sc = s + (scale_batch_ == 1 ? 0 : n) * c_;
+      for (int64_t j = 0; j < block_; ++j) {
+        const int64_t ch = cb * block_ + j;
+        y[at + j] = ch < c_ ? x[at + j] * sc[ch] : 0.0f;
+      }
+    }
+  }
+
+ private:
+  int64_t n_ = 0, c_ = 0, blocks_ = 0, block_ = 1, pixels_ = 1, scale_batch_ = 1;
+  int64_t batch_stride_ = 0, block_stride_ = 0, pixel_stride_ = 0;
+};
+
 class ConvChain : public DnnlPrimitive {
  public:
   ConvChain(const std::vector<DnnlChainOp>& ops, const std::vector<Shape>& shapes,
@@ -193,7 +244,7 @@ class ConvChain : public DnnlPrimitive {
     // dense 3x3 1.4x. With stride 2 (ResNet's downsampling) plain layouts get oneDNN's
     // im2col+GEMM: 4.2 ms for 256->512 channels at 56x56 on 2 threads, so those reorder too.
     bool plain_edges = false;
-    if (steps_.size() == 1 && !steps_[0].pool) {
+    if (steps_.size() == 1 && steps_[0].kind == StepKind::Conv) {
       const ops::ConvGeometry g0 = ops::conv_geometry(steps_[0].node, steps_[0].x_shape, steps_[0].w_shape);
       bool unit = g0.kernel_size() == 1;
       for (size_t d = 0; d < g0.strides.size(); ++d)
@@ -240,8 +291,15 @@ class ConvChain : public DnnlPrimitive {
       }
       memory dst = s.direct_output >= 0 ? wrap(s.dst, out[size_t(s.direct_output)])
                                         : memory(s.dst, cpu_engine(), thread_buffer(size_t(s.slot), s.dst.get_size()));
-      if (s.pool) {
+      if (s.kind == StepKind::Pool) {
         execute(s.conv, s.scratch, {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}}, s.threads);
+      } else if (s.kind == StepKind::Scale && s.own_scale) {
+        s.own_scale->run(static_cast<const float*>(src.get_data_handle()),
+                         static_cast<const float*>(scale_source(s, k, in, result).get_data_handle()),
+                         static_cast<float*>(dst.get_data_handle()), threads_to_run(s.threads));
+      } else if (s.kind == StepKind::Scale) {
+        execute(s.conv, s.scratch, {{DNNL_ARG_SRC_0, src}, {DNNL_ARG_SRC_1, scale_source(s, k, in, result)}, {DNNL_ARG_DST, dst}},
+                s.threads);
       } else {
         if (s.sum_input >= 0) s.sum_reorder(wrap(s.sum_user, in[size_t(s.sum_input)]), dst, s.threads);
         if (s.sum_step >= 0 && !s.sum_in_place) s.sum_reorder(result[size_t(s.sum_step)], dst, s.threads);
@@ -275,15 +333,23 @@ class ConvChain : public DnnlPrimitive {
   }
 
  private:
+  // A Conv with its post-ops; a pool; a Scale, x times a per-channel s (binary_mul). A pool's and
+  // a Scale's `conv` holds their primitive; they have no weights.
+  enum class StepKind { Conv, Pool, Scale };
   struct Step {
-    Node node;                   // the Conv, or the pool
-    bool pool = false;           // a MaxPool or AveragePool: `conv` holds its primitive, no weights
+    Node node;                   // the Conv, the pool or the Mul
+    StepKind kind = StepKind::Conv;
     int x = -1, w = -1, b = -1;  // chain inputs (x: -1 when it is an earlier step's result)
     int x_step = -1;             // the step whose result is x
+    int s = -1, s_step = -1;     // a Scale's s: a chain input, or the step whose result it is
+    bool s_first = false;        // the Mul's first input is s (for the reference path)
+    memory::desc s_desc;         // s in the layout the binary primitive reads
+    std::optional<Reorder> s_reorder;  // step s_step's result into s_desc
+    std::optional<ChannelScaleLoop> own_scale;  // in place of a reference binary_mul
     memory::desc in_user;        // x, a chain input, in plain NCHW
     std::optional<Reorder> in_reorder;  // ... into the primitive's source layout
     std::optional<Reorder> step_reorder;  // x, step x_step's result, into the source layout (is_reference)
-    Shape x_shape, w_shape, out_shape;
+    Shape x_shape, w_shape, out_shape;  // w_shape: a Conv's weights, a Scale's s
     // In order after the convolution: an activation, or a sum (activation None) of chain input
     // `sum_input` or of step `sum_step`'s result.
     std::vector<DnnlActivation> post;
@@ -307,7 +373,8 @@ class ConvChain : public DnnlPrimitive {
   int step_of_result(const std::vector<DnnlChainOp>& ops, int k) const {
     TERRACE_CHECK(k >= 0 && size_t(k) < op_step_.size() &&
                       (size_t(k) + 1 == ops.size() || ops[size_t(k) + 1].kind == DnnlChainOp::Kind::Conv ||
-                       ops[size_t(k) + 1].kind == DnnlChainOp::Kind::Pool),
+                       ops[size_t(k) + 1].kind == DnnlChainOp::Kind::Pool ||
+                       ops[size_t(k) + 1].kind == DnnlChainOp::Kind::Scale),
                   Internal, "tier 1: a convolution chain reads op ", k, "'s result, which is no step's last");
     return op_step_[size_t(k)];
   }
@@ -348,7 +415,7 @@ class ConvChain : public DnnlPrimitive {
                       ": a chained pool reads one value");
         Step s;
         s.node = op.node;
-        s.pool = true;
+        s.kind = StepKind::Pool;
         s.x = op.inputs[0];
         if (s.x < 0) s.x_step = step_of_result(ops, -1 - s.x);
         s.x_shape = s.x >= 0 ? input_shape(op, s.x) : steps_[size_t(s.x_step)].out_shape;
@@ -359,8 +426,14 @@ class ConvChain : public DnnlPrimitive {
         continue;
       }
       TERRACE_CHECK(k > 0, Internal, op.node.describe(), ": a chain starts with a Conv");
+      if (op.kind == DnnlChainOp::Kind::Scale) {
+        steps_.push_back(parse_scale(ops, op, input_shape));
+        op_step_.push_back(int(steps_.size()) - 1);
+        continue;
+      }
       Step& s = steps_.back();
-      TERRACE_CHECK(!s.pool, Internal, op.node.describe(), ": a chained activation or Add follows a Conv, not a pool");
+      TERRACE_CHECK(s.kind == StepKind::Conv, Internal, op.node.describe(),
+                    ": a chained activation or Add follows a Conv, not a pool or a Scale");
       op_step_.push_back(int(steps_.size()) - 1);
       if (op.kind == DnnlChainOp::Kind::Activation) {
         TERRACE_CHECK(op.activation.kind != DnnlActivation::Kind::None, Internal, op.node.describe(), ": no activation");
@@ -381,6 +454,84 @@ class ConvChain : public DnnlPrimitive {
       else s.sum_step = step_of_result(ops, -1 - addend);
       s.post.push_back({});  // the sum's place among the post-ops
     }
+  }
+
+  // A Scale step from its Mul: x is the operand of the result's shape, s the per-channel one
+  // ([N or 1, C, 1, ...]); for equal shapes, the Mul's first input is x.
+  template <typename InputShape>
+  Step parse_scale(const std::vector<DnnlChainOp>& ops, const DnnlChainOp& op, const InputShape& input_shape) {
+    TERRACE_CHECK(op.inputs.size() == 2, Internal, op.node.describe(), ": a chained Scale reads two values");
+    Step st;
+    st.node = op.node;
+    st.kind = StepKind::Scale;
+    int operand_step[2] = {-1, -1};
+    Shape shape[2];
+    for (int i = 0; i < 2; ++i) {
+      const int v = op.inputs[size_t(i)];
+      if (v < 0) operand_step[i] = step_of_result(ops, -1 - v);
+      shape[i] = v >= 0 ? input_shape(op, v) : steps_[size_t(operand_step[i])].out_shape;
+    }
+    st.s_first = shape_numel(shape[0]) < shape_numel(shape[1]);
+    const int xi = st.s_first ? 1 : 0, si = 1 - xi;
+    const Shape &x = shape[xi], &sc = shape[si];
+    bool per_channel = x.size() >= 3 && sc.size() == x.size() && sc[1] == x[1] && (sc[0] == 1 || sc[0] == x[0]);
+    for (size_t d = 2; d < sc.size() && per_channel; ++d) per_channel = sc[d] == 1 || sc == x;
+    TERRACE_CHECK(per_channel, NotImplemented, op.node.describe(), ": tier 1 chains a Mul by one value per channel, not ",
+                  shape_str(x), " by ", shape_str(sc));
+    st.x = op.inputs[size_t(xi)] >= 0 ? op.inputs[size_t(xi)] : -1;
+    st.x_step = operand_step[xi];
+    st.s = op.inputs[size_t(si)] >= 0 ? op.inputs[size_t(si)] : -1;
+    st.s_step = operand_step[si];
+    st.x_shape = x;
+    st.w_shape = sc;  // a Scale's second operand
+    st.out_shape = x;
+    return st;
+  }
+
+  // A Scale step: binary_mul reading x in its producer's layout and s in its producer's (a chain
+  // input: plain), else s reordered to plain where oneDNN would run its reference code.
+  void build_scale_step(size_t k) {
+    Step& s = steps_[k];
+    s.threads = threads_for(double(shape_numel(s.out_shape)) / 8);  // a multiply per element
+    const memory::desc x = s.x < 0 ? steps_[size_t(s.x_step)].dst : plain(dims_of(s.x_shape));
+    const memory::desc sp = plain(dims_of(s.w_shape));
+    const memory::desc given = s.s < 0 ? steps_[size_t(s.s_step)].dst : sp;
+    const memory::desc dst(dims_of(s.out_shape), memory::data_type::f32, memory::format_tag::any);
+    auto primitive = [&](const memory::desc& scale) {
+      return building(s.node, s.threads, "primitive", [&] {
+        dnnl::binary::desc d(dnnl::algorithm::binary_mul, x, scale, dst);
+        return dnnl::binary::primitive_desc(d, user_scratchpad(), cpu_engine());
+      });
+    };
+    auto pd = primitive(given);
+    if (is_reference(pd) && given != sp)
+      if (auto p = primitive(sp); !is_reference(p)) pd = p;
+    s.src = pd.src_desc(0);
+    s.s_desc = pd.src_desc(1);
+    s.dst = pd.dst_desc();
+    if (is_reference(pd) && s.src == s.dst && (s.own_scale = ChannelScaleLoop::of(s.src, s.w_shape[0]))) {
+      s.s_desc = sp;
+    } else {
+      s.conv = dnnl::binary(pd);
+      s.scratch = pd.scratchpad_desc();
+    }
+    if (s.x >= 0) s.in_user = plain(dims_of(s.x_shape));
+    if (s.s_step >= 0 && s.s_desc != given) s.s_reorder = make_reorder(s.node, given, s.s_desc, s.threads);
+    s.text = "binary_mul (" + s.node.describe() + ", " + (s.own_scale ? std::string("Terrace's loop") : pd.impl_info_str()) + "): x " +
+             (s.x >= 0 ? "input " + std::to_string(s.x) : "step " + std::to_string(s.x_step)) + " " +
+             dims_str(dims_of(s.x_shape)) + " times s " +
+             (s.s >= 0 ? "input " + std::to_string(s.s) : "step " + std::to_string(s.s_step)) + " " +
+             dims_str(dims_of(s.w_shape)) + (s.s_reorder ? " (reordered)" : "") + "; " + std::to_string(s.threads) +
+             " OpenMP threads";
+  }
+
+  // A Scale step's s for this call, in the layout its primitive reads.
+  memory scale_source(const Step& s, size_t k, const std::vector<const float*>& in, const std::vector<memory>& result) const {
+    if (s.s >= 0) return wrap(s.s_desc, in[size_t(s.s)]);
+    if (!s.s_reorder) return result[size_t(s.s_step)];
+    memory m(s.s_desc, cpu_engine(), thread_buffer(n_slots_ + 1 + k, s.s_desc.get_size()));
+    (*s.s_reorder)(result[size_t(s.s_step)], m, s.threads);
+    return m;
   }
 
   // A pool step: reads its source in the layout its producer wrote (a chain input: plain NCHW) and
@@ -409,7 +560,8 @@ class ConvChain : public DnnlPrimitive {
   }
 
   void build_step(size_t k, bool plain_edges, const std::vector<const Tensor*>& constants) {
-    if (steps_[k].pool) return build_pool_step(k);
+    if (steps_[k].kind == StepKind::Pool) return build_pool_step(k);
+    if (steps_[k].kind == StepKind::Scale) return build_scale_step(k);
     Step& s = steps_[k];
     const ops::ConvGeometry g = ops::conv_geometry(s.node, s.x_shape, s.w_shape);
     Dims w = dims_of(s.w_shape);
@@ -541,6 +693,7 @@ class ConvChain : public DnnlPrimitive {
     for (size_t k = 0; k < n; ++k) {
       if (steps_[k].x_step >= 0) last_use[size_t(steps_[k].x_step)] = std::max(last_use[size_t(steps_[k].x_step)], int(k));
       if (steps_[k].sum_step >= 0) last_use[size_t(steps_[k].sum_step)] = std::max(last_use[size_t(steps_[k].sum_step)], int(k));
+      if (steps_[k].s_step >= 0) last_use[size_t(steps_[k].s_step)] = std::max(last_use[size_t(steps_[k].s_step)], int(k));
     }
     std::vector<int> holder;  // per slot: the step whose result it holds, or -1
     for (size_t k = 0; k < n; ++k) {
@@ -598,9 +751,17 @@ class ConvChain : public DnnlPrimitive {
     std::vector<Tensor> result(steps_.size());
     for (size_t k = 0; k < steps_.size(); ++k) {
       const Step& s = steps_[k];
-      if (s.pool) {
+      if (s.kind == StepKind::Pool) {
         RValue x = s.x >= 0 ? tensor_of(s.x) : RValue(result[size_t(s.x_step)]);
         result[k] = interpret_node(s.node, {&x}).at(0).tensor;
+        continue;
+      }
+      if (s.kind == StepKind::Scale) {
+        RValue x = s.x >= 0 ? tensor_of(s.x) : RValue(result[size_t(s.x_step)]);
+        RValue c = s.s >= 0 ? tensor_of(s.s) : RValue(result[size_t(s.s_step)]);
+        result[k] = interpret_node(s.node, s.s_first ? std::vector<const RValue*>{&c, &x} : std::vector<const RValue*>{&x, &c})
+                        .at(0)
+                        .tensor;
         continue;
       }
       RValue x = s.x >= 0 ? tensor_of(s.x) : RValue(result[size_t(s.x_step)]), w = tensor_of(s.w), b;

@@ -42,9 +42,11 @@ class DnnlPrimitive {
 // interpreter's semantics instead (see all_finite in dnnl_ops.cpp).
 struct DnnlActivation {
   // Swish: x * Sigmoid(x), the SiLU exporters write as those two nodes (cpu_library::swish_of).
-  enum class Kind { None, Relu, Clip, Sigmoid, Tanh, LeakyRelu, Elu, HardSwish, Gelu, GeluTanh, Swish } kind = Kind::None;
+  enum class Kind { None, Relu, Clip, Sigmoid, Tanh, LeakyRelu, Elu, HardSwish, HardSigmoid, Gelu, GeluTanh, Swish };
+  Kind kind = Kind::None;
   float lo = 0.0f, hi = 0.0f;  // Clip's bounds, lo <= hi
-  float alpha = 0.0f;          // LeakyRelu's slope below 0, Elu's alpha
+  float alpha = 0.0f;          // LeakyRelu's slope below 0, Elu's alpha, HardSigmoid's slope
+  float beta = 0.0f;           // HardSigmoid's offset
 };
 
 // ONNX MatMul (numpy broadcasting of batch dimensions, 1-D operands promoted), Gemm (transA,
@@ -61,9 +63,11 @@ std::unique_ptr<DnnlPrimitive> make_dnnl_primitive(const Node& node, const std::
                                                    DnnlActivation activation = {});
 
 // One op of a convolution chain (make_dnnl_conv_chain). `inputs` name chain inputs by index
-// (>= 0) or op k's result (-1 - k): a Conv's x, w and optional b; an Add's other operand.
+// (>= 0) or op k's result (-1 - k): a Conv's x, w and optional b; an Add's other operand; a
+// Scale's two operands in the Mul's order, one of them per channel ([N or 1, C, 1, ...]: a
+// squeeze-and-excitation block's Mul).
 struct DnnlChainOp {
-  enum class Kind { Conv, Activation, Add, Pool } kind = Kind::Conv;
+  enum class Kind { Conv, Activation, Add, Pool, Scale } kind = Kind::Conv;
   Node node;                    // the ONNX node (a Conv's attributes; names in errors)
   std::vector<int> inputs;
   DnnlActivation activation;    // Kind::Activation
@@ -78,7 +82,9 @@ struct DnnlChainOp {
 // reads an earlier result (the last op of a step: a Conv and its post-ops, or a pool), an
 // activation follows a Conv or an Add, an Add follows a Conv and reads a chain input or an earlier
 // result of its shape. A pool runs in the layout its producer wrote (ResNet's stem: Conv, Relu,
-// MaxPool, then the first block's two Convs reading the pool, all in one chain). `outputs`: the
+// MaxPool, then the first block's two Convs reading the pool, all in one chain). A Scale multiplies
+// an earlier result (or a chain input) by a per-channel value in the blocked layout, so that a
+// squeeze-and-excitation block (pool, two 1x1 Convs, the Mul) stays in the chain. `outputs`: the
 // ops whose results run() writes, in order (empty: the last op's). A single Conv whose kernel is
 // 1x1 keeps plain layouts (as fast as reordering at its edges, measured). A chain
 // with a zero-sized tensor never reaches oneDNN, and one whose inputs are not all finite runs

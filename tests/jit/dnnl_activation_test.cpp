@@ -31,11 +31,15 @@ std::vector<Activation> activations() {
   jit::DnnlActivation leaky{Kind::LeakyRelu}, elu{Kind::Elu};
   leaky.alpha = 0.2f;
   elu.alpha = 0.7f;
+  jit::DnnlActivation hard_sigmoid{Kind::HardSigmoid};
+  hard_sigmoid.alpha = 0.3f;
+  hard_sigmoid.beta = 0.4f;
   return {{{Kind::Sigmoid}, Op::Sigmoid, {}},
           {{Kind::Tanh}, Op::Tanh, {}},
           {leaky, Op::LeakyRelu, {{"alpha", 0.2f}}},
           {elu, Op::Elu, {{"alpha", 0.7f}}},
           {{Kind::HardSwish}, Op::HardSwish, {}},
+          {hard_sigmoid, Op::HardSigmoid, {{"alpha", 0.3f}, {"beta", 0.4f}}},
           {{Kind::Gelu}, Op::Gelu, {}},
           {{Kind::GeluTanh}, Op::Gelu, {{"approximate", "tanh"}}}};
 }

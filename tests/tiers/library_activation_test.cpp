@@ -99,6 +99,56 @@ TEST(LibraryRegions, silu_after_a_convolution_is_a_swish_post_op_of_its_chain) {
   expect_calls_match_and_regions_validated_on_tier1(*s, in, want, 2);
 }
 
+// Two squeeze-and-excitation blocks as torchvision writes them (GlobalAveragePool, 1x1 Conv,
+// Relu, 1x1 Conv, Sigmoid or HardSigmoid, then Mul(scale, x) or Mul(x, scale)) between convolutions:
+// the Muls are Scale steps, so the whole stack is one chain in oneDNN's layouts (EfficientNet-B0
+// was 35 regions, each SE Mul a generated kernel between two reorders); validated, and a
+// miscompiled call is caught. A Mul by a per-pixel mask ([1, 1, H, W]) is no Scale and stays out.
+std::shared_ptr<Graph> squeeze_excite_model(bool with_mask) {
+  GraphBuilder g;
+  int x = g.input("x", DType::Float32, {1, 8, 10, 10});
+  auto conv = [&](int in, Shape w, uint64_t seed) {
+    int wv = g.constant("w" + std::to_string(seed), random_tensor(w, seed, -0.4f, 0.4f));
+    int bv = g.constant("b" + std::to_string(seed), random_tensor({w[0]}, seed + 100));
+    return g.node(Op::Conv, {in, wv, bv});
+  };
+  auto excite = [&](int v, int64_t c, uint64_t seed, bool hard, bool scale_first) {
+    int p = g.node(Op::GlobalAveragePool, {v});
+    int r = g.node(Op::Relu, {conv(p, {4, c, 1, 1}, seed)});
+    int e = conv(r, {c, 4, 1, 1}, seed + 1);
+    int sc = hard ? g.node(Op::HardSigmoid, {e}, {{"alpha", GraphBuilder::attr_float(1.0f / 6)}})
+                  : g.node(Op::Sigmoid, {e});
+    return g.node(Op::Mul, scale_first ? std::vector<int>{sc, v} : std::vector<int>{v, sc});
+  };
+  int a = g.node(Op::Relu, {conv(excite(x, 8, 20, false, false), {16, 8, 1, 1}, 1)});  // x: a chain input
+  int b = conv(excite(a, 16, 2, false, true), {8, 16, 1, 1}, 4);
+  int c = g.node(Op::Relu, {conv(g.node(Op::Add, {b, x}), {16, 8, 1, 1}, 5)});
+  int d = conv(excite(c, 16, 6, true, false), {8, 16, 1, 1}, 8);
+  if (with_mask) d = g.node(Op::Mul, {d, g.constant("mask", random_tensor({1, 1, 10, 10}, 9))});
+  g.output(d);
+  return g.build();
+}
+
+TEST(LibraryRegions, squeeze_excite_blocks_are_scale_steps_of_one_chain) {
+  for (bool with_mask : {false, true}) {
+    auto graph = squeeze_excite_model(with_mask);
+    auto s = Session::from_graph(graph, on_tier(Tier::Cpu));
+    std::vector<std::string> want_regions = {
+        "GlobalAveragePool",
+        "Conv,Relu,Conv,Sigmoid,Mul,Conv,Relu,GlobalAveragePool,Conv,Relu,Conv,Sigmoid,Mul,Conv,Add,Conv,Relu,GlobalAveragePool,Conv,Relu,Conv,"
+        "HardSigmoid,Mul,Conv"};
+    if (with_mask) want_regions.push_back("Mul");
+    EXPECT_EQ(region_ops(*s), want_regions);
+    NamedTensors in = {{"x", random_tensor({1, 8, 10, 10}, 10, -2.0f, 2.0f)}};
+    const NamedTensors want = Session::from_graph(graph, on_tier(Tier::Interp))->run(in);
+    warm_up(*s, in);
+    expect_calls_match_and_regions_validated_on_tier1(*s, in, want, want_regions.size());
+  }
+  const std::string json = report_after_a_miscompiled_call(squeeze_excite_model(false), {{"x", random_tensor({1, 8, 10, 10}, 11)}});
+  EXPECT_EQ(occurrences(json, "\"validation\":\"failed: output"), 2u) << json;
+  EXPECT_EQ(occurrences(json, "\"tier\":\"cpu\""), 0u) << json;
+}
+
 TEST(LibraryRegions, miscompiled_region_with_a_fused_activation_is_caught) {
   const std::string json =
       report_after_a_miscompiled_call(activations_model(), {{"x", random_tensor({1, 4, 8, 8}, 9)}});

@@ -167,6 +167,40 @@ bool chains_add(const Graph& g, const Node& conv, const Node& next) {
   return true;
 }
 
+// For a Mul that multiplies a value x of rank >= 3 by one value per channel of it (shape [N or 1,
+// C, 1, ...], a squeeze-and-excitation block's scale), the index of that per-channel operand;
+// else -1. A SiLU's Mul is none. Dims must be known, or the same symbolic dim for N.
+int channel_scale(const Graph& g, const Node& mul) {
+  if (mul.op != Op::Mul || mul.inputs.size() != 2 || mul.outputs.size() != 1 || mul.inputs[0] < 0 ||
+      mul.inputs[1] < 0 || mul.inputs[0] == mul.inputs[1] || !is_float32(g, mul.inputs[0]) || !is_float32(g, mul.inputs[1]) ||
+      swish_sigmoid(g, mul))
+    return -1;
+  const ValueInfo &a = g.values[size_t(mul.inputs[0])].info, &b = g.values[size_t(mul.inputs[1])].info;
+  if (!a.shape || !b.shape || a.shape->size() < 3 || a.shape->size() != b.shape->size()) return -1;
+  auto name = [](const ValueInfo& i, size_t d) { return d < i.dim_names.size() ? i.dim_names[d] : std::string(); };
+  auto per_channel = [&](const ValueInfo& x, const ValueInfo& sc) {
+    const Shape &xs = *x.shape, &ss = *sc.shape;
+    if (xs[1] <= 0 || ss[1] != xs[1]) return false;
+    const bool same_n = ss[0] == 1 || (ss[0] > 0 && ss[0] == xs[0]) || (ss[0] < 0 && !name(sc, 0).empty() && name(sc, 0) == name(x, 0));
+    if (!same_n) return false;
+    bool spatial_one = true, spatial_differs = false;
+    for (size_t d = 2; d < ss.size(); ++d) {
+      spatial_one = spatial_one && ss[d] == 1;
+      spatial_differs = spatial_differs || xs[d] != 1;
+    }
+    return spatial_one && spatial_differs;
+  };
+  if (per_channel(a, b)) return 1;
+  if (per_channel(b, a)) return 0;
+  return -1;
+}
+
+// True when `next` is a per-channel Mul (channel_scale) reading `last`'s result: a step of the
+// chain in its blocked layout, instead of the region's end and a reorder each way.
+bool chains_scale(const Graph& g, const Node& last, const Node& next) {
+  return channel_scale(g, next) >= 0 && (next.inputs[0] == last.outputs[0] || next.inputs[1] == last.outputs[0]);
+}
+
 // True when `next` adds a bias to `matmul`'s result: an Add whose other operand is a constant
 // float32 holding one value per output column (shape [N], or [1, ..., N] no longer than the
 // result), N the result's last dim, known; both operands of the MatMul at least matrices. It
@@ -243,7 +277,9 @@ bool absorbs(const Graph& g, const Node& last, const Node& next) {
   if (last.op == Op::Gemm || last.op == Op::ConvTranspose) return activation;
   if (last.op == Op::Conv)
     return activation || starts_swish(g, last, next) || chains_conv(g, last, next) || chains_pool(g, last, next) ||
-           (chains_add(g, last, next) && only_reader(g, last.outputs[0]));
+           chains_scale(g, last, next) || (chains_add(g, last, next) && only_reader(g, last.outputs[0]));
+  if (channel_scale(g, last) >= 0)  // a Scale step ends like a pool: the next Conv, pool or Scale
+    return chains_conv(g, last, next) || chains_pool(g, last, next) || chains_scale(g, last, next);
   // `last` is an activation or an Add already in a Conv's region: the next Conv, or an
   // activation after an Add; a SiLU's Sigmoid takes its Mul.
   if (last.op == Op::Sigmoid && swish_mul(g, last) == &next) return true;
@@ -251,9 +287,9 @@ bool absorbs(const Graph& g, const Node& last, const Node& next) {
   const Node* before = x_of ? producer_of(g, x_of->inputs.empty() ? -1 : x_of->inputs[0]) : nullptr;
   if (last.op == Op::Add)
     return activation || (!biased_matmul(g, last) && (starts_swish(g, last, next) || chains_conv(g, last, next) ||
-                                                      chains_pool(g, last, next)));
+                                                      chains_pool(g, last, next) || chains_scale(g, last, next)));
   if ((activation_of(g, last) || x_of != &last) && x_of && before && (before->op == Op::Conv || before->op == Op::Add))
-    return chains_conv(g, last, next) || chains_pool(g, last, next);
+    return chains_conv(g, last, next) || chains_pool(g, last, next) || chains_scale(g, last, next);
   return false;
 }
 
@@ -387,6 +423,28 @@ struct BoundWalk {
     return e;
   }
 
+  // A Scale's product a' b', rounded once, against the interpreter's rounded a b:
+  // E = (1 + 2u) (|a| E_b + E_a |b| + E_a E_b) + 2u |a b|, broadcast as the Mul broadcasts
+  // (the node run on float64 magnitudes); sets the result's value too.
+  Tensor mul(const Node& node) {
+    const int result = node.outputs[0];
+    RValue x(value_of(node.inputs[0])), y(value_of(node.inputs[1]));
+    value[result] = interpret_node(node, {&x, &y}).at(0).tensor;
+    auto error = [&](int v) {
+      auto e = bound.find(v);
+      return e != bound.end() ? e->second : Tensor::zeros(DType::Float64, value_of(v).shape());
+    };
+    RValue a(abs64(value_of(node.inputs[0]), 1.0)), b(abs64(value_of(node.inputs[1]), 1.0));
+    RValue ea(error(node.inputs[0])), eb(error(node.inputs[1]));
+    const Tensor t1 = interpret_node(node, {&a, &eb}).at(0).tensor, t2 = interpret_node(node, {&ea, &b}).at(0).tensor,
+                 t3 = interpret_node(node, {&ea, &eb}).at(0).tensor, ab = interpret_node(node, {&a, &b}).at(0).tensor;
+    Tensor e = Tensor::empty(DType::Float64, value[result].shape());
+    double* pe = e.data<double>();
+    for (int64_t i = 0; i < e.numel(); ++i)
+      pe[i] = (1 + 2 * u) * (t1.data<double>()[i] + t2.data<double>()[i] + t3.data<double>()[i]) + 2 * u * ab.data<double>()[i];
+    return e;
+  }
+
   // The interpreter's value of the node's result, for the ops after it.
   void set_value(const Node& node) {
     std::vector<RValue> args;
@@ -430,6 +488,10 @@ std::vector<Tensor> error_allowance(const Graph& g, const Region& region, const 
     const int result = node.outputs[0];
     if (node.op == Op::Add) {
       w.bound[result] = w.add(node);  // its value set too
+      continue;
+    }
+    if (channel_scale(g, node) >= 0) {
+      w.bound[result] = w.mul(node);  // its value set too
       continue;
     }
     if (is_pool(node.op)) w.bound[result] = w.pool(node);
@@ -560,6 +622,9 @@ LibraryPart chain_part(const Graph& g, const Region& region, const Node& node, s
       c.inputs.push_back(index(op.inputs[0] == previous ? op.inputs[1] : op.inputs[0]));
     } else if (swish_mul(g, op)) {
       continue;  // a SiLU's Sigmoid: its Mul is the chain's swish
+    } else if (channel_scale(g, op) >= 0) {
+      c.kind = jit::DnnlChainOp::Kind::Scale;
+      c.inputs = {index(op.inputs[0]), index(op.inputs[1])};
     } else if (swish_sigmoid(g, op)) {
       c.kind = jit::DnnlChainOp::Kind::Activation;
       c.activation = jit::DnnlActivation{jit::DnnlActivation::Kind::Swish};
