@@ -114,13 +114,16 @@ bool same_dim(const Graph& g, int a, size_t da, int b, size_t db) {
 }
 
 // Attention computes what the block computes (the header's conditions).
-bool fusible(const PatternView& p, const AttentionBlock& b) {
+bool fusible(const PatternView& p, const AttentionBlock& b, const PassConfig& config) {
   const Graph& g = p.graph();
   for (int v : {b.q, b.k_transposed, b.v}) {
     const Shape* s = p.shape(v);
     if (!s || s->size() != 4 || p.dtype(v) != p.dtype(b.q)) return false;
   }
-  if (p.dtype(b.q) != DType::Float32 && p.dtype(b.q) != DType::Float64) return false;
+  if (p.dtype(b.q) != config.attention_dtype) return false;
+  // Q's and V's head sizes (K^T's is Q's); an unknown one may exceed the tier's.
+  for (const Shape* s : {p.shape(b.q), p.shape(b.v)})
+    if ((*s)[3] < 0 || (*s)[3] > config.attention_max_head) return false;
   const int q = b.q, kt = b.k_transposed, v = b.v;
   if (!same_dim(g, q, 0, kt, 0) || !same_dim(g, q, 0, v, 0) || !same_dim(g, q, 1, kt, 1) || !same_dim(g, q, 1, v, 1) ||
       !same_dim(g, q, 3, kt, 2) || !same_dim(g, kt, 3, v, 2))
@@ -149,12 +152,74 @@ int new_value(Graph& g, const std::string& base, ValueInfo info, int producer) {
 
 }  // namespace
 
-int fuse_attention(Graph& g, const PassConfig&) {
+// Attention's mask for the block: an additive one as it is; a Where's condition negated (true:
+// attend), once per condition, as a constant or by a Not in the Where's slot; -1 for none.
+int attend_mask(Graph& g, const AttentionBlock& b, const std::string& stem, std::vector<bool>& dead,
+                std::map<int, int>& negated) {
+  if (b.mask_kind == AttentionBlock::MaskKind::Additive) return b.mask;
+  if (b.mask_kind != AttentionBlock::MaskKind::WhereNegInf) return -1;
+  if (auto it = negated.find(b.mask); it != negated.end()) return it->second;  // the layers share one causal mask
+  if (is_constant(g, b.mask)) {
+    Tensor attend = constant(g, b.mask).clone();
+    for (int64_t e = 0; e < attend.numel(); ++e) attend.data<bool>()[e] = !attend.data<bool>()[e];
+    return negated[b.mask] = add_constant(g, g.values[size_t(b.mask)].name + "_attend", std::move(attend));
+  }
+  // A Not in the Where's slot (it reads the condition, so the condition is made before).
+  const int where = g.values[size_t(g.nodes[size_t(b.softmax)].inputs[0])].producer;
+  Node& not_node = g.nodes[size_t(where)];
+  ValueInfo m_info = g.values[size_t(b.mask)].info;
+  not_node.op = Op::Not;
+  not_node.name = stem + "/attend";
+  not_node.attrs.clear();
+  not_node.inputs = {b.mask};
+  const int mask = new_value(g, stem + "/attend", m_info, where);
+  not_node.outputs = {mask};
+  dead[size_t(where)] = false;
+  return mask;
+}
+
+// K for the block: where a Transpose read by nothing else made Kt (`composable`), that Transpose
+// with its last two output dims swapped, one movement instead of two; else one more Transpose, in
+// the QK MatMul's slot (it reads Kt, so Kt is made before).
+int keys_of(Graph& g, const AttentionBlock& b, bool composable, const std::string& stem, std::vector<bool>& dead) {
+  ValueInfo k_info = g.values[size_t(b.k_transposed)].info;  // fusible: a 4-D tensor of known dtype
+  if (is_constant(g, b.k_transposed)) {
+    k_info.dtype = constant(g, b.k_transposed).dtype();
+    k_info.shape = constant(g, b.k_transposed).shape();
+  }
+  std::swap((*k_info.shape)[2], (*k_info.shape)[3]);
+  k_info.dim_names.resize(4);
+  std::swap(k_info.dim_names[2], k_info.dim_names[3]);
+  if (composable) {
+    Node& t = g.nodes[size_t(g.values[size_t(b.k_transposed)].producer)];
+    const std::vector<int64_t> p = t.attr_ints("perm");
+    t.attrs["perm"] = ints_attribute({p[0], p[1], p[3], p[2]});
+    g.values[size_t(b.k_transposed)].info = k_info;
+    return b.k_transposed;
+  }
+  const int qk_node = b.nodes.front();
+  Node& host = g.nodes[size_t(qk_node)];
+  host.op = Op::Transpose;
+  host.name = stem + "/K";
+  host.attrs.clear();
+  host.attrs["perm"] = ints_attribute({0, 1, 3, 2});
+  host.inputs = {b.k_transposed};
+  const int k = new_value(g, stem + "/K", k_info, qk_node);
+  host.outputs = {k};
+  dead[size_t(qk_node)] = false;
+  return k;
+}
+
+int fuse_attention(Graph& g, const PassConfig& config) {
   std::vector<AttentionBlock> blocks = find_attention(g);
-  std::vector<bool> ok(blocks.size(), false);
+  std::vector<bool> ok(blocks.size(), false), composable(blocks.size(), false);
   {
     PatternView p(g);
-    for (size_t i = 0; i < blocks.size(); ++i) ok[i] = fusible(p, blocks[i]);
+    for (size_t i = 0; i < blocks.size(); ++i) {
+      ok[i] = fusible(p, blocks[i], config);
+      const Node* t = p.producer(blocks[i].k_transposed, Op::Transpose);
+      composable[i] = t && p.internal(blocks[i].k_transposed) && t->attr_ints("perm").size() == 4;
+    }
   }
   std::vector<bool> dead(g.nodes.size(), false);
   std::map<int, int> negated;  // constant Where conditions and their negation
@@ -164,50 +229,9 @@ int fuse_attention(Graph& g, const PassConfig&) {
     const AttentionBlock& b = blocks[i];
     for (int n : b.nodes) dead[size_t(n)] = true;
     dead[size_t(b.output_matmul)] = false;
-    // K: the swap of Kt's last two dims, in the QK MatMul's slot (it reads Kt, so Kt is made before).
-    const int qk_node = b.nodes.front();
-    ValueInfo k_info = g.values[size_t(b.k_transposed)].info;  // fusible: a 4-D tensor of known dtype
-    if (is_constant(g, b.k_transposed)) {
-      k_info.dtype = constant(g, b.k_transposed).dtype();
-      k_info.shape = constant(g, b.k_transposed).shape();
-    }
-    std::swap((*k_info.shape)[2], (*k_info.shape)[3]);
-    k_info.dim_names.resize(4);
-    std::swap(k_info.dim_names[2], k_info.dim_names[3]);
-    Node& host = g.nodes[size_t(qk_node)];
     const std::string stem = fused_name(g, g.nodes[size_t(b.output_matmul)], "Attention");
-    host.op = Op::Transpose;
-    host.name = stem + "/K";
-    host.attrs.clear();
-    host.attrs["perm"] = ints_attribute({0, 1, 3, 2});
-    host.inputs = {b.k_transposed};
-    const int k = new_value(g, stem + "/K", k_info, qk_node);
-    host.outputs = {k};
-    dead[size_t(qk_node)] = false;
-    // The mask.
-    int mask = -1;
-    if (b.mask_kind == AttentionBlock::MaskKind::Additive) {
-      mask = b.mask;
-    } else if (b.mask_kind == AttentionBlock::MaskKind::WhereNegInf) {
-      if (auto it = negated.find(b.mask); it != negated.end()) {
-        mask = it->second;  // the layers of a model share one causal mask
-      } else if (is_constant(g, b.mask)) {
-        Tensor attend = constant(g, b.mask).clone();
-        for (int64_t e = 0; e < attend.numel(); ++e) attend.data<bool>()[e] = !attend.data<bool>()[e];
-        mask = negated[b.mask] = add_constant(g, g.values[size_t(b.mask)].name + "_attend", std::move(attend));
-      } else {  // a Not in the Where's slot (it reads the condition, so the condition is made before)
-        const int where = g.values[size_t(g.nodes[size_t(b.softmax)].inputs[0])].producer;
-        Node& not_node = g.nodes[size_t(where)];
-        ValueInfo m_info = g.values[size_t(b.mask)].info;
-        not_node.op = Op::Not;
-        not_node.name = stem + "/attend";
-        not_node.attrs.clear();
-        not_node.inputs = {b.mask};
-        mask = new_value(g, stem + "/attend", m_info, where);
-        not_node.outputs = {mask};
-        dead[size_t(where)] = false;
-      }
-    }
+    const int k = keys_of(g, b, composable[i], stem, dead);
+    const int mask = attend_mask(g, b, stem, dead, negated);
     Node& att = g.nodes[size_t(b.output_matmul)];
     att.op = Op::Attention;
     att.name = stem;

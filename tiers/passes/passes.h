@@ -19,9 +19,13 @@ struct PassConfig {
   // pass makes a deliberately wrong rewrite where it has one (constant folding doubles the float32
   // results it folds, LayerNorm fusion uses epsilon 1).
   bool deliberately_wrong = false;
-  // Attention blocks become one Attention op (attention.cpp). Off by default: Attention runs in the
-  // interpreter only, so a fused block would be a graph break where its five ops compile today.
+  // Attention blocks become one Attention op (attention.cpp). Off by default: only tier 2 compiles
+  // Attention (Backend::configure_passes turns it on), elsewhere a fused block would be a graph
+  // break where its five ops compile today. Where set, only blocks of `attention_dtype` and head
+  // sizes up to `attention_max_head` fuse: what the compiling tier takes.
   bool fuse_attention = false;
+  DType attention_dtype = DType::Float32;
+  int64_t attention_max_head = 128;
 };
 
 // constant_folding.cpp: nodes whose inputs are all constants become initializers, computed by
