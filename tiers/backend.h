@@ -10,6 +10,7 @@
 #include "interp/graph.h"
 #include "tiers/options.h"
 #include "tiers/partition.h"
+#include "tiers/passes/passes.h"
 
 namespace terrace {
 
@@ -94,6 +95,10 @@ class Backend {
   virtual bool fuses(const Node& /*last*/, const Node& /*next*/) const { return true; }
   // True for a node that gets a region of its own (partition's AlonePredicate).
   virtual bool alone(const Node&) const { return false; }
+  // Turns on the graph rewrites whose results this tier compiles (the session asks every tier of
+  // its ladder before it optimizes): tier 2 fuses attention blocks into one Attention op, which no
+  // lower tier runs, so such a region climbs from the interpreter straight to it.
+  virtual void configure_passes(passes::PassConfig&) const {}
   // True when `next` joins `alone_node`'s region (partition's AbsorbPredicate).
   virtual bool absorbs(const Graph&, const Node&, const Node&) const { return false; }
   // Per region output, an error allowance for validation on top of the tolerance of ARCHITECTURE.md's "Rules the code keeps" (an

@@ -168,7 +168,7 @@ void TierManager::Core::interpret_call(RegionState& st, Frame& frame, std::vecto
     if (Trace* t = options_.trace.get())
       t->instant("deopt", "deopt region " + std::to_string(region.id), {{"reason", failure->describe()}});
   }
-  if (sig && !ladder_.empty()) maybe_promote(st, {0, *sig}, in, call);
+  if (sig && st.entry < ladder_.size()) maybe_promote(st, {st.entry, *sig}, in, call);
 }
 
 }  // namespace terrace

@@ -14,8 +14,10 @@ namespace terrace {
 
 const std::vector<TierEntry>& builtin_tiers() {
   static const std::vector<TierEntry> tiers = {
-      {Tier::Cpu, [](const Options& o, std::string* why) { return make_cpu_backend(o.cache_dir, why); }, nullptr},
-      {Tier::Gpu, [](const Options& o, std::string* why) { return make_gpu_backend(o.cache_dir, why); }, gpu_fuses},
+      {Tier::Cpu, [](const Options& o, std::string* why) { return make_cpu_backend(o.cache_dir, why); }, nullptr,
+       nullptr},
+      {Tier::Gpu, [](const Options& o, std::string* why) { return make_gpu_backend(o.cache_dir, why); }, gpu_fuses,
+       gpu_configure_passes},
   };
   return tiers;
 }
@@ -48,6 +50,16 @@ std::vector<std::unique_ptr<Backend>> make_ladder(const Options& options) {
   return ladder;
 }
 
+passes::PassConfig pass_config_for(const std::vector<std::unique_ptr<Backend>>& ladder, const Options& options) {
+  passes::PassConfig config;
+  for (const auto& b : ladder) b->configure_passes(config);
+  for (const TierEntry& entry : builtin_tiers())
+    if (entry.tier <= options.plan_for && entry.configure &&
+        std::none_of(ladder.begin(), ladder.end(), [&](const auto& b) { return b->tier() == entry.tier; }))
+      entry.configure(config);
+  return config;
+}
+
 Plan partition_for(const Graph& graph, const std::vector<std::unique_ptr<Backend>>& ladder, const Options& options) {
   if (ladder.empty())
     return partition(graph, [](const Graph&, const Node&) { return std::string("tier 1 is disabled"); });
@@ -60,10 +72,20 @@ Plan partition_for(const Graph& graph, const std::vector<std::unique_ptr<Backend
     if (entry.tier <= options.plan_for && entry.fuses &&
         std::none_of(ladder.begin(), ladder.end(), [&](const auto& b) { return b->tier() == entry.tier; }))
       absent.push_back(entry.fuses);
-  return partition(graph, [first](const Graph& g, const Node& n) { return first->can_compile(g, n); },
-                   [first](const Node& n) { return first->alone(n); },
-                   [first, higher, absent](const Graph& g, const Node& n, const Node& next) {
-                     return first->absorbs(g, n, next) &&
+  // A node the first tier refuses and a higher one compiles (tier 2's Attention) is a region of its
+  // own, which climbs from the interpreter straight to that tier.
+  auto higher_only = [first, higher](const Graph& g, const Node& n) {
+    return !first->can_compile(g, n).empty() &&
+           std::any_of(higher.begin(), higher.end(), [&](const Backend* b) { return b->can_compile(g, n).empty(); });
+  };
+  return partition(graph,
+                   [first, higher_only](const Graph& g, const Node& n) {
+                     std::string why = first->can_compile(g, n);
+                     return why.empty() || higher_only(g, n) ? std::string() : why;
+                   },
+                   [first, higher_only, &graph](const Node& n) { return first->alone(n) || higher_only(graph, n); },
+                   [first, higher, absent, higher_only](const Graph& g, const Node& n, const Node& next) {
+                     return !higher_only(g, next) && first->absorbs(g, n, next) &&
                             std::all_of(higher.begin(), higher.end(), [&](const Backend* b) { return b->fuses(n, next); }) &&
                             std::all_of(absent.begin(), absent.end(), [&](auto fuses) { return fuses(n, next); });
                    },

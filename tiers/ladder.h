@@ -20,6 +20,8 @@ struct TierEntry {
   // Its Backend::fuses, known without its device: partition_for applies it for a tier planned for
   // (Options::plan_for) but absent. nullptr: it fuses whatever the first tier does.
   bool (*fuses)(const Node& last, const Node& next);
+  // Its Backend::configure_passes, likewise (nullptr: none).
+  void (*configure)(passes::PassConfig& config);
 };
 // Lowest first.
 const std::vector<TierEntry>& builtin_tiers();
@@ -28,6 +30,10 @@ const std::vector<TierEntry>& builtin_tiers();
 // that cannot ends the climb, its reason said once per process); then Options::extra_tiers. Empty:
 // the interpreter alone.
 std::vector<std::unique_ptr<Backend>> make_ladder(const Options& options);
+
+// The graph passes' settings for `ladder`: each tier's Backend::configure_passes, and the entry's
+// of each built-in tier up to Options::plan_for that is not in the ladder.
+passes::PassConfig pass_config_for(const std::vector<std::unique_ptr<Backend>>& ladder, const Options& options);
 
 // The graph's regions for `ladder`: its first tier's (can_compile, alone, absorbs), less what a
 // higher tier would not run together (Backend::fuses, and the fusion rule of each built-in tier up

@@ -84,15 +84,16 @@ std::unique_ptr<Session> Session::from_graph(std::shared_ptr<const Graph> graph,
   options = options.resolved();  // Options::mode
   if (!options.profile_file.empty() && !options.trace) options.trace = Trace::for_file(options.profile_file);
   auto impl = std::make_unique<Impl>();
-  // The graph optimizer (tiers/passes/): the plan, the tiers and graph() see the optimized graph.
-  // Constant folding runs the interpreter: on the session's threads, as run() does.
+  // The graph optimizer (tiers/passes/), with the rewrites the ladder's tiers compile: the plan, the
+  // tiers and graph() see the optimized graph. Constant folding runs the interpreter: on the
+  // session's threads, as run() does.
+  std::vector<std::unique_ptr<Backend>> ladder = make_ladder(options);
   {
     ScopedOmpThreads threads(options.interp_threads);
-    impl->graph = optimize_graph(std::move(graph), options.optimize);
+    impl->graph = optimize_graph(std::move(graph), options.optimize, pass_config_for(ladder, options));
   }
   impl->options = options;
   const Graph& g = *impl->graph;
-  std::vector<std::unique_ptr<Backend>> ladder = make_ladder(options);
   impl->plan = partition_for(g, ladder, options);
   impl->step_of_node.assign(g.nodes.size(), 0);
   for (size_t s = 0; s < impl->plan.steps.size(); ++s) {

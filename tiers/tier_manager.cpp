@@ -124,7 +124,7 @@ static std::vector<Tensor> compile_inputs(const std::vector<Tensor>& in) {
 
 void TierManager::Core::maybe_promote(RegionState& st, const VersionKey& key, const std::vector<Tensor>& in,
                                       int64_t call) {
-  const bool first = key.rung == 0;  // from the interpreter: a failure stops the region's compiles
+  const bool first = key.rung == st.entry;  // from the interpreter: a failure stops the region's compiles
   if (first ? st.compiles == RegionState::Compiles::Stopped : !st.unable[key.rung].empty()) return;
   const int count = ++st.profile.served[key];
   if (count < ladder_[key.rung]->promotion_threshold(options_) || st.compiling.count(key) || st.failed.count(key))
@@ -156,7 +156,7 @@ void TierManager::Core::maybe_promote(RegionState& st, const VersionKey& key, co
   why = std::string(error_code_name(ErrorCode::RuntimeError)) + ": " + why;
   if (!first) {
     st.failed.insert(key);
-    st.climb = "stays on " + rung_name(key.rung - 1) + ": " + why;
+    st.climb = "stays on " + below(st, key.rung) + ": " + why;
     return;
   }
   st.stop(why);
@@ -164,8 +164,8 @@ void TierManager::Core::maybe_promote(RegionState& st, const VersionKey& key, co
   log(LogLevel::Warn, "region ", st.region->id, " (", st.region->ops(), "): stays on the interpreter: ", st.stopped);
 }
 
-// A version that fails or is demoted above rung 0 leaves the lower rungs' versions of its
-// signature serving; one that fails on rung 0 stops the region's compiles.
+// A version that fails or is demoted above the region's entry rung leaves the lower rungs'
+// versions of its signature serving; one that fails on the entry rung stops the region's compiles.
 void TierManager::Core::compile_job(RegionState& st, VersionKey key, std::vector<Tensor> in, int64_t call) {
   Backend& backend = *ladder_[key.rung];
   const std::string tier = tier_name(backend.tier());
@@ -198,8 +198,8 @@ void TierManager::Core::compile_job(RegionState& st, VersionKey key, std::vector
     st.failed.insert(key);  // never retried: a failed compile must not loop
     log(LogLevel::Warn, "region ", st.region->id, " (", st.region->ops(), "): ", rung_name(key.rung),
         " compile failed for ", key.signature.str(), ": ", error);
-    if (key.rung > 0) {
-      st.climb = "stays on " + rung_name(key.rung - 1) + ": compile failed: " + error;
+    if (key.rung > st.entry) {
+      st.climb = "stays on " + below(st, key.rung) + ": compile failed: " + error;
       return;
     }
     if (st.validation == RegionState::Validation::Pending && st.load()->empty()) st.validation = RegionState::Validation::Off;
@@ -220,7 +220,7 @@ void TierManager::Core::compile_job(RegionState& st, VersionKey key, std::vector
   if (options_.validate != ValidateMode::Off) st.validation = RegionState::Validation::Pending;
   st.publish(std::move(v));
   epoch_.fetch_add(1);
-  if (key.rung > 0) st.climb = "";
+  if (key.rung > st.entry) st.climb = "";
   log_event(LogTopic::Promotions, LogLevel::Info, "region ", st.region->id, " (", st.region->ops(), "): promoted to ",
             tier, " for ", key.signature.str(), " after call ", call, ", compiled in ", ms, " ms");
 }

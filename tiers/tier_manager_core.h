@@ -66,8 +66,11 @@ struct TierManager::RegionState {
   int64_t promoted_at_call = -1;
   bool recheck_queued = false;  // continuous validation: one re-check at a time per region
   int64_t rechecks = 0;
-  // Per rung: why the region cannot run there ("" when it can; rung 0's partition made sure).
+  // Per rung: why the region cannot run there ("" when it can).
   std::vector<std::string> unable;
+  // The lowest rung that can run it: 0, or above for a node only a higher tier compiles (tier 2's
+  // Attention); the interpreter's calls count toward it.
+  size_t entry = 0;
   std::string climb;  // why a region with a compiled version is not on the next rung up
 
   std::shared_ptr<const VersionList> load() const { return std::atomic_load(&versions); }
@@ -93,20 +96,27 @@ struct TierManager::Core : std::enable_shared_from_this<Core> {
       st.region = &r;
       release_after_.push_back(released_after(graph_, r));
       st.unable.assign(ladder_.size(), "");
-      for (size_t k = 1; k < ladder_.size(); ++k)
+      for (size_t k = 0; k < ladder_.size(); ++k)
         for (int n : r.nodes)
           if (std::string why = ladder_[k]->can_compile(graph_, graph_.nodes[size_t(n)]); !why.empty()) {
             st.unable[k] = graph_.nodes[size_t(n)].describe() + ": " + why;
             break;
           }
-      if (ladder_.size() > 1 && !st.unable[1].empty()) st.climb = "stays on " + rung_name(0) + ": " + st.unable[1];
+      while (st.entry < ladder_.size() && !st.unable[st.entry].empty()) ++st.entry;
+      if (st.entry + 1 < ladder_.size() && !st.unable[st.entry + 1].empty())
+        st.climb = "stays on " + rung_name(st.entry) + ": " + st.unable[st.entry + 1];
       if (options_.validate == ValidateMode::Off) st.validation = RegionState::Validation::Off;
       if (ladder_.empty()) st.stop("no compiled tier enabled");
+      else if (st.entry == ladder_.size()) st.stop(st.unable[0]);
     }
   }
 
   // "tier 1": how reports name a rung.
   std::string rung_name(size_t rung) const { return "tier " + std::to_string(int(ladder_[rung]->tier())); }
+  // What serves a region's calls below `rung`: the rung under it, or the interpreter below its entry.
+  std::string below(const RegionState& st, size_t rung) const {
+    return rung > st.entry ? rung_name(rung - 1) : std::string("the interpreter");
+  }
 
   void interpret_region(const Region& region, Frame& frame) const;
   // After the interpreter ran a compiled region for validation or a re-check: lets the OS take back

@@ -37,8 +37,8 @@ void TierManager::Core::demote(RegionState& st, Version& v, const std::string& w
   st.failed.insert({v.rung, v.signature});
   st.validation = RegionState::Validation::Failed;
   st.failure = why;
-  if (v.rung > 0)
-    st.climb = "back on " + rung_name(v.rung - 1) + ": the " + tier_name(v.tier) + " version was demoted: " + why;
+  if (v.rung > st.entry)
+    st.climb = "back on " + below(st, v.rung) + ": the " + tier_name(v.tier) + " version was demoted: " + why;
   log_event(LogTopic::Validation, LogLevel::Warn, "region ", st.region->id, " (", st.region->ops(), "): demoted: ", why);
   if (Trace* t = options_.trace.get()) t->instant("deopt", "demoted region " + std::to_string(st.region->id), {{"reason", why}});
 }

@@ -162,7 +162,7 @@ Reorder make_reorder(const Node& node, const memory::desc& from, const memory::d
 
 // x times one value per channel, on a layout of dense spatial dims and at most one inner block
 // of channels (plain, nhwc, nChw8c, nChw16c), for where oneDNN's binary is its reference code
-// (below AVX2: 18 ms for a 1x32x112x112 multiply). Padding channels stay zero.
+// (below AVX2), which is orders of magnitude slower. Padding channels stay zero.
 class ChannelScaleLoop {
  public:
   // nullopt where `x`'s layout is not of that form.
@@ -237,12 +237,8 @@ class ConvChain : public DnnlPrimitive {
     for (size_t i = 0; i < constants.size() && i < shapes.size(); ++i)
       if (constants[i] && checks_finite() && !all_finite(constants[i]->data<float>(), size_t(constants[i]->numel()), 1))
         reference_only_ = true;  // non-finite weights: the fused activations or a max would differ
-    // A lone 1x1 convolution of stride 1 keeps plain layouts: measured with one thread on
-    // AVX-512, reorders at its edges cost as much as the blocked kernel saves (e.g. 144->24
-    // channels at 56x56: 0.134 ms plain, 0.275 ms reordered; others the other way round), while a
-    // depthwise 3x3 is 4-7x faster reordered (0.29 ms against 1.38 at 32 channels, 112x112) and a
-    // dense 3x3 1.4x. With stride 2 (ResNet's downsampling) plain layouts get oneDNN's
-    // im2col+GEMM: 4.2 ms for 256->512 channels at 56x56 on 2 threads, so those reorder too.
+    // A lone 1x1 convolution of stride 1 keeps plain layouts: the reorders at its edges cost about
+    // what the blocked kernel saves. Depthwise, dense 3x3 and strided ones gain from blocking.
     bool plain_edges = false;
     if (steps_.size() == 1 && steps_[0].kind == StepKind::Conv) {
       const ops::ConvGeometry g0 = ops::conv_geometry(steps_[0].node, steps_[0].x_shape, steps_[0].w_shape);

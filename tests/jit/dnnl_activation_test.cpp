@@ -129,6 +129,7 @@ TEST(DnnlOps, activation_nodes_are_recognised_with_their_attributes) {
     ASSERT_TRUE(got.has_value()) << op_name(a.op);
     EXPECT_EQ(got->kind, a.fused.kind);
     EXPECT_EQ(got->alpha, a.fused.alpha);
+    EXPECT_EQ(got->beta, a.fused.beta);
   }
   EXPECT_FALSE(jit::dnnl_activation_of(make_node(Op::Softplus, 1)).has_value());
   EXPECT_FALSE(jit::dnnl_activation_of(make_node(Op::Gelu, 1, {{"approximate", "fast"}})).has_value());

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "interp/compare.h"
+#include "interp/interpreter.h"
 #include "tests/support/graph_builder.h"
 #include "tiers/cpu/cpu_backend.h"
 #include "tiers/session.h"
@@ -30,6 +31,7 @@ class FakeTier : public Backend {
   Tier tier() const override { return kFakeTier; }
   int promotion_threshold(const Options&) const override { return 2; }
   std::string can_compile(const Graph& g, const Node& n) const override {
+    if (n.op == Op::Attention) return "";  // which tier 1 does not compile
     return n.op == Op::Neg ? "the fake tier runs no Neg" : inner_->can_compile(g, n);
   }
   std::vector<Tensor> error_allowance(const Graph& g, const Region& r, const std::vector<Tensor>& in) const override {
@@ -37,10 +39,25 @@ class FakeTier : public Backend {
   }
   std::unique_ptr<CompiledRegion> compile(const Graph& g, const Region& r, const std::vector<Tensor>& in) override {
     if (mode_ == Mode::FailsToCompile) fail(ErrorCode::CompileFailed, "the fake tier fails on purpose");
+    if (r.nodes.size() == 1 && g.nodes[size_t(r.nodes[0])].op == Op::Attention)
+      return std::make_unique<ByInterpreter>(g.nodes[size_t(r.nodes[0])]);
     return std::make_unique<Wrapped>(inner_->compile(g, r, in), mode_ == Mode::AddsOne);
   }
 
  private:
+  // A region of one node run by the interpreter's kernel: the stand-in for tier 2's attention.
+  struct ByInterpreter : CompiledRegion {
+    explicit ByInterpreter(Node n) : node(std::move(n)) {}
+    std::vector<Tensor> run(const std::vector<Tensor>& in, CallTally&) override {
+      std::vector<RValue> values(in.begin(), in.end());
+      std::vector<const RValue*> args;
+      for (const RValue& v : values) args.push_back(&v);
+      std::vector<Tensor> out;
+      for (const RValue& v : interpret_node(node, args)) out.push_back(v.tensor);
+      return out;
+    }
+    Node node;
+  };
   struct Wrapped : CompiledRegion {
     Wrapped(std::unique_ptr<CompiledRegion> c, bool wrong) : code(std::move(c)), add_one(wrong) {}
     std::vector<Tensor> run(const std::vector<Tensor>& in, CallTally& tally) override {
@@ -131,6 +148,44 @@ TEST(Ladder, a_region_a_plug_in_tier_cannot_run_stays_below_and_says_why) {
   EXPECT_EQ(r.region.tier, Tier::Cpu);
   EXPECT_NE(r.region.climb.find("stays on tier 1: "), std::string::npos) << r.region.climb;
   EXPECT_NE(r.region.climb.find("the fake tier runs no Neg"), std::string::npos) << r.region.climb;
+}
+
+// A node only a higher tier compiles (tier 2's Attention) is a region of its own, which climbs
+// from the interpreter straight to that tier: tier 1 never holds it, and its neighbours still
+// compile on tier 1 and climb as usual.
+TEST(Ladder, a_node_only_a_plug_in_tier_compiles_climbs_to_it_from_the_interpreter) {
+  GraphBuilder b;
+  int q = b.input("q", DType::Float32, {1, 2, 4, 8});
+  int k = b.input("k", DType::Float32, {1, 2, 6, 8});
+  int v = b.input("v", DType::Float32, {1, 2, 6, 8});
+  int a = b.node(Op::Attention, {b.node(Op::Relu, {q}), k, v}, {{"scale", GraphBuilder::attr_float(0.5f)}});
+  b.output(b.node(Op::Tanh, {a}));
+  auto g = b.build();
+  g->opset = 23;
+  Options o;
+  o.max_tier = Tier::Cpu;
+  o.cache_dir = "";
+  o.hot_threshold = 1;
+  o.extra_tiers.push_back([] { return std::make_unique<FakeTier>(FakeTier::Mode::Healthy); });
+  auto s = Session::from_graph(g, o);
+  Options interp;
+  interp.max_tier = Tier::Interp;
+  const NamedTensors in = {{"q", random_tensor({1, 2, 4, 8}, 1)}, {"k", random_tensor({1, 2, 6, 8}, 2)},
+                           {"v", random_tensor({1, 2, 6, 8}, 3)}};
+  const NamedTensors want = Session::from_graph(g, interp)->run(in);
+  for (int call = 0; call < 12; ++call) {
+    const NamedTensors got = s->run(in);
+    s->wait_for_compiles();
+    const Comparison c = compare_tensors(want[0].second, got[0].second, Tolerance::for_dtype(DType::Float32));
+    EXPECT_TRUE(c.equal) << "call " << call << ": " << c.message;
+  }
+  const std::vector<RegionReport> regions = s->region_reports();
+  ASSERT_EQ(regions.size(), 3u) << s->report();
+  EXPECT_EQ(regions[1].ops, "Attention");
+  EXPECT_EQ(regions[1].tier, kFakeTier) << s->report();
+  EXPECT_EQ(regions[1].versions, 1) << "no tier-1 version below it";
+  EXPECT_EQ(regions[1].validation, "passed");
+  for (size_t r : {size_t(0), size_t(2)}) EXPECT_EQ(regions[r].tier, kFakeTier) << s->report();
 }
 
 }  // namespace

@@ -6,6 +6,8 @@
 // tensors; each copy is counted (CompiledRegion::transfers).
 #include "tiers/gpu/gpu_backend.h"
 
+#include "tiers/gpu/gpu_attention.h"
+
 #include "tiers/cpu/cpu_library.h"
 #ifdef TERRACE_HAVE_DNNL
 #include "jit/cpu/dnnl_activation.h"
@@ -51,6 +53,12 @@ bool gpu_fuses(const Node& last, const Node& next) {
 #endif
 }
 
+void gpu_configure_passes(passes::PassConfig& config) {
+  config.fuse_attention = true;
+  config.attention_dtype = DType::Float32;
+  config.attention_max_head = kGpuAttentionMaxHead;
+}
+
 #ifndef TERRACE_HAVE_CUDA
 std::unique_ptr<Backend> make_gpu_backend(const std::string&, std::string* why) {
   if (why) *why = "this build has no tier 2 (built without TERRACE_WITH_CUDA)";
@@ -69,6 +77,7 @@ namespace {
 
 // "" when tier 2 compiles the node, else why not.
 std::string gpu_can_compile(const Graph& g, const Node& node) {
+  if (node.op == Op::Attention) return gpu_attention_can_compile(g, node);  // tiers/gpu/gpu_attention.h
   if (node.op == Op::Conv || node.op == Op::MaxPool || node.op == Op::AveragePool)
     return gpu_conv_can_compile(g, node);  // cuDNN and fixed kernels (tiers/gpu/gpu_conv.h)
   if (node.op == Op::Gemm || node.op == Op::MatMul) {
@@ -434,6 +443,7 @@ class GpuBackend : public Backend {
   int promotion_threshold(const Options& o) const override { return o.climb_threshold; }
   bool device_resident() const override { return true; }
   bool fuses(const Node& last, const Node& next) const override { return gpu_fuses(last, next); }
+  void configure_passes(passes::PassConfig& config) const override { gpu_configure_passes(config); }
 
   std::string can_compile(const Graph& g, const Node& node) const override { return gpu_can_compile(g, node); }
   // fp32 products against the interpreter's: the same bound as tier 1's library regions.
@@ -452,6 +462,8 @@ class GpuBackend : public Backend {
     if (first == Op::Gemm || first == Op::MatMul) return compile_library(g, region, inputs);
     if (is_gpu_conv_region(g, region))  // cuDNN convolutions, pooling kernels (tiers/gpu/gpu_conv.h)
       return make_region(g, region, build_gpu_conv_program(g, region, inputs, cache_, arch_), nullptr);
+    if (is_gpu_attention_region(g, region))  // one fused kernel (tiers/gpu/gpu_attention.h)
+      return make_region(g, region, build_gpu_attention_program(g, region, inputs, &cache_, arch_), nullptr);
     GpuProgram p = render_gpu_program(g, region, inputs, jit::cuda::device().multiprocessors);
     std::vector<char> cubin = compile_gpu_cubin(p.source, arch_, name + ".cu", cache_);
     auto module = std::make_shared<jit::cuda::Module>(cubin);
@@ -590,6 +602,10 @@ GpuRegionCode render_gpu_region(const Graph& graph, const Region& region, const 
   if (is_gpu_conv_region(graph, region)) {
     plan_gpu_conv_program(graph, region, inputs);  // refuses what tier 2 would refuse
     return {gpu_conv_kernels_source(), gpu_conv_kernel_names()};
+  }
+  if (is_gpu_attention_region(graph, region)) {
+    build_gpu_attention_program(graph, region, inputs, nullptr, "");  // refuses what tier 2 would refuse
+    return {gpu_attention_kernel_source(), {kGpuAttentionKernel}};
   }
   GpuProgram p = render_gpu_program(graph, region, inputs);
   GpuRegionCode code;

@@ -32,6 +32,10 @@ GpuRegionCode render_gpu_region(const Graph& graph, const Region& region, const 
 // Defined in every build: Options::plan_for partitions with it where there is no GPU.
 bool gpu_fuses(const Node& last, const Node& next);
 
+// Tier 2's Backend::configure_passes: attention blocks fused into one Attention (float32, head
+// sizes its kernel takes: tiers/gpu/gpu_attention.h). Defined in every build, as gpu_fuses.
+void gpu_configure_passes(passes::PassConfig& config);
+
 // The tier-2 backend: fused CUDA kernels through NVRTC on device 0; its cubins in the disk cache
 // (`cache_dir`, Options::cache_dir). nullptr, with the reason in `why`, where there is no GPU, no
 // driver or no NVRTC, or in a build without TERRACE_WITH_CUDA.
