@@ -68,13 +68,16 @@ NamedTensors inputs_for(const Form& f) {
   return in;
 }
 
-TEST(GpuAttention, the_kernel_compiles_to_an_sm90_cubin_without_a_gpu) {
+TEST(GpuAttention, the_kernel_compiles_to_an_sm90_cubin_for_each_head_size_without_a_gpu) {
   std::string why;
   if (!jit::nvrtc_available(&why)) GTEST_SKIP() << "no NVRTC: " << why;
-  std::vector<char> cubin = jit::nvrtc_compile(gpu_attention_kernel_source(), "sm_90", "a.cu", {"-default-device"});
-  ASSERT_GT(cubin.size(), 4u);
-  EXPECT_EQ(std::memcmp(cubin.data(), "\x7f" "ELF", 4), 0);
-  EXPECT_NE(std::string(cubin.begin(), cubin.end()).find(kGpuAttentionKernel), std::string::npos);
+  for (auto [head, value_head] : {std::pair<int64_t, int64_t>{64, 64}, {80, 80}, {32, 48}, {128, 128}, {3, 5}}) {
+    std::vector<char> cubin =
+        jit::nvrtc_compile(gpu_attention_kernel_source(head, value_head), "sm_90", "a.cu", {"-default-device"});
+    ASSERT_GT(cubin.size(), 4u);
+    EXPECT_EQ(std::memcmp(cubin.data(), "\x7f" "ELF", 4), 0);
+    EXPECT_NE(std::string(cubin.begin(), cubin.end()).find(kGpuAttentionKernel), std::string::npos);
+  }
 }
 
 TEST(GpuAttention, an_attention_region_renders_as_the_kernel_and_refusals_name_the_node) {
@@ -157,6 +160,7 @@ TEST(GpuAttention, every_form_the_kernel_takes_matches_the_interpreter) {
                           "causal, the default scale, head size 128");
   expect_attention_on_gpu({{2, 8, 5, 64}, {2, 2, 37, 64}, {2, 2, 37, 64}}, "grouped heads (8 query, 2 key/value)");
   expect_attention_on_gpu({{1, 2, 1, 64}, {1, 2, 300, 64}, {1, 2, 300, 64}}, "one query over 300 keys");
+  expect_attention_on_gpu({{1, 2, 7, 3}, {1, 2, 9, 3}, {1, 2, 9, 5}}, "head sizes 3 and 5 (the loops' tails)");
 }
 
 }  // namespace

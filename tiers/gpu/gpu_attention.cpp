@@ -19,9 +19,12 @@ namespace terrace {
 namespace {
 
 // A warp per query row, 8 rows a block; K and V tiles of 32 keys in shared memory (K padded by one
-// column so that lane j's reads of key j do not collide); the running max m and sum l of each row
-// rescale its output as later tiles raise the max. Scores are q . k in float, times the scale, plus
-// the mask; a masked key's probability is 0, and a row whose keys are all masked divides 0 by 0.
+// column so that lane j's reads of key j do not collide; V rows past the keys zeroed, so that a
+// full tile's unrolled loop adds 0 for them); the running max m and sum l of each row rescale its
+// output as later tiles raise the max. Head sizes are compile-time (TR_HEAD, TR_VHEAD, defined
+// before this source per program) so that the loops unroll. Scores are q . k in float (four
+// partial sums), times the scale, plus the mask; a masked key's probability is 0, and a row whose
+// keys are all masked divides 0 by 0.
 const char* const kSource = R"(// Terrace tier 2: fused attention (tiers/gpu/gpu_attention.cpp).
 typedef long long i64;
 struct AttentionParams {
@@ -33,7 +36,7 @@ struct AttentionParams {
 };
 #define TR_TILE 32
 #define TR_WARPS 8
-#define TR_MAX_HEAD 128
+#define TR_SLOTS ((TR_VHEAD + 31) / 32)
 #define TR_NEG_INF __int_as_float(0xff800000)
 
 __device__ __forceinline__ float tr_warp_max(float v) {
@@ -47,39 +50,48 @@ __device__ __forceinline__ float tr_warp_sum(float v) {
 
 extern "C" __global__ void __launch_bounds__(TR_WARPS * 32)
 terrace_attention(float* y, const float* q, const float* k, const float* v, const void* mask, AttentionParams p) {
-  __shared__ float ks[TR_TILE][TR_MAX_HEAD + 1];
-  __shared__ float vs[TR_TILE][TR_MAX_HEAD];
-  __shared__ float qs[TR_WARPS][TR_MAX_HEAD];
+  __shared__ float ks[TR_TILE][TR_HEAD + 1];
+  __shared__ float vs[TR_TILE][TR_VHEAD];
+  __shared__ float qs[TR_WARPS][TR_HEAD];
   __shared__ float ps[TR_WARPS][TR_TILE];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const i64 b = blockIdx.z, h = blockIdx.y, kh = h % p.kv_heads;
   const i64 i = (i64)blockIdx.x * TR_WARPS + warp;
   const bool live = i < p.rows;
-  for (i64 e = lane; e < p.head; e += 32)
+  for (int e = lane; e < TR_HEAD; e += 32)
     qs[warp][e] = live ? q[b * p.q[0] + h * p.q[1] + i * p.q[2] + e * p.q[3]] : 0.0f;
-  float o[TR_MAX_HEAD / 32];
-  for (int t = 0; t < TR_MAX_HEAD / 32; ++t) o[t] = 0.0f;
+  float o[TR_SLOTS];
+#pragma unroll
+  for (int t = 0; t < TR_SLOTS; ++t) o[t] = 0.0f;
   float m = TR_NEG_INF, l = 0.0f;
   const float* kb = k + b * p.k[0] + kh * p.k[1];
   const float* vb = v + b * p.v[0] + kh * p.v[1];
   for (i64 j0 = 0; j0 < p.keys; j0 += TR_TILE) {
     const int n = (int)min((i64)TR_TILE, p.keys - j0);
     __syncthreads();  // every warp is done with the previous tile
-    for (int t = threadIdx.x; t < n * p.head; t += blockDim.x) {
-      const int jj = t / (int)p.head, e = t % (int)p.head;
-      ks[jj][e] = kb[(j0 + jj) * p.k[2] + e * p.k[3]];
+    for (int t = threadIdx.x; t < TR_TILE * TR_HEAD; t += TR_WARPS * 32) {
+      const int jj = t / TR_HEAD, e = t % TR_HEAD;
+      if (jj < n) ks[jj][e] = kb[(j0 + jj) * p.k[2] + e * p.k[3]];
     }
-    for (int t = threadIdx.x; t < n * p.value_head; t += blockDim.x) {
-      const int jj = t / (int)p.value_head, e = t % (int)p.value_head;
-      vs[jj][e] = vb[(j0 + jj) * p.v[2] + e * p.v[3]];
+    for (int t = threadIdx.x; t < TR_TILE * TR_VHEAD; t += TR_WARPS * 32) {
+      const int jj = t / TR_VHEAD, e = t % TR_VHEAD;
+      vs[jj][e] = jj < n ? vb[(j0 + jj) * p.v[2] + e * p.v[3]] : 0.0f;
     }
     __syncthreads();
     float s = TR_NEG_INF;
     const i64 j = j0 + lane;
     if (live && lane < n) {
-      float dot = 0.0f;
-      for (int e = 0; e < p.head; ++e) dot = fmaf(qs[warp][e], ks[lane][e], dot);
-      s = dot * p.scale;
+      float d0 = 0.0f, d1 = 0.0f, d2 = 0.0f, d3 = 0.0f;
+#pragma unroll
+      for (int e = 0; e + 3 < TR_HEAD; e += 4) {
+        d0 = fmaf(qs[warp][e], ks[lane][e], d0);
+        d1 = fmaf(qs[warp][e + 1], ks[lane][e + 1], d1);
+        d2 = fmaf(qs[warp][e + 2], ks[lane][e + 2], d2);
+        d3 = fmaf(qs[warp][e + 3], ks[lane][e + 3], d3);
+      }
+#pragma unroll
+      for (int e = TR_HEAD & ~3; e < TR_HEAD; ++e) d0 = fmaf(qs[warp][e], ks[lane][e], d0);
+      s = ((d0 + d1) + (d2 + d3)) * p.scale;
       const i64 at = b * p.m[0] + h * p.m[1] + i * p.m[2] + j * p.m[3];
       if (p.causal && j > i) s = TR_NEG_INF;
       else if (p.mask_kind == 1) s += ((const float*)mask)[at];
@@ -92,20 +104,24 @@ terrace_attention(float* y, const float* q, const float* k, const float* v, cons
     m = top;
     ps[warp][lane] = pj;
     __syncwarp();
-    for (int t = 0; t < TR_MAX_HEAD / 32; ++t) o[t] *= keep;
-    for (int jj = 0; jj < n; ++jj) {
+#pragma unroll
+    for (int t = 0; t < TR_SLOTS; ++t) o[t] *= keep;
+#pragma unroll 8
+    for (int jj = 0; jj < TR_TILE; ++jj) {
       const float w = ps[warp][jj];
-      for (int t = 0; t < TR_MAX_HEAD / 32; ++t) {
+#pragma unroll
+      for (int t = 0; t < TR_SLOTS; ++t) {
         const int d = lane + 32 * t;
-        if (d < p.value_head) o[t] = fmaf(w, vs[jj][d], o[t]);
+        if (TR_VHEAD % 32 == 0 || d < TR_VHEAD) o[t] = fmaf(w, vs[jj][d], o[t]);
       }
     }
     __syncwarp();
   }
   if (!live) return;
-  for (int t = 0; t < TR_MAX_HEAD / 32; ++t) {
+#pragma unroll
+  for (int t = 0; t < TR_SLOTS; ++t) {
     const int d = lane + 32 * t;
-    if (d < p.value_head) y[b * p.y[0] + h * p.y[1] + i * p.y[2] + d * p.y[3]] = l > 0.0f ? o[t] / l : __int_as_float(0x7fc00000);
+    if (d < TR_VHEAD) y[b * p.y[0] + h * p.y[1] + i * p.y[2] + d * p.y[3]] = l > 0.0f ? o[t] / l : __int_as_float(0x7fc00000);
   }
 }
 )";
@@ -117,9 +133,8 @@ const Shape* shape_of(const Graph& g, int v) {
 
 }  // namespace
 
-const std::string& gpu_attention_kernel_source() {
-  static const std::string source = kSource;
-  return source;
+std::string gpu_attention_kernel_source(int64_t head, int64_t value_head) {
+  return "#define TR_HEAD " + std::to_string(head) + "\n#define TR_VHEAD " + std::to_string(value_head) + "\n" + kSource;
 }
 
 std::string gpu_attention_can_compile(const Graph& g, const Node& node) {
@@ -182,14 +197,17 @@ void mask_strides(const Shape& mask, int64_t out[4]) {
   }
 }
 
-CUfunction attention_function(const jit::CodeCache& cache, const std::string& arch,
+// The kernel for these head sizes on `arch`: compiled (or found in the cache) once per process.
+CUfunction attention_function(const jit::CodeCache& cache, const std::string& arch, int64_t head, int64_t value_head,
                               std::shared_ptr<jit::cuda::Module>& keep) {
   static std::mutex mu;
   static auto* loaded = new std::map<std::string, std::shared_ptr<jit::cuda::Module>>;  // kept for the process
   std::lock_guard<std::mutex> lock(mu);
-  std::shared_ptr<jit::cuda::Module>& m = (*loaded)[arch];
+  std::shared_ptr<jit::cuda::Module>& m =
+      (*loaded)[arch + " " + std::to_string(head) + " " + std::to_string(value_head)];
   if (!m)
-    m = std::make_shared<jit::cuda::Module>(compile_gpu_cubin(gpu_attention_kernel_source(), arch, "terrace_attention.cu", cache));
+    m = std::make_shared<jit::cuda::Module>(
+        compile_gpu_cubin(gpu_attention_kernel_source(head, value_head), arch, "terrace_attention.cu", cache));
   keep = m;
   return m->function(kGpuAttentionKernel);
 }
@@ -252,7 +270,7 @@ GpuProgram build_gpu_attention_program(const Graph& g, const Region& region, con
   step.slots = {qs, ks, vs, ms, int(inputs.size())};
   if (cache) {
     std::shared_ptr<jit::cuda::Module> keep;
-    CUfunction f = attention_function(*cache, arch, keep);
+    CUfunction f = attention_function(*cache, arch, p.head, p.value_head, keep);
     const unsigned grid_x = unsigned((p.rows + 7) / 8);
     step.work->library = [f, keep, p, grid_x](const CUdeviceptr* a, CUstream s) {
       if (p.batch == 0 || p.heads == 0 || p.rows == 0 || p.value_head == 0) return;
@@ -268,7 +286,7 @@ GpuProgram build_gpu_attention_program(const Graph& g, const Region& region, con
     };
   }
   prog.steps.push_back(std::move(step));
-  prog.source = "// a fixed kernel of tiers/gpu/gpu_attention.cpp: " + what + "\n" + gpu_attention_kernel_source();
+  prog.source = gpu_attention_kernel_source(p.head, p.value_head);  // as compiled: terrace compile fills the cache
   prog.ir = what + "\n";
   return prog;
 }

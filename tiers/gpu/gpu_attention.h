@@ -6,6 +6,7 @@
 // broadcast; is_causal; a row with every key masked is NaN. The kernel is compiled by NVRTC once per
 // arch into the disk cache.
 #pragma once
+#include <cstdint>
 #include <string>
 
 #include "interp/graph.h"
@@ -23,8 +24,9 @@ std::string gpu_attention_can_compile(const Graph& g, const Node& node);
 // True for a region that is one Attention node (partition keeps it alone: tier 1 does not compile it).
 bool is_gpu_attention_region(const Graph& g, const Region& region);
 
-// The fixed CUDA C program and its kernel's name; needs no GPU (tests, `terrace compile`).
-const std::string& gpu_attention_kernel_source();
+// The CUDA C program for Q/K head size `head` and V's `value_head` (compile-time there, so that its
+// loops unroll), and its kernel's name; needs no GPU (tests, `terrace compile`).
+std::string gpu_attention_kernel_source(int64_t head, int64_t value_head);
 inline constexpr const char* kGpuAttentionKernel = "terrace_attention";
 
 }  // namespace terrace

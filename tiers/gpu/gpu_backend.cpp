@@ -6,6 +6,7 @@
 // tensors; each copy is counted (CompiledRegion::transfers).
 #include "tiers/gpu/gpu_backend.h"
 
+#include "interp/env_flag.h"
 #include "tiers/gpu/gpu_attention.h"
 
 #include "tiers/cpu/cpu_library.h"
@@ -54,6 +55,7 @@ bool gpu_fuses(const Node& last, const Node& next) {
 }
 
 void gpu_configure_passes(passes::PassConfig& config) {
+  if (!env_flag("TERRACE_GPU_ATTENTION", true)) return;  // README: a switch for comparisons
   config.fuse_attention = true;
   config.attention_dtype = DType::Float32;
   config.attention_max_head = kGpuAttentionMaxHead;
@@ -604,8 +606,8 @@ GpuRegionCode render_gpu_region(const Graph& graph, const Region& region, const 
     return {gpu_conv_kernels_source(), gpu_conv_kernel_names()};
   }
   if (is_gpu_attention_region(graph, region)) {
-    build_gpu_attention_program(graph, region, inputs, nullptr, "");  // refuses what tier 2 would refuse
-    return {gpu_attention_kernel_source(), {kGpuAttentionKernel}};
+    // Refuses what tier 2 would refuse; its source is the kernel for the region's head sizes.
+    return {build_gpu_attention_program(graph, region, inputs, nullptr, "").source, {kGpuAttentionKernel}};
   }
   GpuProgram p = render_gpu_program(graph, region, inputs);
   GpuRegionCode code;

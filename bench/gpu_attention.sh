@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Fused attention on the GPU host: tier 2's tests, `terrace validate --tier gpu` on the zoo, BERT's
+# and GPT-2's calls with attention fused and not (TERRACE_GPU_ATTENTION, interleaved by round), and
+# compare.py against torch.compile's CUDA-graph mode. Results under $OUT. Bundle as
+# bench/gpu_tier2.sh says (terrace, test_gpu, test_gpu_kernels, libterrace_clang_jit.so), then in
+# a device call (carry .gpu):
+#   bash bench/gpu_attention.sh [tests] [validate] [ab] [compare]   # default: all four
+set -uo pipefail
+parts=${*:-tests validate ab compare}
+out=${OUT:-/tmp/gpu-attention}; mkdir -p "$out"
+root=$(pwd)
+printf '#!/usr/bin/env bash\nexec %q/.gpu/run terrace "$@"\n' "$root" > /tmp/terrace && chmod +x /tmp/terrace
+export PYTHONUNBUFFERED=1
+models=${MODELS:-mlp resnet50 mobilenetv2 bert gpt2}
+[ -f /tmp/m/gpt2/model.onnx ] || python3 tools/make_models.py --out /tmp/m $models > "$out/export.txt" 2>&1 &
+io() {  # the model's first input and output names
+  python3 -c "import onnx;g=onnx.load('$1/model.onnx').graph;print(g.input[0].name, g.output[0].name)"
+}
+for part in $parts; do case "$part" in
+tests)
+  timeout 300 .gpu/run test_gpu > "$out/test_gpu.txt" 2>&1; echo "test_gpu rc=$?"
+  grep -E "^\[  (PASSED|FAILED|SKIPPED) |FAILED  \]" "$out/test_gpu.txt" | head -20
+  grep -A12 "GpuAttention.every_form" "$out/test_gpu.txt" | grep -E "Failure|OK|FAILED|error" | head -12
+  timeout 120 .gpu/run test_gpu_kernels > "$out/test_gpu_kernels.txt" 2>&1; echo "test_gpu_kernels rc=$?"
+  grep -E "^\[  (PASSED|FAILED) |FAILED  \]" "$out/test_gpu_kernels.txt" | head -10 ;;
+validate)
+  wait
+  for m in $models; do
+    d=/tmp/m/$m; read -r in on < <(io $d)
+    timeout 200 /tmp/terrace validate $d/model.onnx --tier gpu --input $in=$d/test_data_set_0/input_0.pb \
+      > "$out/validate_$m.txt" 2>&1
+    echo "== validate $m rc=$?"; grep -E "^tier|passed$|failed|&&&&" "$out/validate_$m.txt" | cut -c1-240 | head -5
+  done ;;
+ab)  # the same bench with attention fused and not, interleaved
+  wait
+  for round in 1 2; do
+    for m in bert gpt2; do
+      d=/tmp/m/$m; read -r in on < <(io $d)
+      line="$m round $round:"
+      for fuse in 0 1; do
+        r=$(TERRACE_GPU_ATTENTION=$fuse timeout 120 /tmp/terrace bench $d --tier gpu --steady-calls 300 --quiet \
+              --input $in=$d/test_data_set_0/input_0.pb --expect $on=$d/test_data_set_0/output_0.pb \
+              --json "$out/ab_${m}_${fuse}_$round.json" 2>&1)
+        line="$line attention=$fuse $(echo "$r" | grep -oE 'p50 [0-9.]+ ms' | head -1)$(echo "$r" | grep -q 'PASSED' || echo ' NOT-PASSED')"
+      done
+      echo "$line"
+    done
+  done
+  python3 - "$out" <<'PY'
+import glob, json, sys
+for f in sorted(glob.glob(sys.argv[1] + "/ab_*_1_1.json")):
+    r = json.load(open(f)); r = r.get("report", r)
+    att = [x for x in r.get("regions", []) if x.get("ops") == "Attention"]
+    print(f.split("/")[-1], "regions", len(r.get("regions", [])), "attention regions", len(att),
+          "tiers", sorted(set(str(x.get("tier")) for x in att)), "validation", sorted(set(x.get("validation") for x in att)),
+          "plans", [(p.get("calls"), p.get("whole_calls"), str(p.get("whole"))[:60]) for p in r.get("plans", [])][:2])
+PY
+  (cd "$out" && tar czf ab.tgz ab_*.json 2>/dev/null; rm -f ab_*.json) ;;
+compare)
+  wait
+  timeout 420 python3 bench/compare.py --models ${CMP_MODELS:-bert,gpt2} --calls 50 --warmup 10 --device cuda \
+    --tiers gpu --peers torch.compile-reduce-overhead --terrace /tmp/terrace --models-dir /tmp/m --out "$out/cmp" 2>&1 |
+    grep -v '^compare: ' | grep '^|'
+  (cd "$out" && tar czf compare.tgz cmp 2>/dev/null && rm -rf cmp) ;;
+esac; done
