@@ -1,15 +1,18 @@
 // A fixed corpus of reduction and normalisation kernels (every fold kind, both axis shapes, three
 // dtypes, fused prologues and epilogues), each rendered as tier 1's C and tier 2's CUDA: every one
-// renders and the CUDA compiles for sm_90 (skipped without NVRTC). TERRACE_REDUCTION_CORPUS_DIR:
+// renders and the CUDA compiles for sm_90 (skipped without NVRTC); the folds are lowered once,
+// device-neutral, and each pipeline reads them from the IR. TERRACE_REDUCTION_CORPUS_DIR:
 // each kernel's C, CUDA program, final GPU IR and launch written there under a stable name, so that
 // two builds' corpora compare with `diff -r`.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -20,6 +23,7 @@
 #include "kernels/printer.h"
 #include "kernels/render_c.h"
 #include "kernels/schedule_cuda.h"
+#include "kernels/verify.h"
 #include "tests/support/attrs.h"
 #include "tests/support/kernel_builders.h"
 
@@ -190,6 +194,84 @@ TEST(ReductionCorpus, every_kernel_renders_for_both_tiers_and_the_cuda_compiles)
   ASSERT_GE(all.size(), 100u);
   if (const char* dir = std::getenv("TERRACE_REDUCTION_CORPUS_DIR"); dir && *dir) dump(c, dir);
   EXPECT_COMPILES_FOR_SM90(render_cuda_program(all, "reduction corpus"), "corpus.cu");
+}
+
+const LoweredFunc& kernel(const Corpus& c, const std::string& name) {
+  for (const Case& k : c.cases)
+    if (k.name == name) return k.funcs.at(0);
+  throw std::runtime_error("no corpus case " + name);
+}
+
+bool has(const std::string& text, const std::string& what) { return text.find(what) != std::string::npos; }
+
+TEST(ReductionCorpus, every_fold_is_lowered_as_an_accumulate_without_vector_lanes) {
+  const Corpus c = make_corpus();
+  for (const Case& k : c.cases)
+    for (const LoweredFunc& f : k.funcs) {
+      const std::string ir = to_string(f);
+      EXPECT_TRUE(has(ir, "fold ")) << ir;
+      EXPECT_FALSE(has(ir, "lanes") || has(ir, "nans")) << ir;
+      EXPECT_FALSE(has(ir, "fold ") && has(render_c(f, Dialect::Cpp), "fold")) << f.name;
+    }
+  const std::string max = to_string(kernel(c, "reducemax_257x1000_axis1"));
+  EXPECT_TRUE(has(max, "fold r: acc[0] <- max_nan(in0[(base + r0)])")) << max;
+  const std::string softmax = to_string(kernel(c, "softmax_300x77"));
+  EXPECT_TRUE(has(softmax, "fold m: mx[0] <- max(in0[(base + r0)])")) << softmax;
+  const std::string argmax = to_string(kernel(c, "argmax_float32_257x1000_axis1_last0"));
+  EXPECT_TRUE(has(argmax, "fold i: at[0] <- first_index(")) << argmax;
+}
+
+TEST(ReductionCorpus, a_fold_whose_value_reads_its_accumulator_is_refused) {
+  const Buffer acc{"acc", DType::Float64, kLocalSlot};
+  LoweredFunc f;
+  f.name = "bad";
+  f.body = Allocate::make(acc, 1, For::make("r", make_index(0), make_index(8), ForKind::Serial,
+                                            Accumulate::make(acc, make_index(0), Load::make(acc, make_index(0)),
+                                                             FoldOp::Add, "r")));
+  EXPECT_THROW(verify(f), Error);
+  f.body = Allocate::make(acc, 1, For::make("r", make_index(0), make_index(8), ForKind::Serial,
+                                            Accumulate::make(acc, make_index(0), make_const(DType::Float64, 1),
+                                                             FoldOp::Add, "r")));
+  EXPECT_NO_THROW(verify(f));
+}
+
+TEST(ReductionCorpus, tier_one_splits_a_rows_max_or_min_into_sixteen_lanes_with_nan_flags_where_nan_wins) {
+  const Corpus c = make_corpus();
+  const std::string max_f32 = render_c(kernel(c, "reducemax_257x1000_axis1"), Dialect::Cpp);
+  EXPECT_TRUE(has(max_f32, "float rlanes[16];") && has(max_f32, "int32_t rnans[16];")) << max_f32;
+  const std::string max_i32 = render_c(kernel(c, "reducemax_int32_257x1000_axis1"), Dialect::Cpp);
+  EXPECT_TRUE(has(max_i32, "int64_t rlanes[16];") && !has(max_i32, "rnans")) << max_i32;
+  const std::string softmax = render_c(kernel(c, "softmax_300x77"), Dialect::Cpp);
+  EXPECT_TRUE(has(softmax, "float mlanes[16];") && !has(softmax, "mnans")) << softmax;
+  // Over outer axes the lanes are the columns already; a sum and the positions fold in order.
+  EXPECT_FALSE(has(render_c(kernel(c, "reducemax_257x1000_axis0"), Dialect::Cpp), "lanes"));
+  EXPECT_FALSE(has(render_c(kernel(c, "reducesum_257x1000_axis1"), Dialect::Cpp), "lanes"));
+  const std::string argmax = render_c(kernel(c, "argmax_float32_257x1000_axis1_last0"), Dialect::Cpp);
+  EXPECT_TRUE(has(argmax, "float mlanes[16];") && !has(argmax, "ilanes")) << argmax;
+}
+
+TEST(ReductionCorpus, the_gpu_schedule_reads_its_folds_from_the_accumulates) {
+  const Corpus c = make_corpus();
+  const CudaSchedule s = schedule_cuda(kernel(c, "softmax_8192x4096"));
+  ASSERT_EQ(s.mapping, CudaMapping::PerRowBlock);
+  EXPECT_TRUE(s.rows_in_registers);
+  std::vector<std::string> folds;
+  for (const auto& [loop, fs] : s.folds)
+    for (const CudaSchedule::Fold& f : fs)
+      folds.push_back(std::string(fold_op_name(f.op)) + " " + f.accumulator.name + " " + std::to_string(f.slots) +
+                      (f.whole ? " whole" : "") + (f.identity.defined() ? " from identity" : ""));
+  std::sort(folds.begin(), folds.end());
+  // The max over the row's 16 lanes combined as one value; the sum of exp from 0 on threads past the first.
+  EXPECT_EQ(folds, (std::vector<std::string>{"add sum 0 from identity", "max mlanes 16 whole"}));
+  // A float max in which NaN wins stays in one thread over outer axes; its lanes' flags fold by or.
+  const CudaSchedule cols = schedule_cuda(kernel(c, "reducemax_257x1000_axis0"));
+  EXPECT_EQ(cols.mapping, CudaMapping::PerIteration);
+  const CudaSchedule rows = schedule_cuda(kernel(c, "reducemax_16x4096_axis1"));
+  ASSERT_NE(rows.mapping, CudaMapping::PerIteration);
+  bool nan_flags = false;
+  for (const auto& [loop, fs] : rows.folds)
+    for (const CudaSchedule::Fold& f : fs) nan_flags = nan_flags || (f.op == FoldOp::Or && f.accumulator.name == "rnans");
+  EXPECT_TRUE(nan_flags);
 }
 
 }  // namespace
