@@ -188,8 +188,8 @@ struct Stores : IRVisitor {
 };
 
 // The ops whose partial values the GPU combines across threads: all but a float max or min in
-// which NaN wins, whose folds stay in one thread (as before the folds were explicit, so that the
-// kernels did not change; combining them by shuffles is a change of its own, to be timed).
+// which NaN wins, whose fold stays in one thread (a row's is split into lanes first, and those
+// combine; spreading it by its own combine is a change of its own, to be timed on the GPU).
 bool crosses_threads(FoldOp op, DType t) { return !fold_nan_wins(op) || !is_float(t); }
 
 // The fold `a` makes in a loop over `loop_var`, as the GPU combines two partial values of it; or
@@ -203,8 +203,8 @@ std::optional<CudaSchedule::Fold> fold_of(const Accumulate* a, const std::string
   // Threads after the first start a sum, product or or from its identity; a select may take the
   // first thread's start again.
   const bool arithmetic = a->op == FoldOp::Add || a->op == FoldOp::Mul || a->op == FoldOp::Or;
-  return CudaSchedule::Fold{acc, at, fold_combine(a->op, mine, other), arithmetic ? fold_identity(a->op, acc.dtype) : Expr(),
-                            0, false, a->op};
+  const Expr identity = arithmetic ? fold_identity(a->op, acc.dtype) : Expr();
+  return CudaSchedule::Fold{acc, at, fold_combine(a->op, mine, other), identity, 0, false, a->op};
 }
 
 // True when `index` is var plus something that does not move with it: distinct iterations store
