@@ -51,6 +51,10 @@ bool is_gpu_loop(ForKind kind) {
   return kind != ForKind::Serial && kind != ForKind::Parallel && kind != ForKind::Vectorized &&
          kind != ForKind::Unrolled;
 }
+const char* fold_op_name(FoldOp op) {
+  constexpr const char* names[] = {"add", "mul", "or", "max", "min", "max_nan", "min_nan", "first_index", "last_index"};
+  return names[size_t(op)];
+}
 const char* memory_scope_name(MemoryScope scope) { return scope == MemoryScope::Shared ? "shared" : "local"; }
 
 namespace {
@@ -141,6 +145,18 @@ Stmt Store::make(Buffer buffer, Expr index, Expr value, int vector_lanes) {
                  dtype_name(buffer.dtype), " buffer ", buffer.name);
   TERRACE_ASSERT(vector_lanes >= 1, "Store to ", buffer.name, ": ", vector_lanes, " lanes");
   return stmt<Store>(std::move(buffer), std::move(index), std::move(value), vector_lanes);
+}
+Stmt Accumulate::make(Buffer accumulator, Expr index, Expr value, FoldOp op, std::string name) {
+  check_defined(index, "Accumulate");
+  check_defined(value, "Accumulate");
+  TERRACE_ASSERT(accumulator.slot == kLocalSlot, "Accumulate into ", accumulator.name, ": not a local array");
+  TERRACE_ASSERT(index.type() == DType::Int64, "Accumulate index must be int64");
+  TERRACE_ASSERT(value.type() == accumulator.dtype, "Accumulate of ", dtype_name(value.type()), " into ",
+                 dtype_name(accumulator.dtype), " accumulator ", accumulator.name);
+  TERRACE_ASSERT((op != FoldOp::Or || is_integer(accumulator.dtype)) &&
+                     ((op != FoldOp::FirstIndex && op != FoldOp::LastIndex) || accumulator.dtype == DType::Int64),
+                 "Accumulate into ", accumulator.name, ": ", fold_op_name(op), " of ", dtype_name(accumulator.dtype));
+  return stmt<Accumulate>(std::move(accumulator), std::move(index), std::move(value), op, std::move(name));
 }
 Stmt LetStmt::make(std::string name, Expr value, Stmt body) {
   check_defined(value, "LetStmt");

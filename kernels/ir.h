@@ -56,6 +56,14 @@ bool is_gpu_loop(ForKind kind);
 enum class MemoryScope : uint8_t { Local, Shared };
 const char* memory_scope_name(MemoryScope scope);
 
+// How a fold combines its accumulator's value a with a value v (TVM's comm_reducer; kernels/fold.h
+// writes each as an expression). Add, Mul; Or (integers: flags); Max, Min: v where it is greater
+// (less), so a NaN v is never taken; MaxNaN, MinNaN: numpy's, a NaN wins; FirstIndex, LastIndex:
+// the least (greatest) of positions, v where it is less (greater), the positions of the elements
+// the fold visits, which its values name (an arg-extreme's second pass).
+enum class FoldOp : uint8_t { Add, Mul, Or, Max, Min, MaxNaN, MinNaN, FirstIndex, LastIndex };
+const char* fold_op_name(FoldOp op);
+
 // Which threads a Barrier waits for: the 32 lanes of a warp, or every thread of a block.
 enum class BarrierScope : uint8_t { Warp, Block };
 
@@ -204,6 +212,22 @@ struct Store final : BaseStmtNode {
       : BaseStmtNode(kKind), buffer(std::move(b)), index(std::move(i)), value(std::move(v)), vector_lanes(lanes) {}
   static Stmt make(Buffer buffer, Expr index, Expr value, int vector_lanes = 1);
 };
+// One step of a fold (Halide's update over an RVar): accumulator[index] = combine(accumulator[index],
+// value) by `op`. The loops around it that `index` does not read are the fold's: it visits their
+// iterations in order, and passes may regroup them wherever the op allows (split_lanes.h, the GPU's
+// threads). `value` does not read the accumulator. `name` names what passes derive from the fold
+// (its lanes "<name>lanes", its value "<name>v"), unique in the kernel.
+struct Accumulate final : BaseStmtNode {
+  static constexpr IRNodeKind kKind = IRNodeKind::Accumulate;
+  Buffer accumulator;  // a Local array
+  Expr index, value;
+  FoldOp op;
+  std::string name;
+  Accumulate(Buffer b, Expr i, Expr v, FoldOp o, std::string n)
+      : BaseStmtNode(kKind), accumulator(std::move(b)), index(std::move(i)), value(std::move(v)), op(o),
+        name(std::move(n)) {}
+  static Stmt make(Buffer accumulator, Expr index, Expr value, FoldOp op, std::string name);
+};
 struct LetStmt final : BaseStmtNode {
   static constexpr IRNodeKind kKind = IRNodeKind::LetStmt;
   std::string name;
@@ -284,8 +308,8 @@ struct RowCopy final : BaseStmtNode {
 };
 
 // A fold whose partial values, one per GPU thread of a row, are combined across the row's threads
-// (schedule_cuda finds the folds in the lowered reduction; kernels/gpu/map_rows.h writes the nodes
-// below).
+// (schedule_cuda reads the folds from the kernel's Accumulates; kernels/gpu/map_rows.h writes the
+// nodes below).
 struct GpuFold {
   Buffer accumulator;  // a Local array
   Expr index;          // the element folded; with slots, Var "tr_s" (int64) over [0, slots)

@@ -39,16 +39,16 @@ OpKernels lower_softmax(const Node& node, const std::vector<OpInput>& in, const 
   io.add_buffers(kern, int(in.size() + node.outputs.size()));
   const bool log = node.op == Op::LogSoftmax;
   const Acc mx = make_acc(nest, "mx", t), sum = make_acc(nest, "sum", DType::Float64);
-  Fold fm{t, lowest(t), [&](const At& at, Expr) { return io.x(at, t); }, fold_max_no_nan, fold_max_no_nan, false};
+  Fold fm{t, lowest(t), [&](const At& at, Expr) { return io.x(at, t); }, FoldOp::Max};
   auto z = [&](const At& at) { return io.x(at, t) - mx.at(nest); };
   // The sum of exp(x - max) in double; softmax keeps each exp in Y for the scaling pass.
   Stmt sum_pass = seq({nest.over_lanes(sum.set(nest, f64(0))),
                        nest.over_reduced([&](const At& at, Expr) {
                          Expr e = Call::make(Intrinsic::Exp, {z(at)});
-                         Stmt add = sum.set(nest, sum.at(nest) + Cast::make(DType::Float64, e));
+                         Stmt add = sum.fold(nest, FoldOp::Add, Cast::make(DType::Float64, e), "s");
                          if (log) return add;
                          return LetStmt::make("e", e, seq({Store::make(yb, at.x(), Var::make(t, "e")),
-                                                           sum.set(nest, sum.at(nest) + Cast::make(DType::Float64, Var::make(t, "e")))}));
+                                                           sum.fold(nest, FoldOp::Add, Cast::make(DType::Float64, Var::make(t, "e")), "s")}));
                        })});
   // Per lane: the scale 1/sum (softmax) or log(sum) (log-softmax), in the input type.
   const Acc factor = make_acc(nest, "factor", t);
@@ -82,11 +82,11 @@ OpKernels lower_hardmax(const Node& node, const std::vector<OpInput>& in, const 
   io.add_buffers(kern, int(in.size() + node.outputs.size()));
   const Acc mx = make_acc(nest, "mx", t), first = make_acc(nest, "first", DType::Int64);
   const int64_t len = l.red_count;
-  Fold fm{t, lowest(t), [&](const At& at, Expr) { return io.x(at, t); }, fold_max_no_nan, fold_max_no_nan, false};
+  Fold fm{t, lowest(t), [&](const At& at, Expr) { return io.x(at, t); }, FoldOp::Max};
   Expr m = mx.at(nest);
   Fold fi{DType::Int64, idx(len),
           [&, m](const At& at, Expr kk) { return Select::make(Compare::make(CmpOp::EQ, io.x(at, t), m), kk, idx(len)); },
-          [](Expr a, Expr v) { return Select::make(Compare::make(CmpOp::LT, v, a), v, a); }, {}, false};
+          FoldOp::FirstIndex};
   Expr found = Compare::make(CmpOp::GT, m, lowest(t));
   Stmt fix = nest.over_lanes(first.set(nest, Select::make(found, first.at(nest), idx(0))));
   Stmt write = nest.over_reduced([&](const At& at, Expr kk) {
@@ -126,7 +126,7 @@ OpKernels lower_lp_norm(const Node& node, const std::vector<OpInput>& in, const 
            Expr v = io.x(at, d);
            return p == 1 ? Call::make(Intrinsic::Abs, {v}) : v * v;
          },
-         [](Expr a, Expr v) { return a + v; }, {}, false};
+         FoldOp::Add};
   Stmt root = p == 2 ? nest.over_lanes(norm.set(nest, Call::make(Intrinsic::Sqrt, {norm.at(nest)}))) : Stmt();
   Stmt write = nest.over_reduced([&](const At& at, Expr) {
     Expr n = norm.at(nest);
@@ -196,11 +196,11 @@ OpKernels lower_moments(const Node& node, const std::vector<OpInput>& in, OpKern
   const Acc mean = make_acc(nest, "mean", d), inv = make_acc(nest, "inv", d);
   auto xv = [&](const At& at) { return io.x(at, d); };
   Stmt pass1 = seq({nest.over_lanes(mean.set(nest, f64(0))),
-                    nest.over_reduced([&](const At& at, Expr) { return mean.set(nest, mean.at(nest) + xv(at)); }),
+                    nest.over_reduced([&](const At& at, Expr) { return mean.fold(nest, FoldOp::Add, xv(at), "mean"); }),
                     nest.over_lanes(mean.set(nest, count == 0 ? f64(0) : mean.at(nest) / f64(count)))});
   Stmt pass2 = seq({nest.over_lanes(inv.set(nest, f64(0))), nest.over_reduced([&](const At& at, Expr) {
                       Expr dv = xv(at) - mean.at(nest);
-                      return inv.set(nest, inv.at(nest) + dv * dv);
+                      return inv.fold(nest, FoldOp::Add, dv * dv, "var");
                     })});
   Expr var_ = count == 0 ? f64(0) : inv.at(nest) / f64(count);
   Expr dev = spec.mvn ? Call::make(Intrinsic::Sqrt, {var_}) + f64(1e-9) : Call::make(Intrinsic::Sqrt, {var_ + f64(spec.eps)});

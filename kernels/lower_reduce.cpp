@@ -79,19 +79,17 @@ Fold reduce_fold(const Node& node, DType t, DType a, Io& io) {
   Fold f;
   f.type = a;
   f.init = make_zero(a);
-  f.combine = [](Expr s, Expr v) { return s + v; };
+  f.op = FoldOp::Add;
   f.term = elem(a);
   if (op == Op::ReduceMax || op == Op::ReduceMin || op == Op::GlobalMaxPool) {
     const bool is_max = op != Op::ReduceMin;
     f.type = is_float(t) ? t : a;  // a float max is exact in its own type
     f.init = is_max ? lowest(f.type) : highest(f.type);
     f.term = elem(f.type);
-    f.combine = [is_max](Expr s, Expr v) { return fold_extreme(is_max, s, v); };
-    f.lane_combine = [is_max](Expr s, Expr v) { return fold_plain(is_max, s, v); };
-    f.nan_wins = true;
+    f.op = is_max ? FoldOp::MaxNaN : FoldOp::MinNaN;
   } else if (op == Op::ReduceProd) {
     f.init = make_one(a);
-    f.combine = [](Expr s, Expr v) { return s * v; };
+    f.op = FoldOp::Mul;
   } else if (op == Op::GlobalLpPool) {
     // sum(|x|^p)^(1/p) in double, as the interpreter's lp_pool (p 1 and 2 without pow).
     const int64_t p = node.attr_int("p", 2);
@@ -136,8 +134,7 @@ Expr reduce_result(const Node& node, DType t, DType a, Expr v, double count) {
 Stmt log_sum_exp(const Nest& nest, Io& io, const Buffer& yb, DType t, DType a, Fold f) {
   const Acc acc = make_acc(nest, "acc", f.type);
   const Acc mx = make_acc(nest, "mx", t);
-  Fold fm{t, lowest(t), [&io, t](const At& at, Expr) { return io.x(at, t); },
-          [](Expr s, Expr v) { return fold_extreme(true, s, v); }, fold_max_no_nan, true};
+  Fold fm{t, lowest(t), [&io, t](const At& at, Expr) { return io.x(at, t); }, FoldOp::MaxNaN};
   Expr mv = mx.at(nest);
   Expr finite = Unary::make(UnaryOp::Not, Binary::make(BinaryOp::Or, Call::make(Intrinsic::IsNaN, {mv}),
                                                        Call::make(Intrinsic::IsInf, {mv})));
@@ -216,10 +213,7 @@ OpKernels lower_arg(const Node& node, const std::vector<OpInput>& in, const std:
   const Acc best = make_acc(nest, "best", t), index = make_acc(nest, "at", DType::Int64),
             nan_at = make_acc(nest, "nan_at", DType::Int64);
   auto elem = [&](const At& at, Expr) { return io.x(at, t); };
-  Fold fm{t, is_max ? lowest(t) : highest(t), elem, [is_max](Expr a, Expr v) { return fold_extreme(is_max, a, v); },
-          [is_max](Expr a, Expr v) { return fold_plain(is_max, a, v); }, true};
-  auto first_index = [](Expr a, Expr v) { return Select::make(Compare::make(CmpOp::LT, v, a), v, a); };
-  auto last_index = [](Expr a, Expr v) { return Select::make(Compare::make(CmpOp::GT, v, a), v, a); };
+  Fold fm{t, is_max ? lowest(t) : highest(t), elem, is_max ? FoldOp::MaxNaN : FoldOp::MinNaN};
   const bool floats = is_float(t);
   Expr m = best.at(nest);
   Fold fi{DType::Int64, last ? idx(-1) : idx(len),
@@ -229,7 +223,7 @@ OpKernels lower_arg(const Node& node, const std::vector<OpInput>& in, const std:
             if (floats && !last) match = Binary::make(BinaryOp::Or, match, Compare::make(CmpOp::NE, v, v));
             return Select::make(match, k, last ? idx(-1) : idx(len));
           },
-          last ? last_index : first_index, {}, false};
+          last ? FoldOp::LastIndex : FoldOp::FirstIndex};
   std::vector<Stmt> body{emit_fold(nest, best, fm, "m"), emit_fold(nest, index, fi, "i")};
   Expr result = index.at(nest);
   if (floats && last) {
@@ -238,7 +232,7 @@ OpKernels lower_arg(const Node& node, const std::vector<OpInput>& in, const std:
               Expr v = io.x(at, t);
               return Select::make(Compare::make(CmpOp::NE, v, v), k, idx(len));
             },
-            first_index, {}, false};
+            FoldOp::FirstIndex};
     body.push_back(emit_fold(nest, nan_at, fn, "n"));
     result = Select::make(Compare::make(CmpOp::NE, m, m), nan_at.at(nest), result);
   }

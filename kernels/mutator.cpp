@@ -71,6 +71,11 @@ Stmt IRMutator::visit(const Store* op, const Stmt& self) {
   bool same = index.same_as(op->index) && value.same_as(op->value);
   return same ? self : Store::make(op->buffer, index, value, op->vector_lanes);
 }
+Stmt IRMutator::visit(const Accumulate* op, const Stmt& self) {
+  Expr index = mutate(op->index), value = mutate(op->value);
+  bool same = index.same_as(op->index) && value.same_as(op->value);
+  return same ? self : Accumulate::make(op->accumulator, index, value, op->op, op->name);
+}
 Stmt IRMutator::visit(const LetStmt* op, const Stmt& self) {
   Expr value = mutate(op->value);
   Stmt body = mutate(op->body);

@@ -79,6 +79,13 @@ class IRPrinter : public IRVisitor {
     visit(op->value);
     os_ << "\n";
   }
+  void visit_node(const Accumulate* op) override {
+    line() << "fold " << op->name << ": " << op->accumulator.name << "[";
+    visit(op->index);
+    os_ << "] <- " << fold_op_name(op->op) << "(";
+    visit(op->value);
+    os_ << ")\n";
+  }
   void visit_node(const LetStmt* op) override {
     line() << "let " << op->name << ": " << dtype_name(op->value.type()) << " = ";
     visit(op->value);

@@ -5,8 +5,8 @@
 // The collapsed dims leave two shapes of loop:
 //   - the last dim reduced ("rows"): a Parallel loop over the kept index, the reduced dims as
 //     serial loops around a Vectorized innermost loop over the contiguous reduced run, folding
-//     into a one-element accumulator (LLVM vectorises the sum under the loop's pragma; a max or
-//     min, which it cannot, folds into kLanes accumulators instead);
+//     into a one-element accumulator (an Accumulate: kernels/split_lanes.h later gives a max or
+//     min, which LLVM does not vectorise, its vector lanes);
 //   - the last dim kept ("columns", a reduction over outer axes): a Parallel loop over the outer
 //     kept index and blocks of the contiguous kept run, whose elements are the vector lanes; every
 //     reduced index is a serial loop around a Vectorized loop over the block's accumulators.
@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/fold.h"
 #include "kernels/lower_reduce.h"
 
 namespace terrace::kernels::reduce {
@@ -72,10 +73,8 @@ Layout make_layout(const Shape& shape, const std::vector<bool>& reduced, const s
 // dim of size 1, for lowerings that need a per-group scalar.
 void force_rows(Layout& l);
 
-// Columns are split into blocks of at most kBlock lanes (a block's accumulators live on the
-// stack); rows fold max/min into kLanes accumulators.
+// Columns are split into blocks of at most kBlock lanes (a block's accumulators live on the stack).
 constexpr int64_t kBlock = 512;
-constexpr int64_t kLanes = 16;
 
 // Where the current element is: its offset in each buffer of the layout (0: X).
 struct At {
@@ -134,36 +133,6 @@ class Nest {
     return s;
   }
 
-  // Rows only: visits the reduced elements with the innermost run split into `lanes` vector lanes:
-  // body(where, lane index) for the full groups of lanes, then tail(where) for what remains.
-  Stmt over_reduced_in_lanes(int64_t lanes, const std::function<Stmt(const At& at, Expr lane)>& body,
-                             const std::function<Stmt(const At& at)>& tail) const {
-    TERRACE_ASSERT(rows(), "lanes of a column reduction");
-    const size_t last = l_.red.size() - 1;
-    const int64_t len = l_.red[last].extent, full = len / lanes;
-    auto at_index = [&](Expr k) {
-      At at;
-      for (size_t b = 0; b < l_.buffers; ++b) {
-        Expr off = base(b);
-        for (size_t d = 0; d < last; ++d) off = plus(off, var(p_ + "r" + std::to_string(d)), l_.red[d].strides[b]);
-        at.off.push_back(plus(off, k, l_.red[last].strides[b]));
-      }
-      return at;
-    };
-    std::vector<Stmt> parts;
-    if (full > 0) {
-      Expr k = var(p_ + "j") * idx(lanes) + var(p_ + "l");
-      parts.push_back(For::make(p_ + "j", idx(0), idx(full), ForKind::Serial,
-                                For::make(p_ + "l", idx(0), idx(lanes), ForKind::Vectorized, body(at_index(k), var(p_ + "l")))));
-    }
-    if (full * lanes < len)
-      parts.push_back(For::make(p_ + "t", idx(full * lanes), idx(len), ForKind::Serial, tail(at_index(var(p_ + "t")))));
-    Stmt s = seq(std::move(parts));
-    for (size_t d = last; d-- > 0;)
-      s = For::make(p_ + "r" + std::to_string(d), idx(0), idx(l_.red[d].extent), ForKind::Serial, s);
-    return s;
-  }
-
   // The Parallel loop around `body`, with base<b>/obase/n bound.
   Stmt wrap(Stmt body) const;
 
@@ -184,36 +153,26 @@ struct Acc {
   int64_t extent;
   Expr at(const Nest& n) const { return Load::make(buf, n.lane()); }
   Stmt set(const Nest& n, Expr v) const { return Store::make(buf, n.lane(), std::move(v)); }
+  // acc = op(acc, v), one step of the fold `name` (kernels/ir.h, Accumulate).
+  Stmt fold(const Nest& n, FoldOp op, Expr v, const std::string& name) const {
+    return Accumulate::make(buf, n.lane(), std::move(v), op, name);
+  }
   Stmt wrap(Stmt body) const { return Allocate::make(buf, extent, std::move(body)); }
 };
 inline Acc make_acc(const Nest& n, const std::string& name, DType t) {
   return {Buffer{name, t, kLocalSlot}, n.block()};
 }
 
-// One fold: acc = fold(acc, term(element offset, k)) from init, over the reduced elements.
+// One fold: acc = op(acc, term(element offset, k)) from init, over the reduced elements.
 struct Fold {
   DType type;
   Expr init;
   std::function<Expr(const At& at, Expr k)> term;
-  std::function<Expr(Expr acc, Expr v)> combine;
-  // Max/min: rows may fold in kLanes vector lanes (the answer does not depend on the order) with
-  // this compare-and-select, which ignores NaN; with nan_wins, a NaN flag per lane makes the
-  // result NaN (LLVM vectorises neither a float max reduction nor the NaN-propagating select).
-  std::function<Expr(Expr acc, Expr v)> lane_combine;
-  bool nan_wins = false;
+  FoldOp op;
 };
 
-// acc (already allocated) = the fold over the group.
-Stmt emit_fold(const Nest& n, const Acc& acc, const Fold& f, const std::string& prefix);
-
-// Max/min that propagate NaN (numpy's), as interp/ops/reduce.cpp's fold_max/fold_min.
-Expr fold_extreme(bool is_max, Expr a, Expr v);
-// Max or min ignoring NaN (Softmax's `if (v > m) m = v`).
-Expr fold_plain(bool is_max, Expr a, Expr v);
-Expr fold_max_no_nan(Expr a, Expr v);
-// The identities of max and min in type t (-inf/+inf for floats).
-Expr lowest(DType t);
-Expr highest(DType t);
+// acc (already allocated) = the fold over the group, named `name` (Accumulate::name).
+Stmt emit_fold(const Nest& n, const Acc& acc, const Fold& f, const std::string& name);
 
 // ---- ops ----
 

@@ -18,6 +18,7 @@
 #include <set>
 #include <sstream>
 
+#include "kernels/cpu/pipeline.h"
 #include "kernels/gpu/pipeline.h"
 #include "kernels/mutator.h"
 #include "kernels/render_c_internal.h"
@@ -129,12 +130,16 @@ std::string render_kernel(const LoweredFunc& f, Dialect dialect, const CudaSched
     bool is_const = stored.slots.count(b.slot) == 0;
     return std::string(is_const ? "const " : "") + c_type(b.dtype) + "* " + t.restrict_kw + " " + b.name;
   };
+  // Each dialect's pipeline makes the device-neutral kernel the IR its renderer prints.
   std::optional<gpu::GpuKernel> k;
+  std::optional<LoweredFunc> c;
   if (dialect == Dialect::Cuda) {
     CudaSchedule s = *schedule;
     if (element_copy) s.row_vector = 1;
     k = gpu::run_gpu_passes(f, std::move(s));
     schedule = &k->schedule;
+  } else {
+    c = cpu::run_cpu_passes(f);
   }
   os << t.kernel_qualifier << " ";
   if (schedule && schedule->mapping == CudaMapping::PerRowBlock)
@@ -152,7 +157,7 @@ std::string render_kernel(const LoweredFunc& f, Dialect dialect, const CudaSched
   if (schedule && schedule->mapping == CudaMapping::Single)  // any launch: one thread runs it
     os << "  if (blockIdx.x != 0 || threadIdx.x != 0) return;\n";
   CRenderer r(os, dialect, schedule);
-  r.emit(k ? k->func.body : f.body);
+  r.emit(k ? k->func.body : c->body);
   os << "}\n";
   return os.str();
 }

@@ -180,6 +180,9 @@ class CRenderer : public IRVisitor {
     line() << (first_thread_ ? "if (tr_lane == 0) " : "") << element(op->buffer, op->index) << " = "
            << print(op->value) << ";\n";
   }
+  void visit_node(const Accumulate* op) override {
+    TERRACE_ASSERT(false, "render_c: fold ", op->name, " not made a store (kernels/plain_folds.h)");
+  }
   // Let bodies stay in the enclosing C scope: verify() guarantees every name is bound once.
   void visit_node(const LetStmt* op) override {
     line() << "const " << c_type(op->value.type()) << " " << op->name << " = " << print(op->value)

@@ -7,8 +7,8 @@
 #include <optional>
 #include <string>
 
-#include "kernels/mutator.h"
-#include "kernels/printer.h"
+#include "kernels/fold.h"
+#include "kernels/split_lanes.h"
 #include "kernels/visitor.h"
 
 namespace terrace::kernels {
@@ -141,9 +141,7 @@ bool shuffles(DType t) {  // __shfl_xor_sync's types
          t == DType::Int64 || t == DType::UInt64;
 }
 
-bool same(const Expr& a, const Expr& b) { return a.same_as(b) || to_string(a) == to_string(b); }
-
-// Loads of the local array `name` in a statement or expression, and the stores below a node.
+// Loads of the local array `name` in a statement or expression.
 struct LocalReads : IRVisitor {
   const std::string& name;
   int count = 0;
@@ -159,12 +157,25 @@ int local_reads(const Node& n, const std::string& name) {
   r.visit(n);
   return r.count;
 }
+// The stores below a node: to kernel buffers, to local arrays, and the folds' (Accumulates).
 struct Stores : IRVisitor {
   std::vector<const Store*> global, local;
+  std::vector<const Accumulate*> folds;
   int loops = 0, allocates = 0;
   void visit_node(const Store* op) override {
     (op->buffer.slot == kLocalSlot ? local : global).push_back(op);
     IRVisitor::visit_node(op);
+  }
+  void visit_node(const Accumulate* op) override {
+    folds.push_back(op);
+    IRVisitor::visit_node(op);
+  }
+  bool writes(const std::string& local_array) const {
+    for (const Store* x : local)
+      if (x->buffer.name == local_array) return true;
+    for (const Accumulate* x : folds)
+      if (x->accumulator.name == local_array) return true;
+    return false;
   }
   void visit_node(const For* op) override {
     ++loops;
@@ -176,40 +187,24 @@ struct Stores : IRVisitor {
   }
 };
 
-// `st` as a fold acc[c] = acc[c] + e (or *, or | on integers), or acc[c] = select(e cmp acc[c], e, acc[c]) (max,
-// min), with e not reading acc: the combine of two partial values, or nothing.
-// `slot`: the index the combine uses (a loop over every slot of the array), or undefined: the
-// store's own.
-std::optional<CudaSchedule::Fold> fold_of(const Store* st, const std::string& loop_var, Expr slot = Expr()) {
-  const Buffer& acc = st->buffer;
-  if (acc.slot != kLocalSlot || !shuffles(acc.dtype) || mentions(st->index, loop_var)) return std::nullopt;
-  auto is_acc = [&](const Expr& e) {
-    const Load* l = e.as<Load>();
-    return l && l->buffer.slot == kLocalSlot && l->buffer.name == acc.name && same(l->index, st->index);
-  };
-  const Expr other = Var::make(acc.dtype, "tr_other");
-  const Expr at = slot.defined() ? slot : st->index;
-  const Expr mine = Load::make(acc, at);
-  const bool bitwise = is_integer(acc.dtype);  // Or folds NaN flags and the like
-  if (const Binary* b = st->value.as<Binary>();
-      b && (b->op == BinaryOp::Add || b->op == BinaryOp::Mul || (bitwise && b->op == BinaryOp::Or))) {
-    if ((is_acc(b->a) && !local_reads(b->b, acc.name)) || (is_acc(b->b) && !local_reads(b->a, acc.name)))
-      return CudaSchedule::Fold{acc, at, Binary::make(b->op, mine, other),
-                                make_const(acc.dtype, b->op == BinaryOp::Mul ? 1 : 0)};
-    return std::nullopt;
-  }
-  const Select* sel = st->value.as<Select>();
-  const Compare* cmp = sel ? sel->cond.as<Compare>() : nullptr;
-  if (!cmp) return std::nullopt;
-  // select(e cmp acc, e, acc): the other lane's value takes e's place.
-  if (is_acc(sel->false_value) && is_acc(cmp->b) && same(cmp->a, sel->true_value) &&
-      !local_reads(sel->true_value, acc.name))
-    return CudaSchedule::Fold{acc, at, Select::make(Compare::make(cmp->op, other, mine), other, mine), Expr()};
-  // select(acc cmp e, acc, e)
-  if (is_acc(sel->true_value) && is_acc(cmp->a) && same(cmp->b, sel->false_value) &&
-      !local_reads(sel->false_value, acc.name))
-    return CudaSchedule::Fold{acc, at, Select::make(Compare::make(cmp->op, mine, other), mine, other), Expr()};
-  return std::nullopt;
+// The ops whose partial values the GPU combines across threads: all but a float max or min in
+// which NaN wins, whose fold stays in one thread (a row's is split into lanes first, and those
+// combine; spreading it by its own combine is a change of its own, to be timed on the GPU).
+bool crosses_threads(FoldOp op, DType t) { return !fold_nan_wins(op) || !is_float(t); }
+
+// The fold `a` makes in a loop over `loop_var`, as the GPU combines two partial values of it; or
+// nothing where it cannot. `slot`: the index the combine uses (a loop over every slot of the
+// array), or undefined: the fold's own.
+std::optional<CudaSchedule::Fold> fold_of(const Accumulate* a, const std::string& loop_var, Expr slot = Expr()) {
+  const Buffer& acc = a->accumulator;
+  if (!shuffles(acc.dtype) || !crosses_threads(a->op, acc.dtype) || mentions(a->index, loop_var)) return std::nullopt;
+  const Expr at = slot.defined() ? slot : a->index;
+  const Expr mine = Load::make(acc, at), other = Var::make(acc.dtype, "tr_other");
+  // Threads after the first start a sum, product or or from its identity; a select may take the
+  // first thread's start again.
+  const bool arithmetic = a->op == FoldOp::Add || a->op == FoldOp::Mul || a->op == FoldOp::Or;
+  const Expr identity = arithmetic ? fold_identity(a->op, acc.dtype) : Expr();
+  return CudaSchedule::Fold{acc, at, fold_combine(a->op, mine, other), identity, 0, false, a->op};
 }
 
 // True when `index` is var plus something that does not move with it: distinct iterations store
@@ -282,22 +277,24 @@ class RowLoops {
     Stores st;
     st.visit(f->body);
     std::vector<CudaSchedule::Fold> fs;
-    // A loop with loops inside (the CPU's folds into 16 vector lanes) is spread when it only folds:
+    // A loop with loops inside (a fold split into 16 vector lanes) is spread when it only folds:
     // its accumulators are then combined slot by slot.
     const bool nest = st.loops > 0;
     bool spread = st.allocates == 0 && (!nest || st.global.empty());
     for (const Store* g : st.global) spread = spread && unit_stride(g->index, f->var);
-    for (const Store* l : st.local) {
+    // Every lane would write a local array that is not a fold's.
+    spread = spread && st.local.empty();
+    for (const Accumulate* l : st.folds) {
       if (!spread) break;
       // At most 32 slots, which stay in registers (a reduction over outer axes folds into blocks
       // of up to 512 columns: a thread per block, until a mapping spreads the columns instead).
-      auto extent = extents_.find(l->buffer.name);
+      auto extent = extents_.find(l->accumulator.name);
       const bool small = extent != extents_.end() && extent->second <= 32;
       std::optional<CudaSchedule::Fold> fold =
           !nest ? fold_of(l, f->var) : small ? fold_of(l, f->var, Var::make(DType::Int64, "tr_s")) : std::nullopt;
       if (fold && nest) fold->slots = extent->second;
-      // The accumulator is read nowhere in the loop but in its own fold.
-      spread = fold && local_reads(f->body, l->buffer.name) == local_reads(l->value, l->buffer.name);
+      // The accumulator is read nowhere in the loop (its fold's own read is implicit).
+      spread = fold && local_reads(f->body, l->accumulator.name) == 0;
       if (fold) fs.push_back(*fold);
     }
     Stmt whole = For::make(f->var, f->begin, f->end, f->for_kind, f->body);
@@ -523,7 +520,7 @@ int64_t longest_row(const CudaSchedule& s) {
 }
 
 // A lane loop of a block's row as one range of elements from 0: a loop from 0 of constant extent
-// with no loop inside, or a nest of two such loops (the CPU's folds into vector slots), whose
+// with no loop inside, or a nest of two such loops (a fold split into lanes, split_lanes.h), whose
 // J * W elements are flattened. elements 0: neither.
 struct FlatLoop {
   int64_t elements = 0;
@@ -563,6 +560,10 @@ bool slots_at_inner_var(const For* inner, const std::vector<CudaSchedule::Fold>&
     }
     void visit_node(const Store* op) override {
       at(op->buffer, op->index);
+      IRVisitor::visit_node(op);
+    }
+    void visit_node(const Accumulate* op) override {
+      at(op->accumulator, op->index);
       IRVisitor::visit_node(op);
     }
   } c;
@@ -709,32 +710,8 @@ bool plan_registers(const RowAccesses& scan, CudaSchedule& s) {
   return false;
 }
 
-// The combines that take a value any number of times with the same result: max and min (a
-// select on an ordering), and | on integers.
-bool idempotent(const Expr& combined) {
-  if (const Binary* b = combined.as<Binary>()) return b->op == BinaryOp::Or && is_integer(combined.type());
-  const Select* sel = combined.as<Select>();
-  const Compare* cmp = sel ? sel->cond.as<Compare>() : nullptr;
-  return cmp && (cmp->op == CmpOp::GT || cmp->op == CmpOp::GE || cmp->op == CmpOp::LT || cmp->op == CmpOp::LE);
-}
-
-// `f.combined` with the other lane's value read from `other` and the accumulator `mine`.
-Expr combine_of(const CudaSchedule::Fold& f, const Expr& mine, const Expr& other) {
-  struct Put : IRMutator {
-    const CudaSchedule::Fold& f;
-    const Expr &mine, &other;
-    Put(const CudaSchedule::Fold& fold, const Expr& m, const Expr& o) : f(fold), mine(m), other(o) {}
-    Expr visit(const Load* op, const Expr& self) override {
-      if (op->buffer.slot == kLocalSlot && op->buffer.name == f.accumulator.name) return mine;
-      return IRMutator::visit(op, self);
-    }
-    Expr visit(const Var* op, const Expr& self) override { return op->name == "tr_other" ? other : self; }
-  } put(f, mine, other);
-  return put.mutate(f.combined);
-}
-
-// True when `s` is `for v in [0, f.slots): acc[i] = combine(acc[i], slots[v])`, f's combine folding
-// every slot of f's array into another accumulator of its type.
+// True when `s` is `for v in [0, f.slots): acc[i] = op(acc[i], slots[v])`, f's op folding every
+// slot of f's array into another accumulator of its type.
 bool folds_every_slot(const Stmt& s, const CudaSchedule::Fold& f) {
   const For* loop = s.as<For>();
   if (!loop) return false;
@@ -742,12 +719,14 @@ bool folds_every_slot(const Stmt& s, const CudaSchedule::Fold& f) {
   const IntImm* e = loop->end.as<IntImm>();
   Stmt body = loop->body;
   if (const Block* one = body.as<Block>(); one && one->stmts.size() == 1) body = one->stmts[0];
-  const Store* st = body.as<Store>();
-  if (!b || b->value != 0 || !e || e->value != f.slots || !st || st->buffer.slot != kLocalSlot ||
-      st->buffer.name == f.accumulator.name || st->buffer.dtype != f.accumulator.dtype || mentions(st->index, loop->var))
+  const Accumulate* a = body.as<Accumulate>();
+  if (!b || b->value != 0 || !e || e->value != f.slots || !a || a->op != f.op ||
+      a->accumulator.name == f.accumulator.name || a->accumulator.dtype != f.accumulator.dtype ||
+      mentions(a->index, loop->var))
     return false;
-  const Expr slot = Load::make(f.accumulator, Var::make(DType::Int64, loop->var));
-  return to_string(st->value) == to_string(combine_of(f, Load::make(st->buffer, st->index), slot));
+  const Load* slot = a->value.as<Load>();
+  const Var* v = slot ? slot->index.as<Var>() : nullptr;
+  return slot && slot->buffer.slot == kLocalSlot && slot->buffer.name == f.accumulator.name && v && v->name == loop->var;
 }
 
 // Marks CudaSchedule::Fold::whole: the slot folds of register loops whose array (an Allocate's)
@@ -765,13 +744,13 @@ void mark_whole_folds(CudaSchedule& s) {
         auto reg = loop ? s.register_loops.find(loop) : s.register_loops.end();
         if (folds == s.folds.end() || reg == s.register_loops.end() || !reg->second) continue;
         for (CudaSchedule::Fold& f : folds->second) {
-          if (f.slots == 0 || f.accumulator.name != op->buffer.name || !idempotent(f.combined)) continue;
+          if (f.slots == 0 || f.accumulator.name != op->buffer.name || !fold_idempotent(f.op)) continue;
           int readers = 0;
           bool ok = true;
           for (size_t j = i + 1; j < body->stmts.size() && ok; ++j) {
             Stores st;
             st.visit(body->stmts[j]);
-            for (const Store* x : st.local) ok = ok && x->buffer.name != f.accumulator.name;
+            ok = !st.writes(f.accumulator.name);
             if (local_reads(body->stmts[j], f.accumulator.name) == 0) continue;
             ++readers;
             ok = folds_every_slot(body->stmts[j], f);
@@ -821,7 +800,7 @@ CudaSchedule row_schedule(const LoweredFunc& f, CudaSchedule s) {
   if (longest_row(b) < 1024) return s;
   b.mapping = CudaMapping::PerRowBlock;
   // A loop that neither reads nor writes memory (it folds the row's combined local arrays, as
-  // softmax's max over the CPU's 16 vector lanes) runs whole in every thread, which hold the same
+  // softmax's max over its 16 lanes) runs whole in every thread, which hold the same
   // values: no combine across the block, and its arrays indexed by constants stay in registers.
   for (auto it = b.lane_loops.begin(); it != b.lane_loops.end();) {
     Stores st;
@@ -856,8 +835,10 @@ CudaSchedule row_schedule(const LoweredFunc& f, CudaSchedule s) {
 
 CudaSchedule schedule_cuda(const LoweredFunc& f) {
   CudaSchedule s;
+  // The schedule's node pointers name this body: run_gpu_passes starts from it.
+  s.body = split_lanes(f.body);
   LoopFinder all;
-  all.visit(f.body);
+  all.visit(s.body);
   if (all.parallel.empty()) {
     s.block = 1;
     return s;

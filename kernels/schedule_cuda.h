@@ -48,6 +48,9 @@ enum class CudaMapping : uint8_t {
 const char* cuda_mapping_name(CudaMapping m);
 
 struct CudaSchedule {
+  // The kernel's body as scheduled: the lowered one after the lane split (kernels/split_lanes.h),
+  // whose nodes the pointers below name; kernels/gpu's passes start from it.
+  Stmt body;
   CudaMapping mapping = CudaMapping::Single;
   const For* parallel = nullptr;  // the Parallel loop (PerIteration, PerElement)
   const For* inner = nullptr;     // PerElement 2-D: the Vectorized loop flattened with it
@@ -58,9 +61,9 @@ struct CudaSchedule {
   // aligned to that many bytes at run time takes the scalar path. 1: every access is scalar.
   int vector_width = 1;
   std::set<const IRNode*> vector_accesses;
-  // PerRowWarp: the loops spread over the lanes; per such loop, the accumulators it folds into
-  // and how two lanes' partial values combine (`combined`: the fold's value with the element
-  // replaced by the Var "tr_other", the other lane's accumulator).
+  // PerRowWarp: the loops spread over the lanes; per such loop, the folds (Accumulates) it makes,
+  // and how two lanes' partial values combine (`combined`: the fold's op of its accumulator's
+  // element and the Var "tr_other", the other lane's value).
   struct Fold {
     Buffer accumulator;
     Expr index;
@@ -78,6 +81,7 @@ struct CudaSchedule {
     // the same combine: that fold's result is then unchanged (a value taken any number of times),
     // and the block combines one value instead of one per slot (one barrier fewer).
     bool whole = false;
+    FoldOp op = FoldOp::Add;
   };
   std::set<const For*> lane_loops;
   std::map<const For*, std::vector<Fold>> folds;
@@ -103,7 +107,7 @@ struct CudaSchedule {
   // then always on thread r % block, in its register r / block (a fully unrolled loop of constant
   // trip count indexes the array by constants). `register_loops`: those lane loops, each with
   // nullptr, or with its inner loop where it is a nest [0, J) x [0, W) whose accesses are at
-  // j * W + l (the CPU's folds into W vector slots), run as one range of J * W elements.
+  // j * W + l (a fold split into W lanes, split_lanes.h), run as one range of J * W elements.
   bool rows_in_registers = false;
   std::map<const For*, const For*> register_loops;
   // rows_in_registers with 16-byte accesses: the rows move as vectors of row_vector consecutive
@@ -125,7 +129,7 @@ struct CudaSchedule {
   int block = 256;  // threads per block
 };
 
-// The schedule of `f` (its node pointers stay valid while f's body lives). A load or store moves
+// The schedule of `f` (its node pointers name nodes of the schedule's own `body`). A load or store moves
 // as a vector where its index is the innermost loop variable plus a base that is a multiple of
 // vector_width in elements (so the vector is aligned whenever the buffer is), where it is not
 // under a condition (a vector load happens for every lane), and, in a 2-D kernel, where the row

@@ -67,6 +67,22 @@ class Verifier : public IRVisitor {
     check_buffer(op->buffer);
     IRVisitor::visit_node(op);
   }
+  // A fold's value does not read its accumulator: passes regroup the values (kernels/ir.h).
+  void visit_node(const Accumulate* op) override {
+    check_buffer(op->accumulator);
+    struct Reads : IRVisitor {
+      const std::string& name;
+      bool found = false;
+      explicit Reads(const std::string& n) : name(n) {}
+      void visit_node(const Load* l) override {
+        found = found || (l->buffer.slot == kLocalSlot && l->buffer.name == name);
+        IRVisitor::visit_node(l);
+      }
+    } reads(op->accumulator.name);
+    reads.visit(op->value);
+    check(!reads.found, "fold ", op->name, "'s value reads its accumulator '", op->accumulator.name, "'");
+    IRVisitor::visit_node(op);
+  }
   void visit_node(const LetStmt* op) override {
     visit(op->value);
     bind(op->name, op->value.type(), op->body);

@@ -44,6 +44,7 @@ void IRVisitor::visit_node(const For* op) {
   visit(op->body);
 }
 void IRVisitor::visit_node(const Store* op) { visit(op->index); visit(op->value); }
+void IRVisitor::visit_node(const Accumulate* op) { visit(op->index); visit(op->value); }
 void IRVisitor::visit_node(const LetStmt* op) { visit(op->value); visit(op->body); }
 void IRVisitor::visit_node(const Block* op) {
   for (const Stmt& s : op->stmts) visit(s);

@@ -58,7 +58,7 @@ class MapRows : public IRMutator {
     ++depth_;
     Stmt s = IRMutator::visit(op, self);
     --depth_;
-    // A block's short loop over a constant range (a local array's slots, the CPU's 16 vector lanes)
+    // A block's short loop over a constant range (a local array's slots, a fold's 16 lanes)
     // unrolled, so that the array is indexed by constants and stays in registers, not the stack.
     const IntImm* b = op->begin.as<IntImm>();
     const IntImm* e = op->end.as<IntImm>();

@@ -8,6 +8,7 @@
 #include "kernels/gpu/cache_rows.h"
 #include "kernels/gpu/map_elements.h"
 #include "kernels/gpu/map_rows.h"
+#include "kernels/plain_folds.h"
 #include "kernels/printer.h"
 #include "kernels/verify.h"
 
@@ -25,12 +26,15 @@ void dump(const std::string& pass, int n, const LoweredFunc& f) {
 }  // namespace
 
 GpuKernel run_gpu_passes(const LoweredFunc& f, CudaSchedule s, const PassObserver& observe) {
-  GpuKernel k{f, std::move(s), f.body};
+  GpuKernel k{f, std::move(s), Stmt()};
+  if (k.schedule.body.defined()) k.func.body = k.schedule.body;
+  k.source = k.func.body;
   struct Pass {
     const char* name;
     Stmt (*run)(const Stmt&, const CudaSchedule&);
   };
-  static const Pass passes[] = {{"map_elements", map_elements}, {"map_rows", map_rows}, {"cache_rows", cache_rows}};
+  static const Pass passes[] = {{"map_elements", map_elements}, {"map_rows", map_rows}, {"cache_rows", cache_rows},
+                                {"plain_folds", [](const Stmt& b, const CudaSchedule&) { return plain_folds(b); }}};
   int n = 0;
   dump("lowered", n++, k.func);
   for (const Pass& p : passes) {

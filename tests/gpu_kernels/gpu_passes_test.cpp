@@ -12,6 +12,7 @@
 #include "kernels/lower.h"
 #include "kernels/lower_op.h"
 #include "kernels/mutator.h"
+#include "kernels/plain_folds.h"
 #include "kernels/printer.h"
 #include "kernels/render_c.h"
 #include "kernels/verify.h"
@@ -84,11 +85,13 @@ TEST(GpuPasses, warp_row_sum_spreads_its_loop_over_lanes_and_combines_by_shuffle
   const LoweredFunc f = reduce_sum_rows(32, 100);
   Seen seen;
   const gpu::GpuKernel k = gpu::run_gpu_passes(f, schedule_cuda(f), seen.observer());
-  EXPECT_EQ(seen.passes, (std::vector<std::string>{"map_elements", "map_rows", "cache_rows"}));
-  ASSERT_EQ(seen.ir.size(), 3u);
+  EXPECT_EQ(seen.passes, (std::vector<std::string>{"map_elements", "map_rows", "cache_rows", "plain_folds"}));
+  ASSERT_EQ(seen.ir.size(), 4u);
   EXPECT_EQ(seen.ir[0], to_string(f));  // not an elementwise kernel
   EXPECT_EQ(seen.ir[2], seen.ir[1]);    // nor a block's row
-  EXPECT_EQ(seen.ir[1], R"(kernel sum(out0: float32*, in0: float32*) over [0, 32), 100 elements per iteration
+  // The fold, its combines across the lanes written, stays a fold until plain_folds makes it a store.
+  EXPECT_NE(seen.ir[1].find("    fold r: acc[0] <- add(float64(in0[(base + r0)]))\n"), std::string::npos) << seen.ir[1];
+  EXPECT_EQ(seen.ir[3], R"(kernel sum(out0: float32*, in0: float32*) over [0, 32), 100 elements per iteration
 for u in [begin, end) gpu_warp {
   let base: int64 = (0 + (u * 100))
   let obase: int64 = u
@@ -108,7 +111,7 @@ for u in [begin, end) gpu_warp {
 )");
   // The lowered kernel is untouched: the passes build a new body around its unchanged nodes.
   EXPECT_NE(to_string(f).find("parallel"), std::string::npos);
-  EXPECT_EQ(to_string(k.func.body), seen.ir[1].substr(seen.ir[1].find('\n') + 1));
+  EXPECT_EQ(to_string(k.func.body), seen.ir[3].substr(seen.ir[3].find('\n') + 1));
 }
 
 TEST(GpuPasses, softmax_block_row_in_registers_folds_its_slots_in_registers_and_combines_one_max) {
@@ -198,8 +201,8 @@ TEST(GpuPasses, elementwise_rows_flatten_into_one_range_with_their_accesses_by_f
   const LoweredFunc f = bias_add(64, 768);
   Seen seen;
   gpu::run_gpu_passes(f, schedule_cuda(f), seen.observer());
-  ASSERT_EQ(seen.ir.size(), 3u);
-  EXPECT_EQ(seen.ir[0], seen.ir[2]);  // not a row-wise kernel
+  ASSERT_EQ(seen.ir.size(), 4u);
+  EXPECT_EQ(seen.ir[0], seen.ir[3]);  // not a row-wise kernel, and without folds
   EXPECT_EQ(seen.ir[0], R"(kernel bias(in0: float32*, in1: float32*, out0: float32*) over [0, 64), 768 elements per iteration
 for o in [begin, end) gpu_elements {
   let base0: int64 = (o * 768)
@@ -219,10 +222,17 @@ for o in [begin, end) gpu_elements {
   EXPECT_EQ(ir.find("<"), std::string::npos) << ir;
 }
 
-TEST(GpuPasses, other_mappings_leave_the_kernel_as_lowered) {
+TEST(GpuPasses, other_mappings_leave_the_kernel_as_scheduled_with_its_folds_as_stores) {
   for (const LoweredFunc& f : {reduce_sum_rows(64, 8), softmax_rows(64, 16)}) {
-    const gpu::GpuKernel k = gpu::run_gpu_passes(f, schedule_cuda(f));
-    EXPECT_TRUE(k.func.body.same_as(f.body)) << to_string(f);
+    const CudaSchedule s = schedule_cuda(f);
+    ASSERT_EQ(s.mapping, CudaMapping::PerIteration);
+    Seen seen;
+    const gpu::GpuKernel k = gpu::run_gpu_passes(f, s, seen.observer());
+    ASSERT_EQ(seen.ir.size(), 4u);
+    EXPECT_TRUE(k.source.same_as(s.body));
+    EXPECT_EQ(seen.ir[0], seen.ir[2]);
+    EXPECT_EQ(to_string(k.func.body), to_string(plain_folds(s.body))) << to_string(f);
+    EXPECT_EQ(seen.ir[3].find("fold "), std::string::npos) << seen.ir[3];
   }
 }
 
