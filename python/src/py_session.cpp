@@ -6,6 +6,8 @@
 #include <future>
 #include <thread>
 
+#include "tools/cli_util.h"
+
 namespace py = pybind11;
 
 namespace terrace::python {
@@ -146,13 +148,7 @@ py::list PySession::run_bound(py::dict feed, const std::vector<std::string>& out
 }
 
 void PySession::check_input(const std::string& name) const {
-  std::string known;
-  const Graph& g = session_->graph();
-  for (int id : g.inputs) {
-    if (g.values[size_t(id)].name == name) return;
-    known += (known.empty() ? "" : ", ") + g.values[size_t(id)].name;
-  }
-  fail(ErrorCode::InvalidArgument, "'", name, "' is not an input of the model (inputs: ", known, ")");
+  cli::check_input_name(session_->graph(), name, "bind_input");  // a UsageError: InvalidArgument in Python
 }
 
 void PySession::check_output(const std::string& name) const {

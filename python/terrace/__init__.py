@@ -28,6 +28,13 @@ __all__ = ["InferenceSession", "IOBinding", "NodeArg", "Tensor", "TerraceError",
 _OUTPUT_TYPES = ("numpy", "tensor")
 
 
+def _invalid_argument(message):
+    """terrace.errors.InvalidArgument as the compiled module raises it: str with the code, .message without."""
+    e = errors.InvalidArgument("InvalidArgument: " + message)
+    e.message = message
+    return e
+
+
 class NodeArg:
     """An input or output: its name, shape (ints; a symbolic dim's name; None where unknown)
     and type ("tensor(float)"), as ONNX Runtime's NodeArg."""
@@ -74,7 +81,7 @@ class InferenceSession:
         "tensor" terrace.Tensor (host memory; io_binding() keeps outputs on the GPU). Safe from
         many threads; the GIL is released while Terrace runs."""
         if output_type not in _OUTPUT_TYPES:
-            raise errors.InvalidArgument(f"output_type must be 'numpy' or 'tensor', not {output_type!r}")
+            raise _invalid_argument(f"output_type must be 'numpy' or 'tensor', not {output_type!r}")
         return self._sess.run(output_names, input_feed, output_type == "tensor")
 
     def io_binding(self):
@@ -147,7 +154,7 @@ class IOBinding:
         self._session._sess.check_output(name)
         device = "cuda" if device in ("cuda", "cuda:0") else device
         if device not in ("cpu", "cuda"):
-            raise errors.InvalidArgument(f"output '{name}': device must be 'cpu' or 'cuda', not {device!r}")
+            raise _invalid_argument(f"output '{name}': device must be 'cpu' or 'cuda', not {device!r}")
         self._outputs = [(n, d) for n, d in self._outputs if n != name] + [(name, device)]
 
     def clear_binding_inputs(self):
@@ -166,7 +173,7 @@ class IOBinding:
         """The last run's outputs as terrace.Tensor, in the order bound (all, in the model's order,
         when none was bound)."""
         if self._results is None:
-            raise errors.InvalidArgument("no outputs yet: call session.run_with_iobinding(binding) first")
+            raise _invalid_argument("no outputs yet: call session.run_with_iobinding(binding) first")
         return list(self._results)
 
     def copy_outputs_to_cpu(self):

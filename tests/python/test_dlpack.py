@@ -210,7 +210,7 @@ class IOBindingTest(unittest.TestCase):
 
     def test_bad_bindings_raise_naming_what_is_wrong(self):
         binding = self.sess.io_binding()
-        with self.assertRaisesRegex(terrace.errors.InvalidArgument, "'z' is not an input"):
+        with self.assertRaisesRegex(terrace.errors.InvalidArgument, "bind_input names 'z', which is not a graph input \\(inputs: x, b\\)"):
             binding.bind_input("z", self.x)
         with self.assertRaisesRegex(terrace.errors.InvalidArgument, "'z' is not an output"):
             binding.bind_output("z")
