@@ -3,6 +3,7 @@
 
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 
@@ -63,13 +64,23 @@ struct Imported {
 // Calls obj.__dlpack__ (asking for version 1.0, else as an older producer takes it) and owns the
 // tensor it returns.
 std::shared_ptr<Imported> take_capsule(py::handle obj, py::object stream, const std::string& what) {
+  // The types whose __dlpack__ refused max_version (numpy < 2.1, torch < 2.4), asked without it
+  // from then on: a refusal costs a TypeError, tens of microseconds a call. Read and written under
+  // the GIL; the types are held, so that their addresses are not reused.
+  static auto* legacy = new std::vector<py::object>();
+  const py::handle type = py::type::handle_of(obj);
+  const bool known_legacy =
+      std::any_of(legacy->begin(), legacy->end(), [&](const py::object& t) { return t.is(type); });
   py::object cap;
-  try {
-    cap = obj.attr("__dlpack__")("stream"_a = stream, "max_version"_a = py::make_tuple(dl::kMajor, dl::kMinor));
-  } catch (py::error_already_set& e) {
-    if (!e.matches(PyExc_TypeError)) throw;  // a producer older than max_version (numpy < 2.1)
-    cap = obj.attr("__dlpack__")("stream"_a = stream);
+  if (!known_legacy) {
+    try {
+      cap = obj.attr("__dlpack__")("stream"_a = stream, "max_version"_a = py::make_tuple(dl::kMajor, dl::kMinor));
+    } catch (py::error_already_set& e) {
+      if (!e.matches(PyExc_TypeError)) throw;
+      legacy->push_back(py::reinterpret_borrow<py::object>(type));
+    }
   }
+  if (!cap) cap = obj.attr("__dlpack__")("stream"_a = stream);
   auto imported = std::make_shared<Imported>();
   PyObject* c = cap.ptr();
   if (PyCapsule_IsValid(c, dl::kCapsuleVersioned)) {
