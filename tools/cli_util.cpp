@@ -372,9 +372,11 @@ Tier effective_tier(const char* command, Tier requested, bool explicitly_request
 const OptionDef kShapesOption{"--shapes", "NAME:DxD[,NAME:DxD]",
                                "whole shapes of random inputs, for dims that have no names (trtexec's --shapes)", true};
 
-InputShapes parse_shapes(const ParsedArgs& p, const Graph& g) {
+InputShapes parse_shapes(const ParsedArgs& p, const Graph& g) { return parse_shapes(p.all("--shapes"), g); }
+
+InputShapes parse_shapes(const std::vector<std::string>& lists, const Graph& g) {
   InputShapes shapes;
-  for (const std::string& list : p.all("--shapes")) {
+  for (const std::string& list : lists) {
     std::stringstream entries(list);
     for (std::string entry; std::getline(entries, entry, ',');) {
       const size_t colon = entry.rfind(':');

@@ -112,6 +112,8 @@ using InputShapes = std::vector<std::pair<std::string, Shape>>;
 // The --shapes of `p` (repeatable, each a comma-separated list): UsageError for a malformed entry,
 // an input given twice, a name that is no graph input, or a rank or fixed dim unlike the model's.
 InputShapes parse_shapes(const ParsedArgs& p, const Graph& graph);
+// The same for --shapes' values (each a comma-separated list), from the CLI or elsewhere.
+InputShapes parse_shapes(const std::vector<std::string>& lists, const Graph& graph);
 
 // Deterministic random inputs for every graph input: unknown dims become 1 unless given in
 // `dims` ("name=value" per symbolic dim name), or the whole shape in `shapes`; floats uniform in

@@ -40,8 +40,9 @@ std::string declared(const ValueInfo& info) {
   return s + "]";
 }
 
-// A file's tensor against the graph input it feeds: the run would fail later, with less said.
-void check_against_input(const Graph& graph, const std::string& name, const Tensor& t, const std::string& file) {
+}  // namespace
+
+void check_against_input(const Graph& graph, const std::string& name, const Tensor& t, const std::string& what) {
   for (int id : graph.inputs) {
     const Value& v = graph.values[size_t(id)];
     if (v.name != name) continue;
@@ -51,12 +52,10 @@ void check_against_input(const Graph& graph, const std::string& name, const Tens
       for (size_t d = 0; fits && d < t.shape().size(); ++d)
         fits = (*v.info.shape)[d] < 0 || (*v.info.shape)[d] == t.shape()[d];
     }
-    TERRACE_CHECK(fits, InvalidArgument, "--input ", name, " (", file, ") is ", dtype_name(t.dtype()),
+    TERRACE_CHECK(fits, InvalidArgument, what, " is ", dtype_name(t.dtype()),
                   shape_str(t.shape()), ", but the model's input ", name, " is ", declared(v.info));
   }
 }
-
-}  // namespace
 
 NamedTensors with_files(NamedTensors inputs, const NamedTensors& files) {
   for (const auto& [name, t] : files) {
@@ -73,7 +72,7 @@ NamedTensors input_files(const ParsedArgs& p, const Graph& graph) {
     for (auto& [n, v] : out)
       if (n == name) throw UsageError{"--input given twice for '" + name + "'"};
     check_input_name(graph, name, option);
-    check_against_input(graph, name, t, file);
+    check_against_input(graph, name, t, "--input " + name + " (" + file + ")");
     out.emplace_back(name, std::move(t));
   };
   for (const std::string& text : p.all("--input")) {

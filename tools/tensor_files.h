@@ -24,6 +24,11 @@ Tensor load_tensor_file(const std::string& path);
 // graph input's.
 NamedTensors input_files(const ParsedArgs& p, const Graph& graph);
 
+// A tensor against the graph input `name` it feeds (the run would fail later, with less said):
+// InvalidArgument "<what> is float64[3,4], but the model's input x is float32[N,4]" where its dtype,
+// rank or a fixed dim differs. Nothing for a name that is no graph input.
+void check_against_input(const Graph& graph, const std::string& name, const Tensor& t, const std::string& what);
+
 // `inputs` with each of `files` in place of the input of its name, or added after them.
 NamedTensors with_files(NamedTensors inputs, const NamedTensors& files);
 

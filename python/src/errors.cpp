@@ -4,6 +4,7 @@
 #include <string>
 
 #include "interp/error.h"
+#include "tools/commands.h"
 
 namespace py = pybind11;
 
@@ -50,6 +51,13 @@ void add_error_class(py::module_& m, PyObject* base, ErrorCode code, const char*
   m.add_object(name, g_classes[int(code)]);
 }
 
+void raise(const Error& e) {
+  PyObject* cls = g_classes[int(e.code())];
+  py::object exc = py::reinterpret_borrow<py::object>(cls)(e.what());
+  exc.attr("message") = e.message();
+  PyErr_SetObject(cls, exc.ptr());
+}
+
 }  // namespace
 
 void register_errors(py::module_& m) {
@@ -64,10 +72,9 @@ void register_errors(py::module_& m) {
     try {
       if (p) std::rethrow_exception(p);
     } catch (const Error& e) {
-      PyObject* cls = g_classes[int(e.code())];
-      py::object exc = py::reinterpret_borrow<py::object>(cls)(e.what());
-      exc.attr("message") = e.message();
-      PyErr_SetObject(cls, exc.ptr());
+      raise(e);
+    } catch (const cli::UsageError& e) {  // validate's and bench's checks of their arguments
+      raise(Error(ErrorCode::InvalidArgument, e.message));
     }
   });
 }

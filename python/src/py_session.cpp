@@ -1,9 +1,12 @@
 // terrace._terrace.Session (py_session.h).
 #include "python/src/py_session.h"
 
+#include <algorithm>
 #include <chrono>
 #include <future>
 #include <thread>
+
+#include "tools/cli_util.h"
 
 namespace py = pybind11;
 
@@ -53,7 +56,9 @@ std::unique_ptr<Session> load(py::handle model, Options options) {
 
 PySession::PySession(py::object model, std::optional<std::string> tier, std::optional<std::string> mode,
                      std::optional<int> threads)
-    : session_(load(model, make_options(tier, mode, threads))),
+    : model_(model),
+      tier_given_(tier.has_value()),
+      session_(load(model, make_options(tier, mode, threads))),
       constants_(std::make_unique<ConstantMemory>(session_->graph())) {
   const Graph& g = session_->graph();
   for (size_t i = 0; i < g.outputs.size(); ++i) {
@@ -85,26 +90,70 @@ std::vector<size_t> PySession::select_outputs(py::handle output_names) const {
   return wanted;
 }
 
-py::list PySession::run(py::object output_names, py::dict feed) {
-  const std::vector<size_t> wanted = select_outputs(output_names);
+NamedTensors feed_tensors(py::dict feed, std::vector<py::object>& keep) {
   NamedTensors inputs;
   inputs.reserve(feed.size());
-  std::vector<py::object> keep;  // the arrays borrowed tensors read: alive until the outputs are made
   keep.reserve(feed.size());
   for (auto [key, value] : feed) {
     if (!py::isinstance<py::str>(key)) throw py::type_error("a feed's keys are input names (str)");
     std::string name = key.cast<std::string>();
-    Tensor t = tensor_from_numpy(name, value, keep);
+    Tensor t = tensor_from_value(name, value, keep);
     inputs.emplace_back(std::move(name), std::move(t));
   }
+  return inputs;
+}
+
+py::list PySession::run(py::object output_names, py::dict feed, bool as_tensors) {
+  const std::vector<size_t> wanted = select_outputs(output_names);
+  std::vector<py::object> keep;  // what borrowed tensors read: alive until the outputs are made
+  const NamedTensors inputs = feed_tensors(feed, keep);
   NamedTensors out;
   {
     py::gil_scoped_release nogil;
     out = session_->run(inputs);
   }
   py::list result;
-  for (size_t i : wanted) result.append(numpy_from_tensor(out[i].second, *constants_));
+  for (size_t i : wanted)
+    result.append(as_tensors ? py::cast(tensor_output(out[i].second, *constants_))
+                             : py::object(numpy_from_tensor(out[i].second, *constants_)));
   return result;
+}
+
+py::list PySession::run_bound(py::dict feed, const std::vector<std::string>& output_names,
+                              const std::vector<std::string>& devices) {
+  TERRACE_CHECK(output_names.size() == devices.size(), Internal, "run_bound: ", output_names.size(), " names, ",
+                devices.size(), " devices");
+  py::list names;
+  for (const std::string& n : output_names) names.append(n);
+  const std::vector<size_t> wanted = select_outputs(output_names.empty() ? py::object(py::none()) : py::object(names));
+  std::vector<py::object> keep;
+  const NamedTensors inputs = feed_tensors(feed, keep);
+  std::vector<Tensor> results;
+  {
+    py::gil_scoped_release nogil;
+    RunOptions options;
+    options.outputs_on_device = std::find(devices.begin(), devices.end(), "cuda") != devices.end();
+    NamedTensors out = session_->run(inputs, options);
+    for (size_t k = 0; k < wanted.size(); ++k) {
+      Tensor t = out[wanted[k]].second;
+      const bool on_device = !devices.empty() && devices[k] == "cuda";
+      if (on_device && !t.on_device()) t = session_->to_device(t);  // NotImplemented without tier 2
+      if (!on_device && t.on_device()) t = t.to_host();
+      results.push_back(std::move(t));
+    }
+  }
+  py::list result;
+  for (Tensor& t : results) result.append(tensor_output(std::move(t), *constants_));
+  return result;
+}
+
+void PySession::check_input(const std::string& name) const {
+  cli::check_input_name(session_->graph(), name, "bind_input");  // a UsageError: InvalidArgument in Python
+}
+
+void PySession::check_output(const std::string& name) const {
+  TERRACE_CHECK(output_index_.count(name), InvalidArgument, "'", name, "' is not an output of the model (outputs: ",
+                output_list_, ")");
 }
 
 py::list PySession::describe(const std::vector<int>& values) const {
