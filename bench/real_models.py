@@ -81,7 +81,8 @@ def bench_terrace(args, model_dir, set_args, json_path):
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0:
         return None
-    return json.loads(Path(json_path).read_text())["steady"]["p50_ms"]
+    steady = json.loads(Path(json_path).read_text())["steady"]
+    return steady["p50_ms"], steady["min_ms"]
 
 
 def bench_ort(args, model_dir, feeds, scratch):
@@ -91,7 +92,7 @@ def bench_ort(args, model_dir, feeds, scratch):
            f"{scratch}/ort_out.npy", str(args.threads), str(args.calls), "5"]
     p = subprocess.run(cmd, capture_output=True, text=True)
     j = json.loads(p.stdout.strip().splitlines()[-1])
-    return statistics.median(j["times_ms"]) if "times_ms" in j else None
+    return (statistics.median(j["times_ms"]), min(j["times_ms"])) if "times_ms" in j else None
 
 
 def measure(args, name):
@@ -121,10 +122,15 @@ def measure(args, name):
                     else:
                         o.append(bench_ort(args, model_dir, feeds, scratch))
         ok = all(x is not None for x in t + o)
-        row["bench"] = {"set": args.bench_set, "terrace_cpu_ms": t, "onnxruntime_ms": o,
-                        "terrace_median_ms": statistics.median(t) if ok else None,
-                        "onnxruntime_median_ms": statistics.median(o) if ok else None,
-                        "ratio_per_round": [a / b for a, b in zip(t, o)] if ok else None}
+        row["bench"] = {"set": args.bench_set, "threads": args.threads,
+                        "terrace_cpu_ms": [x[0] for x in t] if ok else t, "onnxruntime_ms": [x[0] for x in o] if ok else o,
+                        "terrace_min_ms": min(x[1] for x in t) if ok else None,
+                        "onnxruntime_min_ms": min(x[1] for x in o) if ok else None}
+        if ok:
+            b = row["bench"]
+            b["terrace_median_ms"] = statistics.median(b["terrace_cpu_ms"])
+            b["onnxruntime_median_ms"] = statistics.median(b["onnxruntime_ms"])
+            b["ratio_per_round"] = [a / c for a, c in zip(b["terrace_cpu_ms"], b["onnxruntime_ms"])]
         print(f"real_models: {name} bench: {json.dumps(row['bench'])}", file=sys.stderr, flush=True)
     return row
 
@@ -138,17 +144,19 @@ def fmt_err(e):
 
 def markdown(rows, tiers):
     head = ["model", "set 0 shapes", "set 1 shapes"] + [f"{t} set {i}" for t in tiers for i in (0, 1)]
-    head += ["regions on cpu", "Terrace cpu ms", "ORT ms", "Terrace/ORT"]
+    head += ["regions on cpu", "Terrace cpu ms", "ORT ms", "Terrace/ORT", "min ms Terrace / ORT"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         cells = [r["model"]] + [", ".join(f"{k}{v}" for k, v in s["shapes"].items()) for s in r["sets"]]
         cells += [fmt_err(r["sets"][i][t]) for t in tiers for i in (0, 1)]
-        cpu = r["sets"][0].get("cpu", {})
+        cpu = r["sets"][0].get("cpu", {}) if "cpu" in tiers else {}
         cells.append(cpu.get("regions_on_cpu", ""))
         b = r.get("bench", {})
         tm, om = b.get("terrace_median_ms"), b.get("onnxruntime_median_ms")
         ratio = statistics.median(b["ratio_per_round"]) if b.get("ratio_per_round") else None
         cells += [f"{tm:.3g}" if tm else "", f"{om:.3g}" if om else "", f"{ratio:.2f}" if ratio else ""]
+        tn, on = b.get("terrace_min_ms"), b.get("onnxruntime_min_ms")
+        cells.append(f"{tn:.3g} / {on:.3g}" if tn and on else "")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -158,14 +166,14 @@ def main():
     p.add_argument("--dir", default=os.path.expanduser("~/.cache/terrace/real-models"))
     p.add_argument("--terrace", default=str(ROOT / "build" / "tools" / "terrace"))
     p.add_argument("--models", default="", help="comma-separated names (default: every model in --dir)")
-    p.add_argument("--tiers", default="interp,cpu")
+    p.add_argument("--tiers", default="interp,cpu", help="tiers whose errors are measured (empty: none)")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--rounds", type=int, default=3, help="alternating timing rounds (0: errors only)")
     p.add_argument("--calls", type=int, default=30, help="steady-state calls timed per round and runtime")
     p.add_argument("--bench-set", type=int, default=0, help="the data set whose inputs are timed")
     p.add_argument("--out", default=str(ROOT / "bench" / "results" / "real_models"))
     args = p.parse_args()
-    args.tiers = args.tiers.split(",")
+    args.tiers = [t for t in args.tiers.split(",") if t]  # empty: timings only
     names = args.models.split(",") if args.models else sorted(
         d.name for d in Path(args.dir).iterdir() if (d / ".complete").exists())
     if not names:
