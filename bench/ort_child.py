@@ -4,6 +4,7 @@ ONNX Runtime's alone (not the comparing process's PyTorch), and no other runtime
 cores. Imports only numpy and onnxruntime.
 
   ort_child.py MODEL.onnx INPUT_NAME INPUT.npy OUTPUT.npy THREADS CALLS WARMUP [--serve]
+  ort_child.py MODEL.onnx - INPUTS.npz OUTPUT.npy THREADS CALLS WARMUP [--serve]   (every input by name)
 
 Prints one JSON object: peer, setup_ms, first_call_ms, times_ms (the timed calls), peak_rss_mb
 (this process's VmHWM after the last call), or {"status": reason} when ONNX Runtime
@@ -38,7 +39,7 @@ def main():
     except ImportError as e:
         print(json.dumps({"peer": "onnxruntime", "status": f"unavailable ({e})"}))
         return
-    x = np.load(in_npy)
+    feeds = dict(np.load(in_npy)) if input_name == "-" else {input_name: np.load(in_npy)}
     t0 = time.perf_counter()
     # Thread settings as compare.py records them: intra-op THREADS, inter-op 1, sequential (without
     # them ONNX Runtime sizes its pool by the machine's cores, escaping OMP_NUM_THREADS and taskset).
@@ -51,7 +52,7 @@ def main():
 
     def timed():
         t = time.perf_counter()
-        out = sess.run(None, {input_name: x})[0]
+        out = sess.run(None, feeds)[0]
         return (time.perf_counter() - t) * 1e3, out
 
     first, out = timed()

@@ -17,31 +17,7 @@ if [ -f "$dest/node/.complete" ]; then
   exit 0
 fi
 mkdir -p "$cache"
-if [ ! -f "$cache/$wheel" ] || ! echo "$sha256  $cache/$wheel" | sha256sum -c --status; then
-  rm -f "$cache/$wheel"
-  # pip fetches the one wheel named by version, platform and ABI (the tests inside are the same
-  # in every wheel of a release), without installing anything.
-  if python3 -m pip --version >/dev/null 2>&1; then
-    python3 -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.11 \
-      --platform manylinux_2_17_x86_64 --implementation cp --abi cp311 -d "$cache" "onnx==$version" >&2
-  else  # no pip (a fresh Debian): the file by name from PyPI's simple index, with Python's urllib
-    python3 - "$cache" "$wheel" <<'PY' >&2
-import re, sys, urllib.parse, urllib.request
-cache, wheel = sys.argv[1:]
-index = "https://pypi.org/simple/onnx/"
-with urllib.request.urlopen(index, timeout=60) as r:
-    page = r.read().decode()
-urls = [u.split("#")[0] for u in re.findall(r'href="([^"]+)"', page) if u.split("#")[0].endswith("/" + wheel)]
-if not urls:
-    sys.exit(f"fetch_onnx_tests: PyPI lists no {wheel}")
-urllib.request.urlretrieve(urllib.parse.urljoin(index, urls[0]), f"{cache}/{wheel}")
-PY
-  fi
-fi
-echo "$sha256  $cache/$wheel" | sha256sum -c --status || {
-  echo "fetch_onnx_tests: $cache/$wheel does not have the pinned SHA-256 $sha256" >&2
-  exit 1
-}
+bash "$(dirname "$0")/fetch_wheel.sh" "$cache" "$wheel" "$sha256" >/dev/null
 tmp="$(mktemp -d "$cache/extract.XXXXXX")"
 trap 'rm -rf "$tmp"' EXIT
 python3 - "$cache/$wheel" "$tmp" <<'PY'
