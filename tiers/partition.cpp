@@ -173,16 +173,21 @@ Plan partition(const Graph& g, const CompilablePredicate& can_compile,
     // that a residual Add reads later). Not bounded by max_nodes: a library region compiles op
     // by op, in time linear in its size.
     const int opened = region_of[size_t(i)];
-    auto reads_region = [&]() {
+    // A reader of `last` first (a SiLU's Sigmoid right after its Conv, before a sibling branch's
+    // Conv), so that each branch's ops follow their producer in the region, as chains expect.
+    auto reads_region = [&](int last) {
+      int any = -1;
       for (int u : ready_compilable) {
         const Node& node = g.nodes[size_t(u)];
         const int v = node.inputs.empty() ? -1 : node.inputs[0];
         const int p = v < 0 ? -1 : producer[size_t(v)];
-        if (p >= 0 && region_of[size_t(p)] == opened && absorbs(g, g.nodes[size_t(p)], node)) return u;
+        if (p < 0 || region_of[size_t(p)] != opened || !absorbs(g, g.nodes[size_t(p)], node)) continue;
+        if (p == last) return u;
+        if (any < 0) any = u;
       }
-      return -1;
+      return any;
     };
-    for (int last = i, u; (u = absorbable(last)) >= 0 || (absorbs && (u = reads_region()) >= 0); last = u) {
+    for (int last = i, u; (u = absorbable(last)) >= 0 || (absorbs && (u = reads_region(last)) >= 0); last = u) {
       ready_compilable.erase(u);
       add(opened, u);
       release(u);

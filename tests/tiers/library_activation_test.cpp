@@ -149,6 +149,32 @@ TEST(LibraryRegions, squeeze_excite_blocks_are_scale_steps_of_one_chain) {
   EXPECT_EQ(occurrences(json, "\"tier\":\"cpu\""), 0u) << json;
 }
 
+// YOLOv8's detect head: one Conv + SiLU read by three Convs, each with its SiLU. The partition
+// takes each branch's Sigmoid right after its Conv (not a sibling Conv first), so the chain's
+// post-ops follow their producers; before, such regions failed to compile ("reads op 5's result,
+// which is no step's last") and stayed on the interpreter.
+TEST(LibraryRegions, sibling_convolutions_each_with_a_silu_form_one_chain) {
+  GraphBuilder g;
+  int x = g.input("x", DType::Float32, {1, 8, 6, 6});
+  auto conv = [&](int in, Shape w, uint64_t seed) {
+    int wv = g.constant("w" + std::to_string(seed), random_tensor(w, seed, -0.4f, 0.4f));
+    int bv = g.constant("b" + std::to_string(seed), random_tensor({w[0]}, seed + 100));
+    return g.node(Op::Conv, {in, wv, bv}, {{"pads", GraphBuilder::attr_ints({1, 1, 1, 1})}});
+  };
+  auto silu = [&](int v) { return g.node(Op::Mul, {v, g.node(Op::Sigmoid, {v})}); };
+  int a = silu(conv(x, {8, 8, 3, 3}, 1));
+  std::vector<int> branches;  // in the exporter's order: the three Convs, then their SiLUs
+  for (uint64_t seed : {2, 3, 4}) branches.push_back(conv(a, {4, 8, 3, 3}, seed));
+  for (int v : branches) g.output(silu(v));
+  auto graph = g.build();
+  auto s = Session::from_graph(graph, on_tier(Tier::Cpu));
+  ASSERT_EQ(region_ops(*s).size(), 1u);
+  NamedTensors in = {{"x", random_tensor({1, 8, 6, 6}, 8, -2.0f, 2.0f)}};
+  const NamedTensors want = Session::from_graph(graph, on_tier(Tier::Interp))->run(in);
+  warm_up(*s, in);
+  expect_calls_match_and_regions_validated_on_tier1(*s, in, want, 1);
+}
+
 TEST(LibraryRegions, miscompiled_region_with_a_fused_activation_is_caught) {
   const std::string json =
       report_after_a_miscompiled_call(activations_model(), {{"x", random_tensor({1, 4, 8, 8}, 9)}});

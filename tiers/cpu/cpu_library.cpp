@@ -604,6 +604,12 @@ LibraryPart chain_part(const Graph& g, const Region& region, const Node& node, s
   std::vector<jit::DnnlChainOp> ops;
   std::map<int, int> op_of;  // value id -> the op (index) that produces it
   int previous = -1;         // the value the last op produced
+  // A post-op (activation, residual Add) extends the step of the op just before it, so it must
+  // read that op's result: a region whose branches interleave is refused, not misread.
+  auto follows = [&](const Node& op, bool reads_previous) {
+    TERRACE_CHECK(reads_previous, CompileFailed, op.describe(),
+                  ": tier 1 chains a post-op right after the op whose result it reads");
+  };
   // A chain input's index, or -1 - k for op k's result.
   auto index = [&](int v) {
     auto it = op_of.find(v);
@@ -619,16 +625,19 @@ LibraryPart chain_part(const Graph& g, const Region& region, const Node& node, s
         if (v >= 0) c.inputs.push_back(index(v));
     } else if (op.op == Op::Add) {
       c.kind = jit::DnnlChainOp::Kind::Add;
+      follows(op, op.inputs[0] == previous || op.inputs[1] == previous);
       c.inputs.push_back(index(op.inputs[0] == previous ? op.inputs[1] : op.inputs[0]));
     } else if (swish_mul(g, op)) {
       continue;  // a SiLU's Sigmoid: its Mul is the chain's swish
     } else if (channel_scale(g, op) >= 0) {
       c.kind = jit::DnnlChainOp::Kind::Scale;
       c.inputs = {index(op.inputs[0]), index(op.inputs[1])};
-    } else if (swish_sigmoid(g, op)) {
+    } else if (const Node* sigmoid = swish_sigmoid(g, op)) {
+      follows(op, sigmoid->inputs[0] == previous);
       c.kind = jit::DnnlChainOp::Kind::Activation;
       c.activation = jit::DnnlActivation{jit::DnnlActivation::Kind::Swish};
     } else {
+      follows(op, op.inputs[0] == previous);
       c.kind = jit::DnnlChainOp::Kind::Activation;
       std::optional<jit::DnnlActivation> act = activation_of(g, op);
       TERRACE_ASSERT(act.has_value(), "tier 1: a convolution region holds a node that is no activation");
