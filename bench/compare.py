@@ -9,7 +9,8 @@
 Peers: PyTorch eager (the real nn.Module, rebuilt by tools/make_models.py with the zoo's seed),
 TorchScript (torch.jit.trace), torch.compile (default, reduce-overhead, max-autotune) where the
 installed torch has it, and ONNX Runtime (CPU) where it is installed; Terrace runs as
-`terrace bench --json` per tier. Every peer is timed the same way: the first call after setup
+`terrace bench --json` per tier (tier 2 with --device-io: its input on the device and its output
+left there, as the GPU peers' are; --host-io times the copies too). Every peer is timed the same way: the first call after setup
 separately, then `--warmup` calls, then the median (and p90) of `--calls` calls, each a wall clock
 around a synchronised call (CUDA events when torch runs on a GPU). Outputs are checked against eager
 PyTorch (Terrace's through `terrace bench --expect`, with the tolerances of ARCHITECTURE.md's "Rules the code keeps").
@@ -164,6 +165,9 @@ def run_terrace(tier, onnx_path, input_name, in_pb, want_pb, args, out_dir, mode
            "--steady-calls", str(args.calls),
            "--baseline-calls", str(min(5, args.calls)), "--input", f"{input_name}={in_pb}",
            "--expect", f"output={want_pb}", "--json", json_path, "--quiet"]
+    if tier == "gpu" and not args.host_io:
+        # As the GPU peers run: their input is on the device and their output stays there.
+        cmd.append("--device-io")
     print("compare:", " ".join(cmd), flush=True)
     try:  # waited for with wait4, for the child's own peak RSS
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -459,6 +463,8 @@ def main():
     p.add_argument("--terrace", default=os.path.join(ROOT, "build", "tools", "terrace"))
     p.add_argument("--models-dir", default=os.path.join(ROOT, "models"))
     p.add_argument("--small", action="store_true", help="the zoo's reduced models (for tests)")
+    p.add_argument("--host-io", action="store_true",
+                   help="tier 2 takes host inputs and returns host outputs (default: --device-io, as the GPU peers)")
     p.add_argument("--out", default="bench-out")
     args = p.parse_args()
     args.peers = [x for x in args.peers.split(",") if x]

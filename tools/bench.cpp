@@ -110,7 +110,14 @@ TimedRun timed_run(const BenchSpec& spec, Options options, int64_t calls, int64_
   };
   int64_t c = 0;  // calls ended
   const auto start = std::chrono::steady_clock::now();
-  auto call = [&] { return session->run(inputs); };
+  NamedTensors bound;  // --device-io: the inputs on tier 2's device
+  RunOptions io;
+  const bool device_io = spec.device_io && options.max_tier == Tier::Gpu;  // not the interpreter baseline
+  if (device_io) {
+    for (const auto& [name, t] : inputs) bound.push_back({name, session->to_device(t)});
+    io.outputs_on_device = true;
+  }
+  auto call = [&] { return device_io ? session->run(bound, io) : session->run(inputs); };
   auto done = [&](NamedTensors& out) {
     run.outputs = std::move(out);
     run.done_at_ms.push_back(ms_since(start));
@@ -127,6 +134,7 @@ TimedRun timed_run(const BenchSpec& spec, Options options, int64_t calls, int64_
   call_concurrently(spec.concurrency, [&](int64_t) { return steady_calls > 0 && warming(c) && ms_since(extra) < 300e3; },
                     call, done);
   session->wait_for_compiles();  // compile times of jobs still in flight belong in the report
+  for (auto& [name, t] : run.outputs) t = t.to_host();  // --device-io: checked on the host
   run.report_json = session->report_json();
   update_regions(run.regions, *session, c - 1);  // ready_at_call == c: after the run
   run.calls = session->calls();
@@ -317,6 +325,7 @@ std::string bench_json(const BenchSpec& spec, const BenchResult& r) {
   for (auto& [name, t] : inputs)
     j["inputs"].push_back({{"name", name}, {"dtype", dtype_name(t.dtype())}, {"shape", t.shape()}});
   j["concurrency"] = spec.concurrency;
+  j["device_io"] = spec.device_io;
   j["duration_s"] = spec.duration_s > 0 ? Json(spec.duration_s) : Json(nullptr);
   j["load_ms"] = run.load_ms;
   // The model's load and the tiered run, what a process serving the model holds at most (compare.py's

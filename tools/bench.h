@@ -21,6 +21,10 @@ struct BenchSpec {
   int64_t steady_calls = 0;     // calls to run after the warm-up, beyond `calls` if need be
   double duration_s = 0;        // > 0: call for this long instead of `calls` times
   int64_t concurrency = 1;      // threads calling the one session at once
+  // Inputs copied to tier 2's device once and outputs left there (ONNX Runtime's IoBinding), as a
+  // caller whose data lives on the GPU runs: the calls time no host<->device copy of the model's
+  // inputs and outputs (the GPU peers in bench/compare.py keep theirs on the device too).
+  bool device_io = false;
   // The inputs of every call, made once the model is loaded (from its graph).
   std::function<NamedTensors(const Graph&)> inputs;
   std::vector<std::pair<std::string, std::string>> expect_files;  // {output, .npy or .pb file}

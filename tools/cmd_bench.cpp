@@ -23,6 +23,7 @@ struct BenchArgs {
   double duration_s = 0;        // > 0: call for this long instead of --calls times
   int64_t concurrency = 1;      // threads calling the one session at once
   bool quiet = false;
+  bool device_io = false;
   std::vector<std::pair<std::string, std::string>> expect_files;
   ParsedArgs args;  // --input's files are read against the model's graph, once it is loaded
   Options options = Options::from_env();
@@ -60,6 +61,10 @@ BenchArgs parse_bench_args(const ParsedArgs& args) {
   if (args.get("--json") && b.json_path.empty()) throw UsageError{"--json needs a file name"};
   if (args.get("--plot") && b.plot_path.empty()) throw UsageError{"--plot needs a file name"};
   b.quiet = args.has("--quiet");
+  b.device_io = args.has("--device-io");
+  if (b.device_io && b.options.max_tier != Tier::Gpu)
+    throw UsageError{std::string("--device-io binds inputs and outputs on tier 2's device: it needs --tier gpu on a "
+                     "machine with a GPU; this run's highest tier is ") + tier_name(b.options.max_tier)};
   if (b.baseline_calls < 0) b.baseline_calls = std::min<int64_t>(b.calls, 20);
   // A zoo folder stands for its model.onnx.
   if (std::filesystem::is_directory(b.model)) b.model += "/model.onnx";
@@ -164,6 +169,8 @@ const CommandDef kBenchCommand{
         {"--json", "FILE", "write the timeline, statistics and report as JSON (tools/plot_bench.py's schema)"},
         {"--plot", "FILE.png", "plot the timeline to FILE.png and FILE.svg (and its JSON next to it)"},
         {"--quiet", nullptr, "no per-call timeline"},
+        {"--device-io", nullptr,
+         "inputs copied to tier 2's device once, outputs left there (IoBinding), as a GPU-resident caller; needs --tier gpu"},
         kProfileOption,
         kStrictOption,
         kModeOption,
@@ -188,6 +195,7 @@ int cmd_bench(const ParsedArgs& args) {
   spec.steady_calls = b.steady_calls;
   spec.duration_s = b.duration_s;
   spec.concurrency = b.concurrency;
+  spec.device_io = b.device_io;
   spec.expect_files = b.expect_files;
   spec.inputs = [&](const Graph& graph) { return bench_inputs(graph, b); };
   const BenchResult r = run_bench(spec);

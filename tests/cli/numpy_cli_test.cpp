@@ -193,6 +193,15 @@ TEST(CliBench, duration_and_concurrency_report_percentiles_min_and_max) {
   }
 }
 
+// --device-io (inputs bound on tier 2's device, outputs left there) needs tier 2: below it, a
+// usage error naming the tier the run would have, not a run that silently copies through the host.
+TEST(CliBench, device_io_below_tier2_is_a_usage_error_naming_the_tier) {
+  Result u = terrace("bench " + elementwise_model() + " --device-io --tier cpu --calls 2");
+  EXPECT_EQ(u.code, 2) << show(u);
+  EXPECT_NE(u.err.find("--device-io"), std::string::npos) << show(u);
+  EXPECT_NE(u.err.find("highest tier is cpu"), std::string::npos) << show(u);
+}
+
 }  // namespace
 
 namespace {
