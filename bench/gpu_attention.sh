@@ -16,6 +16,7 @@ models=${MODELS:-mlp resnet50 mobilenetv2 bert gpt2}
 io() {  # the model's first input and output names
   python3 -c "import onnx;g=onnx.load('$1/model.onnx').graph;print(g.input[0].name, g.output[0].name)"
 }
+IO=${IO---device-io}  # the A/B's calls as compare.py's: inputs and outputs on the device (IO= for host copies)
 for part in $parts; do case "$part" in
 tests)
   timeout 300 .gpu/run test_gpu > "$out/test_gpu.txt" 2>&1; echo "test_gpu rc=$?"
@@ -33,15 +34,15 @@ validate)
   done ;;
 ab)  # the same bench with attention fused and not, interleaved
   wait
-  for round in 1 2; do
+  for round in ${ROUNDS:-1 2}; do
     for m in bert gpt2; do
       d=/tmp/m/$m; read -r in on < <(io $d)
       line="$m round $round:"
       for fuse in 0 1; do
-        r=$(TERRACE_GPU_ATTENTION=$fuse timeout 120 /tmp/terrace bench $d --tier gpu --steady-calls 300 --quiet \
+        r=$(TERRACE_GPU_ATTENTION=$fuse timeout 120 /tmp/terrace bench $d --tier gpu --steady-calls 300 --quiet $IO \
               --input $in=$d/test_data_set_0/input_0.pb --expect $on=$d/test_data_set_0/output_0.pb \
               --json "$out/ab_${m}_${fuse}_$round.json" 2>&1)
-        line="$line attention=$fuse $(echo "$r" | grep -oE 'p50 [0-9.]+ ms' | head -1)$(echo "$r" | grep -q 'PASSED' || echo ' NOT-PASSED')"
+        line="$line attention=$fuse $(echo "$r" | grep -oE 'p50 [0-9.]+ ms, p90 [0-9.]+ ms' | head -1)$(echo "$r" | grep -q 'PASSED' || echo ' NOT-PASSED')"
       done
       echo "$line"
     done
