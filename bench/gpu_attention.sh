@@ -5,6 +5,7 @@
 # bench/gpu_tier2.sh says (terrace, test_gpu, test_gpu_kernels, libterrace_clang_jit.so), then in
 # a device call (carry .gpu):
 #   bash bench/gpu_attention.sh [tests] [validate] [ab] [compare]   # default: all four
+#   bash bench/gpu_attention.sh before-after   # with an earlier build bundled as terrace_old
 set -uo pipefail
 parts=${*:-tests validate ab compare}
 out=${OUT:-/tmp/gpu-attention}; mkdir -p "$out"
@@ -57,6 +58,21 @@ for f in sorted(glob.glob(sys.argv[1] + "/ab_*_1_1.json")):
           "plans", [(p.get("calls"), p.get("whole_calls"), str(p.get("whole"))[:60]) for p in r.get("plans", [])][:2])
 PY
   (cd "$out" && tar czf ab.tgz ab_*.json 2>/dev/null; rm -f ab_*.json) ;;
+before-after)  # tier 2 at an earlier commit (bundled as terrace_old) and now, host copies in both, interleaved
+  wait
+  printf '#!/usr/bin/env bash\nexec %q/.gpu/run terrace_old "$@"\n' "$root" > /tmp/terrace_old && chmod +x /tmp/terrace_old
+  for round in ${ROUNDS:-1 2}; do
+    for m in $models; do
+      d=/tmp/m/$m; read -r in on < <(io $d)
+      line="$m round $round:"
+      for t in /tmp/terrace_old /tmp/terrace; do
+        r=$(timeout 120 $t bench $d --tier gpu --steady-calls 200 --quiet --input $in=$d/test_data_set_0/input_0.pb \
+              --expect $on=$d/test_data_set_0/output_0.pb 2>&1)
+        line="$line $(basename $t) $(echo "$r" | grep -oE 'p50 [0-9.]+ ms' | head -1)$(echo "$r" | grep -q 'PASSED' || echo ' NOT-PASSED')"
+      done
+      echo "$line"
+    done
+  done ;;
 compare)
   wait
   timeout 420 python3 bench/compare.py --models ${CMP_MODELS:-bert,gpt2} --calls 50 --warmup 10 --device cuda \

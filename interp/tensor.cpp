@@ -105,7 +105,7 @@ std::vector<int64_t> row_major_strides(std::span<const int64_t> shape) {
 }
 
 Tensor::State::~State() {
-  if (borrowed) return;
+  if (borrowed || owner) return;
   if (mapped) {
     ::munmap(data, mapped);  // the file was unlinked when made: it goes with its last mapping
     return;
@@ -141,6 +141,14 @@ Tensor Tensor::empty(DType dtype, Shape shape) {
     std::memset(st->data, 0, st->bytes);
   }
   t.state_ = std::move(st);
+  return t;
+}
+
+Tensor Tensor::adopt(DType dtype, Shape shape, void* data, size_t bytes, std::shared_ptr<void> owner) {
+  TERRACE_CHECK(owner, InvalidArgument, "an adopted tensor needs an owner of its memory");
+  Tensor t = borrow(dtype, std::move(shape), data, bytes);
+  t.state_->borrowed = false;
+  t.state_->owner = std::move(owner);
   return t;
 }
 

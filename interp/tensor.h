@@ -67,6 +67,10 @@ class Tensor {
   // as long as this tensor or a copy of it lives: no copy is made, nothing is freed. Not for
   // strings. `bytes` is the size of `data`, checked against the shape (InvalidArgument).
   static Tensor borrow(DType dtype, Shape shape, void* data, size_t bytes);
+  // A tensor over `data` (`bytes` long, checked as borrow's) that `owner` keeps alive: the last
+  // copy of the tensor releases `owner` (whose deleter may recycle the memory), nothing else. Not
+  // borrowed(): the memory is the tensor's while it lives. Not for strings.
+  static Tensor adopt(DType dtype, Shape shape, void* data, size_t bytes, std::shared_ptr<void> owner);
   // A tensor whose elements live in device memory (tier 2's outputs, or a caller's binding).
   // Host accessors (raw, data, clone, cast, str...) throw InvalidArgument on it: to_host() reads
   // it. `storage` holds at least nbytes() bytes (checked).
@@ -163,6 +167,7 @@ struct Tensor::State {
   DType dtype;
   int64_t count = 0;
   bool borrowed = false;  // the caller's memory (Tensor::borrow): not freed here
+  std::shared_ptr<void> owner;  // Tensor::adopt: holds the memory; freed by releasing it
   size_t mapped = 0;      // > 0: data is a shared file mapping of this many bytes (file_backed)
   std::shared_ptr<DeviceStorage> device;  // set: the elements are there, and data is null
   ~State();

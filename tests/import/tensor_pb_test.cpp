@@ -126,5 +126,27 @@ TEST(TensorProto, an_empty_file_or_a_model_given_as_a_tensor_is_named_as_such) {
   }
 }
 
+// Tensor::adopt (tier 2's recycled host outputs): the memory stays while any copy of the tensor
+// lives, its owner is released with the last one, and it is the tensor's own, not borrowed()
+// (so the C API and Python hand it out without a copy).
+TEST(Tensor, an_adopted_tensor_releases_its_owner_with_its_last_copy) {
+  static float buffer[6] = {1, 2, 3, 4, 5, 6};
+  int released = 0;
+  std::shared_ptr<void> owner(buffer, [&released](void*) { ++released; });
+  Tensor t = Tensor::adopt(DType::Float32, {2, 3}, buffer, sizeof buffer, std::move(owner));
+  EXPECT_FALSE(t.borrowed());
+  EXPECT_EQ(t.data<float>()[5], 6.0f);
+  {
+    Tensor copy = t;
+    t = Tensor();
+    EXPECT_EQ(released, 0);
+    EXPECT_EQ(copy.clone().data<float>()[4], 5.0f);
+  }
+  EXPECT_EQ(released, 1);
+  EXPECT_THROW(Tensor::adopt(DType::Float32, {7}, buffer, sizeof buffer, std::shared_ptr<void>(buffer, [](void*) {})),
+               Error);
+  EXPECT_THROW(Tensor::adopt(DType::Float32, {6}, buffer, sizeof buffer, nullptr), Error);
+}
+
 }  // namespace
 }  // namespace terrace::test

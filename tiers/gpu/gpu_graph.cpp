@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -50,6 +51,48 @@ class GraphMemory {
   std::multimap<size_t, CUdeviceptr> free_;
   std::vector<CUdeviceptr> all_;
   size_t total_ = 0;
+};
+
+// Host buffers for a plan's outputs, recycled once the caller drops a call's tensors: a large
+// output freshly allocated on every call (GPT-2's 25.7 MB of logits) faulted in every page
+// whenever glibc had handed the last one's pages back, several times the copy itself (figures:
+// bench/RESULTS.md). At most two free buffers a size are kept.
+class HostOutputs : public std::enable_shared_from_this<HostOutputs> {
+ public:
+  ~HostOutputs() {
+    for (auto& [bytes, p] : free_) std::free(p);
+  }
+  Tensor take(DType dtype, const Shape& shape) {
+    const size_t bytes = size_t(shape_numel(shape)) * dtype_size(dtype);
+    if (bytes == 0 || dtype == DType::String) return Tensor::empty(dtype, shape);
+    const size_t size = (bytes + 63) / 64 * 64;
+    void* p = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (auto it = free_.find(size); it != free_.end()) {
+        p = it->second;
+        free_.erase(it);
+      }
+    }
+    if (!p && !(p = std::aligned_alloc(64, size)))
+      fail(ErrorCode::OutOfMemory, "cannot allocate ", bytes, " bytes for an output of shape ", shape_str(shape));
+    std::weak_ptr<HostOutputs> pool = weak_from_this();
+    std::shared_ptr<void> owner(p, [pool, size](void* q) {
+      if (auto keep = pool.lock(); keep && keep->give(q, size)) return;
+      std::free(q);
+    });
+    return Tensor::adopt(dtype, shape, p, bytes, std::move(owner));
+  }
+
+ private:
+  bool give(void* p, size_t size) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (free_.count(size) >= 2) return false;
+    free_.emplace(size, p);
+    return true;
+  }
+  std::mutex mu_;
+  std::multimap<size_t, void*> free_;
 };
 
 namespace {
@@ -105,7 +148,7 @@ class CapturedPlan final : public TakenPlan {
     std::vector<Tensor> out;
     for (const Tensor& t : outputs_) {
       out.push_back(on_device ? jit::cuda::device_tensor(t.dtype(), t.shape(), stream_)
-                              : Tensor::empty(t.dtype(), t.shape()));
+                              : host_outputs_->take(t.dtype(), t.shape()));
       if (t.nbytes() == 0) continue;
       if (on_device) {
         TERRACE_CU(cuMemcpyDtoDAsync, out.back().device_address(), t.device_address(), t.nbytes(), s.get());
@@ -154,6 +197,7 @@ class CapturedPlan final : public TakenPlan {
  public:  // filled by capture_whole_plan
   std::shared_ptr<jit::cuda::Stream> stream_;
   std::shared_ptr<GraphMemory> memory_;
+  std::shared_ptr<HostOutputs> host_outputs_ = std::make_shared<HostOutputs>();
   CUgraph graph_ = nullptr;
   CUgraphExec exec_ = nullptr;
   size_t nodes_ = 0, steps_ = 0;
