@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "kernels/prelude_accuracy.h"
+
 namespace terrace::testing {
 
 inline std::vector<float> math_sweep() {
@@ -60,7 +62,9 @@ void expect_accurate(const std::string& fn, const std::vector<float>& xs, const 
   EXPECT_LE(worst, max_rel) << fn << " worst at x = " << worst_at;
 }
 
-// The bounds both dialects are held to: what render_prelude.cpp's comments state, with a little room.
-inline constexpr double kExpMaxRel = 2.5e-7, kTanhMaxRel = 4e-7, kSigmoidMaxRel = 3.5e-7;
+// The bounds both dialects are held to (kernels/prelude_accuracy.h).
+using kernels::kExpMaxRel;
+using kernels::kSigmoidMaxRel;
+using kernels::kTanhMaxRel;
 
 }  // namespace terrace::testing

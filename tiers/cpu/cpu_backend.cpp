@@ -17,6 +17,7 @@
 #include "jit/cpu/dnnl_ops.h"
 #include "kernels/printer.h"
 #include "tiers/cpu/cpu_library.h"
+#include "tiers/cpu/kernel_allowance.h"
 #include "tiers/region_lowering.h"
 #include "tiers/region_program.h"
 #endif
@@ -267,7 +268,8 @@ class CpuBackend : public Backend {
   }
   std::vector<Tensor> error_allowance(const Graph& g, const Region& region,
                                       const std::vector<Tensor>& inputs) const override {
-    return cpu_library::error_allowance(g, region, inputs);
+    if (cpu_library::is_library_op(g.nodes[size_t(region.nodes[0])].op)) return cpu_library::error_allowance(g, region, inputs);
+    return cpu_kernels::error_allowance(g, region, inputs);
   }
 
   // Partition gives tier 1 two kinds of region: one library op (with the activation it absorbs),
