@@ -18,6 +18,7 @@
 #include "kernels/split.h"
 #include "tests/support/attrs.h"
 #include "tests/support/kernel_builders.h"
+#include "tests/support/node_runner.h"
 #ifdef TERRACE_HAVE_CUDA
 #include "jit/cuda/nvrtc.h"
 #endif
@@ -513,11 +514,8 @@ TEST(CudaRender, whole_prelude_compiles_for_sm90) {
 TEST(CudaRender, reductions_and_data_movement_compile_for_sm90) {
   std::vector<LoweredFunc> fs;
   auto add = [&](Op op, std::vector<OpInput> in, std::map<std::string, Attribute> attrs, const std::string& name) {
-    Node n;
-    n.op = op;
+    Node n = testing::make_node(op, in.size());
     n.name = name;
-    for (size_t i = 0; i < in.size(); ++i) n.inputs.push_back(int(i));
-    n.outputs = {int(in.size())};
     n.attrs = std::move(attrs);
     OpKernels k = lower_op(n, in, name);
     for (auto& c : k.calls) fs.push_back(c.func);

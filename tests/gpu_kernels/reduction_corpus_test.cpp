@@ -26,6 +26,7 @@
 #include "kernels/verify.h"
 #include "tests/support/attrs.h"
 #include "tests/support/kernel_builders.h"
+#include "tests/support/node_runner.h"
 
 namespace terrace::kernels {
 namespace {
@@ -77,11 +78,8 @@ struct Corpus {
   std::vector<Case> cases;
   void add(const std::string& name, Op op, std::vector<OpInput> in, std::map<std::string, Attribute> attrs,
            const ReductionFusion& fusion = {}) {
-    Node n;
-    n.op = op;
+    Node n = testing::make_node(op, in.size());
     n.name = name;
-    for (size_t i = 0; i < in.size(); ++i) n.inputs.push_back(int(i));
-    n.outputs = {int(in.size())};
     n.attrs = std::move(attrs);
     OpKernels k = lower_reduction(n, in, name, 17, fusion);
     Case c{name, {}};

@@ -8,6 +8,8 @@ import sys
 import threading
 import unittest
 
+import gil_counter
+
 try:
     import numpy as np
     from onnx import TensorProto, helper
@@ -253,23 +255,7 @@ class IOBindingTest(unittest.TestCase):
         sess = terrace.InferenceSession(model, tier="interp", threads=1)
         binding = sess.io_binding()
         binding.bind_input("a", Producer(np.ones((512, 512), np.float32)))
-        count, stop = [0], threading.Event()
-
-        def counter():
-            while not stop.is_set():
-                count[0] += 1
-
-        t = threading.Thread(target=counter)
-        t.start()
-        try:
-            ticks = []
-            for _ in range(3):
-                before = count[0]
-                sess.run_with_iobinding(binding)  # tens of ms: the counter runs only if the GIL is let go
-                ticks.append(count[0] - before)
-        finally:
-            stop.set()
-            t.join()
+        ticks = gil_counter.ticks_during(lambda: sess.run_with_iobinding(binding))
         self.assertGreater(max(ticks), 1000, ticks)
         self.assertEqual(float(binding.copy_outputs_to_cpu()[0][0, 0]), 512.0)
 

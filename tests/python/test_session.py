@@ -10,6 +10,8 @@ import tempfile
 import threading
 import unittest
 
+import gil_counter
+
 try:
     import numpy as np
     from onnx import TensorProto, helper
@@ -184,23 +186,7 @@ class InferenceSessionTest(unittest.TestCase):
                            [helper.make_tensor_value_info("y", f, [512, 512])])
         sess = terrace.InferenceSession(model, tier="interp", threads=1)
         a = np.ones((512, 512), np.float32)
-        count, stop = [0], threading.Event()
-
-        def counter():
-            while not stop.is_set():
-                count[0] += 1
-
-        t = threading.Thread(target=counter)
-        t.start()
-        try:
-            ticks = []
-            for _ in range(3):
-                before = count[0]
-                sess.run(None, {"a": a})  # tens of ms: the counter runs only if the GIL is let go
-                ticks.append(count[0] - before)
-        finally:
-            stop.set()
-            t.join()
+        ticks = gil_counter.ticks_during(lambda: sess.run(None, {"a": a}))
         self.assertGreater(max(ticks), 1000, ticks)
 
     def test_report_and_explain(self):

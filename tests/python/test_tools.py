@@ -6,8 +6,9 @@ module is absent.
 import os
 import subprocess
 import sys
-import threading
 import unittest
+
+import gil_counter
 
 try:
     import numpy as np
@@ -108,19 +109,8 @@ class BenchTest(unittest.TestCase):
         self.assertGreaterEqual(len(r["calls"]), 1)
 
     def test_bench_lets_other_threads_hold_the_gil(self):
-        count, stop = [0], threading.Event()
-
-        def counter():
-            while not stop.is_set():
-                count[0] += 1
-
-        t = threading.Thread(target=counter)
-        t.start()
-        try:
+        with gil_counter.counting() as count:
             self.sess.bench(calls=5, baseline_calls=2)
-        finally:
-            stop.set()
-            t.join()
         self.assertGreater(count[0], 1000)
 
     def test_bench_bad_arguments_raise(self):

@@ -88,18 +88,17 @@ struct Climb {
   RegionReport region;
 };
 
-// Twelve calls, waiting for compiles after each; every answer the interpreter's.
-Climb run_with(FakeTier::Mode mode, bool neg) {
+// A session whose ladder is the built-in tiers up to 1 (whatever the machine) and the fake above,
+// after twelve calls, waiting for compiles after each; every answer the interpreter's.
+std::unique_ptr<Session> twelve_calls(const std::shared_ptr<Graph>& g, FakeTier::Mode mode, const NamedTensors& in) {
   Options o;
-  o.max_tier = Tier::Cpu;  // the built-in tiers up to 1, whatever the machine; the fake above
+  o.max_tier = Tier::Cpu;
   o.cache_dir = "";
   o.hot_threshold = 1;
   o.extra_tiers.push_back([mode] { return std::make_unique<FakeTier>(mode); });
-  auto g = model(neg);
   auto s = Session::from_graph(g, o);
   Options interp;
   interp.max_tier = Tier::Interp;
-  const NamedTensors in = {{"x", random_tensor({8, 8}, 5)}};
   const NamedTensors want = Session::from_graph(g, interp)->run(in);
   for (int call = 0; call < 12; ++call) {
     const NamedTensors got = s->run(in);
@@ -107,6 +106,11 @@ Climb run_with(FakeTier::Mode mode, bool neg) {
     const Comparison c = compare_tensors(want[0].second, got[0].second, Tolerance::for_dtype(DType::Float32));
     EXPECT_TRUE(c.equal) << "call " << call << ": " << c.message;
   }
+  return s;
+}
+
+Climb run_with(FakeTier::Mode mode, bool neg) {
+  auto s = twelve_calls(model(neg), mode, {{"x", random_tensor({8, 8}, 5)}});
   const std::vector<RegionReport> regions = s->region_reports();
   EXPECT_EQ(regions.size(), 1u) << s->report();
   return {s->last_call().tiers, regions.at(0)};
@@ -162,23 +166,9 @@ TEST(Ladder, a_node_only_a_plug_in_tier_compiles_climbs_to_it_from_the_interpret
   b.output(b.node(Op::Tanh, {a}));
   auto g = b.build();
   g->opset = 23;
-  Options o;
-  o.max_tier = Tier::Cpu;
-  o.cache_dir = "";
-  o.hot_threshold = 1;
-  o.extra_tiers.push_back([] { return std::make_unique<FakeTier>(FakeTier::Mode::Healthy); });
-  auto s = Session::from_graph(g, o);
-  Options interp;
-  interp.max_tier = Tier::Interp;
-  const NamedTensors in = {{"q", random_tensor({1, 2, 4, 8}, 1)}, {"k", random_tensor({1, 2, 6, 8}, 2)},
-                           {"v", random_tensor({1, 2, 6, 8}, 3)}};
-  const NamedTensors want = Session::from_graph(g, interp)->run(in);
-  for (int call = 0; call < 12; ++call) {
-    const NamedTensors got = s->run(in);
-    s->wait_for_compiles();
-    const Comparison c = compare_tensors(want[0].second, got[0].second, Tolerance::for_dtype(DType::Float32));
-    EXPECT_TRUE(c.equal) << "call " << call << ": " << c.message;
-  }
+  auto s = twelve_calls(g, FakeTier::Mode::Healthy,
+                        {{"q", random_tensor({1, 2, 4, 8}, 1)}, {"k", random_tensor({1, 2, 6, 8}, 2)},
+                         {"v", random_tensor({1, 2, 6, 8}, 3)}});
   const std::vector<RegionReport> regions = s->region_reports();
   ASSERT_EQ(regions.size(), 3u) << s->report();
   EXPECT_EQ(regions[1].ops, "Attention");
