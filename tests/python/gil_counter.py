@@ -1,5 +1,5 @@
-"""A thread that counts while the test calls into Terrace: the count advances during a call only if
-the call lets the GIL go (the python_* tests import it from beside them)."""
+"""Threads for the python_* tests (imported from beside them): a counter that advances during a call
+only if the call lets the GIL go, and callers on many threads at once."""
 import contextlib
 import threading
 
@@ -31,3 +31,21 @@ def ticks_during(call, times=3):
             call()
             ticks.append(count[0] - before)
     return ticks
+
+
+def errors_from_threads(target, args):
+    """Runs target(a) in a thread per a of `args` at once; returns the exceptions they raised."""
+    errors = []
+
+    def run(a):
+        try:
+            target(a)
+        except Exception as e:  # noqa: BLE001 - handed to the test
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(a,)) for a in args]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return errors

@@ -5,7 +5,6 @@ module is absent. CPU paths run everywhere; CUDA ones need torch with a GPU and 
 """
 import ctypes
 import sys
-import threading
 import unittest
 
 import gil_counter
@@ -176,23 +175,14 @@ class DLPackTest(unittest.TestCase):
         sess = terrace.InferenceSession(add_relu_model())
         rng = np.random.default_rng(2)
         xs = [rng.standard_normal((5, 4)).astype(np.float32) for _ in range(8)]
-        errors = []
 
         def calls(x):
-            try:
-                for _ in range(30):
-                    y, s = sess.run(None, {"x": Producer(x), "b": self.b}, output_type="tensor")
-                    np.testing.assert_allclose(np.from_dlpack(s), x + self.b, rtol=1e-6)
-                    np.testing.assert_allclose(np.from_dlpack(y), np.maximum(x + self.b, 0), rtol=1e-6)
-            except Exception as e:  # noqa: BLE001 - reported by the main thread
-                errors.append(e)
+            for _ in range(30):
+                y, s = sess.run(None, {"x": Producer(x), "b": self.b}, output_type="tensor")
+                np.testing.assert_allclose(np.from_dlpack(s), x + self.b, rtol=1e-6)
+                np.testing.assert_allclose(np.from_dlpack(y), np.maximum(x + self.b, 0), rtol=1e-6)
 
-        threads = [threading.Thread(target=calls, args=(x,)) for x in xs]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        self.assertEqual(errors, [])
+        self.assertEqual(gil_counter.errors_from_threads(calls, xs), [])
 
 
 class IOBindingTest(unittest.TestCase):

@@ -7,7 +7,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import threading
 import unittest
 
 import gil_counter
@@ -161,23 +160,14 @@ class InferenceSessionTest(unittest.TestCase):
         sess = terrace.InferenceSession(add_relu_model())
         rng = np.random.default_rng(1)
         xs = [rng.standard_normal((5, 4)).astype(np.float32) for _ in range(8)]
-        errors = []
 
         def calls(x):
-            try:
-                for _ in range(40):
-                    y, s = sess.run(None, {"x": x, "b": self.b})
-                    np.testing.assert_allclose(s, x + self.b, rtol=1e-6)
-                    np.testing.assert_allclose(y, np.maximum(x + self.b, 0), rtol=1e-6)
-            except Exception as e:  # noqa: BLE001 - reported by the main thread
-                errors.append(e)
+            for _ in range(40):
+                y, s = sess.run(None, {"x": x, "b": self.b})
+                np.testing.assert_allclose(s, x + self.b, rtol=1e-6)
+                np.testing.assert_allclose(y, np.maximum(x + self.b, 0), rtol=1e-6)
 
-        threads = [threading.Thread(target=calls, args=(x,)) for x in xs]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        self.assertEqual(errors, [])
+        self.assertEqual(gil_counter.errors_from_threads(calls, xs), [])
 
     def test_run_lets_other_threads_hold_the_gil(self):
         f = TensorProto.FLOAT
