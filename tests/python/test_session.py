@@ -41,13 +41,18 @@ def identity_model(elem_type, shape):
                       [helper.make_tensor_value_info("y", elem_type, shape)])
 
 
-class InferenceSessionTest(unittest.TestCase):
+class AddReluSession(unittest.TestCase):
+    """One session of add_relu_model and its inputs x [3, 4] and b [4], for a test class."""
+
     @classmethod
     def setUpClass(cls):
         cls.sess = terrace.InferenceSession(add_relu_model())
         rng = np.random.default_rng(0)
         cls.x = rng.standard_normal((3, 4)).astype(np.float32)
         cls.b = rng.standard_normal(4).astype(np.float32)
+
+
+class InferenceSessionTest(AddReluSession):
 
     def feed(self):
         return {"x": self.x, "b": self.b}
