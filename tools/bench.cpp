@@ -128,6 +128,8 @@ TimedRun timed_run(const BenchSpec& spec, Options options, int64_t calls, int64_
                     call, done);
   session->wait_for_compiles();  // compile times of jobs still in flight belong in the report
   run.report_json = session->report_json();
+  const ThreadsReport threads = session->threads_report();
+  run.threads = std::to_string(threads.team) + (threads.adaptive ? " (adaptive): " : " (fixed): ") + threads.why;
   update_regions(run.regions, *session, c - 1);  // ready_at_call == c: after the run
   run.calls = session->calls();
   run.peak_mb = peak_rss_mb();
