@@ -23,6 +23,26 @@ class ScopedOmpThreads {
   int saved_;
 };
 
+// A call on fewer threads than its primitives were built for (ThreadTuner's one-thread calls): a
+// oneDNN primitive starts the team it was built for (`num_threads(nthr)`), whatever the caller's
+// setting, unless dynamic teams are on, which libgomp caps at that setting; oneDNN then hands its
+// work function the team it got. Put back afterwards.
+class ScopedOmpDynamic {
+ public:
+  explicit ScopedOmpDynamic(bool on) : saved_(omp_get_dynamic()), set_(on && !saved_) {
+    if (set_) omp_set_dynamic(1);
+  }
+  ~ScopedOmpDynamic() {
+    if (set_) omp_set_dynamic(saved_);
+  }
+  ScopedOmpDynamic(const ScopedOmpDynamic&) = delete;
+  ScopedOmpDynamic& operator=(const ScopedOmpDynamic&) = delete;
+
+ private:
+  int saved_;
+  bool set_;
+};
+
 // Background threads (compiles, re-checks) run their OpenMP code on one thread. A team started
 // from a second thread adds its workers to libgomp's count of the threads it manages; once that
 // count exceeds the cores, libgomp cuts every team's spin-wait to 100 iterations (its "throttled"

@@ -241,6 +241,7 @@ NamedTensors Session::run(const NamedTensors& inputs, const RunOptions& run_opti
   std::vector<RValue> bound = bind_inputs(g, inputs);
   CallState c;
   c.team = omp_get_max_threads();
+  ScopedOmpDynamic capped(im.tuner && c.team < im.full_team);
   c.epoch = im.tiers->epoch();
   {
     std::lock_guard<std::mutex> lock(im.mu);
