@@ -11,8 +11,8 @@ namespace terrace {
 
 namespace {
 const char* kNames[] = {"error", "warn", "info", "debug", "trace"};
-const char* kTopics[] = {"graph_breaks", "recompiles", "deopts", "promotions", "validation"};
-constexpr int kTopicCount = 5;
+const char* kTopics[] = {"graph_breaks", "recompiles", "deopts", "promotions", "validation", "threads"};
+constexpr int kTopicCount = 6;
 
 struct EnvLevel {
   LogLevel level = LogLevel::Warn;
@@ -52,7 +52,7 @@ EnvLevel level_from_env() {
   if (s.empty()) return e;
   const std::string expected =
       "expected error, warn, info, debug or trace, or the topics graph_breaks, recompiles, deopts, promotions, "
-      "validation";
+      "validation, threads";
   if (s.find(',') == std::string::npos) {
     bool level_given = false;
     if (!read_item(s, e, level_given))

@@ -35,7 +35,7 @@ void log(LogLevel level, const Args&... args) {
   if (log_enabled(level)) log_line(level, detail::concat(args...));
 }
 
-enum class LogTopic { GraphBreaks = 0, Recompiles, Deopts, Promotions, Validation };
+enum class LogTopic { GraphBreaks = 0, Recompiles, Deopts, Promotions, Validation, Threads };
 const char* log_topic_name(LogTopic topic);  // "graph_breaks", ...
 bool log_topic_enabled(LogTopic topic);
 void log_topic_line(LogTopic topic, const std::string& line);

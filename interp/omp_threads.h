@@ -3,6 +3,8 @@
 #pragma once
 #include <omp.h>
 
+#include <algorithm>
+
 namespace terrace {
 
 class ScopedOmpThreads {
@@ -21,6 +23,26 @@ class ScopedOmpThreads {
   int saved_;
 };
 
+// A call on fewer threads than its primitives were built for (ThreadTuner's one-thread calls): a
+// oneDNN primitive starts the team it was built for (`num_threads(nthr)`), whatever the caller's
+// setting, unless dynamic teams are on, which libgomp caps at that setting; oneDNN then hands its
+// work function the team it got. Put back afterwards.
+class ScopedOmpDynamic {
+ public:
+  explicit ScopedOmpDynamic(bool on) : saved_(omp_get_dynamic()), set_(on && !saved_) {
+    if (set_) omp_set_dynamic(1);
+  }
+  ~ScopedOmpDynamic() {
+    if (set_) omp_set_dynamic(saved_);
+  }
+  ScopedOmpDynamic(const ScopedOmpDynamic&) = delete;
+  ScopedOmpDynamic& operator=(const ScopedOmpDynamic&) = delete;
+
+ private:
+  int saved_;
+  bool set_;
+};
+
 // Background threads (compiles, re-checks) run their OpenMP code on one thread. A team started
 // from a second thread adds its workers to libgomp's count of the threads it manages; once that
 // count exceeds the cores, libgomp cuts every team's spin-wait to 100 iterations (its "throttled"
@@ -31,8 +53,28 @@ class ScopedOmpThreads {
 // built there are sized for the callers' thread count.
 inline thread_local bool on_background_thread = false;
 inline void mark_background_thread() { on_background_thread = true; }
-// The OpenMP threads to build and run work done on this thread with: `wanted`, or 1 on a background
-// thread. (A oneDNN primitive runs with the thread count it was built with.)
-inline int threads_to_run(int wanted) { return on_background_thread ? 1 : wanted; }
+// The OpenMP threads to run work built for `wanted` threads with on this thread: 1 on a background
+// thread, else `wanted` cut down to the calling thread's OpenMP setting (the team the session chose
+// for this call: ThreadTuner). Running a primitive built for the whole team on fewer threads is what
+// a background validation has always done.
+inline int threads_to_run(int wanted) {
+  return on_background_thread ? 1 : (wanted > 1 ? std::min(wanted, omp_get_max_threads()) : wanted);
+}
+
+// The team tier 1 builds a call's parallel work for, where it differs from the call's own: a
+// session that runs some calls on fewer threads (ThreadTuner) still builds for its whole team, so
+// that a region promoted during such a call is not built for one thread for good.
+inline thread_local int build_team = 0;
+inline int team_to_build() { return build_team > 0 ? build_team : omp_get_max_threads(); }
+class ScopedBuildTeam {
+ public:
+  explicit ScopedBuildTeam(int n) : saved_(build_team) { build_team = n; }
+  ~ScopedBuildTeam() { build_team = saved_; }
+  ScopedBuildTeam(const ScopedBuildTeam&) = delete;
+  ScopedBuildTeam& operator=(const ScopedBuildTeam&) = delete;
+
+ private:
+  int saved_;
+};
 
 }  // namespace terrace

@@ -69,6 +69,7 @@ Options Options::from_env() {
   read_level("TERRACE_CALL_PLANS", {"off", "steps", "whole"}, {CallPlanMode::Off, CallPlanMode::Steps, CallPlanMode::Whole},
              o.call_plans);
   o.strict = env_flag("TERRACE_STRICT", false);
+  o.adapt_threads = env_flag("TERRACE_ADAPT_THREADS", true);
   if (const char* p = std::getenv("TERRACE_PROFILE")) o.profile_file = p;
   return o;
 }

@@ -60,7 +60,13 @@ struct Options {
   double recheck_budget = 0.01;
   int max_specializations = 8;  // compiled versions per region; also call plans per session
   CallPlanMode call_plans = CallPlanMode::Whole;
-  int interp_threads = 0;       // OpenMP threads for the interpreter during run(); 0: OMP_NUM_THREADS or all cores
+  // OpenMP threads a call runs with (the interpreter's and tier 1's parallel work); 0: OMP_NUM_THREADS
+  // if set, else chosen per session by measurement between all cores and one (adapt_threads).
+  int interp_threads = 0;
+  // With interp_threads 0 and OMP_NUM_THREADS unset: time calls on all cores and on one thread and
+  // run the faster (tiers/thread_tuner.h: a loaded machine makes every OpenMP join wait for a
+  // descheduled worker). Off: all cores, as before. $TERRACE_ADAPT_THREADS (on|off).
+  bool adapt_threads = true;
   int compile_threads = 1;      // background compile threads
   // How long a session's destructor waits for a compile still running before it abandons it (the
   // compile ends on its own thread and its result is dropped): a compile cannot be interrupted.
@@ -104,7 +110,7 @@ struct Options {
   std::shared_ptr<Trace> trace;
 
   // Options with TERRACE_MAX_TIER, TERRACE_CACHE_DIR, TERRACE_RECHECK, TERRACE_OPTIMIZE,
-  // TERRACE_MODE, TERRACE_STRICT and TERRACE_PROFILE applied over the defaults.
+  // TERRACE_MODE, TERRACE_STRICT, TERRACE_ADAPT_THREADS and TERRACE_PROFILE applied over the defaults.
   static Options from_env();
   // These options with `mode` applied to the fields it sets (what a session runs with).
   Options resolved() const;

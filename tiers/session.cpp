@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <mutex>
 #include <sstream>
 #include <unordered_map>
@@ -24,6 +25,7 @@
 #include "tiers/input_check.h"
 #include "tiers/ladder.h"
 #include "tiers/passes/pipeline.h"
+#include "tiers/thread_tuner.h"
 #include "tiers/tier_manager.h"
 #include "tiers/trace.h"
 
@@ -40,6 +42,9 @@ struct Session::Impl {
   mutable std::mutex mu;
   std::vector<CallRecord> calls;
   std::atomic<int64_t> last_trim_ns{0};  // steady_clock time of the last release_free_heap
+  std::unique_ptr<ThreadTuner> tuner;    // null: every call runs options.interp_threads
+  int full_team = 0;                     // the team tier 1 builds for
+  std::string fixed_why;                 // why the team is fixed, without a tuner
 };
 
 namespace {
@@ -61,6 +66,18 @@ void release_free_heap(std::atomic<int64_t>& last_ns) {
 #else
   (void)last_ns;
 #endif
+}
+// A tuner for the session's team unless the caller fixed it (Options::interp_threads, --threads,
+// OMP_NUM_THREADS, adapt_threads off) or there is one core; else `why` says which.
+std::unique_ptr<ThreadTuner> make_tuner(const Options& options, int full, std::string& why) {
+  if (std::getenv("OMP_NUM_THREADS")) why = "fixed by OMP_NUM_THREADS";
+  else if (options.interp_threads > 0) why = "fixed by Options::interp_threads (--threads)";
+  else if (!options.adapt_threads) why = "fixed: adapt_threads off (TERRACE_ADAPT_THREADS)";
+  else if (full <= 1) why = "fixed: one core";
+  if (!why.empty()) return nullptr;
+  ThreadTuner::Config config;
+  config.full = full;
+  return std::make_unique<ThreadTuner>(config);
 }
 }  // namespace
 
@@ -93,6 +110,8 @@ std::unique_ptr<Session> Session::from_graph(std::shared_ptr<const Graph> graph,
     impl->graph = optimize_graph(std::move(graph), options.optimize, pass_config_for(ladder, options));
   }
   impl->options = options;
+  impl->full_team = options.interp_threads > 0 ? options.interp_threads : omp_get_max_threads();
+  impl->tuner = make_tuner(options, impl->full_team, impl->fixed_why);
   const Graph& g = *impl->graph;
   impl->plan = partition_for(g, ladder, options);
   impl->step_of_node.assign(g.nodes.size(), 0);
@@ -165,6 +184,8 @@ struct Session::CallState {
   CallTally tally;
   bool tiers_used[kMaxTiers] = {};
   std::unordered_map<int, RValue> device_copies;  // see node_inputs_to_host
+  int team = 0;        // the OpenMP team the call runs with
+  uint64_t epoch = 0;  // the tier manager's epoch when it started (ThreadTuner::record)
 };
 
 // Runs the session's steps from `from` on, each region through dispatch; records them in `rec`.
@@ -213,10 +234,15 @@ NamedTensors Session::run(const NamedTensors& inputs, const RunOptions& run_opti
   Impl& im = *impl_;
   CancelScope cancel(run_options.terminate_flag(), run_options.deadline);
   const Graph& g = *im.graph;
-  // Options::interp_threads for this run() on the calling thread (0: its own setting).
-  ScopedOmpThreads threads(im.options.interp_threads);
+  // Options::interp_threads for this run() on the calling thread (0: its own setting), or the
+  // tuner's choice; tier 1 still builds for the whole team (ScopedBuildTeam).
+  ScopedOmpThreads threads(im.tuner ? im.tuner->team_for_call() : im.options.interp_threads);
+  ScopedBuildTeam build_team(im.tuner ? im.full_team : 0);
   std::vector<RValue> bound = bind_inputs(g, inputs);
   CallState c;
+  c.team = omp_get_max_threads();
+  ScopedOmpDynamic capped(im.tuner && c.team < im.full_team);
+  c.epoch = im.tiers->epoch();
   {
     std::lock_guard<std::mutex> lock(im.mu);
     c.index = int64_t(im.calls.size());
@@ -294,9 +320,11 @@ std::optional<std::vector<Tensor>> Session::run_whole(CallPlan& plan, const std:
 double Session::record_call(const CallState& c) {
   Impl& im = *impl_;
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - c.t0).count();
+  if (im.tuner) im.tuner->record(c.team, ms, c.epoch);
   std::lock_guard<std::mutex> lock(im.mu);
   CallRecord& rec = im.calls[size_t(c.index)];
   rec.ms = ms;
+  rec.threads = c.team;
   rec.transfers = c.tally.transfers;
   for (int t = 0; t < kMaxTiers; ++t)
     if (c.tiers_used[t]) rec.tiers.push_back(tier_name(Tier(t)));
@@ -308,6 +336,21 @@ double Session::record_call(const CallState& c) {
     if (rec.transfers) trace->counter("transfer", "host<->device transfers per call", "tensors", double(rec.transfers));
   }
   return ms;
+}
+
+ThreadsReport Session::threads_report() const {
+  ThreadsReport r;
+  r.adaptive = impl_->tuner != nullptr;
+  if (!r.adaptive) {
+    r.team = impl_->full_team;
+    r.why = impl_->fixed_why;
+    return r;
+  }
+  r.team = impl_->tuner->team();
+  r.why = impl_->tuner->why();
+  if (r.why.empty()) r.why = "measuring: the whole team until the first decision";
+  for (const ThreadTuner::Decision& d : impl_->tuner->decisions()) r.decisions.push_back({d.call, d.team, d.why});
+  return r;
 }
 
 std::vector<PlanReport> Session::plan_reports() const { return impl_->plans->report(); }
@@ -346,8 +389,14 @@ std::string Session::report_json() const {
   j.key("calls").begin_array();
   for (const CallRecord& c : calls())
     j.begin_object().field("index", c.index).field("ms", c.ms).field("tiers", c.tiers)
-        .field("transfers", c.transfers).end_object();
+        .field("transfers", c.transfers).field("threads", c.threads).end_object();
   j.end_array();
+  const ThreadsReport t = threads_report();
+  j.key("threads").begin_object().field("team", t.team).field("adaptive", t.adaptive).field("why", t.why);
+  j.key("decisions").begin_array();
+  for (const ThreadsReport::Decision& d : t.decisions)
+    j.begin_object().field("call", d.call).field("team", d.team).field("why", d.why).end_object();
+  j.end_array().end_object();
   j.end_object();
   return j.str();
 }
@@ -365,6 +414,8 @@ std::string Session::report() const {
     if (!r.climb.empty()) os << "    climb: " << r.climb << "\n";
     for (auto& gf : r.guard_failures) os << "    guard failed: " << gf << "\n";
   }
+  const ThreadsReport t = threads_report();
+  os << "threads: " << t.team << (t.adaptive ? " (adaptive): " : " (fixed): ") << t.why << "\n";
   for (const PlanReport& p : plan_reports()) {
     os << "call plan " << p.signature << ": " << p.regions << " regions, " << p.graph_breaks << " graph breaks, "
        << p.copies << " copies to the host; " << p.calls << " calls";

@@ -28,6 +28,21 @@ struct CallRecord {
   double ms = 0;
   std::vector<std::string> tiers;  // tiers that ran during the call ("interp", "cpu", "gpu")
   int64_t transfers = 0;           // tensors copied between host and device during the call
+  int threads = 0;                 // the OpenMP team the call ran with
+};
+
+// The team a session's calls run with: fixed (Options::interp_threads, OMP_NUM_THREADS, one core)
+// or chosen by measurement (tiers/thread_tuner.h), with its decisions, latest last.
+struct ThreadsReport {
+  int team = 0;
+  bool adaptive = false;
+  std::string why;  // the latest decision's reason, or why the team is fixed
+  struct Decision {
+    int64_t call = 0;
+    int team = 0;
+    std::string why;
+  };
+  std::vector<Decision> decisions;
 };
 
 // Per-call settings. A run that is terminated (from any thread) or passes its deadline stops
@@ -77,6 +92,8 @@ class Session {
   std::vector<PlanReport> plan_reports() const;
   // A short human-readable report.
   std::string report() const;
+  // The team calls run with now, and why.
+  ThreadsReport threads_report() const;
 
   // The graph the session runs: the loaded one after the graph passes (Options::optimize), whose
   // node indices the plan uses.

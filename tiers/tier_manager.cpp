@@ -143,10 +143,10 @@ void TierManager::Core::maybe_promote(RegionState& st, const VersionKey& key, co
               st.profile.guard_failures.empty() ? std::string("none") : st.profile.guard_failures.front(), ")");
   std::vector<Tensor> shapes = compile_inputs(in);
   RegionState* sp = &st;
-  // Built for the caller's OpenMP team (Options::interp_threads, or its own setting), not the job
-  // thread's default: tier 1 runs parallel work on one thread or on the whole team, never on a
-  // team of another size (jit/cpu/dnnl_ops.cpp's threads_for).
-  const int team = omp_get_max_threads();
+  // Built for the caller's OpenMP team (Options::interp_threads, or its own setting; the session's
+  // whole team where this call runs on fewer: team_to_build), not the job thread's default: tier 1
+  // runs parallel work on one thread or on the whole team (jit/cpu/dnnl_ops.cpp's threads_for).
+  const int team = team_to_build();
   std::string why = jobs_->enqueue([self = shared_from_this(), sp, key, shapes, call, team] {
     ScopedOmpThreads threads(team);
     self->compile_job(*sp, key, shapes, call);

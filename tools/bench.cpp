@@ -136,6 +136,8 @@ TimedRun timed_run(const BenchSpec& spec, Options options, int64_t calls, int64_
   session->wait_for_compiles();  // compile times of jobs still in flight belong in the report
   for (auto& [name, t] : run.outputs) t = t.to_host();  // --device-io: checked on the host
   run.report_json = session->report_json();
+  const ThreadsReport threads = session->threads_report();
+  run.threads = std::to_string(threads.team) + (threads.adaptive ? " (adaptive): " : " (fixed): ") + threads.why;
   update_regions(run.regions, *session, c - 1);  // ready_at_call == c: after the run
   run.calls = session->calls();
   run.peak_mb = peak_rss_mb();

@@ -47,6 +47,7 @@ struct TimedRun {
   std::vector<RegionTimeline> regions;
   NamedTensors outputs;  // the last call's
   std::string report_json;
+  std::string threads;  // the team the session's calls ended on, and why (Session::threads_report)
   int validate_calls = 0;  // shadow-validated calls after each promotion
   double peak_mb = -1;     // the process's peak RSS when the run ended (peak_rss_mb)
   std::vector<double> done_at_ms;  // when each call ended (from the first call's start), in the order they ended

@@ -123,6 +123,7 @@ void print_summary(const BenchArgs& b, const TimedRun& run, const Stats& steady,
   std::printf("steady state (calls %lld.., n=%lld): p50 %.3f ms, p90 %.3f ms, p99 %.3f ms, min %.3f ms, max %.3f ms; "
               "%.1f calls/s\n", (long long)steady.first_call, (long long)steady.count, steady.median, steady.p90,
               steady.p99, steady.min, steady.max, steady.per_s);
+  std::printf("threads: %s\n", run.threads.c_str());
   std::printf("interpreter: p50 %.3f ms (n=%lld); speedup %.2fx\n", base_steady.median,
               (long long)base_steady.count, base_steady.median / steady.median);
   if (even) std::printf("break-even: call %lld (compile time included)\n", (long long)*even);

@@ -71,6 +71,10 @@ void run_cpu_kernel(const CpuKernel& kernel, std::span<void* const> buffers) {
   // split saved). Pieces of at least a quarter of the grain, a few per thread, taken in turn (a
   // preempted thread's share goes to the others); threads without a piece wait at the join.
   const int threads = omp_get_max_threads();
+  if (threads == 1) {  // a session's call on one thread (ThreadTuner): no region to start
+    kernel.fn(args, 0, n);
+    return;
+  }
   const int64_t pieces = std::min<int64_t>((4 * n + grain - 1) / grain, 4 * int64_t(threads));
   const int64_t step = (n + pieces - 1) / pieces;
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
