@@ -9,14 +9,7 @@
 set -uo pipefail
 parts=${*:-tests validate ab compare}
 out=${OUT:-/tmp/gpu-attention}; mkdir -p "$out"
-root=$(pwd)
-printf '#!/usr/bin/env bash\nexec %q/.gpu/run terrace "$@"\n' "$root" > /tmp/terrace && chmod +x /tmp/terrace
-export PYTHONUNBUFFERED=1
-models=${MODELS:-mlp resnet50 mobilenetv2 bert gpt2}
-[ -f /tmp/m/gpt2/model.onnx ] || python3 tools/make_models.py --out /tmp/m $models > "$out/export.txt" 2>&1 &
-io() {  # the model's first input and output names
-  python3 -c "import onnx;g=onnx.load('$1/model.onnx').graph;print(g.input[0].name, g.output[0].name)"
-}
+. "$(dirname "$0")/gpu_common.sh"  # /tmp/terrace, $models exported to /tmp/m, io
 IO=${IO---device-io}  # the A/B's calls as compare.py's: inputs and outputs on the device (IO= for host copies)
 for part in $parts; do case "$part" in
 tests)

@@ -7,13 +7,7 @@
 set -uo pipefail
 parts=${*:-tests runs bench}
 out=${OUT:-/tmp/gpu-plans}; mkdir -p "$out"
-root=$(pwd)
-printf '#!/usr/bin/env bash\nexec %q/.gpu/run terrace "$@"\n' "$root" > /tmp/terrace && chmod +x /tmp/terrace
-models=${MODELS:-mlp resnet50 mobilenetv2 bert gpt2}
-[ -f /tmp/m/gpt2/model.onnx ] || python3 tools/make_models.py --out /tmp/m $models > "$out/export.txt" 2>&1 &
-io() {  # the model's first input and output names
-  python3 -c "import onnx;g=onnx.load('$1/model.onnx').graph;print(g.input[0].name, g.output[0].name)"
-}
+. "$(dirname "$0")/gpu_common.sh"  # /tmp/terrace, $models exported to /tmp/m, io
 for part in $parts; do case "$part" in
 tests)
   timeout 240 .gpu/run test_gpu > "$out/test_gpu.txt" 2>&1; echo "test_gpu rc=$?"

@@ -54,15 +54,15 @@ class ScopedOmpDynamic {
 inline thread_local bool on_background_thread = false;
 inline void mark_background_thread() { on_background_thread = true; }
 // The OpenMP threads to run work built for `wanted` threads with on this thread: 1 on a background
-// thread, else `wanted` cut down to the calling thread's OpenMP setting (the team the session chose
-// for this call: ThreadTuner). Running a primitive built for the whole team on fewer threads is what
-// a background validation has always done.
+// thread, else `wanted` cut down to the calling thread's OpenMP setting (the team ThreadTuner chose
+// for this call). Running a primitive built for the whole team on fewer threads is what background
+// validations do too.
 inline int threads_to_run(int wanted) {
   return on_background_thread ? 1 : (wanted > 1 ? std::min(wanted, omp_get_max_threads()) : wanted);
 }
 
 // The team tier 1 builds a call's parallel work for, where it differs from the call's own: a
-// session that runs some calls on fewer threads (ThreadTuner) still builds for its whole team, so
+// Session whose ThreadTuner runs some calls on fewer threads still builds for its whole team, so
 // that a region promoted during such a call is not built for one thread for good.
 inline thread_local int build_team = 0;
 inline int team_to_build() { return build_team > 0 ? build_team : omp_get_max_threads(); }

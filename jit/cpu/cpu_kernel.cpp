@@ -71,7 +71,7 @@ void run_cpu_kernel(const CpuKernel& kernel, std::span<void* const> buffers) {
   // split saved). Pieces of at least a quarter of the grain, a few per thread, taken in turn (a
   // preempted thread's share goes to the others); threads without a piece wait at the join.
   const int threads = omp_get_max_threads();
-  if (threads == 1) {  // a session's call on one thread (ThreadTuner): no region to start
+  if (threads == 1) {  // ThreadTuner put this call on one thread: no parallel region to start
     kernel.fn(args, 0, n);
     return;
   }
