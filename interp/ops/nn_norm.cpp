@@ -62,10 +62,14 @@ AxisGroups split_axes(const Shape& shape, const std::vector<bool>& reduced) {
   return s;
 }
 
-// Reduced-axis mask from a list of (possibly negative) axes.
+// Reduced-axis mask from a list of (possibly negative) axes. normalize_axis lets a scalar have
+// axis 0; a scalar has no axis to normalize over, so that is refused here.
 std::vector<bool> axis_mask(const Node& node, const std::vector<int64_t>& axes, int64_t rank) {
   std::vector<bool> mask(size_t(rank), false);
-  for (int64_t a : axes) mask[size_t(normalize_axis(node, a, rank))] = true;
+  for (int64_t a : axes) {
+    TERRACE_CHECK(rank > 0, InvalidModel, node.describe(), ": axis ", a, " is out of range for a scalar input");
+    mask[size_t(normalize_axis(node, a, rank))] = true;
+  }
   return mask;
 }
 

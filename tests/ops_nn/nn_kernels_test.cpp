@@ -141,6 +141,18 @@ TEST(NnKernels, nll_loss_rejects_a_target_outside_the_classes) {
   }
 }
 
+// The fuzzer's finding: MeanVarianceNormalization (default axes 0, 2, 3) on a scalar wrote past an
+// empty axis mask; it is an InvalidModel naming the node.
+TEST(NnKernels, mean_variance_normalization_of_a_scalar_is_an_invalid_model) {
+  try {
+    run_node(make_node(Op::MeanVarianceNormalization, 1), {Tensor::scalar<float>(2.0f)});
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::InvalidModel);
+    EXPECT_NE(std::string(e.what()).find("out of range for a scalar"), std::string::npos) << e.what();
+  }
+}
+
 TEST(NnKernels, pool_without_kernel_shape_is_an_invalid_model) {
   try {
     run_node(make_node(Op::MaxPool, 1), {iota({1, 1, 4, 4})});
