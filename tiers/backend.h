@@ -11,6 +11,7 @@
 #include "tiers/options.h"
 #include "tiers/partition.h"
 #include "tiers/passes/passes.h"
+#include "tiers/plan_memory.h"
 
 namespace terrace {
 
@@ -33,6 +34,17 @@ class CompiledRegion {
     CallTally ignored;
     return run(inputs, ignored);
   }
+  // run() with outputs placed by a call plan (tiers/plan_memory.h): `into[i]`, where defined, is
+  // output i's buffer when its dtype and shape are the version's own for output i; an output
+  // it does not take gets a buffer of its own. The default places none.
+  virtual std::vector<Tensor> run_into(const std::vector<Tensor>& inputs, const std::vector<Tensor>& /*into*/,
+                                       CallTally& tally) {
+    return run(inputs, tally);
+  }
+  // Per output, how its storage relates to the inputs' and the other outputs' (kOwnOutput, an
+  // input's index, kSharedOutput); empty where unknown: then a plan places none of its outputs
+  // nor any value it reads (an output might view one).
+  std::vector<int> output_storage;
   std::string source;    // the generated code, for dumps and repros
   std::string ir;        // the kernel IR, printed
   // Region inputs whose values (not only dtype and shape) the version was compiled for: small
@@ -119,6 +131,9 @@ class Backend {
     why = std::string("the ") + tier_name(tier()) + " tier runs plans step by step";
     return nullptr;
   }
+  // A block of `bytes` of the memory this tier's versions read and write (run_into's buffers):
+  // host memory, unless the tier is device_resident.
+  virtual std::unique_ptr<MemoryBlock> memory_block(size_t bytes) { return host_memory_block(bytes); }
   // A copy of host tensor `t` in this backend's device memory, for callers that bind device
   // inputs (tier 2); Error(NotImplemented) for a backend without a device.
   virtual Tensor to_device(const Tensor& t) {

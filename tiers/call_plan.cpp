@@ -3,6 +3,7 @@
 #include "tiers/call_plan.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "interp/cancel.h"
 #include "interp/log.h"
@@ -61,9 +62,25 @@ bool gather_inputs(const Region& region, const PlanStep& ps, Frame& frame,
 }
 }  // namespace
 
+std::vector<Tensor> CallPlans::placed_outputs(const CallPlan& plan, const PlanStep& ps, const Region& region,
+                                              std::vector<std::shared_ptr<const MemoryBlock>>& leases) const {
+  std::vector<Tensor> into(region.outputs.size());
+  for (const PlanStep::Placed& pl : ps.placed) {
+    std::shared_ptr<const MemoryBlock>& lease = leases[size_t(pl.pool)];
+    const CallPlan::Pool& pool = plan.pools[size_t(pl.pool)];
+    if (!lease) lease = pool.blocks->lease([&](size_t bytes) { return tiers_.memory_block(pool.rung, bytes); });
+    // The tensor holds the lease: the block goes back to the pool when the last one goes.
+    std::shared_ptr<void> keep(lease, const_cast<MemoryBlock*>(lease.get()));
+    into[size_t(pl.output)] = lease->view(pl.offset, pl.dtype, pl.shape, std::move(keep));
+  }
+  return into;
+}
+
 size_t CallPlans::run(const CallPlan& plan, Frame& frame, std::unordered_map<int, RValue>& device_copies,
                       CallTally& tally, Trace* trace, bool* tiers_used) const {
   std::vector<Tensor> in;
+  // This call's block per pool, leased at its first placed value; each tensor over it holds it.
+  std::vector<std::shared_ptr<const MemoryBlock>> leases(plan.pools.size());
   auto forget_released = [&] {  // a released value's device copy goes with it
     if (!device_copies.empty())
       std::erase_if(device_copies, [&](const auto& e) { return frame.env[size_t(e.first)].kind != ValueKind::Tensor; });
@@ -95,7 +112,8 @@ size_t CallPlans::run(const CallPlan& plan, Frame& frame, std::unordered_map<int
       return size_t(ps.step);
     std::vector<Tensor> out;
     try {
-      out = v.code->run(in, tally);
+      if (ps.placed.empty()) out = v.code->run(in, tally);
+      else out = v.code->run_into(in, placed_outputs(plan, ps, region, leases), tally);
     } catch (const std::exception&) {
       return size_t(ps.step);  // dispatch runs the step again and decides (an error or a demotion)
     }
@@ -107,10 +125,11 @@ size_t CallPlans::run(const CallPlan& plan, Frame& frame, std::unordered_map<int
   return plan_.steps.size();
 }
 
-void CallPlans::record(PlanRecording& rec, size_t step, const RegionRun& ran) const {
+void CallPlans::record(PlanRecording& rec, size_t step, const RegionRun& ran, const Frame& frame) const {
   if (rec.versions.empty()) {
     rec.versions.resize(plan_.steps.size());
     rec.ms.resize(plan_.steps.size());
+    rec.outputs.resize(plan_.steps.size());
   }
   if (!ran.settled) {
     rec.complete = false;
@@ -118,6 +137,11 @@ void CallPlans::record(PlanRecording& rec, size_t step, const RegionRun& ran) co
   }
   rec.versions[step] = ran.settled;
   rec.ms[step] = ran.ms;
+  for (int v : plan_.regions[size_t(plan_.steps[step].region)].outputs) {
+    const RValue& rv = frame.env[size_t(v)];
+    const bool tensor = rv.kind == ValueKind::Tensor && rv.tensor.defined();
+    rec.outputs[step].emplace_back(tensor ? rv.tensor.dtype() : DType::String, tensor ? rv.tensor.shape() : Shape{});
+  }
 }
 
 // Steps in the session's order, with a copy to the host wherever a host step (a graph break, a
@@ -163,7 +187,84 @@ std::shared_ptr<CallPlan> CallPlans::make(const PlanRecording& rec, const std::v
     p->steps.push_back(std::move(ps));
   }
   p->recheck_period = tiers_.recheck_period(p->regions, call_ms);
+  place(*p, rec);
   return p;
+}
+
+void CallPlans::place(CallPlan& p, const PlanRecording& rec) const {
+  const size_t nv = graph_.values.size();
+  std::vector<int> root(nv, -1);  // per value: the placeable output whose buffer it is
+  std::vector<bool> pinned(nv);   // per root: never placed
+  std::vector<int> end(nv, -1);   // per root: the last session step its buffer is read at
+  auto pin_read = [&](int v) {
+    if (v >= 0 && root[size_t(v)] >= 0) pinned[size_t(root[size_t(v)])] = true;
+  };
+  struct Candidate {
+    size_t step;  // in p.steps
+    int output, value;
+  };
+  std::vector<Candidate> candidates;
+  for (size_t k = 0; k < p.steps.size(); ++k) {
+    const PlanStep& ps = p.steps[k];
+    if (ps.kind == PlanStep::Kind::Node) {  // the interpreter's outputs may view what it reads
+      const Node& node = graph_.nodes[size_t(ps.index)];
+      for (int v : node.inputs) pin_read(v);
+      for (int v : graph_.captured_by(node)) pin_read(v);
+    }
+    if (ps.kind != PlanStep::Kind::Region) continue;
+    const Region& region = plan_.regions[size_t(ps.index)];
+    const std::vector<int>& storage = ps.version->code->output_storage;
+    if (storage.size() != region.outputs.size()) {  // unknown: an output may view any input
+      for (int v : region.inputs) pin_read(v);
+      continue;
+    }
+    for (size_t i = 0; i < region.outputs.size(); ++i) {
+      const int v = region.outputs[i];
+      const auto& [dtype, shape] = rec.outputs[size_t(ps.step)][i];
+      if (storage[i] >= 0) {  // a view of an input: that buffer lives as long as the view
+        const int r = root[size_t(region.inputs[size_t(storage[i])])];
+        root[size_t(v)] = r;
+        if (r >= 0) end[size_t(r)] = std::max(end[size_t(r)], last_use_[size_t(v)]);
+      } else if (storage[i] == kOwnOutput && dtype != DType::String) {
+        root[size_t(v)] = v;
+        end[size_t(v)] = std::max(ps.step, last_use_[size_t(v)]);
+        candidates.push_back({k, int(i), v});
+      }
+    }
+  }
+  for (int v : graph_.outputs) pin_read(v);
+  std::vector<std::vector<size_t>> by_pool;  // candidates' indices, per pool
+  for (size_t c = 0; c < candidates.size(); ++c) {
+    const int v = candidates[c].value;
+    if (pinned[size_t(v)] || end[size_t(v)] == std::numeric_limits<int>::max()) continue;
+    const Version& version = *p.steps[candidates[c].step].version;
+    const size_t rung = version.rung;
+    size_t pool = 0;
+    while (pool < p.pools.size() && p.pools[pool].rung != rung) ++pool;
+    if (pool == p.pools.size()) {
+      p.pools.push_back({rung, version.tier, nullptr, 0});
+      by_pool.emplace_back();
+    }
+    by_pool[pool].push_back(c);
+  }
+  for (size_t pool = 0; pool < p.pools.size(); ++pool) {
+    std::vector<size_t> bytes, offset;
+    std::vector<int> first, last;
+    for (size_t c : by_pool[pool]) {
+      const Candidate& cd = candidates[c];
+      const auto& [dtype, shape] = rec.outputs[size_t(p.steps[cd.step].step)][size_t(cd.output)];
+      bytes.push_back(size_t(shape_numel(shape)) * dtype_size(dtype));
+      first.push_back(p.steps[cd.step].step);
+      last.push_back(end[size_t(cd.value)]);
+    }
+    p.pools[pool].blocks = std::make_shared<BlockPool>(pack_by_liveness(bytes, first, last, kPlacementAlign, offset));
+    p.pools[pool].values = int(by_pool[pool].size());
+    for (size_t i = 0; i < by_pool[pool].size(); ++i) {
+      const Candidate& cd = candidates[by_pool[pool][i]];
+      const auto& [dtype, shape] = rec.outputs[size_t(p.steps[cd.step].step)][size_t(cd.output)];
+      p.steps[cd.step].placed.push_back({cd.output, int(pool), offset[i], dtype, shape});
+    }
+  }
 }
 
 void CallPlans::finish(const PlanRecording& rec, const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs,
@@ -256,8 +357,11 @@ std::vector<PlanReport> CallPlans::report() const {
       r.copies += ps.kind == PlanStep::Kind::ToHost;
     }
     r.calls = p->calls.load();
+    r.left = p->left.load();
     r.whole_calls = p->whole_calls.load();
     r.whole = p->whole();
+    for (const CallPlan::Pool& pool : p->pools)
+      r.memory.push_back({tier_name(pool.tier), pool.values, pool.blocks->bytes(), pool.blocks->blocks()});
     out.push_back(std::move(r));
   }
   return out;

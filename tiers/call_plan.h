@@ -20,6 +20,7 @@
 
 #include "guards/guard.h"
 #include "interp/interpreter.h"
+#include "tiers/plan_memory.h"
 #include "tiers/tier_manager.h"
 
 namespace terrace {
@@ -28,12 +29,21 @@ class Trace;  // tiers/trace.h
 
 struct PlanStep {
   enum class Kind { Node, Region, ToHost };
+  // A region output written into the call's block of CallPlan::pools[pool] (its memory plan).
+  struct Placed {
+    int output = 0;  // Region::outputs index
+    int pool = 0;
+    size_t offset = 0;
+    DType dtype = DType::Float32;
+    Shape shape;
+  };
   Kind kind = Kind::Node;
   int index = -1;  // the node (Node), the region (Region) or the value copied (ToHost)
   int step = -1;   // the session's step (Plan::steps) it belongs to: where a walk resumes
   std::shared_ptr<Version> version;  // Region
   std::vector<int> device_inputs;    // Region: inputs read from the device copy a ToHost kept
   double ms = 0;                     // Region: its time in the recorded call
+  std::vector<Placed> placed;        // Region: its outputs the memory plan places
 };
 
 class CallPlan {
@@ -42,6 +52,15 @@ class CallPlan {
   uint64_t epoch = 0;   // TierManager::epoch when made
   std::vector<PlanStep> steps;
   std::vector<int> regions;  // the regions its steps run, in order
+  // The memory plan: per device (the rung whose versions place values there), a pool of blocks a
+  // call leases one of; the values between regions placed in it by liveness.
+  struct Pool {
+    size_t rung = 0;
+    Tier tier = Tier::Cpu;  // the rung's
+    std::shared_ptr<BlockPool> blocks;
+    int values = 0;  // placed in each block
+  };
+  std::vector<Pool> pools;
   double call_ms = 0;        // the recorded call's time
   bool tiers_used[kMaxTiers] = {};  // the tiers its steps run on (the interpreter: a graph break)
   int64_t recheck_period = 0;
@@ -49,6 +68,7 @@ class CallPlan {
   std::atomic<int64_t> since_walk{0};  // calls served since a call last walked through dispatch
   std::atomic<int64_t> calls{0};       // calls served, step by step or whole
   std::atomic<int64_t> whole_calls{0};  // calls its taker served whole
+  std::atomic<int64_t> left{0};  // calls that left it at a step (a guard failed, a version raised)
 
   // What became of the offer to take it whole: the taken plan's description, or why not.
   std::string whole() const {
@@ -73,14 +93,22 @@ class CallPlan {
 struct PlanReport {
   std::string signature;
   int regions = 0, graph_breaks = 0, copies = 0;  // its steps, by kind
-  int64_t calls = 0, whole_calls = 0;
+  int64_t calls = 0, whole_calls = 0, left = 0;
   std::string whole;  // "taken: <what>", "not taken: <why>", or "" (not offered, or pending)
+  struct Memory {
+    std::string device;  // the tier whose memory: "cpu", "gpu"
+    int values = 0;      // placed in a block
+    size_t bytes = 0;    // a block's size
+    size_t blocks = 0;   // made so far (one per call in flight at once)
+  };
+  std::vector<Memory> memory;  // the plan's memory plan, per device
 };
 
 // What a walked call did, step by step: a plan once every region step was settled.
 struct PlanRecording {
   std::vector<std::shared_ptr<Version>> versions;  // per session step; null for a graph break
   std::vector<double> ms;
+  std::vector<std::vector<std::pair<DType, Shape>>> outputs;  // per session step: its region's outputs
   uint64_t epoch = 0;  // TierManager::epoch when the call began
   bool complete = true;
 };
@@ -102,8 +130,8 @@ class CallPlans {
   size_t run(const CallPlan& plan, Frame& frame, std::unordered_map<int, RValue>& device_copies,
              CallTally& tally, Trace* trace, bool* tiers_used) const;
 
-  // Adds a region step dispatch ran to a walked call's recording.
-  void record(PlanRecording& rec, size_t step, const RegionRun& ran) const;
+  // Adds a region step dispatch ran to a walked call's recording (`frame`: after it ran).
+  void record(PlanRecording& rec, size_t step, const RegionRun& ran, const Frame& frame) const;
   // Makes the plan of a complete recording of a call with these inputs and outputs (host copies
   // are kept for a tier that may take it whole, to check itself against).
   void finish(const PlanRecording& rec, const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs,
@@ -116,6 +144,13 @@ class CallPlans {
 
  private:
   std::shared_ptr<CallPlan> make(const PlanRecording& rec, const std::vector<Tensor>& inputs, double call_ms) const;
+  // Lays out the plan's memory: the region outputs it may place (whose storage no graph break,
+  // graph output or view outliving them can reach), packed by liveness per device.
+  void place(CallPlan& plan, const PlanRecording& rec) const;
+  // Where step `ps`'s placed outputs go in this call: views of the call's blocks (`leases`, per
+  // pool, leased here when first needed).
+  std::vector<Tensor> placed_outputs(const CallPlan& plan, const PlanStep& ps, const Region& region,
+                                     std::vector<std::shared_ptr<const MemoryBlock>>& leases) const;
   void credit(CallPlan& plan);
   // Offers `plan` to its tier to take whole, when one tier's versions run every step.
   void offer_whole(const std::shared_ptr<CallPlan>& plan, const std::vector<Tensor>& inputs,

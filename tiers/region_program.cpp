@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "interp/error.h"
+#include "tiers/plan_memory.h"
 
 namespace terrace {
 
@@ -44,28 +45,32 @@ MemoryPlan plan_memory(const SlotTable& table, const std::vector<std::vector<int
   for (size_t s = table.n_inputs + table.n_outputs; s < n; ++s)
     if (table.alias[s] == -1 && !std::binary_search(plan.escaping.begin(), plan.escaping.end(), s))
       plan.planned.push_back(s);
-  auto bytes_of = [&](size_t s) { return (std::max<size_t>(table.bytes(s), 1) + align - 1) / align * align; };
-  std::stable_sort(plan.planned.begin(), plan.planned.end(),
-                   [&](size_t a, size_t b) { return bytes_of(a) > bytes_of(b); });
-  plan.offset.assign(n, 0);
-  std::vector<size_t> placed;
+  std::vector<size_t> bytes;
+  std::vector<int> from, to;
   for (size_t s : plan.planned) {
+    bytes.push_back(table.bytes(s));
     // Slots never named by a step (none expected) live through the whole call.
-    if (first[s] < 0) first[s] = 0, last[s] = int(uses.size());
-    std::vector<std::pair<size_t, size_t>> busy;  // [begin, end) of those live at the same time
-    for (size_t o : placed)
-      if (first[o] <= last[s] && first[s] <= last[o]) busy.emplace_back(plan.offset[o], plan.offset[o] + bytes_of(o));
-    std::sort(busy.begin(), busy.end());
-    size_t at = 0;
-    for (const auto& [b, e] : busy) {
-      if (at + bytes_of(s) <= b) break;
-      at = std::max(at, e);
-    }
-    plan.offset[s] = at;
-    plan.arena_bytes = std::max(plan.arena_bytes, at + bytes_of(s));
-    placed.push_back(s);
+    from.push_back(first[s] < 0 ? 0 : first[s]);
+    to.push_back(first[s] < 0 ? int(uses.size()) : last[s]);
   }
+  std::vector<size_t> offset;
+  plan.arena_bytes = pack_by_liveness(bytes, from, to, align, offset);
+  plan.offset.assign(n, 0);
+  for (size_t i = 0; i < plan.planned.size(); ++i) plan.offset[plan.planned[i]] = offset[i];
   return plan;
+}
+
+std::vector<int> storage_of_outputs(const SlotTable& table, const MemoryPlan& plan) {
+  const size_t n_in = table.n_inputs, n_out = table.n_outputs;
+  std::vector<int> storage(n_out, kSharedOutput);
+  std::vector<int> roots_of_outputs(table.size(), 0);  // per slot: outputs whose buffer it is
+  for (size_t o = 0; o < n_out; ++o) ++roots_of_outputs[plan.root[n_in + o]];
+  for (size_t o = 0; o < n_out; ++o) {
+    const size_t slot = n_in + o, root = plan.root[slot];
+    if (root < n_in) storage[o] = int(root);
+    else if (root == slot && table.alias[slot] == -1 && roots_of_outputs[slot] == 1) storage[o] = kOwnOutput;
+  }
+  return storage;
 }
 
 void raise_if_set(const int64_t word[2], const std::string& node, const std::string& message) {

@@ -12,6 +12,7 @@
 
 #include "interp/tensor.h"
 #include "kernels/fusion_group.h"
+#include "tiers/plan_memory.h"
 #include "tiers/region_lowering.h"
 
 namespace terrace {
@@ -85,6 +86,13 @@ MemoryPlan plan_memory(const SlotTable& table, const std::vector<ProgramStep<Wor
     if (s.error_slot >= 0) uses.back().push_back(s.error_slot);
   }
   return plan_memory(table, uses, align);
+}
+
+// Per region output, how its storage relates to the rest (CompiledRegion::output_storage).
+std::vector<int> storage_of_outputs(const SlotTable& table, const MemoryPlan& plan);
+// True for a placed output buffer (CompiledRegion::run_into) a version may write slot `sig` into.
+inline bool fits(const Tensor& t, const kernels::TensorSig& sig, bool on_device) {
+  return t.defined() && t.on_device() == on_device && t.dtype() == sig.dtype && t.shape() == sig.shape;
 }
 
 // Runs `steps` in order on `device`, which provides

@@ -216,7 +216,7 @@ void Session::walk(Frame& frame, size_t from, CallState& c, PlanRecording* rec) 
         }
       const RegionRun ran = im.tiers->execute(step.region, frame, c.index);
       for (int v : swapped) std::swap(frame.env[size_t(v)], c.device_copies[v]);
-      if (rec) im.plans->record(*rec, s, ran);
+      if (rec) im.plans->record(*rec, s, ran, frame);
       c.tiers_used[int(ran.tier)] = true;
       c.tally.transfers += ran.tally.transfers;
       c.tally.interpreted += ran.tally.interpreted;
@@ -267,6 +267,7 @@ NamedTensors Session::run(const NamedTensors& inputs, const RunOptions& run_opti
   size_t from = 0;
   if (plan) {
     from = im.plans->run(*plan, frame, c.device_copies, c.tally, im.options.trace.get(), c.tiers_used);
+    if (from < im.plan.steps.size()) plan->left.fetch_add(1);
   }
   // Only a call walked from its first step is recorded for a plan.
   PlanRecording rec;
@@ -374,10 +375,16 @@ std::string Session::report_json() const {
   }
   j.end_array();
   j.key("plans").begin_array();
-  for (const PlanReport& p : plan_reports())
+  for (const PlanReport& p : plan_reports()) {
     j.begin_object().field("signature", p.signature).field("regions", p.regions).field("graph_breaks", p.graph_breaks)
         .field("copies", p.copies).field("calls", p.calls).field("whole_calls", p.whole_calls).field("whole", p.whole)
-        .end_object();
+        .field("left", p.left);
+    j.key("memory").begin_array();
+    for (const PlanReport::Memory& m : p.memory)
+      j.begin_object().field("device", m.device).field("values", m.values).field("bytes", int64_t(m.bytes))
+          .field("blocks", int64_t(m.blocks)).end_object();
+    j.end_array().end_object();
+  }
   j.end_array();
   j.field("warnings", impl_->graph->warnings);
   j.key("graph_breaks").begin_array();
@@ -420,7 +427,11 @@ std::string Session::report() const {
     os << "call plan " << p.signature << ": " << p.regions << " regions, " << p.graph_breaks << " graph breaks, "
        << p.copies << " copies to the host; " << p.calls << " calls";
     if (p.whole_calls) os << " (" << p.whole_calls << " whole)";
+    if (p.left) os << ", " << p.left << " left it at a step";
     if (!p.whole.empty()) os << "; " << p.whole;
+    for (const PlanReport::Memory& m : p.memory)
+      os << "; " << m.values << " values in a " << m.bytes << "-byte " << m.device << " block (" << m.blocks
+         << " made)";
     os << "\n";
   }
   return os.str();

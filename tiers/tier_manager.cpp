@@ -72,6 +72,10 @@ Tensor TierManager::to_device(const Tensor& t) {
        " on: this session has no tier 2 or other tier with device memory (no GPU, or Options::max_tier below gpu)");
 }
 
+std::unique_ptr<MemoryBlock> TierManager::memory_block(size_t rung, size_t bytes) {
+  return core_->ladder_[rung]->memory_block(bytes);
+}
+
 void TierManager::wait_idle() {
   jobs_->wait();
   checks_->wait();

@@ -100,6 +100,8 @@ class TierManager {
   // before, host copies) before `done` gets it, else `done` gets null and why.
   using TakeDone = std::function<void(std::shared_ptr<TakenPlan>, const std::string& why)>;
   void take_whole(size_t rung, WholePlan plan, std::vector<Tensor> outputs, TakeDone done);
+  // A block of `bytes` of the memory rung `rung`'s versions read and write (a call plan's values).
+  std::unique_ptr<MemoryBlock> memory_block(size_t rung, size_t bytes);
   // A device copy of `t` on tier 2's device (Session::to_device).
   Tensor to_device(const Tensor& t);
   // Blocks until no background job is queued or running (tests and benchmarks; run() never

@@ -112,6 +112,36 @@ void DeviceTensorStorage::read(void* dst, size_t bytes) const {
   stream_->synchronize();
 }
 
+namespace {
+class ViewStorage final : public StreamStorage {
+ public:
+  ViewStorage(CUdeviceptr address, size_t bytes, std::shared_ptr<Stream> stream, std::shared_ptr<void> keep)
+      : address_(address), bytes_(bytes), stream_(std::move(stream)), keep_(std::move(keep)) {}
+  uint64_t address() const override { return address_; }
+  size_t bytes() const override { return bytes_; }
+  void read(void* dst, size_t bytes) const override {
+    TERRACE_CHECK(bytes <= bytes_, Internal, "reading ", bytes, " bytes of a ", bytes_, "-byte device view");
+    device();
+    copy_to_host(dst, address_, bytes, *stream_);
+    stream_->synchronize();
+  }
+  std::string where() const override { return "cuda:0"; }
+  const std::shared_ptr<Stream>& stream() const override { return stream_; }
+
+ private:
+  CUdeviceptr address_;
+  size_t bytes_;
+  std::shared_ptr<Stream> stream_;
+  std::shared_ptr<void> keep_;
+};
+}  // namespace
+
+Tensor device_view(CUdeviceptr address, DType dtype, const Shape& shape, const std::shared_ptr<Stream>& stream,
+                   std::shared_ptr<void> keep) {
+  const size_t bytes = size_t(shape_numel(shape)) * dtype_size(dtype);
+  return Tensor::on_device(dtype, shape, std::make_shared<ViewStorage>(address, bytes, stream, std::move(keep)));
+}
+
 Tensor device_tensor(DType dtype, const Shape& shape, const std::shared_ptr<Stream>& stream) {
   const size_t bytes = size_t(shape_numel(shape)) * dtype_size(dtype);
   return Tensor::on_device(dtype, shape, std::make_shared<DeviceTensorStorage>(bytes, stream));

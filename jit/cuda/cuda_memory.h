@@ -59,7 +59,14 @@ class PinnedBuffer {
 // order on one stream; the storage is freed in order on it when the last tensor over it goes.
 class BufferRecycler;
 
-class DeviceTensorStorage final : public DeviceStorage {
+// Device memory whose work is ordered on one stream: a tensor over it is read by later work on
+// that stream without a synchronisation.
+class StreamStorage : public DeviceStorage {
+ public:
+  virtual const std::shared_ptr<Stream>& stream() const = 0;
+};
+
+class DeviceTensorStorage final : public StreamStorage {
  public:
   DeviceTensorStorage(size_t bytes, const std::shared_ptr<Stream>& stream);
   // A storage over `buffer` (allocated on `stream`) that hands it back to `recycler` when the
@@ -72,7 +79,7 @@ class DeviceTensorStorage final : public DeviceStorage {
   // A copy to host after the stream's earlier work (synchronises the stream).
   void read(void* dst, size_t bytes) const override;
   std::string where() const override { return "cuda:0"; }
-  const std::shared_ptr<Stream>& stream() const { return stream_; }
+  const std::shared_ptr<Stream>& stream() const override { return stream_; }
 
  private:
   std::shared_ptr<Stream> stream_;  // outlives the buffer, which frees on it
@@ -101,6 +108,10 @@ class BufferRecycler : public std::enable_shared_from_this<BufferRecycler> {
   std::vector<DeviceBuffer> waiting_;
 };
 
+// A device tensor over `bytes` at `address` of memory ordered on `stream` that `keep` keeps
+// allocated while the tensor lives (a call plan's block, tiers/plan_memory.h).
+Tensor device_view(CUdeviceptr address, DType dtype, const Shape& shape, const std::shared_ptr<Stream>& stream,
+                   std::shared_ptr<void> keep);
 // An uninitialised device tensor on `stream`.
 Tensor device_tensor(DType dtype, const Shape& shape, const std::shared_ptr<Stream>& stream);
 // A device copy of host tensor `host`, ordered on `stream` (the host data is read before return).

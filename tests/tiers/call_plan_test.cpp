@@ -3,9 +3,11 @@
 // data-dependent shape, a failing or wrong whole plan all fall back to the walk.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 
 #include "interp/compare.h"
 #include "interp/graph_builder.h"
@@ -140,6 +142,82 @@ TEST(CallPlan, off_makes_none) {
     s->wait_for_compiles();
   }
   EXPECT_TRUE(s->plan_reports().empty());
+}
+
+// Every op a region of its own: y = Reshape(Relu(x)) + Sigmoid(Abs(Neg(Reshape(x)))). The first Reshape's region
+// returns a view of Relu's output, read by the last step, after the Neg, Abs and Sigmoid outputs
+// are made: Relu's buffer must stay out of their way in the plan's block though its own last
+// reader (the Reshape) ran long before.
+std::shared_ptr<Graph> a_view_that_outlives_its_source() {
+  GraphBuilder b;
+  auto x = b.input("x", DType::Float32, {4, 6});
+  auto flat = b.constant("flat", Tensor::from_vector<int64_t>({1}, {24}));
+  auto view = b.op("Reshape", {b.op("Relu", {x}), flat});
+  auto tail = b.op("Sigmoid", {b.op("Abs", {b.op("Neg", {b.op("Reshape", {x, flat})})})});
+  b.output(b.op("Add", {view, tail}));
+  return b.build();
+}
+
+TEST(CallPlan, values_between_regions_share_one_block_by_liveness) {
+  if (!have_tier1()) GTEST_SKIP() << "no tier-1 JIT in this build";
+  Options o = tier1();
+  o.max_region_nodes = 1;
+  auto g = a_view_that_outlives_its_source();
+  auto s = Session::from_graph(g, o);
+  for (int call = 0; call < 12; ++call) {
+    Tensor x = Tensor::empty(DType::Float32, {4, 6});
+    for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = float((i * 7 + call) % 11) - 5.0f;
+    expect_same(interpreted(g, x), s->run({{"x", x}}), "call " + std::to_string(call));
+    s->wait_for_compiles();
+  }
+  const std::vector<PlanReport> plans = s->plan_reports();
+  ASSERT_EQ(plans.size(), 1u) << s->report();
+  EXPECT_GE(plans[0].calls, 3) << s->report();
+  EXPECT_EQ(plans[0].left, 0) << s->report();  // every planned call ran its placed steps to the end
+  ASSERT_EQ(plans[0].memory.size(), 1u) << s->report();
+  const PlanReport::Memory& m = plans[0].memory[0];
+  EXPECT_EQ(m.device, "cpu");
+  EXPECT_EQ(m.values, 4) << s->report();  // Relu, Neg, Abs, Sigmoid; not the view, not the output
+  // Relu's lives to the Add, Neg's ends where Sigmoid's begins: 3 at once, not 4.
+  EXPECT_EQ(m.bytes, 3 * kPlacementAlign) << s->report();
+  EXPECT_EQ(m.blocks, 1u);  // one call at a time: one block, reused
+}
+
+// Calls in flight at once each lease a block of their own: no call sees another's values.
+TEST(CallPlan, concurrent_calls_each_lease_a_block) {
+  if (!have_tier1()) GTEST_SKIP() << "no tier-1 JIT in this build";
+  Options o = tier1();
+  o.max_region_nodes = 1;
+  auto g = a_view_that_outlives_its_source();
+  auto s = Session::from_graph(g, o);
+  auto input = [](int k) {
+    Tensor x = Tensor::empty(DType::Float32, {4, 6});
+    for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = float((i * 5 + k) % 13) - 6.0f;
+    return x;
+  };
+  for (int call = 0; call < 8; ++call) {
+    s->run({{"x", input(call)}});
+    s->wait_for_compiles();
+  }
+  std::vector<NamedTensors> want;
+  for (int k = 0; k < 4; ++k) want.push_back(interpreted(g, input(k)));
+  std::vector<std::thread> threads;
+  std::atomic<int> wrong{0};
+  for (int k = 0; k < 4; ++k)
+    threads.emplace_back([&, k] {
+      for (int call = 0; call < 50; ++call) {
+        const NamedTensors got = s->run({{"x", input(k)}});
+        if (!compare_tensors(want[size_t(k)][0].second, got[0].second, Tolerance::for_dtype(DType::Float32)).equal)
+          ++wrong;
+      }
+    });
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(wrong.load(), 0);
+  const std::vector<PlanReport> plans = s->plan_reports();
+  ASSERT_EQ(plans.size(), 1u) << s->report();
+  ASSERT_EQ(plans[0].memory.size(), 1u) << s->report();
+  EXPECT_GE(plans[0].memory[0].blocks, 1u);
+  EXPECT_LE(plans[0].memory[0].blocks, 5u) << "at most one per call in flight (and one left from before)";
 }
 
 // A plug-in tier above tier 1 that takes plans whole: a "graph" that runs the steps' code in

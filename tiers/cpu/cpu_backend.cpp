@@ -44,6 +44,7 @@ class CpuRegion : public CompiledRegion {
   CpuRegion(std::vector<CpuStep> steps, SlotTable table, bool perturb)
       : steps_(std::move(steps)), table_(std::move(table)), perturb_(perturb),
         plan_(plan_memory(table_, steps_, 64)) {
+    output_storage = storage_of_outputs(table_, plan_);
     for (const CpuStep& s : steps_) {
       if (!s.work) continue;
       if (const auto* k = std::get_if<jit::CpuKernel>(&*s.work)) source += k->source;
@@ -60,7 +61,11 @@ class CpuRegion : public CompiledRegion {
   }
 
   using CompiledRegion::run;
-  std::vector<Tensor> run(const std::vector<Tensor>& inputs, CallTally&) override {  // copies none
+  std::vector<Tensor> run(const std::vector<Tensor>& inputs, CallTally& tally) override {
+    return run_into(inputs, {}, tally);
+  }
+  std::vector<Tensor> run_into(const std::vector<Tensor>& inputs, const std::vector<Tensor>& into,
+                               CallTally&) override {  // copies none
     std::unique_ptr<Workspace> ws = take_workspace();
     // Back to the pool however run() ends (a run-time check's error included).
     struct Return {
@@ -68,7 +73,7 @@ class CpuRegion : public CompiledRegion {
       std::unique_ptr<Workspace>& ws;
       ~Return() { self->give_back(std::move(ws)); }
     } give_back_on_exit{this, ws};
-    std::vector<Tensor> owned = bind_slots(*ws, inputs);
+    std::vector<Tensor> owned = bind_slots(*ws, inputs, into);
     Host host{ws->table, *ws, table_};
     run_program(steps_, host);
     if (perturb_ || (perturb_late_ && runs_.fetch_add(1) >= kHonestRuns))
@@ -133,9 +138,10 @@ class CpuRegion : public CompiledRegion {
     }
   };
 
-  // Points the workspace's table at this call's inputs, outputs and escaping intermediates (the
-  // planned ones and the constants are set once per workspace); returns the outputs.
-  std::vector<Tensor> bind_slots(Workspace& ws, const std::vector<Tensor>& inputs) {
+  // Points the workspace's table at this call's inputs, outputs (into[o] where given and fitting)
+  // and escaping intermediates (the planned ones and the constants are set once per workspace);
+  // returns the outputs.
+  std::vector<Tensor> bind_slots(Workspace& ws, const std::vector<Tensor>& inputs, const std::vector<Tensor>& into) {
     const size_t n_in = table_.n_inputs, n_out = table_.n_outputs;
     std::vector<void*>& table = ws.table;
     std::vector<Tensor> owned(n_out);  // the outputs: they leave the region
@@ -145,7 +151,8 @@ class CpuRegion : public CompiledRegion {
         if (table_.alias[s] <= -2) table[s] = const_cast<void*>(table_.constants[size_t(-2 - table_.alias[s])].raw());
         continue;
       }
-      owned[s - n_in] = output_buffer(ws, s - n_in);
+      const size_t o = s - n_in;
+      owned[o] = o < into.size() && fits(into[o], table_.sigs[s], false) ? into[o] : output_buffer(ws, o);
       table[s] = owned[s - n_in].raw();
     }
     for (size_t s : plan_.escaping) {  // an intermediate an output views: a buffer of this call's own

@@ -194,6 +194,7 @@ class GpuRegion : public CompiledRegion, public CapturableRegion {
     size_t made = n_inputs + plan_.escaping.size();
     for (size_t slot = n_inputs; slot < n_inputs + n_outputs; ++slot) made += table_.alias[slot] == -1;
     recycler_ = std::make_shared<jit::cuda::BufferRecycler>(stream_, 2 * made);
+    output_storage = storage_of_outputs(table_, plan_);
   }
 
   // Inputs on the host or on the device (a device tensor is used where it is); returns device
@@ -201,13 +202,26 @@ class GpuRegion : public CompiledRegion, public CapturableRegion {
   // index check must be read back.
   using CompiledRegion::run;
   std::vector<Tensor> run(const std::vector<Tensor>& inputs, CallTally& tally) override {
+    return run_into(inputs, {}, tally);
+  }
+  // Outputs into[o] where given (a call plan's block on this stream) and fitting.
+  std::vector<Tensor> run_into(const std::vector<Tensor>& inputs, const std::vector<Tensor>& into,
+                               CallTally& tally) override {
     std::lock_guard<std::mutex> lock(mu_);  // one staging buffer and arena per region
     jit::cuda::device();
     Bound b{table_.size()};
     int64_t copies = bind_inputs(inputs, b);
     if (plan_.arena_bytes && !arena_.bytes()) arena_ = jit::cuda::DeviceBuffer(plan_.arena_bytes, stream_->get());
     bind_outputs_and_intermediates(
-        b, [&](DType dtype, const Shape& shape) { return recycler_->tensor(dtype, shape); }, arena_.ptr());
+        b,
+        [&](size_t slot) {
+          const size_t o = slot - table_.n_inputs;
+          if (table_.output(slot) && o < into.size() && fits(into[o], table_.sigs[slot], true) &&
+              on_this_stream(into[o]))
+            return into[o];
+          return recycler_->tensor(table_.sigs[slot].dtype, table_.sigs[slot].shape);
+        },
+        arena_.ptr());
     Device device{*this, b, *stream_};
     if (timing_) timing_->first.record(*stream_);
     run_program(steps_, device);
@@ -239,7 +253,7 @@ class GpuRegion : public CompiledRegion, public CapturableRegion {
     }
     for (const Tensor& t : device_constants_) cx.held.push_back(t);
     bind_outputs_and_intermediates(
-        b, [&](DType dtype, const Shape& shape) { return cx.tensor(dtype, shape); }, cx.scratch);
+        b, [&](size_t slot) { return cx.tensor(table_.sigs[slot].dtype, table_.sigs[slot].shape); }, cx.scratch);
     Device device{*this, b, cx.stream};
     run_program(steps_, device);
     for (const GpuStep* c : checks_) cx.check(b.ptr[size_t(c->error_slot)], c->node, c->error_message);
@@ -344,7 +358,7 @@ class GpuRegion : public CompiledRegion, public CapturableRegion {
     return copies;
   }
 
-  // Outputs and escaping intermediates get buffers of their own from `make` (they leave the
+  // Outputs and escaping intermediates get buffers of their own from `make(slot)` (they leave the
   // region); the other intermediates their place in the arena at `arena`; views and constants
   // their source's address.
   template <class Make>
@@ -352,7 +366,7 @@ class GpuRegion : public CompiledRegion, public CapturableRegion {
     for (size_t slot = table_.n_inputs; slot < table_.size(); ++slot)
       if (table_.alias[slot] == -1 && (table_.output(slot) || std::binary_search(plan_.escaping.begin(),
                                                                                 plan_.escaping.end(), slot)))
-        b.at[slot] = make(table_.sigs[slot].dtype, table_.sigs[slot].shape);
+        b.at[slot] = make(slot);
     for (size_t s : plan_.planned) b.ptr[s] = arena + plan_.offset[s];
     for (size_t slot = 0; slot < table_.size(); ++slot) {
       const size_t root = plan_.root[slot];
@@ -389,7 +403,7 @@ class GpuRegion : public CompiledRegion, public CapturableRegion {
 
   // True for a device tensor whose storage is ordered on this region's stream.
   bool on_this_stream(const Tensor& t) const {
-    const auto* st = dynamic_cast<const jit::cuda::DeviceTensorStorage*>(t.device_storage());
+    const auto* st = dynamic_cast<const jit::cuda::StreamStorage*>(t.device_storage());
     return st && st->stream() == stream_;
   }
 
@@ -434,6 +448,24 @@ class GpuRegion : public CompiledRegion, public CapturableRegion {
   // This call's outputs, escaping intermediates and uploaded inputs, over the buffers of earlier
   // calls' tensors that are no longer held.
   std::shared_ptr<jit::cuda::BufferRecycler> recycler_;
+};
+
+// A call plan's block of device memory (tiers/plan_memory.h), ordered on the backend's stream as
+// every region's work is: a value placed where a dead one was is written after the last read of
+// that one.
+class DeviceBlock final : public MemoryBlock {
+ public:
+  DeviceBlock(size_t bytes, std::shared_ptr<jit::cuda::Stream> stream)
+      : stream_(std::move(stream)), buffer_(std::max<size_t>(bytes, 1), stream_->get()) {}
+  Tensor view(size_t offset, DType dtype, const Shape& shape, std::shared_ptr<void> keep) const override {
+    TERRACE_CHECK(offset + size_t(shape_numel(shape)) * dtype_size(dtype) <= buffer_.bytes(), Internal,
+                  "a placed value at ", offset, " passes the end of its ", buffer_.bytes(), "-byte block");
+    return jit::cuda::device_view(buffer_.ptr() + offset, dtype, shape, stream_, std::move(keep));
+  }
+
+ private:
+  std::shared_ptr<jit::cuda::Stream> stream_;
+  jit::cuda::DeviceBuffer buffer_;
 };
 
 class GpuBackend : public Backend {
@@ -481,6 +513,10 @@ class GpuBackend : public Backend {
   }
 
   Tensor to_device(const Tensor& host) override { return jit::cuda::upload(host, stream()); }
+  std::unique_ptr<MemoryBlock> memory_block(size_t bytes) override {
+    jit::cuda::device();
+    return std::make_unique<DeviceBlock>(bytes, stream());
+  }
 
   std::unique_ptr<TakenPlan> take_plan(const WholePlan& plan, std::string& why) override {
     return capture_whole_plan(plan, stream(), why);

@@ -176,7 +176,7 @@ class CapturedPlan final : public TakenPlan {
     const size_t n = t.nbytes();
     if (n == 0) return;
     if (t.on_device()) {
-      const auto* st = dynamic_cast<const jit::cuda::DeviceTensorStorage*>(t.device_storage());
+      const auto* st = dynamic_cast<const jit::cuda::StreamStorage*>(t.device_storage());
       if (st && st->stream() == stream_) {
         TERRACE_CU(cuMemcpyDtoDAsync, dst.device_address(), t.device_address(), n, stream_->get());
         return;
