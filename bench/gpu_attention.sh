@@ -6,6 +6,7 @@
 # a device call (carry .gpu):
 #   bash bench/gpu_attention.sh [tests] [validate] [ab] [compare]   # default: all four
 #   bash bench/gpu_attention.sh before-after   # with an earlier build bundled as terrace_old
+#   PLANS=steps bash bench/gpu_attention.sh before-after   # call plans run step by step (no CUDA graph)
 set -uo pipefail
 parts=${*:-tests validate ab compare}
 out=${OUT:-/tmp/gpu-attention}; mkdir -p "$out"
@@ -59,13 +60,21 @@ before-after)  # tier 2 at an earlier commit (bundled as terrace_old) and now, h
       d=/tmp/m/$m; read -r in on < <(io $d)
       line="$m round $round:"
       for t in /tmp/terrace_old /tmp/terrace; do
-        r=$(timeout 120 $t bench $d --tier gpu --steady-calls 200 --quiet --input $in=$d/test_data_set_0/input_0.pb \
-              --expect $on=$d/test_data_set_0/output_0.pb 2>&1)
+        r=$(TERRACE_CALL_PLANS=${PLANS:-whole} timeout 120 $t bench $d --tier gpu --steady-calls 200 --quiet \
+              --input $in=$d/test_data_set_0/input_0.pb --expect $on=$d/test_data_set_0/output_0.pb \
+              --json "$out/ba_${m}_$(basename $t)_${PLANS:-whole}_$round.json" 2>&1)
         line="$line $(basename $t) $(echo "$r" | grep -oE 'p50 [0-9.]+ ms' | head -1)$(echo "$r" | grep -q 'PASSED' || echo ' NOT-PASSED')"
       done
       echo "$line"
     done
-  done ;;
+  done
+  python3 - "$out" "${PLANS:-whole}" <<'PY'
+import glob, json, sys
+for f in sorted(glob.glob(f"{sys.argv[1]}/ba_*_terrace_{sys.argv[2]}_1.json")):
+    r = json.load(open(f)); r = r.get("report", r)
+    print(f.split("/")[-1], [(p.get("calls"), p.get("whole_calls"), p.get("left"), p.get("memory")) for p in r.get("plans", [])][:2])
+PY
+  (cd "$out" && tar czf ba_${PLANS:-whole}.tgz ba_*.json 2>/dev/null; rm -f ba_*.json) ;;
 compare)
   wait
   timeout 420 python3 bench/compare.py --models ${CMP_MODELS:-bert,gpt2} --calls 50 --warmup 10 --device cuda \
