@@ -12,6 +12,7 @@
 #include "interp/tensor_proto.h"
 #include "tiers/tier_manager.h"
 #include "tools/cli_util.h"
+#include "tools/conformance.h"
 #include "tools/json_out.h"
 #include "tools/tensor_files.h"
 #include "tools/value_summary.h"
@@ -36,6 +37,8 @@ const CommandDef kRunCommand{
         {"--output-format", "pb|npy", "--output-dir's files: output_N.pb (default: TensorProto, ONNX test-data layout), or NAME.npy"},
         {"--quiet", nullptr, "no per-call lines and no report"},
         {"--serve", nullptr, "instead of --repeat: read counts of calls from stdin, one a line; run each count and print its calls' times as one JSON line (bench/compare.py --interleave)"},
+        {"--input-sets", "DIR", "instead of --input: call once with each test_data_set_N folder of DIR (ONNX's test-data layout, as conformance reads it), checking the outputs where the folder has them"},
+        {"--rounds", "N", "with --input-sets: go through the sets N times (default 1); each round's calls, compiles, median and checks are printed and in the JSON"},
         kProfileOption,
         kStrictOption,
         kModeOption,
@@ -45,8 +48,9 @@ const CommandDef kRunCommand{
     1,
     1,
     "MODEL",
-    "Every graph input needs a value: --input, or --random-inputs for the rest. The last line is\n"
-    "`&&&& PASSED ...` or `&&&& FAILED ...` (an --expect check that differs, or an error).\n",
+    "Every graph input needs a value: --input, or --random-inputs for the rest, or --input-sets. The\n"
+    "last line is `&&&& PASSED ...` or `&&&& FAILED ...` (an --expect check or an input set's output\n"
+    "that differs, or an error).\n",
 };
 
 namespace {
@@ -171,6 +175,67 @@ bool check_outputs(const Assignments& expect_files, const NamedTensors& outputs,
   return ok;
 }
 
+// --input-sets: the sets' inputs as named tensors (a set with a sequence or optional input cannot
+// go through Session::run).
+std::vector<NamedTensors> set_inputs(const Graph& graph, const std::vector<conformance::DataSet>& sets) {
+  std::vector<NamedTensors> out;
+  for (const conformance::DataSet& set : sets) {
+    NamedTensors in;
+    for (size_t i = 0; i < set.inputs.size(); ++i) {
+      const std::string& name = graph.values[size_t(graph.inputs[i])].name;
+      if (set.inputs[i].kind != ValueKind::Tensor)
+        throw UsageError{"--input-sets: " + set.name + "'s input '" + name + "' is a sequence or optional; run takes tensors"};
+      if (set.inputs[i].tensor.defined()) in.emplace_back(name, set.inputs[i].tensor);
+    }
+    out.push_back(std::move(in));
+  }
+  return out;
+}
+
+int published_versions(const Session& session) {
+  int n = 0;
+  for (const RegionReport& r : session.region_reports()) n += r.versions;
+  return n;
+}
+
+// One round through the sets: a call each, its outputs checked where the set has them; then the
+// compiles the round started are waited for, so that each round counts the versions it caused.
+Json run_round(Session& session, const std::vector<conformance::DataSet>& sets, const std::vector<NamedTensors>& inputs,
+               int64_t round, const std::function<void(const NamedTensors&)>& call, NamedTensors& outputs) {
+  const int before = published_versions(session);
+  std::vector<double> ms;
+  Json mismatches = Json::array();
+  for (size_t k = 0; k < sets.size(); ++k) {
+    call(inputs[k]);
+    ms.push_back(session.last_call().ms);
+    for (size_t i = 0; i < sets[k].outputs.size() && i < outputs.size(); ++i) {
+      const RValue& want = sets[k].outputs[i];
+      if (want.kind != ValueKind::Tensor || !want.tensor.defined()) continue;
+      Comparison c = compare_tensors(want.tensor, outputs[i].second, Tolerance::for_dtype(want.tensor.dtype()));
+      if (!c.equal) mismatches.push_back(sets[k].name + " output '" + outputs[i].first + "': " + c.message);
+    }
+  }
+  session.wait_for_compiles();
+  std::sort(ms.begin(), ms.end());
+  const double median = ms.empty() ? 0 : ms[ms.size() / 2];
+  const int compiles = published_versions(session) - before;
+  std::printf("round %lld: %zu calls, median %.3f ms, %d versions published, %s\n", (long long)round, ms.size(), median,
+              compiles, mismatches.empty() ? "outputs match" : "OUTPUTS DIFFER");
+  for (const Json& m : mismatches) std::printf("  %s\n", m.get<std::string>().c_str());
+  return {{"round", round}, {"calls", int64_t(ms.size())}, {"compiles", compiles}, {"median_ms", median},
+          {"all_match", mismatches.empty()}, {"mismatches", mismatches}};
+}
+
+void check_input_sets_args(const ParsedArgs& args) {
+  if (!args.get("--input-sets")) {
+    if (args.get("--rounds")) throw UsageError{"--rounds goes through --input-sets: give the folder"};
+    return;
+  }
+  for (const char* other : {"--input", "--random-inputs", "--dim", "--shapes", "--repeat", "--serve", "--expect", "--warm"})
+    if (args.has(other))
+      throw UsageError{std::string("--input-sets gives every call's inputs and expected outputs: no ") + other};
+}
+
 }  // namespace
 
 int cmd_run(const ParsedArgs& args) {
@@ -188,6 +253,9 @@ int cmd_run(const ParsedArgs& args) {
   if (args.get("--output-format") && output_dir.empty()) throw UsageError{"--output-format needs --output-dir"};
   if (!dims.empty() && !random) throw UsageError{"--dim sets the random inputs' dims: it needs --random-inputs"};
   if (args.has("--serve") && args.get("--repeat")) throw UsageError{"--serve reads its counts of calls from stdin: no --repeat"};
+  check_input_sets_args(args);
+  const std::string sets_dir = args.get("--input-sets").value_or("");
+  const int64_t rounds = args.get("--rounds") ? parse_positive("--rounds", *args.get("--rounds")) : 1;
   Options options = Options::from_env();
   bool asked = tier_from_env();
   if (auto t = args.get("--tier")) options.max_tier = parse_tier(*t), asked = true;
@@ -200,7 +268,10 @@ int cmd_run(const ParsedArgs& args) {
   const InputShapes shapes = parse_shapes(args, graph);
   if (!shapes.empty() && !random) throw UsageError{"--shapes sets the random inputs' shapes: it needs --random-inputs"};
   check_expect_names(graph, expect_files);
-  const NamedTensors inputs = run_inputs(graph, random, dims, shapes, input_files(args, graph));
+  const std::vector<conformance::DataSet> sets =
+      sets_dir.empty() ? std::vector<conformance::DataSet>() : conformance::load_data_sets(graph, sets_dir);
+  const std::vector<NamedTensors> each_set = set_inputs(graph, sets);
+  const NamedTensors inputs = sets.empty() ? run_inputs(graph, random, dims, shapes, input_files(args, graph)) : each_set[0];
   for (auto& [name, t] : inputs)
     log(LogLevel::Trace, "run: input ", name, ": ", dtype_name(t.dtype()), shape_str(t.shape()));
 
@@ -212,8 +283,8 @@ int cmd_run(const ParsedArgs& args) {
   }
   std::vector<std::string> ran;  // every tier any call ran on, lowest first
   const bool serve = args.has("--serve");
-  auto call = [&] {
-    outputs = session->run(inputs);
+  auto call_with = [&](const NamedTensors& in) {
+    outputs = session->run(in);
     CallRecord r = session->last_call();
     for (auto& t : r.tiers)
       if (std::find(ran.begin(), ran.end(), t) == ran.end()) ran.push_back(t);
@@ -222,8 +293,15 @@ int cmd_run(const ParsedArgs& args) {
     log(LogLevel::Trace, "run: call ", r.index, " took ", r.ms, " ms on ", tiers);
     if (!quiet && !serve) std::printf("call %3lld  %10.3f ms  [%s]\n", (long long)r.index, r.ms, tiers.c_str());
   };
+  auto call = [&] { call_with(inputs); };
   if (serve) serve_calls(call);
-  for (int64_t c = 0; c < (serve ? 0 : repeat); ++c) call();
+  Json round_results = Json::array();
+  bool sets_match = true;
+  for (int64_t r = 1; r <= (sets.empty() ? 0 : rounds); ++r) {
+    round_results.push_back(run_round(*session, sets, each_set, r, call_with, outputs));
+    sets_match = sets_match && round_results.back()["all_match"].get<bool>();
+  }
+  for (int64_t c = 0; c < (serve || !sets.empty() ? 0 : repeat); ++c) call();
   if (!quiet) std::fputs(session->report().c_str(), stdout);
   if (!options.profile_file.empty()) {
     session->wait_for_compiles();  // their spans end in the trace
@@ -236,7 +314,7 @@ int cmd_run(const ParsedArgs& args) {
   print_tiers(options.max_tier, ran);
 
   Json checks = Json::array();
-  const bool ok = check_outputs(expect_files, outputs, checks);
+  const bool ok = check_outputs(expect_files, outputs, checks) && sets_match;
 
   if (!output_dir.empty()) write_output_files(output_dir, outputs, output_format);
   if (!json_path.empty()) {
@@ -247,6 +325,7 @@ int cmd_run(const ParsedArgs& args) {
     j["warm_calls"] = warm;
     j["outputs"] = outputs_json(outputs);
     j["checks"] = checks;
+    if (!sets.empty()) j["rounds"] = round_results;
     j["report"] = Json::parse(session->report_json());
     j["passed"] = ok;
     write_json_file(json_path, j);

@@ -314,6 +314,18 @@ std::optional<std::string> first_mismatch(const Graph& g, const std::vector<RVal
 
 }  // namespace
 
+std::vector<DataSet> load_data_sets(const Graph& g, const std::string& dir) {
+  TERRACE_CHECK(fs::is_directory(dir), InvalidArgument, "'", dir, "' is not a folder of test_data_set_N folders");
+  std::vector<DataSet> sets;
+  for (const fs::path& set : numbered_entries(dir, "test_data_set_", "")) {
+    if (!fs::is_directory(set)) continue;
+    sets.push_back({set.filename().string(), load_values(g, g.inputs, set, "input"), {}});
+    if (!numbered_entries(set, "output_", ".pb").empty()) sets.back().outputs = load_values(g, g.outputs, set, "output");
+  }
+  TERRACE_CHECK(!sets.empty(), InvalidArgument, "'", dir, "' holds no test_data_set_N folder");
+  return sets;
+}
+
 TestResult run_test(const TestCase& test, Tier tier, const Tolerance& tol) {
   auto t0 = std::chrono::steady_clock::now();
   TestResult r;

@@ -37,6 +37,16 @@ struct TestResult {
   double ms = 0;
 };
 
+// One test_data_set_N folder: the graph's inputs and, where it has output files, the expected
+// outputs (empty where none), read as the graph declares their kinds.
+struct DataSet {
+  std::string name;  // "test_data_set_0"
+  std::vector<RValue> inputs, outputs;
+};
+// The data sets of `dir` (test_data_set_N folders, in N order); InvalidArgument when there are
+// none or a file does not fit the graph.
+std::vector<DataSet> load_data_sets(const Graph& g, const std::string& dir);
+
 // ONNX's backend test runner compares floats with numpy's assert_allclose(rtol=1e-3, atol=1e-7);
 // the harness judges every tier against ONNX's data with it (Tolerance::for_dtype, ARCHITECTURE.md, is for a
 // compiled tier against the interpreter).

@@ -411,6 +411,42 @@ TEST(CliUsage, run_bench_and_conformance_end_with_passed_or_failed) {
   EXPECT_EQ(conf.last_line(), "&&&& PASSED terrace conformance " + kRelu) << show(conf);
 }
 
+// --input-sets: a call per test_data_set_N, round after round, each set's outputs checked.
+TEST(CliUsage, run_goes_through_input_sets_in_rounds_and_checks_each_output) {
+  if (!have_test_data()) GTEST_SKIP() << "libonnx-testdata is not installed";
+  const fs::path good = scratch() / "sets_good", bad = scratch() / "sets_bad";
+  for (const fs::path& d : {good, bad}) {
+    fs::remove_all(d);
+    for (const char* set : {"test_data_set_0", "test_data_set_1"})
+      fs::create_directories(d / set),
+          fs::copy(kRelu + "/test_data_set_0", d / set, fs::copy_options::overwrite_existing | fs::copy_options::recursive);
+  }
+  // Relu of x is not x: this set's expected output is wrong.
+  fs::copy_file(bad / "test_data_set_1" / "input_0.pb", bad / "test_data_set_1" / "output_0.pb",
+                fs::copy_options::overwrite_existing);
+  const fs::path json = scratch() / "rounds.json";
+  Result ok = terrace("run " + kRelu + " --tier cpu --input-sets " + good.string() + " --rounds 3 --quiet --json " +
+                      json.string());
+  ASSERT_EQ(ok.code, 0) << show(ok);
+  EXPECT_NE(ok.out.find("round 3: 2 calls"), std::string::npos) << show(ok);
+  const nlohmann::json j = nlohmann::json::parse(slurp(json));
+  ASSERT_EQ(j["rounds"].size(), 3u) << j.dump();
+  for (const auto& r : j["rounds"]) {
+    EXPECT_EQ(r["calls"], 2) << r.dump();
+    EXPECT_TRUE(r["all_match"].get<bool>()) << r.dump();
+  }
+  EXPECT_EQ(j["rounds"][2]["compiles"], 0) << j.dump();  // settled by the third round
+  Result differs = terrace("run " + kRelu + " --input-sets " + bad.string() + " --json " + json.string());
+  EXPECT_EQ(differs.code, 1) << show(differs);
+  EXPECT_NE(differs.out.find("test_data_set_1 output 'y'"), std::string::npos) << show(differs);
+  EXPECT_FALSE(nlohmann::json::parse(slurp(json))["rounds"][0]["all_match"].get<bool>());
+  EXPECT_EQ(terrace("run " + kRelu + " --random-inputs --rounds 2").code, 2);
+  Result both = terrace("run " + kRelu + " --input-sets " + good.string() + " --random-inputs");
+  EXPECT_EQ(both.code, 2) << show(both);
+  EXPECT_NE(both.err.find("no --random-inputs"), std::string::npos) << show(both);
+  EXPECT_EQ(terrace("run " + kRelu + " --input-sets " + (scratch() / "no_such_sets").string()).code, 1);
+}
+
 TEST(CliUsage, run_writes_its_outputs_as_tensor_protos) {
   if (!have_test_data()) GTEST_SKIP() << "libonnx-testdata is not installed";
   fs::path dir = scratch() / "outputs" / "nested";
