@@ -337,7 +337,10 @@ void CallPlans::credit(CallPlan& plan) {
   const int64_t calls = plan.uncredited.exchange(0);
   if (calls == 0) return;
   for (const PlanStep& ps : plan.steps)
-    if (ps.kind == PlanStep::Kind::Region) tiers_.credit(ps.index, calls, ps.ms);
+    if (ps.kind == PlanStep::Kind::Region) {
+      tiers_.credit(ps.index, calls, ps.ms);
+      ps.version->calls.fetch_add(calls);
+    }
 }
 
 void CallPlans::credit_all() {

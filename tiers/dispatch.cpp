@@ -94,6 +94,7 @@ TierManager::Core::Attempt TierManager::Core::try_versions(RegionState& st, Fram
       a.out = v->code->run(in, tally);
       a.run_ms = ms_since(t0);
       a.served = v;
+      v->calls.fetch_add(1);
       if (Trace* t = options_.trace.get(); t && device)
         t->counter("transfer", "host<->device transfers, region " + std::to_string(region.id), "tensors",
                    double(v->code->transfers.load()));

@@ -371,7 +371,12 @@ std::string Session::report_json() const {
         .field("promoted_at_call", r.promoted_at_call).field("deopts", r.deopts)
         .field("guard_failures", r.guard_failures).field("validation", r.validation)
         .field("transfers", r.transfers).field("device_ms", r.device_ms).field("climb", r.climb)
-        .field("rechecks", r.rechecks).field("versions", r.versions).end_object();
+        .field("rechecks", r.rechecks).field("version_count", r.versions);
+    j.key("versions").begin_array();
+    for (const RegionReport::VersionInfo& v : r.version_list)
+      j.begin_object().field("tier", std::string(tier_name(v.tier))).field("kind", v.kind).field("signature", v.signature)
+          .field("guards", v.guards).field("calls", v.calls).field("demoted", v.demoted).end_object();
+    j.end_array().end_object();
   }
   j.end_array();
   j.key("plans").begin_array();

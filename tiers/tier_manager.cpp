@@ -257,6 +257,8 @@ std::vector<RegionReport> TierManager::Core::report() const {
         r.tier = std::max(r.tier, v->tier);
         ++r.versions;
       }
+      r.version_list.push_back({v->tier, "static", v->signature.str(), v->guards.describe(), v->calls.load(),
+                                v->demoted.load()});
     }
     r.climb = st.climb;
     if (r.tier == Tier::Interp && st.validation == V::Pending && st.compiling.empty()) r.validation = "off";

@@ -34,6 +34,7 @@ struct Version {
   std::atomic<int> validations_left{0};
   std::atomic<bool> demoted{false};
   bool device = false;  // its tier's Backend::device_resident
+  std::atomic<int64_t> calls{0};  // calls it served (through dispatch or a call plan)
 };
 
 // What the report says about a region (a snapshot).
@@ -50,7 +51,16 @@ struct RegionReport {
   std::string validation = "off";           // "passed", "failed: ...", "pending", "off"
   int64_t rechecks = 0;                     // later calls re-checked in the background
   std::string state;                        // "interpreting", "compiling", "compiled", "stopped: ..."
-  int versions = 0;
+  int versions = 0;  // published and not demoted
+  // Every version published, demoted ones too: static (one exact signature) for now.
+  struct VersionInfo {
+    Tier tier = Tier::Cpu;
+    std::string kind = "static";
+    std::string signature, guards;
+    int64_t calls = 0;
+    bool demoted = false;
+  };
+  std::vector<VersionInfo> version_list;
   int64_t transfers = 0;  // tensors copied between host and device by the region's versions (tier 2)
   double device_ms = 0;   // the mean device time of its timed calls (CompiledRegion::device_ns), 0: none
   std::string climb;      // why a region with a compiled version is not on the next tier up ("" when it is, or none)

@@ -436,6 +436,13 @@ TEST(CliUsage, run_goes_through_input_sets_in_rounds_and_checks_each_output) {
     EXPECT_TRUE(r["all_match"].get<bool>()) << r.dump();
   }
   EXPECT_EQ(j["rounds"][2]["compiles"], 0) << j.dump();  // settled by the third round
+  // Each region lists its versions, with the calls each served.
+  const auto& versions = j["report"]["regions"][0]["versions"];
+  ASSERT_GE(versions.size(), 1u) << j["report"].dump();
+  EXPECT_EQ(versions[0]["kind"], "static");
+  EXPECT_EQ(versions[0]["tier"], "cpu");
+  EXPECT_EQ(versions[0]["signature"], "float32[3,4,5]") << versions.dump();
+  EXPECT_GE(versions[0]["calls"].get<int64_t>(), 1) << versions.dump();
   Result differs = terrace("run " + kRelu + " --input-sets " + bad.string() + " --json " + json.string());
   EXPECT_EQ(differs.code, 1) << show(differs);
   EXPECT_NE(differs.out.find("test_data_set_1 output 'y'"), std::string::npos) << show(differs);
