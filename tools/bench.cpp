@@ -2,6 +2,7 @@
 #include "tools/bench.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -91,8 +92,24 @@ void call_concurrently(int64_t threads, const std::function<bool(int64_t)>& more
 // Loads the model into a new Session (a cold start) and runs it `calls` times (or for
 // `duration_s` seconds, when above 0) from spec.concurrency threads; then, while fewer than
 // `steady_calls` of them are steady (or a compile is in flight), more, for at most 5 minutes.
+// Versions published over the session's regions so far.
+int published_versions(const Session& session) {
+  int n = 0;
+  for (const RegionReport& r : session.region_reports()) n += r.versions;
+  return n;
+}
+
+// The mismatches of `got` against a set's expected outputs.
+void check_set(const BenchSpec::InputSet& set, const NamedTensors& got, std::vector<std::string>& out) {
+  for (const auto& [name, want] : set.expected)
+    for (const auto& [n, t] : got)
+      if (n == name)
+        if (Comparison c = compare_tensors(want, t, Tolerance::for_dtype(want.dtype())); !c.equal)
+          out.push_back(set.name + " output '" + name + "': " + c.message);
+}
+
 TimedRun timed_run(const BenchSpec& spec, Options options, int64_t calls, int64_t steady_calls,
-                   NamedTensors& inputs, double duration_s = 0) {
+                   NamedTensors& inputs, double duration_s = 0, bool cycle_sets = false) {
   TimedRun run;
   if (options.validate == ValidateMode::First) run.validate_calls = options.validate_calls;
   auto t0 = std::chrono::steady_clock::now();
@@ -117,11 +134,33 @@ TimedRun timed_run(const BenchSpec& spec, Options options, int64_t calls, int64_
     for (const auto& [name, t] : inputs) bound.push_back({name, session->to_device(t)});
     io.outputs_on_device = true;
   }
-  auto call = [&] { return device_io ? session->run(bound, io) : session->run(inputs); };
+  // --input-sets: call k runs set k mod n; its round is k / n.
+  const size_t n_sets = cycle_sets ? spec.input_sets.size() : 0;
+  std::atomic<int64_t> next_set{0};
+  std::mutex sets_mu;
+  if (n_sets) run.rounds.resize(size_t(spec.rounds));
+  auto call = [&] {
+    if (!n_sets) return device_io ? session->run(bound, io) : session->run(inputs);
+    const int64_t k = next_set.fetch_add(1);
+    const BenchSpec::InputSet& set = spec.input_sets[size_t(k) % n_sets];
+    NamedTensors out = session->run(set.inputs);
+    std::vector<std::string> wrong;
+    check_set(set, out, wrong);
+    std::lock_guard<std::mutex> lock(sets_mu);
+    RoundStats& round = run.rounds[std::min(size_t(k) / n_sets, run.rounds.size() - 1)];
+    round.mismatches.insert(round.mismatches.end(), wrong.begin(), wrong.end());
+    return out;
+  };
+  int versions_before = 0;
   auto done = [&](NamedTensors& out) {
     run.outputs = std::move(out);
     run.done_at_ms.push_back(ms_since(start));
     if (options.max_tier != Tier::Interp) update_regions(run.regions, *session, c);
+    if (n_sets && size_t(c + 1) % n_sets == 0 && size_t(c + 1) / n_sets <= run.rounds.size()) {
+      const int now = published_versions(*session);  // the round's last call has ended
+      run.rounds[size_t(c + 1) / n_sets - 1].compiles = now - versions_before;
+      versions_before = now;
+    }
     char last[48];
     std::snprintf(last, sizeof last, "last call %.3f ms", session->last_call().ms);
     progress.update(++c, last);
@@ -265,7 +304,8 @@ Json stats_json(const Stats& s) {
 }  // namespace
 
 bool BenchResult::passed() const {
-  return std::all_of(checks.begin(), checks.end(), [](auto& c) { return c.result.equal; });
+  return std::all_of(checks.begin(), checks.end(), [](auto& c) { return c.result.equal; }) &&
+         std::all_of(run.rounds.begin(), run.rounds.end(), [](auto& r) { return r.mismatches.empty(); });
 }
 
 BenchResult run_bench(const BenchSpec& spec_in) {
@@ -273,7 +313,22 @@ BenchResult run_bench(const BenchSpec& spec_in) {
   if (spec.baseline_calls < 0) spec.baseline_calls = std::min<int64_t>(spec.calls, 20);
   BenchResult r;
   NamedTensors& inputs = r.inputs;
-  r.run = timed_run(spec, spec.options, spec.calls, spec.steady_calls, inputs, spec.duration_s);
+  const bool sets = !spec.input_sets.empty();
+  if (sets) {
+    inputs = spec.input_sets.back().inputs;  // the baseline's, and the last call's
+    spec.calls = spec.rounds * int64_t(spec.input_sets.size());
+    spec.steady_calls = 0;
+    spec.duration_s = 0;
+  }
+  r.run = timed_run(spec, spec.options, spec.calls, spec.steady_calls, inputs, spec.duration_s, sets);
+  for (size_t k = 0; k < r.run.rounds.size(); ++k) {
+    std::vector<double> ms;
+    for (const CallRecord& c : r.run.calls)
+      if (size_t(c.index) / spec.input_sets.size() == k) ms.push_back(c.ms);
+    std::sort(ms.begin(), ms.end());
+    r.run.rounds[k].calls = int64_t(ms.size());
+    r.run.rounds[k].median_ms = ms.empty() ? 0 : ms[ms.size() / 2];
+  }
 #if defined(__GLIBC__)
   // The tiered session is gone: its freed heap goes back to the system before the baseline's
   // session loads, so that the process's peak RSS (process_peak_rss_mb) is one session's, not
@@ -356,6 +411,17 @@ std::string bench_json(const BenchSpec& spec, const BenchResult& r) {
     j["checks"].push_back({{"output", c.output}, {"against", c.against}, {"equal", c.result.equal},
                            {"max_abs_err", c.result.max_abs_err}, {"max_rel_err", c.result.max_rel_err},
                            {"message", c.result.message}});
+  if (!run.rounds.empty()) {
+    j["rounds"] = Json::array();
+    for (size_t k = 0; k < run.rounds.size(); ++k) {
+      const RoundStats& rs = run.rounds[k];
+      Json mismatches(std::vector<std::string>(rs.mismatches.begin(),
+                                               rs.mismatches.begin() + std::min<ptrdiff_t>(10, ptrdiff_t(rs.mismatches.size()))));
+      j["rounds"].push_back({{"round", int64_t(k + 1)}, {"calls", rs.calls}, {"compiles", rs.compiles},
+                             {"median_ms", rs.median_ms}, {"all_match", rs.mismatches.empty()},
+                             {"mismatches", mismatches}});
+    }
+  }
   j["report"] = Json::parse(run.report_json);
   return json_text(j);
 }

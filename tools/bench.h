@@ -28,6 +28,23 @@ struct BenchSpec {
   // The inputs of every call, made once the model is loaded (from its graph).
   std::function<NamedTensors(const Graph&)> inputs;
   std::vector<std::pair<std::string, std::string>> expect_files;  // {output, .npy or .pb file}
+  // Varying traffic (--input-sets): the calls cycle through these sets, `rounds` times over (calls
+  // = rounds x sets), each call's outputs checked against its set's expected ones where it has
+  // them; the interpreter baseline runs the last set.
+  struct InputSet {
+    std::string name;
+    NamedTensors inputs, expected;
+  };
+  std::vector<InputSet> input_sets;
+  int64_t rounds = 1;
+};
+
+// One round through BenchSpec::input_sets.
+struct RoundStats {
+  int64_t calls = 0;
+  int compiles = 0;  // versions published while its calls ran
+  double median_ms = 0;
+  std::vector<std::string> mismatches;  // "<set> output '<name>': <why>"
 };
 
 // A region as the benchmark sees it: from Session::region_reports, plus the first call that could
@@ -51,6 +68,7 @@ struct TimedRun {
   int validate_calls = 0;  // shadow-validated calls after each promotion
   double peak_mb = -1;     // the process's peak RSS when the run ended (peak_rss_mb)
   std::vector<double> done_at_ms;  // when each call ended (from the first call's start), in the order they ended
+  std::vector<RoundStats> rounds;  // BenchSpec::input_sets' rounds
 };
 
 struct Stats {

@@ -8,6 +8,7 @@
 
 #include "tools/bench.h"
 #include "tools/cli_util.h"
+#include "tools/conformance.h"
 #include "tools/data_files.h"
 #include "tools/tensor_files.h"
 
@@ -89,6 +90,26 @@ NamedTensors bench_inputs(const Graph& graph, const BenchArgs& b) {
     it->second = t;
   }
   return inputs;
+}
+
+// --input-sets: DIR's data sets as named tensors (inputs, and the expected outputs they have).
+std::vector<BenchSpec::InputSet> input_sets(const Graph& graph, const std::string& dir) {
+  std::vector<BenchSpec::InputSet> out;
+  for (const conformance::DataSet& set : conformance::load_data_sets(graph, dir)) {
+    BenchSpec::InputSet s{set.name, {}, {}};
+    auto add = [&](const std::vector<RValue>& values, const std::vector<int>& ids, NamedTensors& to) {
+      for (size_t i = 0; i < values.size(); ++i) {
+        const std::string& name = graph.values[size_t(ids[i])].name;
+        if (values[i].kind != ValueKind::Tensor)
+          throw UsageError{"--input-sets: " + set.name + "'s '" + name + "' is a sequence or optional; bench takes tensors"};
+        if (values[i].tensor.defined()) to.emplace_back(name, values[i].tensor);
+      }
+    };
+    add(set.inputs, graph.inputs, s.inputs);
+    add(set.outputs, graph.outputs, s.expected);
+    out.push_back(std::move(s));
+  }
+  return out;
 }
 
 void print_timeline(const TimedRun& run) {
@@ -178,12 +199,15 @@ const CommandDef kBenchCommand{
         kThreadsOption,
         kShapesOption,
         {"--dim", "SYM=N", "the symbolic dim SYM of the random inputs (default 1; --batch N is --dim batch=N)", true},
+        {"--input-sets", "DIR", "varying traffic: the calls cycle through DIR's test_data_set_N folders (ONNX's test-data layout), each call's outputs checked where its folder has them; the baseline runs the last"},
+        {"--rounds", "N", "with --input-sets: go through the sets N times (the calls: N x sets; default 1); each round's calls, median, compiles and checks are printed and in the JSON's rounds"},
     },
     1,
     1,
     "MODEL",
-    "The last call's outputs are checked against the interpreter baseline's and the --expect files;\n"
-    "the last line is `&&&& PASSED ...` or `&&&& FAILED ...`.\n",
+    "The last call's outputs are checked against the interpreter baseline's and the --expect files\n"
+    "(with --input-sets, every call's against its set's); the last line is `&&&& PASSED ...` or\n"
+    "`&&&& FAILED ...`.\n",
 };
 
 int cmd_bench(const ParsedArgs& args) {
@@ -199,7 +223,23 @@ int cmd_bench(const ParsedArgs& args) {
   spec.device_io = b.device_io;
   spec.expect_files = b.expect_files;
   spec.inputs = [&](const Graph& graph) { return bench_inputs(graph, b); };
+  if (auto dir = args.get("--input-sets")) {
+    for (const char* other : {"--input", "--dim", "--shapes", "--batch", "--calls", "--duration", "--steady-calls",
+                              "--device-io", "--expect"})
+      if (args.has(other))
+        throw UsageError{std::string("--input-sets gives every call's inputs and expected outputs: no ") + other};
+    spec.input_sets = input_sets(*spec.model.graph(), *dir);
+    if (auto n = args.get("--rounds")) spec.rounds = parse_positive("--rounds", *n);
+  } else if (args.has("--rounds")) {
+    throw UsageError{"--rounds goes through --input-sets: give the folder"};
+  }
   const BenchResult r = run_bench(spec);
+  for (size_t k = 0; k < r.run.rounds.size(); ++k) {
+    const RoundStats& rs = r.run.rounds[k];
+    std::printf("round %zu: %lld calls, median %.3f ms, %d versions published, %s\n", k + 1, (long long)rs.calls,
+                rs.median_ms, rs.compiles, rs.mismatches.empty() ? "outputs match" : "OUTPUTS DIFFER");
+    for (size_t m = 0; m < rs.mismatches.size() && m < 5; ++m) std::printf("  %s\n", rs.mismatches[m].c_str());
+  }
   for (const Check& c : r.checks)
     if (!c.line.empty()) std::printf("%s\n", c.line.c_str());
 

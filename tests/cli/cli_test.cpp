@@ -452,6 +452,18 @@ TEST(CliUsage, run_goes_through_input_sets_in_rounds_and_checks_each_output) {
   EXPECT_EQ(both.code, 2) << show(both);
   EXPECT_NE(both.err.find("no --random-inputs"), std::string::npos) << show(both);
   EXPECT_EQ(terrace("run " + kRelu + " --input-sets " + (scratch() / "no_such_sets").string()).code, 1);
+  // bench cycles through them too, every call checked.
+  Result bench = terrace("bench " + kRelu + " --tier cpu --input-sets " + good.string() +
+                         " --rounds 2 --quiet --json " + json.string());
+  ASSERT_EQ(bench.code, 0) << show(bench);
+  const nlohmann::json bj = nlohmann::json::parse(slurp(json));
+  ASSERT_EQ(bj["rounds"].size(), 2u) << bj.dump();
+  EXPECT_EQ(bj["rounds"][1]["calls"], 2);
+  EXPECT_EQ(bj["calls"].size(), 4u);
+  Result bench_bad = terrace("bench " + kRelu + " --tier cpu --input-sets " + bad.string() + " --quiet");
+  EXPECT_EQ(bench_bad.code, 1) << show(bench_bad);
+  EXPECT_NE(bench_bad.out.find("OUTPUTS DIFFER"), std::string::npos) << show(bench_bad);
+  EXPECT_EQ(terrace("bench " + kRelu + " --input-sets " + good.string() + " --calls 3").code, 2);
 }
 
 TEST(CliUsage, run_writes_its_outputs_as_tensor_protos) {
