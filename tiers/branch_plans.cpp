@@ -1,0 +1,190 @@
+// BranchPlans (tiers/branch_plans.h): an If's branch as a plan of regions behind its condition.
+#include "tiers/branch_plans.h"
+
+#include <atomic>
+#include <mutex>
+
+#include "interp/cancel.h"
+#include "interp/omp_threads.h"
+#include "tiers/ladder.h"
+#include "tiers/passes/pipeline.h"
+#include "tiers/trace.h"
+
+namespace terrace {
+
+struct BranchPlans::Branch {
+  std::string where;  // "then_branch of If 'x'", with the enclosing branches after it
+  std::string guard;  // "If 'x': condition true"
+  std::shared_ptr<const Graph> graph;  // the branch, sharing ownership of the session's graph
+  // What runs: the branch after the graph passes (Options::optimize), as the session's graph is:
+  // an exporter's Slices and Concats of constant LSTM weights fold, so the weights are laid out once.
+  std::shared_ptr<const Graph> optimized;
+  std::once_flag made;
+  Plan plan;
+  std::vector<int> last_use;            // per value: the last step reading it
+  std::unique_ptr<TierManager> tiers;   // null: no region (the interpreter runs the branch)
+  mutable std::atomic<int64_t> runs{0};  // the tier manager's call index
+  std::atomic<bool> ready{false};        // made: plan and tiers are set, for report() and wait_idle()
+};
+
+namespace {
+
+// Each If of `g` (and of its subgraphs), its branches named after where they sit.
+void find_branches(const Graph& g, const std::shared_ptr<const Graph>& owner, const std::string& outer,
+                   std::vector<std::unique_ptr<BranchPlans::Branch>>& out);
+
+}  // namespace
+
+BranchPlans::BranchPlans(std::shared_ptr<const Graph> graph, const Options& options)
+    : graph_(std::move(graph)), options_(options) {
+  if (!options_.compile_branches || options_.max_tier == Tier::Interp) return;
+  find_branches(*graph_, graph_, "", order_);
+  for (const auto& b : order_) by_body_[b->graph.get()] = b.get();
+}
+
+// The tier managers go first: a compile they abandon holds the graph, which graph_ keeps alive.
+BranchPlans::~BranchPlans() {
+  for (auto& b : order_) b->tiers.reset();
+}
+
+namespace {
+
+void find_branches(const Graph& g, const std::shared_ptr<const Graph>& owner, const std::string& outer,
+                   std::vector<std::unique_ptr<BranchPlans::Branch>>& out) {
+  for (const Node& node : g.nodes)
+    for (const auto& [name, attr] : node.attrs) {
+      if (!attr.g) continue;  // Loop and Scan bodies are searched for Ifs, not planned themselves
+      const std::string where = name + " of " + node.describe() + outer;
+      if (node.op == Op::If) {
+        auto b = std::make_unique<BranchPlans::Branch>();
+        b->where = where;
+        b->guard = node.describe() + ": condition " + (name == "then_branch" ? "true" : "false");
+        b->graph = std::shared_ptr<const Graph>(owner, attr.g.get());
+        out.push_back(std::move(b));
+      }
+      find_branches(*attr.g, owner, " in " + where, out);
+    }
+}
+
+// Before the interpreter runs `node` inside a branch: the device values it may read, on the host
+// (a node with subgraphs reads any value by name). Only tier 2 leaves values on a device.
+void inputs_to_host(Frame& frame, const Node& node) {
+  auto fetch = [&](int v) {
+    RValue& rv = frame.env[size_t(v)];
+    if (rv.kind == ValueKind::Tensor && rv.tensor.on_device()) rv = RValue(rv.tensor.to_host());
+  };
+  if (!node.subgraphs().empty())
+    for (size_t v = 0; v < frame.env.size(); ++v) fetch(int(v));
+  for (int v : node.inputs)
+    if (v >= 0) fetch(v);
+}
+
+// `body` with the values it captures that are initializers where `parent`'s chain defines them
+// (the weights of the enclosing graph) as initializers of its own: constants to the graph passes,
+// which fold what the branch computes from them alone.
+std::shared_ptr<Graph> with_captured_constants(const Graph& body, const Frame& parent) {
+  auto g = std::make_shared<Graph>(body);  // tensors share storage: a copy of the structure only
+  std::vector<int> captures;
+  for (int id : g->captures) {
+    const std::string& name = g->values[size_t(id)].name;
+    const Tensor* constant = nullptr;
+    for (const Frame* f = &parent; f; f = f->parent) {  // the scope Frame::lookup resolves
+      const int v = f->graph->find_value(name);
+      if (v < 0 || !f->env[size_t(v)].defined()) continue;
+      if (auto it = f->graph->initializers.find(v); it != f->graph->initializers.end()) constant = &it->second;
+      break;
+    }
+    if (!constant) {
+      captures.push_back(id);
+      continue;
+    }
+    g->initializers[id] = *constant;
+    g->values[size_t(id)].info.dtype = constant->dtype();
+    g->values[size_t(id)].info.shape = constant->shape();
+  }
+  g->captures = std::move(captures);
+  return g;
+}
+
+}  // namespace
+
+BranchPlans::Branch& BranchPlans::made(Branch& b, const Frame& parent) const {
+  std::call_once(b.made, [&] {
+    std::vector<std::unique_ptr<Backend>> ladder = make_ladder(options_);
+    if (ladder.empty()) return;
+    {
+      ScopedOmpThreads threads(options_.interp_threads);  // constant folding runs the interpreter
+      b.optimized = optimize_graph(with_captured_constants(*b.graph, parent), options_.optimize,
+                                   pass_config_for(ladder, options_));
+    }
+    const Graph& g = *b.optimized;
+    b.plan = partition_for(g, ladder, options_);
+    if (b.plan.regions.empty()) return;
+    std::vector<int> step_of_node(g.nodes.size(), 0);
+    for (size_t s = 0; s < b.plan.steps.size(); ++s) {
+      const Step& step = b.plan.steps[s];
+      if (step.region < 0) step_of_node[size_t(step.node)] = int(s);
+      else
+        for (int n : b.plan.regions[size_t(step.region)].nodes) step_of_node[size_t(n)] = int(s);
+    }
+    b.last_use = last_use_positions(g, step_of_node);
+    b.tiers = std::make_unique<TierManager>(b.optimized, b.plan, options_, std::move(ladder));
+    b.ready.store(true, std::memory_order_release);
+  });
+  return b;
+}
+
+std::optional<std::vector<RValue>> BranchPlans::run(const Graph& body, std::vector<RValue>& inputs,
+                                                    const Frame& parent) const {
+  auto it = by_body_.find(&body);
+  if (it == by_body_.end()) return std::nullopt;
+  Branch& b = made(*it->second, parent);
+  if (!b.tiers) return std::nullopt;
+  const int64_t call = b.runs.fetch_add(1);
+  const Graph& g = *b.optimized;
+  Frame frame = make_frame(g, std::move(inputs), &parent);  // inherits this runner for nested Ifs
+  Trace* const trace = options_.trace.get();
+  for (size_t s = 0; s < b.plan.steps.size(); ++s) {
+    const Step& step = b.plan.steps[s];
+    check_cancelled();
+    if (step.region < 0) {
+      TraceSpan span(trace, "node", "interp node", step.node);
+      inputs_to_host(frame, g.nodes[size_t(step.node)]);
+      run_node(frame, step.node);
+      release_dead_inputs(frame, step.node, int(s), b.last_use);
+      continue;
+    }
+    TraceSpan span(trace, "region", "branch region", step.region);
+    const Tier tier = b.tiers->execute(step.region, frame, call).tier;
+    if (trace) {
+      span.arg("branch", b.where);
+      span.arg("tier", tier_name(tier));
+    }
+    for (int n : b.plan.regions[size_t(step.region)].nodes) release_dead_inputs(frame, n, int(s), b.last_use);
+  }
+  std::vector<RValue> out = frame_outputs(frame);
+  for (RValue& rv : out)  // the If's reader may be the interpreter (a Loop reading its condition)
+    if (rv.kind == ValueKind::Tensor && rv.tensor.on_device()) rv = RValue(rv.tensor.to_host());
+  return out;
+}
+
+std::vector<RegionReport> BranchPlans::report(int first_id) const {
+  std::vector<RegionReport> out;
+  for (const auto& b : order_) {
+    if (!b->ready.load(std::memory_order_acquire)) continue;  // not run yet, or without regions
+    for (RegionReport r : b->tiers->report()) {
+      r.id = first_id++;
+      r.subgraph = b->where;
+      r.guard = b->guard;
+      out.push_back(std::move(r));
+    }
+  }
+  return out;
+}
+
+void BranchPlans::wait_idle() const {
+  for (const auto& b : order_)
+    if (b->ready.load(std::memory_order_acquire)) b->tiers->wait_idle();
+}
+
+}  // namespace terrace
