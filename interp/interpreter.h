@@ -10,8 +10,8 @@ namespace terrace {
 
 struct Frame;
 
-// Runs the bodies of control-flow ops (an If's branches) in place of interpret(): tiers/ runs a
-// body as a plan of compiled regions of its own (tiers/branch_plans.h). The interpreter stays the
+// Runs the bodies of control-flow ops (If, Loop, Scan) in place of interpret(): tiers/ runs a
+// body as a plan of compiled regions of its own (tiers/body_plans.h). The interpreter stays the
 // specification: whatever runs a body must compute what interpret() would.
 class SubgraphRunner {
  public:

@@ -20,7 +20,7 @@
 #include "interp/log.h"
 #include "interp/omp_threads.h"
 #include "interp/onnx_import.h"
-#include "tiers/branch_plans.h"
+#include "tiers/body_plans.h"
 #include "tiers/call_plan.h"
 #include "tiers/graph_breaks.h"
 #include "tiers/input_check.h"
@@ -40,7 +40,7 @@ struct Session::Impl {
   std::vector<int> step_of_node;
   std::unique_ptr<TierManager> tiers;
   std::unique_ptr<CallPlans> plans;  // after `tiers`: a taken plan goes before its tier's backend
-  std::unique_ptr<BranchPlans> branches;  // the If branches' own plans (tiers/branch_plans.h)
+  std::unique_ptr<BodyPlans> bodies;  // control-flow bodies' own plans (tiers/body_plans.h)
   mutable std::mutex mu;
   std::vector<CallRecord> calls;
   std::atomic<int64_t> last_trim_ns{0};  // steady_clock time of the last release_free_heap
@@ -87,7 +87,7 @@ Session::Session(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Session::~Session() {
   impl_->plans.reset();  // a taken plan holds its tier's device memory
   if (!impl_->options.trace) return;
-  impl_->branches.reset();  // their compiles end (or are abandoned) before the trace is written
+  impl_->bodies.reset();  // their compiles end (or are abandoned) before the trace is written
   impl_->tiers.reset();
   try {
     impl_->options.trace->write();
@@ -128,7 +128,7 @@ std::unique_ptr<Session> Session::from_graph(std::shared_ptr<const Graph> graph,
   check_graph_breaks(g, impl->plan, options);  // the graph_breaks log topic; Options::strict
   impl->tiers = std::make_unique<TierManager>(impl->graph, impl->plan, options, std::move(ladder));
   impl->plans = std::make_unique<CallPlans>(g, impl->plan, impl->last_use, *impl->tiers, options);
-  impl->branches = std::make_unique<BranchPlans>(impl->graph, options);
+  impl->bodies = std::make_unique<BodyPlans>(impl->graph, options);
   return std::unique_ptr<Session>(new Session(std::move(impl)));
 }
 
@@ -145,7 +145,7 @@ const Options& Session::options() const { return impl_->options; }
 const Plan& Session::plan() const { return impl_->plan; }
 void Session::wait_for_compiles() {
   impl_->tiers->wait_idle();
-  impl_->branches->wait_idle();
+  impl_->bodies->wait_idle();
 }
 
 std::vector<CallRecord> Session::calls() const {
@@ -271,7 +271,7 @@ NamedTensors Session::run(const NamedTensors& inputs, const RunOptions& run_opti
       return result;
     }
   Frame frame = make_frame(g, std::move(bound), nullptr);
-  if (!im.branches->empty()) frame.bodies = im.branches.get();
+  if (!im.bodies->empty()) frame.bodies = im.bodies.get();
   size_t from = 0;
   if (plan) {
     from = im.plans->run(*plan, frame, c.device_copies, c.tally, im.options.trace.get(), c.tiers_used);
@@ -366,7 +366,7 @@ std::vector<PlanReport> Session::plan_reports() const { return impl_->plans->rep
 std::vector<RegionReport> Session::region_reports() const {
   impl_->plans->credit_all();
   std::vector<RegionReport> out = impl_->tiers->report();
-  for (RegionReport& r : impl_->branches->report(int(out.size()))) out.push_back(std::move(r));
+  for (RegionReport& r : impl_->bodies->report(int(out.size()))) out.push_back(std::move(r));
   return out;
 }
 

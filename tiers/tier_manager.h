@@ -54,9 +54,9 @@ struct RegionReport {
   int64_t transfers = 0;  // tensors copied between host and device by the region's versions (tier 2)
   double device_ms = 0;   // the mean device time of its timed calls (CompiledRegion::device_ns), 0: none
   std::string climb;      // why a region with a compiled version is not on the next tier up ("" when it is, or none)
-  // A region inside an If's branch (tiers/branch_plans.h): which branch ("then_branch of If 'x'"),
-  // and the guard its versions run behind, the condition's value ("If 'x': condition true"); ""
-  // for the graph's own regions.
+  // A region inside a control-flow body (tiers/body_plans.h): which body ("then_branch of If 'x'"),
+  // and the guard its versions run behind: the condition's value for an If's branch ("If 'x':
+  // condition true"), "Loop 'y': every iteration"; "" for the graph's own regions.
   std::string subgraph, guard;
 };
 

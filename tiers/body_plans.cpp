@@ -1,5 +1,5 @@
-// BranchPlans (tiers/branch_plans.h): an If's branch as a plan of regions behind its condition.
-#include "tiers/branch_plans.h"
+// BodyPlans (tiers/body_plans.h): a control-flow body as a plan of regions of its own.
+#include "tiers/body_plans.h"
 
 #include <atomic>
 #include <mutex>
@@ -12,61 +12,62 @@
 
 namespace terrace {
 
-struct BranchPlans::Branch {
-  std::string where;  // "then_branch of If 'x'", with the enclosing branches after it
-  std::string guard;  // "If 'x': condition true"
-  std::shared_ptr<const Graph> graph;  // the branch, sharing ownership of the session's graph
-  // What runs: the branch after the graph passes (Options::optimize), as the session's graph is:
+struct BodyPlans::Body {
+  std::string where;  // "then_branch of If 'x'", with the enclosing bodies after it
+  std::string guard;  // "If 'x': condition true", "Loop 'y': every iteration"
+  std::shared_ptr<const Graph> graph;  // the body, sharing ownership of the session's graph
+  // What runs: the body after the graph passes (Options::optimize), as the session's graph is:
   // an exporter's Slices and Concats of constant LSTM weights fold, so the weights are laid out once.
   std::shared_ptr<const Graph> optimized;
   std::once_flag made;
   Plan plan;
   std::vector<int> last_use;            // per value: the last step reading it
-  std::unique_ptr<TierManager> tiers;   // null: no region (the interpreter runs the branch)
+  std::unique_ptr<TierManager> tiers;   // null: no region (the interpreter runs the body)
   mutable std::atomic<int64_t> runs{0};  // the tier manager's call index
   std::atomic<bool> ready{false};        // made: plan and tiers are set, for report() and wait_idle()
 };
 
 namespace {
 
-// Each If of `g` (and of its subgraphs), its branches named after where they sit.
-void find_branches(const Graph& g, const std::shared_ptr<const Graph>& owner, const std::string& outer,
-                   std::vector<std::unique_ptr<BranchPlans::Branch>>& out);
+// The bodies of each If, Loop and Scan of `g` and of its bodies, named after where they sit.
+void find_bodies(const Graph& g, const std::shared_ptr<const Graph>& owner, const std::string& outer,
+                   std::vector<std::unique_ptr<BodyPlans::Body>>& out);
 
 }  // namespace
 
-BranchPlans::BranchPlans(std::shared_ptr<const Graph> graph, const Options& options)
+BodyPlans::BodyPlans(std::shared_ptr<const Graph> graph, const Options& options)
     : graph_(std::move(graph)), options_(options) {
-  if (!options_.compile_branches || options_.max_tier == Tier::Interp) return;
-  find_branches(*graph_, graph_, "", order_);
+  if (!options_.compile_bodies || options_.max_tier == Tier::Interp) return;
+  find_bodies(*graph_, graph_, "", order_);
   for (const auto& b : order_) by_body_[b->graph.get()] = b.get();
 }
 
 // The tier managers go first: a compile they abandon holds the graph, which graph_ keeps alive.
-BranchPlans::~BranchPlans() {
+BodyPlans::~BodyPlans() {
   for (auto& b : order_) b->tiers.reset();
 }
 
 namespace {
 
-void find_branches(const Graph& g, const std::shared_ptr<const Graph>& owner, const std::string& outer,
-                   std::vector<std::unique_ptr<BranchPlans::Branch>>& out) {
+void find_bodies(const Graph& g, const std::shared_ptr<const Graph>& owner, const std::string& outer,
+                   std::vector<std::unique_ptr<BodyPlans::Body>>& out) {
   for (const Node& node : g.nodes)
     for (const auto& [name, attr] : node.attrs) {
-      if (!attr.g) continue;  // Loop and Scan bodies are searched for Ifs, not planned themselves
+      if (!attr.g) continue;
       const std::string where = name + " of " + node.describe() + outer;
-      if (node.op == Op::If) {
-        auto b = std::make_unique<BranchPlans::Branch>();
+      if (node.op == Op::If || node.op == Op::Loop || node.op == Op::Scan) {
+        auto b = std::make_unique<BodyPlans::Body>();
         b->where = where;
-        b->guard = node.describe() + ": condition " + (name == "then_branch" ? "true" : "false");
+        b->guard = node.op != Op::If ? node.describe() + ": every iteration"
+                                     : node.describe() + ": condition " + (name == "then_branch" ? "true" : "false");
         b->graph = std::shared_ptr<const Graph>(owner, attr.g.get());
         out.push_back(std::move(b));
       }
-      find_branches(*attr.g, owner, " in " + where, out);
+      find_bodies(*attr.g, owner, " in " + where, out);
     }
 }
 
-// Before the interpreter runs `node` inside a branch: the device values it may read, on the host
+// Before the interpreter runs `node` inside a body: the device values it may read, on the host
 // (a node with subgraphs reads any value by name). Only tier 2 leaves values on a device.
 void inputs_to_host(Frame& frame, const Node& node) {
   auto fetch = [&](int v) {
@@ -81,7 +82,7 @@ void inputs_to_host(Frame& frame, const Node& node) {
 
 // `body` with the values it captures that are initializers where `parent`'s chain defines them
 // (the weights of the enclosing graph) as initializers of its own: constants to the graph passes,
-// which fold what the branch computes from them alone.
+// which fold what the body computes from them alone.
 std::shared_ptr<Graph> with_captured_constants(const Graph& body, const Frame& parent) {
   auto g = std::make_shared<Graph>(body);  // tensors share storage: a copy of the structure only
   std::vector<int> captures;
@@ -108,7 +109,7 @@ std::shared_ptr<Graph> with_captured_constants(const Graph& body, const Frame& p
 
 }  // namespace
 
-BranchPlans::Branch& BranchPlans::made(Branch& b, const Frame& parent) const {
+BodyPlans::Body& BodyPlans::made(Body& b, const Frame& parent) const {
   std::call_once(b.made, [&] {
     std::vector<std::unique_ptr<Backend>> ladder = make_ladder(options_);
     if (ladder.empty()) return;
@@ -134,11 +135,11 @@ BranchPlans::Branch& BranchPlans::made(Branch& b, const Frame& parent) const {
   return b;
 }
 
-std::optional<std::vector<RValue>> BranchPlans::run(const Graph& body, std::vector<RValue>& inputs,
+std::optional<std::vector<RValue>> BodyPlans::run(const Graph& body, std::vector<RValue>& inputs,
                                                     const Frame& parent) const {
   auto it = by_body_.find(&body);
   if (it == by_body_.end()) return std::nullopt;
-  Branch& b = made(*it->second, parent);
+  Body& b = made(*it->second, parent);
   if (!b.tiers) return std::nullopt;
   const int64_t call = b.runs.fetch_add(1);
   const Graph& g = *b.optimized;
@@ -154,10 +155,10 @@ std::optional<std::vector<RValue>> BranchPlans::run(const Graph& body, std::vect
       release_dead_inputs(frame, step.node, int(s), b.last_use);
       continue;
     }
-    TraceSpan span(trace, "region", "branch region", step.region);
+    TraceSpan span(trace, "region", "body region", step.region);
     const Tier tier = b.tiers->execute(step.region, frame, call).tier;
     if (trace) {
-      span.arg("branch", b.where);
+      span.arg("body", b.where);
       span.arg("tier", tier_name(tier));
     }
     for (int n : b.plan.regions[size_t(step.region)].nodes) release_dead_inputs(frame, n, int(s), b.last_use);
@@ -168,7 +169,7 @@ std::optional<std::vector<RValue>> BranchPlans::run(const Graph& body, std::vect
   return out;
 }
 
-std::vector<RegionReport> BranchPlans::report(int first_id) const {
+std::vector<RegionReport> BodyPlans::report(int first_id) const {
   std::vector<RegionReport> out;
   for (const auto& b : order_) {
     if (!b->ready.load(std::memory_order_acquire)) continue;  // not run yet, or without regions
@@ -182,7 +183,7 @@ std::vector<RegionReport> BranchPlans::report(int first_id) const {
   return out;
 }
 
-void BranchPlans::wait_idle() const {
+void BodyPlans::wait_idle() const {
   for (const auto& b : order_)
     if (b->ready.load(std::memory_order_acquire)) b->tiers->wait_idle();
 }

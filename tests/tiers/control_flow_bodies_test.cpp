@@ -1,5 +1,6 @@
-// An If's branches as plans of their own (tiers/branch_plans.h): compiled behind the condition's
-// value, validated against the interpreter, the other branch run when the condition changes.
+// Control-flow bodies as plans of their own (tiers/body_plans.h): an If's branch compiled behind
+// the condition's value, the other branch run when it changes, Loop and Scan bodies compiled per
+// iteration; all validated against the interpreter.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -82,7 +83,7 @@ void calls(Session& s, const std::shared_ptr<const Graph>& g, bool mode, int n) 
   }
 }
 
-TEST(IfBranches, the_taken_branch_compiles_behind_its_condition_and_a_change_runs_the_other) {
+TEST(ControlFlowBodies, the_taken_branch_compiles_behind_its_condition_and_a_change_runs_the_other) {
   if (!testing::have_tier1()) GTEST_SKIP() << "no tier 1 in this build";
   auto g = model(kModeSwitch);
   auto s = Session::from_graph(g, testing::on_tier(Tier::Cpu));
@@ -103,7 +104,7 @@ TEST(IfBranches, the_taken_branch_compiles_behind_its_condition_and_a_change_run
     if (!r.subgraph.empty()) EXPECT_EQ(r.validation, "passed") << r.subgraph;
 }
 
-TEST(IfBranches, a_miscompiled_branch_is_caught_by_validation_and_the_caller_gets_the_right_answer) {
+TEST(ControlFlowBodies, a_miscompiled_branch_is_caught_by_validation_and_the_caller_gets_the_right_answer) {
   if (!testing::have_tier1()) GTEST_SKIP() << "no tier 1 in this build";
   auto g = model(kModeSwitch);
   auto s = Session::from_graph(g, testing::on_tier(Tier::Cpu));
@@ -117,7 +118,7 @@ TEST(IfBranches, a_miscompiled_branch_is_caught_by_validation_and_the_caller_get
   EXPECT_EQ(occurrences(json, "\"subgraph\":\"then_branch of If"), 1u) << json;
 }
 
-TEST(IfBranches, an_if_inside_a_loop_body_runs_its_branch_compiled_each_iteration) {
+TEST(ControlFlowBodies, an_if_inside_a_loop_body_runs_its_branch_compiled_each_iteration) {
   if (!testing::have_tier1()) GTEST_SKIP() << "no tier 1 in this build";
   auto g = model(kIfInLoop);
   auto s = Session::from_graph(g, testing::on_tier(Tier::Cpu));
@@ -127,20 +128,57 @@ TEST(IfBranches, an_if_inside_a_loop_body_runs_its_branch_compiled_each_iteratio
   EXPECT_NE(report.find("in else_branch of If #1 -> 'xo' in body of Loop"), std::string::npos) << report;
 }
 
-TEST(IfBranches, with_compile_branches_off_every_branch_is_interpreted) {
+TEST(ControlFlowBodies, with_compile_bodies_off_every_branch_is_interpreted) {
   if (!testing::have_tier1()) GTEST_SKIP() << "no tier 1 in this build";
   auto g = model(kModeSwitch);
   Options o = testing::on_tier(Tier::Cpu);
-  o.compile_branches = false;
+  o.compile_bodies = false;
   auto s = Session::from_graph(g, o);
   calls(*s, g, true, 4);
   for (const RegionReport& r : s->region_reports()) EXPECT_TRUE(r.subgraph.empty()) << r.subgraph;
 }
 
+// A Loop of 8 iterations: x = tanh(x) * 0.5 + x; then a Scan summing rows, its body an Add.
+constexpr const char* kLoopAndScan = R"(
+<ir_version: 8, opset_import: ["" : 17]>
+g (float[N, 16] X) => (float[N, 16] Y, float[16] S)
+{
+  n = Constant<value = int64 {8}>()
+  t = Constant<value = bool {1}>()
+  Y = Loop(n, t, X) <body = body (int64 i, bool c, float[N, 16] x) => (bool co, float[N, 16] xo) {
+    co = Identity(c)
+    h = Constant<value = float {0.5}>()
+    a = Tanh(x)
+    m = Mul(a, h)
+    xo = Add(m, x)
+  }>
+  z = Constant<value = float[16] {0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0}>()
+  S, R = Scan(z, Y) <num_scan_inputs = 1, body = sbody (float[16] acc, float[16] row) => (float[16] acc2, float[16] rowo) {
+    acc2 = Add(acc, row)
+    rowo = Identity(row)
+  }>
+}
+)";
+
+TEST(ControlFlowBodies, loop_and_scan_bodies_run_compiled_each_iteration) {
+  if (!testing::have_tier1()) GTEST_SKIP() << "no tier 1 in this build";
+  auto g = model(kLoopAndScan);
+  auto s = Session::from_graph(g, testing::on_tier(Tier::Cpu));
+  for (int i = 0; i < 4; ++i) {
+    expect_right(*s, g, {{"X", random_tensor({4, 16}, uint64_t(i), -3, 3)}});
+    s->wait_for_compiles();
+  }
+  EXPECT_EQ(branch_regions(*s, "body of Loop", Tier::Cpu), 1) << s->report();
+  EXPECT_EQ(branch_regions(*s, "body of Scan", Tier::Cpu), 1) << s->report();
+  const std::string json = s->report_json();
+  EXPECT_NE(json.find(": every iteration\""), std::string::npos) << json;
+  for (const RegionReport& r : s->region_reports()) EXPECT_EQ(r.validation, "passed") << r.ops;
+}
+
 // Silero VAD (tools/fetch_real_models.sh) holds its work in an If on its sample rate: calls that
 // alternate 16 kHz and 8 kHz chunks each run their branch's compiled regions, and answer as the
 // interpreter does.
-TEST(IfBranches, silero_vad_alternating_sample_rates_match_the_interpreter) {
+TEST(ControlFlowBodies, silero_vad_alternating_sample_rates_match_the_interpreter) {
   if (!testing::have_tier1()) GTEST_SKIP() << "no tier 1 in this build";
   const char* home = std::getenv("HOME");
   const std::filesystem::path path =
