@@ -35,8 +35,8 @@ void find_bodies(const Graph& g, const std::shared_ptr<const Graph>& owner, cons
 
 }  // namespace
 
-BodyPlans::BodyPlans(std::shared_ptr<const Graph> graph, const Options& options)
-    : graph_(std::move(graph)), options_(options) {
+BodyPlans::BodyPlans(std::shared_ptr<const Graph> graph, const Options& options, TierManager& host)
+    : graph_(std::move(graph)), options_(options), host_(host) {
   if (!options_.compile_bodies || options_.max_tier == Tier::Interp) return;
   find_bodies(*graph_, graph_, "", order_);
   for (const auto& b : order_) by_body_[b->graph.get()] = b.get();
@@ -129,7 +129,7 @@ BodyPlans::Body& BodyPlans::made(Body& b, const Frame& parent) const {
         for (int n : b.plan.regions[size_t(step.region)].nodes) step_of_node[size_t(n)] = int(s);
     }
     b.last_use = last_use_positions(g, step_of_node);
-    b.tiers = std::make_unique<TierManager>(b.optimized, b.plan, options_, std::move(ladder));
+    b.tiers = std::make_unique<TierManager>(b.optimized, b.plan, options_, std::move(ladder), host_);
     b.ready.store(true, std::memory_order_release);
   });
   return b;

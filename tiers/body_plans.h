@@ -21,8 +21,9 @@ namespace terrace {
 class BodyPlans : public SubgraphRunner {
  public:
   // Finds the If, Loop and Scan nodes of `graph` and of every body in it; a body gets its plan and
-  // tier manager the first time it runs.
-  BodyPlans(std::shared_ptr<const Graph> graph, const Options& options);
+  // tier manager the first time it runs, whose jobs run on `host`'s threads (the session's tier
+  // manager, which outlives this).
+  BodyPlans(std::shared_ptr<const Graph> graph, const Options& options, TierManager& host);
   ~BodyPlans() override;
 
   // Runs `body` when it is a known body with at least one region; nullopt otherwise (the
@@ -45,6 +46,7 @@ class BodyPlans : public SubgraphRunner {
 
   std::shared_ptr<const Graph> graph_;
   Options options_;
+  TierManager& host_;
   std::vector<std::unique_ptr<Body>> order_;  // in the order of the graph's ops
   std::map<const Graph*, Body*> by_body_;     // fixed after construction
 };

@@ -87,8 +87,8 @@ Session::Session(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Session::~Session() {
   impl_->plans.reset();  // a taken plan holds its tier's device memory
   if (!impl_->options.trace) return;
-  impl_->bodies.reset();  // their compiles end (or are abandoned) before the trace is written
-  impl_->tiers.reset();
+  impl_->bodies.reset();  // their jobs run on the threads of `tiers`, which stops them
+  impl_->tiers.reset();   // its compiles end (or are abandoned) before the trace is written
   try {
     impl_->options.trace->write();
   } catch (const std::exception& e) {
@@ -128,7 +128,7 @@ std::unique_ptr<Session> Session::from_graph(std::shared_ptr<const Graph> graph,
   check_graph_breaks(g, impl->plan, options);  // the graph_breaks log topic; Options::strict
   impl->tiers = std::make_unique<TierManager>(impl->graph, impl->plan, options, std::move(ladder));
   impl->plans = std::make_unique<CallPlans>(g, impl->plan, impl->last_use, *impl->tiers, options);
-  impl->bodies = std::make_unique<BodyPlans>(impl->graph, options);
+  impl->bodies = std::make_unique<BodyPlans>(impl->graph, options, *impl->tiers);
   return std::unique_ptr<Session>(new Session(std::move(impl)));
 }
 

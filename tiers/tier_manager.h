@@ -79,6 +79,12 @@ class TierManager {
   // working version is preferred.
   TierManager(std::shared_ptr<const Graph> graph, Plan plan, const Options& options,
               std::vector<std::unique_ptr<Backend>> ladder);
+  // A tier manager for a control-flow body (tiers/body_plans.h) whose background jobs run on
+  // `host`'s threads: a session's compiles stay on Options::compile_threads however many bodies
+  // it has. `host` outlives it and stops those threads; a job queued for this one holds what it
+  // reads (its Core), so it may run after this object is gone.
+  TierManager(std::shared_ptr<const Graph> graph, Plan plan, const Options& options,
+              std::vector<std::unique_ptr<Backend>> ladder, TierManager& host);
   // Drops the background jobs still queued, waits up to Options::compile_wait_ms for a running one
   // and abandons it past that (it finishes on its own thread; its result is dropped).
   ~TierManager();
@@ -116,6 +122,7 @@ class TierManager {
   std::shared_ptr<Core> core_;
   JobPool* jobs_;    // compiles; owned, left alive (leaked) when a running job is abandoned
   JobPool* checks_;  // continuous validation's re-checks, on a lowest-priority thread; the same
+  bool owns_jobs_ = true;  // false: the pools are a host's (the body constructor)
 };
 
 }  // namespace terrace
