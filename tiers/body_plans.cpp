@@ -5,6 +5,7 @@
 #include <mutex>
 
 #include "interp/cancel.h"
+#include "interp/log.h"
 #include "interp/omp_threads.h"
 #include "tiers/ladder.h"
 #include "tiers/passes/pipeline.h"
@@ -23,7 +24,7 @@ struct BodyPlans::Body {
   Plan plan;
   std::vector<int> last_use;            // per value: the last step reading it
   std::unique_ptr<TierManager> tiers;   // null: no region (the interpreter runs the body)
-  mutable std::atomic<int64_t> runs{0};  // the tier manager's call index
+  std::atomic<int64_t> runs{0};          // the tier manager's call index
   std::atomic<bool> ready{false};        // made: plan and tiers are set, for report() and wait_idle()
 };
 
@@ -31,7 +32,7 @@ namespace {
 
 // The bodies of each If, Loop and Scan of `g` and of its bodies, named after where they sit.
 void find_bodies(const Graph& g, const std::shared_ptr<const Graph>& owner, const std::string& outer,
-                   std::vector<std::unique_ptr<BodyPlans::Body>>& out);
+                 std::vector<std::unique_ptr<BodyPlans::Body>>& out);
 
 }  // namespace
 
@@ -50,7 +51,7 @@ BodyPlans::~BodyPlans() {
 namespace {
 
 void find_bodies(const Graph& g, const std::shared_ptr<const Graph>& owner, const std::string& outer,
-                   std::vector<std::unique_ptr<BodyPlans::Body>>& out) {
+                 std::vector<std::unique_ptr<BodyPlans::Body>>& out) {
   for (const Node& node : g.nodes)
     for (const auto& [name, attr] : node.attrs) {
       if (!attr.g) continue;
@@ -111,28 +112,30 @@ std::shared_ptr<Graph> with_captured_constants(const Graph& body, const Frame& p
 
 BodyPlans::Body& BodyPlans::made(Body& b, const Frame& parent) const {
   std::call_once(b.made, [&] {
-    std::vector<std::unique_ptr<Backend>> ladder = make_ladder(options_);
-    if (ladder.empty()) return;
-    {
-      ScopedOmpThreads threads(options_.interp_threads);  // constant folding runs the interpreter
-      b.optimized = optimize_graph(with_captured_constants(*b.graph, parent), options_.optimize,
-                                   pass_config_for(ladder, options_));
+    try {
+      make_plan(b, parent);
+    } catch (const std::exception& e) {  // the interpreter runs it, as it did before body plans
+      b.tiers.reset();
+      log(LogLevel::Warn, b.where, ": runs in the interpreter: its plan could not be made: ", e.what());
     }
-    const Graph& g = *b.optimized;
-    b.plan = partition_for(g, ladder, options_);
-    if (b.plan.regions.empty()) return;
-    std::vector<int> step_of_node(g.nodes.size(), 0);
-    for (size_t s = 0; s < b.plan.steps.size(); ++s) {
-      const Step& step = b.plan.steps[s];
-      if (step.region < 0) step_of_node[size_t(step.node)] = int(s);
-      else
-        for (int n : b.plan.regions[size_t(step.region)].nodes) step_of_node[size_t(n)] = int(s);
-    }
-    b.last_use = last_use_positions(g, step_of_node);
-    b.tiers = std::make_unique<TierManager>(b.optimized, b.plan, options_, std::move(ladder), host_);
-    b.ready.store(true, std::memory_order_release);
   });
   return b;
+}
+
+void BodyPlans::make_plan(Body& b, const Frame& parent) const {
+  std::vector<std::unique_ptr<Backend>> ladder = make_ladder(options_);
+  if (ladder.empty()) return;
+  {
+    ScopedOmpThreads threads(options_.interp_threads);  // constant folding runs the interpreter
+    b.optimized = optimize_graph(with_captured_constants(*b.graph, parent), options_.optimize,
+                                 pass_config_for(ladder, options_));
+  }
+  const Graph& g = *b.optimized;
+  b.plan = partition_for(g, ladder, options_);
+  if (b.plan.regions.empty()) return;
+  b.last_use = last_use_positions(g, step_of_node(g, b.plan));
+  b.tiers = std::make_unique<TierManager>(b.optimized, b.plan, options_, std::move(ladder), host_);
+  b.ready.store(true, std::memory_order_release);
 }
 
 std::optional<std::vector<RValue>> BodyPlans::run(const Graph& body, std::vector<RValue>& inputs,

@@ -43,6 +43,7 @@ class BodyPlans : public SubgraphRunner {
   // The body's plan and tier manager, made on its first run (under `parent`, the frame of the
   // graph holding its op, whose initializers it may read as constants).
   Body& made(Body& b, const Frame& parent) const;
+  void make_plan(Body& b, const Frame& parent) const;  // made's work; throws what the passes throw
 
   std::shared_ptr<const Graph> graph_;
   Options options_;

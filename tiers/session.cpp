@@ -117,13 +117,7 @@ std::unique_ptr<Session> Session::from_graph(std::shared_ptr<const Graph> graph,
   impl->tuner = make_tuner(options, impl->full_team, impl->fixed_why);
   const Graph& g = *impl->graph;
   impl->plan = partition_for(g, ladder, options);
-  impl->step_of_node.assign(g.nodes.size(), 0);
-  for (size_t s = 0; s < impl->plan.steps.size(); ++s) {
-    const Step& step = impl->plan.steps[s];
-    if (step.region < 0) impl->step_of_node[size_t(step.node)] = int(s);
-    else
-      for (int n : impl->plan.regions[size_t(step.region)].nodes) impl->step_of_node[size_t(n)] = int(s);
-  }
+  impl->step_of_node = step_of_node(g, impl->plan);
   impl->last_use = last_use_positions(g, impl->step_of_node);
   check_graph_breaks(g, impl->plan, options);  // the graph_breaks log topic; Options::strict
   impl->tiers = std::make_unique<TierManager>(impl->graph, impl->plan, options, std::move(ladder));
