@@ -1,6 +1,7 @@
 // BodyPlans (tiers/body_plans.h): a control-flow body as a plan of regions of its own.
 #include "tiers/body_plans.h"
 
+#include <algorithm>
 #include <atomic>
 #include <mutex>
 
@@ -36,8 +37,8 @@ void find_bodies(const Graph& g, const std::shared_ptr<const Graph>& owner, cons
 
 }  // namespace
 
-BodyPlans::BodyPlans(std::shared_ptr<const Graph> graph, const Options& options, TierManager& host)
-    : graph_(std::move(graph)), options_(options), host_(host) {
+BodyPlans::BodyPlans(std::shared_ptr<const Graph> graph, const Options& options, TierManager& host, int first_id)
+    : graph_(std::move(graph)), options_(options), host_(host), next_id_(first_id) {
   if (!options_.compile_bodies || options_.max_tier == Tier::Interp) return;
   find_bodies(*graph_, graph_, "", order_);
   for (const auto& b : order_) by_body_[b->graph.get()] = b.get();
@@ -133,6 +134,8 @@ void BodyPlans::make_plan(Body& b, const Frame& parent) const {
   const Graph& g = *b.optimized;
   b.plan = partition_for(g, ladder, options_);
   if (b.plan.regions.empty()) return;
+  const int base = next_id_.fetch_add(int(b.plan.regions.size()));
+  for (Region& r : b.plan.regions) r.id += base;
   b.last_use = last_use_positions(g, step_of_node(g, b.plan));
   b.tiers = std::make_unique<TierManager>(b.optimized, b.plan, options_, std::move(ladder), host_);
   b.ready.store(true, std::memory_order_release);
@@ -158,7 +161,7 @@ std::optional<std::vector<RValue>> BodyPlans::run(const Graph& body, std::vector
       release_dead_inputs(frame, step.node, int(s), b.last_use);
       continue;
     }
-    TraceSpan span(trace, "region", "body region", step.region);
+    TraceSpan span(trace, "region", "region", b.plan.regions[size_t(step.region)].id);
     const Tier tier = b.tiers->execute(step.region, frame, call).tier;
     if (trace) {
       span.arg("body", b.where);
@@ -172,17 +175,17 @@ std::optional<std::vector<RValue>> BodyPlans::run(const Graph& body, std::vector
   return out;
 }
 
-std::vector<RegionReport> BodyPlans::report(int first_id) const {
+std::vector<RegionReport> BodyPlans::report() const {
   std::vector<RegionReport> out;
   for (const auto& b : order_) {
     if (!b->ready.load(std::memory_order_acquire)) continue;  // not run yet, or without regions
     for (RegionReport r : b->tiers->report()) {
-      r.id = first_id++;
       r.subgraph = b->where;
       r.guard = b->guard;
       out.push_back(std::move(r));
     }
   }
+  std::sort(out.begin(), out.end(), [](const RegionReport& a, const RegionReport& b) { return a.id < b.id; });
   return out;
 }
 

@@ -6,6 +6,7 @@
 // branch; a changed value runs the other, interpreted until its own regions are hot); a Loop or
 // Scan runs its body's plan each iteration, whose versions are guarded on each iteration's inputs.
 #pragma once
+#include <atomic>
 #include <map>
 #include <memory>
 #include <optional>
@@ -22,17 +23,19 @@ class BodyPlans : public SubgraphRunner {
  public:
   // Finds the If, Loop and Scan nodes of `graph` and of every body in it; a body gets its plan and
   // tier manager the first time it runs, whose jobs run on `host`'s threads (the session's tier
-  // manager, which outlives this).
-  BodyPlans(std::shared_ptr<const Graph> graph, const Options& options, TierManager& host);
+  // manager, which outlives this). Its regions are numbered from `first_id` on (the graph's
+  // region count), in the order the bodies first run, so that logs, traces and reports name each
+  // region of the session once.
+  BodyPlans(std::shared_ptr<const Graph> graph, const Options& options, TierManager& host, int first_id);
   ~BodyPlans() override;
 
   // Runs `body` when it is a known body with at least one region; nullopt otherwise (the
   // interpreter runs it). The outputs are host tensors.
   std::optional<std::vector<RValue>> run(const Graph& body, std::vector<RValue>& inputs,
                                          const Frame& parent) const override;
-  // The regions of the bodies that ran, in the order the graph holds their ops, numbered from
-  // `first_id` on, each with its body and guard (RegionReport::subgraph, guard).
-  std::vector<RegionReport> report(int first_id) const;
+  // The regions of the bodies that ran, by id (a body run later adds its regions at the end),
+  // each with its body and guard (RegionReport::subgraph, guard).
+  std::vector<RegionReport> report() const;
   // Blocks until no body's background job is queued or running.
   void wait_idle() const;
   bool empty() const { return order_.empty(); }
@@ -48,6 +51,7 @@ class BodyPlans : public SubgraphRunner {
   std::shared_ptr<const Graph> graph_;
   Options options_;
   TierManager& host_;
+  mutable std::atomic<int> next_id_;  // the id of the next body's first region
   std::vector<std::unique_ptr<Body>> order_;  // in the order of the graph's ops
   std::map<const Graph*, Body*> by_body_;     // fixed after construction
 };

@@ -122,7 +122,7 @@ std::unique_ptr<Session> Session::from_graph(std::shared_ptr<const Graph> graph,
   check_graph_breaks(g, impl->plan, options);  // the graph_breaks log topic; Options::strict
   impl->tiers = std::make_unique<TierManager>(impl->graph, impl->plan, options, std::move(ladder));
   impl->plans = std::make_unique<CallPlans>(g, impl->plan, impl->last_use, *impl->tiers, options);
-  impl->bodies = std::make_unique<BodyPlans>(impl->graph, options, *impl->tiers);
+  impl->bodies = std::make_unique<BodyPlans>(impl->graph, options, *impl->tiers, int(impl->plan.regions.size()));
   return std::unique_ptr<Session>(new Session(std::move(impl)));
 }
 
@@ -360,7 +360,7 @@ std::vector<PlanReport> Session::plan_reports() const { return impl_->plans->rep
 std::vector<RegionReport> Session::region_reports() const {
   impl_->plans->credit_all();
   std::vector<RegionReport> out = impl_->tiers->report();
-  for (RegionReport& r : impl_->bodies->report(int(out.size()))) out.push_back(std::move(r));
+  for (RegionReport& r : impl_->bodies->report()) out.push_back(std::move(r));
   return out;
 }
 
