@@ -58,6 +58,8 @@ const RValue* Frame::lookup(const std::string& name) const {
 int KernelContext::opset() const { return frame_ && frame_->graph ? frame_->graph->opset : 17; }
 
 std::vector<RValue> KernelContext::run_subgraph(const Graph& body, std::vector<RValue> in) const {
+  if (frame_ && frame_->bodies)
+    if (std::optional<std::vector<RValue>> out = frame_->bodies->run(body, in, *frame_)) return std::move(*out);
   return interpret(body, std::move(in), frame_);
 }
 
@@ -89,6 +91,7 @@ Frame make_frame(const Graph& g, std::vector<RValue> inputs, const Frame* parent
   Frame frame;
   frame.graph = &g;
   frame.parent = parent;
+  frame.bodies = parent ? parent->bodies : nullptr;
   frame.env.resize(g.values.size());
   for (auto& [id, t] : g.initializers) frame.env[size_t(id)] = RValue(t);
   for (size_t i = 0; i < inputs.size(); ++i) frame.env[size_t(g.inputs[i])] = std::move(inputs[i]);

@@ -1,17 +1,34 @@
 // Tier 0: runs a graph node by node with the reference kernels.
 #pragma once
 #include <functional>
+#include <optional>
 #include <vector>
 
 #include "interp/graph.h"
 
 namespace terrace {
 
+struct Frame;
+
+// Runs the bodies of control-flow ops (If, Loop, Scan) in place of interpret(): tiers/ runs a
+// body as a plan of compiled regions of its own (tiers/body_plans.h). The interpreter stays the
+// specification: whatever runs a body must compute what interpret() would.
+class SubgraphRunner {
+ public:
+  virtual ~SubgraphRunner() = default;
+  // The body's outputs for `inputs`, read under frame `parent`; nullopt leaves it to interpret().
+  virtual std::optional<std::vector<RValue>> run(const Graph& body, std::vector<RValue>& inputs,
+                                                 const Frame& parent) const = 0;
+};
+
 // One activation of a graph: the runtime value of each of its values.
 struct Frame {
   const Graph* graph = nullptr;
   std::vector<RValue> env;
   const Frame* parent = nullptr;  // the enclosing graph's frame, for subgraph captures
+  // What runs the bodies of this frame's control-flow nodes (null: interpret()); a subgraph's frame
+  // inherits its parent's.
+  const SubgraphRunner* bodies = nullptr;
   // Finds a value by name here or in an enclosing frame; nullptr if none is set.
   const RValue* lookup(const std::string& name) const;
 };

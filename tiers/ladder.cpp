@@ -78,10 +78,16 @@ Plan partition_for(const Graph& graph, const std::vector<std::unique_ptr<Backend
     return !first->can_compile(g, n).empty() &&
            std::any_of(higher.begin(), higher.end(), [&](const Backend* b) { return b->can_compile(g, n).empty(); });
   };
+  // An If, Loop or Scan runs in the interpreter, but its bodies as plans of their own.
+  const bool bodies = options.compile_bodies;
   return partition(graph,
-                   [first, higher_only](const Graph& g, const Node& n) {
+                   [first, higher_only, bodies](const Graph& g, const Node& n) {
                      std::string why = first->can_compile(g, n);
-                     return why.empty() || higher_only(g, n) ? std::string() : why;
+                     if (why.empty() || higher_only(g, n)) return std::string();
+                     if (bodies && (n.op == Op::If || n.op == Op::Loop || n.op == Op::Scan))
+                       why = "control flow: the " + std::string(op_name(n.op)) +
+                             " runs in the interpreter, its bodies as compiled plans of their own (tiers/body_plans.h)";
+                     return why;
                    },
                    [first, higher_only, &graph](const Node& n) { return first->alone(n) || higher_only(graph, n); },
                    [first, higher, absent, higher_only](const Graph& g, const Node& n, const Node& next) {

@@ -70,6 +70,7 @@ Options Options::from_env() {
              o.call_plans);
   o.strict = env_flag("TERRACE_STRICT", false);
   o.adapt_threads = env_flag("TERRACE_ADAPT_THREADS", true);
+  o.compile_bodies = env_flag("TERRACE_COMPILE_BODIES", true);
   if (const char* p = std::getenv("TERRACE_PROFILE")) o.profile_file = p;
   return o;
 }

@@ -67,6 +67,11 @@ struct Options {
   // run the faster (tiers/thread_tuner.h: a loaded machine makes every OpenMP join wait for a
   // descheduled worker). Off: all cores, as before. $TERRACE_ADAPT_THREADS (on|off).
   bool adapt_threads = true;
+  // The bodies of If, Loop and Scan run as plans of their own (tiers/body_plans.h): their regions
+  // compiled, guarded and validated like the graph's, so that the work inside a branch (silero
+  // VAD's LSTM and convolutions, chosen by its sample rate) is not interpreted. Off: the
+  // interpreter runs every body. $TERRACE_COMPILE_BODIES (on|off).
+  bool compile_bodies = true;
   int compile_threads = 1;      // background compile threads
   // How long a session's destructor waits for a compile still running before it abandons it (the
   // compile ends on its own thread and its result is dropped): a compile cannot be interrupted.
@@ -110,7 +115,8 @@ struct Options {
   std::shared_ptr<Trace> trace;
 
   // Options with TERRACE_MAX_TIER, TERRACE_CACHE_DIR, TERRACE_RECHECK, TERRACE_OPTIMIZE,
-  // TERRACE_MODE, TERRACE_STRICT, TERRACE_ADAPT_THREADS and TERRACE_PROFILE applied over the defaults.
+  // TERRACE_MODE, TERRACE_STRICT, TERRACE_ADAPT_THREADS, TERRACE_COMPILE_BODIES and TERRACE_PROFILE
+  // applied over the defaults.
   static Options from_env();
   // These options with `mode` applied to the fields it sets (what a session runs with).
   Options resolved() const;

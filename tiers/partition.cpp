@@ -29,6 +29,16 @@ std::vector<std::vector<int>> released_after(const Graph& g, const Region& regio
   return out;
 }
 
+std::vector<int> step_of_node(const Graph& g, const Plan& plan) {
+  std::vector<int> step(g.nodes.size(), 0);
+  for (size_t s = 0; s < plan.steps.size(); ++s) {
+    if (plan.steps[s].region < 0) step[size_t(plan.steps[s].node)] = int(s);
+    else
+      for (int n : plan.regions[size_t(plan.steps[s].region)].nodes) step[size_t(n)] = int(s);
+  }
+  return step;
+}
+
 namespace {
 
 // The dataflow partition schedules over, through values (subgraph captures included).

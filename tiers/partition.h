@@ -35,6 +35,9 @@ struct Plan {
   std::vector<Region> regions;
 };
 
+// Per node of `graph`: the index of the plan's step that runs it (alone or in its region).
+std::vector<int> step_of_node(const Graph& graph, const Plan& plan);
+
 // Returns "" when a tier can compile the node, else the reason it cannot ("unsupported op Conv").
 using CompilablePredicate = std::function<std::string(const Graph&, const Node&)>;
 

@@ -20,6 +20,7 @@
 #include "interp/log.h"
 #include "interp/omp_threads.h"
 #include "interp/onnx_import.h"
+#include "tiers/body_plans.h"
 #include "tiers/call_plan.h"
 #include "tiers/graph_breaks.h"
 #include "tiers/input_check.h"
@@ -39,6 +40,7 @@ struct Session::Impl {
   std::vector<int> step_of_node;
   std::unique_ptr<TierManager> tiers;
   std::unique_ptr<CallPlans> plans;  // after `tiers`: a taken plan goes before its tier's backend
+  std::unique_ptr<BodyPlans> bodies;  // control-flow bodies' own plans (tiers/body_plans.h)
   mutable std::mutex mu;
   std::vector<CallRecord> calls;
   std::atomic<int64_t> last_trim_ns{0};  // steady_clock time of the last release_free_heap
@@ -85,7 +87,8 @@ Session::Session(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Session::~Session() {
   impl_->plans.reset();  // a taken plan holds its tier's device memory
   if (!impl_->options.trace) return;
-  impl_->tiers.reset();  // its compiles end (or are abandoned) before the trace is written
+  impl_->bodies.reset();  // their jobs run on the threads of `tiers`, which stops them
+  impl_->tiers.reset();   // its compiles end (or are abandoned) before the trace is written
   try {
     impl_->options.trace->write();
   } catch (const std::exception& e) {
@@ -114,17 +117,12 @@ std::unique_ptr<Session> Session::from_graph(std::shared_ptr<const Graph> graph,
   impl->tuner = make_tuner(options, impl->full_team, impl->fixed_why);
   const Graph& g = *impl->graph;
   impl->plan = partition_for(g, ladder, options);
-  impl->step_of_node.assign(g.nodes.size(), 0);
-  for (size_t s = 0; s < impl->plan.steps.size(); ++s) {
-    const Step& step = impl->plan.steps[s];
-    if (step.region < 0) impl->step_of_node[size_t(step.node)] = int(s);
-    else
-      for (int n : impl->plan.regions[size_t(step.region)].nodes) impl->step_of_node[size_t(n)] = int(s);
-  }
+  impl->step_of_node = step_of_node(g, impl->plan);
   impl->last_use = last_use_positions(g, impl->step_of_node);
   check_graph_breaks(g, impl->plan, options);  // the graph_breaks log topic; Options::strict
   impl->tiers = std::make_unique<TierManager>(impl->graph, impl->plan, options, std::move(ladder));
   impl->plans = std::make_unique<CallPlans>(g, impl->plan, impl->last_use, *impl->tiers, options);
+  impl->bodies = std::make_unique<BodyPlans>(impl->graph, options, *impl->tiers, int(impl->plan.regions.size()));
   return std::unique_ptr<Session>(new Session(std::move(impl)));
 }
 
@@ -139,7 +137,10 @@ std::unique_ptr<Session> Session::load_bytes(std::string_view bytes, Options opt
 const Graph& Session::graph() const { return *impl_->graph; }
 const Options& Session::options() const { return impl_->options; }
 const Plan& Session::plan() const { return impl_->plan; }
-void Session::wait_for_compiles() { impl_->tiers->wait_idle(); }
+void Session::wait_for_compiles() {
+  impl_->tiers->wait_idle();
+  impl_->bodies->wait_idle();
+}
 
 std::vector<CallRecord> Session::calls() const {
   std::lock_guard<std::mutex> lock(impl_->mu);
@@ -264,6 +265,7 @@ NamedTensors Session::run(const NamedTensors& inputs, const RunOptions& run_opti
       return result;
     }
   Frame frame = make_frame(g, std::move(bound), nullptr);
+  if (!im.bodies->empty()) frame.bodies = im.bodies.get();
   size_t from = 0;
   if (plan) {
     from = im.plans->run(*plan, frame, c.device_copies, c.tally, im.options.trace.get(), c.tiers_used);
@@ -358,7 +360,9 @@ std::vector<PlanReport> Session::plan_reports() const { return impl_->plans->rep
 
 std::vector<RegionReport> Session::region_reports() const {
   impl_->plans->credit_all();
-  return impl_->tiers->report();
+  std::vector<RegionReport> out = impl_->tiers->report();
+  for (RegionReport& r : impl_->bodies->report()) out.push_back(std::move(r));
+  return out;
 }
 
 std::string Session::report_json() const {
@@ -372,9 +376,10 @@ std::string Session::report_json() const {
         .field("guard_failures", r.guard_failures).field("validation", r.validation)
         .field("transfers", r.transfers).field("device_ms", r.device_ms).field("climb", r.climb)
         .field("rechecks", r.rechecks).field("version_count", r.versions);
+    if (!r.subgraph.empty()) j.field("subgraph", r.subgraph).field("guard", r.guard);
     j.key("versions").begin_array();
     for (const RegionReport::VersionInfo& v : r.version_list)
-      j.begin_object().field("tier", std::string(tier_name(v.tier))).field("kind", v.kind).field("signature", v.signature)
+      j.begin_object().field("backend", std::string(tier_name(v.tier))).field("kind", v.kind).field("signature", v.signature)
           .field("guards", v.guards).field("calls", v.calls).field("demoted", v.demoted).end_object();
     j.end_array().end_object();
   }
@@ -424,6 +429,7 @@ std::string Session::report() const {
     if (r.transfers) os << ", " << r.transfers << " host<->device transfers";
     os << "\n";
     if (!r.climb.empty()) os << "    climb: " << r.climb << "\n";
+    if (!r.subgraph.empty()) os << "    in " << r.subgraph << ", behind " << r.guard << "\n";
     for (auto& gf : r.guard_failures) os << "    guard failed: " << gf << "\n";
   }
   const ThreadsReport t = threads_report();

@@ -27,7 +27,16 @@ TierManager::TierManager(std::shared_ptr<const Graph> graph, Plan plan, const Op
   core_->checks_ = checks_;
 }
 
+TierManager::TierManager(std::shared_ptr<const Graph> graph, Plan plan, const Options& options,
+                         std::vector<std::unique_ptr<Backend>> ladder, TierManager& host)
+    : core_(std::make_shared<Core>(std::move(graph), std::move(plan), options, std::move(ladder))),
+      jobs_(host.jobs_), checks_(host.checks_), owns_jobs_(false) {
+  core_->jobs_ = jobs_;
+  core_->checks_ = checks_;
+}
+
 TierManager::~TierManager() {
+  if (!owns_jobs_) return;
   for (JobPool* jobs : {jobs_, checks_}) {
     if (jobs->stop(core_->options_.compile_wait_ms)) {
       delete jobs;

@@ -64,6 +64,10 @@ struct RegionReport {
   int64_t transfers = 0;  // tensors copied between host and device by the region's versions (tier 2)
   double device_ms = 0;   // the mean device time of its timed calls (CompiledRegion::device_ns), 0: none
   std::string climb;      // why a region with a compiled version is not on the next tier up ("" when it is, or none)
+  // A region inside a control-flow body (tiers/body_plans.h): which body ("then_branch of If 'x'"),
+  // and the guard its versions run behind: the condition's value for an If's branch ("If 'x':
+  // condition true"), "Loop 'y': every iteration"; "" for the graph's own regions.
+  std::string subgraph, guard;
 };
 
 // What one region's execution did (TierManager::execute).
@@ -85,6 +89,12 @@ class TierManager {
   // working version is preferred.
   TierManager(std::shared_ptr<const Graph> graph, Plan plan, const Options& options,
               std::vector<std::unique_ptr<Backend>> ladder);
+  // A tier manager for a control-flow body (tiers/body_plans.h) whose background jobs run on
+  // `host`'s threads: a session's compiles stay on Options::compile_threads however many bodies
+  // it has. `host` outlives it and stops those threads; a job queued for this one holds what it
+  // reads (its Core), so it may run after this object is gone.
+  TierManager(std::shared_ptr<const Graph> graph, Plan plan, const Options& options,
+              std::vector<std::unique_ptr<Backend>> ladder, TierManager& host);
   // Drops the background jobs still queued, waits up to Options::compile_wait_ms for a running one
   // and abandons it past that (it finishes on its own thread; its result is dropped).
   ~TierManager();
@@ -124,6 +134,7 @@ class TierManager {
   std::shared_ptr<Core> core_;
   JobPool* jobs_;    // compiles; owned, left alive (leaked) when a running job is abandoned
   JobPool* checks_;  // continuous validation's re-checks, on a lowest-priority thread; the same
+  bool owns_jobs_ = true;  // false: the pools are a host's (the body constructor)
 };
 
 }  // namespace terrace

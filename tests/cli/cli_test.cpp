@@ -440,7 +440,7 @@ TEST(CliUsage, run_goes_through_input_sets_in_rounds_and_checks_each_output) {
   const auto& versions = j["report"]["regions"][0]["versions"];
   ASSERT_GE(versions.size(), 1u) << j["report"].dump();
   EXPECT_EQ(versions[0]["kind"], "static");
-  EXPECT_EQ(versions[0]["tier"], "cpu");
+  EXPECT_EQ(versions[0]["backend"], "cpu");
   EXPECT_EQ(versions[0]["signature"], "float32[3,4,5]") << versions.dump();
   EXPECT_GE(versions[0]["calls"].get<int64_t>(), 1) << versions.dump();
   Result differs = terrace("run " + kRelu + " --input-sets " + bad.string() + " --json " + json.string());
