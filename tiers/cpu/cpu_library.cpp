@@ -177,8 +177,14 @@ bool channel_concat(const Graph& g, const Node& concat) {
 // True when `next` is a channel Split or Concat reading a result of `last`: a step of the chain
 // that copies channel runs in the chain's layout (YOLO's C2f, Inception's branches), instead of
 // the region's end, a reorder of each branch to NCHW and one back.
+bool chains_step(const Graph& g, const Node& last, const Node& next);
 bool chains_copy(const Graph& g, const Node& last, const Node& next) {
-  if (!channel_split(g, next).empty()) return produces(last, next.inputs[0]);
+  if (!channel_split(g, next).empty()) {
+    // Only where the chain goes on after it: a Split whose pieces all leave the region (a
+    // detection head's boxes and scores) would cost its Conv the plain layouts of a lone 1x1.
+    auto continues = [&](const Node& reader) { return chains_step(g, next, reader); };
+    return produces(last, next.inputs[0]) && std::any_of(g.nodes.begin(), g.nodes.end(), continues);
+  }
   return channel_concat(g, next) &&
          std::any_of(next.inputs.begin(), next.inputs.end(), [&](int v) { return produces(last, v); });
 }
