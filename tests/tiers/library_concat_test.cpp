@@ -5,6 +5,11 @@
 // library_regions_on_AVX2 / _SSE41 run it on those instruction sets too.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <limits>
+
+#include "interp/compare.h"
+
 #include "tests/support/graph_builder.h"
 #include "tests/support/session_helpers.h"
 #include "tiers/session.h"
@@ -62,6 +67,25 @@ TEST(LibraryRegions, a_channel_concat_and_split_between_convolutions_stay_in_one
   const NamedTensors want = Session::from_graph(graph, on_tier(Tier::Interp))->run(in);
   warm_up(*s, in);
   expect_calls_match_and_regions_validated_on_tier1(*s, in, want, 1);
+}
+
+// An input that is not finite sends the chain to its reference path (its fused activations would
+// treat it unlike the interpreter): there the Concat and the Slices are the interpreter's too.
+TEST(LibraryRegions, a_chain_through_a_concat_meets_infinities_as_the_interpreter) {
+  auto graph = c2f_model();
+  auto s = Session::from_graph(graph, on_tier(Tier::Cpu));
+  warm_up(*s, {{"x", random_tensor(kInput, 7, -2.0f, 2.0f)}});
+  Tensor x = random_tensor(kInput, 12, -2.0f, 2.0f);
+  x.data<float>()[3] = std::numeric_limits<float>::infinity();     // image 0, channel 0
+  x.data<float>()[900] = -std::numeric_limits<float>::infinity();  // image 1, channel 1
+  const NamedTensors in = {{"x", x}};
+  const NamedTensors want = Session::from_graph(graph, on_tier(Tier::Interp))->run(in);
+  const NamedTensors got = s->run(in);
+  ASSERT_EQ(got.size(), 1u);
+  Comparison c = compare_tensors(want[0].second, got[0].second, Tolerance::for_dtype(DType::Float32));
+  EXPECT_TRUE(c.equal) << c.message;
+  const std::vector<std::string> tiers = s->last_call().tiers;
+  EXPECT_NE(std::find(tiers.begin(), tiers.end(), "cpu"), tiers.end());  // the chain's own reference path
 }
 
 // The region's allowance follows each value through the copies exactly, so a wrong result of the
