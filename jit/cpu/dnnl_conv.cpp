@@ -1,8 +1,8 @@
-// Conv chains and pools as oneDNN primitives (jit/cpu/dnnl_ops.h): a whole CNN stage's convolutions,
-// with their activations, residual Adds and pools, in oneDNN's blocked layouts; a pool alone on
-// plain buffers. The geometry is the interpreter's (conv_geometry, the pools' rules), so the
-// attributes mean one thing everywhere; the arithmetic is oneDNN's, validated against the
-// interpreter.
+// Conv chains as oneDNN primitives (jit/cpu/dnnl_ops.h): a whole CNN stage's convolutions, with
+// their activations, residual Adds, pools and channel Concats and Splits, in oneDNN's blocked
+// layouts (a pool alone: dnnl_pool.cpp). The geometry is the interpreter's (conv_geometry, the
+// pools' rules), so the attributes mean one thing everywhere; the arithmetic is oneDNN's,
+// validated against the interpreter.
 #include <oneapi/dnnl/dnnl.hpp>
 #include <omp.h>
 
@@ -18,6 +18,7 @@
 #include "interp/interpreter.h"
 #include "interp/omp_threads.h"
 #include "interp/ops/conv.h"
+#include "jit/cpu/channel_loops.h"
 #include "jit/cpu/dnnl_common.h"
 #include "jit/cpu/dnnl_internal.h"
 #include "jit/cpu/dnnl_ops.h"
@@ -30,117 +31,6 @@ namespace {
 using dnnl::memory;
 using Dims = memory::dims;
 using namespace dnnl_detail;
-
-// ---- MaxPool, AveragePool and (in chains) GlobalAveragePool, GlobalMaxPool ----
-
-// The window of one spatial dim, as the interpreter resolves it (auto_pad, pads, ceil_mode).
-struct PoolDim {
-  int64_t in = 0, kernel = 1, stride = 1, dilation = 1, pad_begin = 0, pad_end = 0, out = 0;
-};
-
-// The ONNX pooling geometry of `node` on input x (the interpreter's rules, interp/ops/nn_pool.cpp).
-std::vector<PoolDim> pool_dims(const Node& node, const Shape& x) {
-  TERRACE_CHECK(x.size() >= 3 && x.size() <= 5, NotImplemented, node.describe(), ": tier 1 pools 1 to 3 spatial dims");
-  const size_t n = x.size() - 2;
-  if (node.op == Op::GlobalAveragePool || node.op == Op::GlobalMaxPool) {  // one window: the whole of each dim
-    std::vector<PoolDim> dims(n);
-    for (size_t i = 0; i < n; ++i) {  // an empty dim: a window of 0 (a chain with it runs the reference path)
-      dims[i].in = dims[i].kernel = x[i + 2];
-      dims[i].out = 1;
-    }
-    return dims;
-  }
-  TERRACE_CHECK(node.has_attr("kernel_shape"), InvalidModel, node.describe(), ": attribute 'kernel_shape' is required");
-  auto ints = [&](const char* name, size_t count, int64_t def, int64_t min) {
-    std::vector<int64_t> v = node.attr_ints(name, std::vector<int64_t>(count, def));
-    TERRACE_CHECK(v.size() == count, InvalidModel, node.describe(), ": attribute '", name, "' has ", v.size(),
-                  " values, expected ", count);
-    for (int64_t e : v)
-      TERRACE_CHECK(e >= min, InvalidModel, node.describe(), ": attribute '", name, "' values must be >= ", min);
-    return v;
-  };
-  const std::vector<int64_t> kernel = ints("kernel_shape", n, 1, 1), strides = ints("strides", n, 1, 1),
-                             dilations = ints("dilations", n, 1, 1), pads = ints("pads", 2 * n, 0, 0);
-  const std::string auto_pad = node.attr_string("auto_pad", "NOTSET");
-  const bool ceil_mode = node.attr_int("ceil_mode", 0) != 0;
-  std::vector<PoolDim> dims(n);
-  for (size_t i = 0; i < n; ++i) {
-    PoolDim& d = dims[i];
-    d.in = x[i + 2];
-    d.kernel = kernel[i];
-    d.stride = strides[i];
-    d.dilation = dilations[i];
-    const int64_t extent = (d.kernel - 1) * d.dilation + 1;
-    if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
-      d.out = (d.in + d.stride - 1) / d.stride;
-      const int64_t total = std::max<int64_t>(0, (d.out - 1) * d.stride + extent - d.in);
-      d.pad_begin = auto_pad == "SAME_LOWER" ? (total + 1) / 2 : total / 2;
-      d.pad_end = total - d.pad_begin;
-      continue;
-    }
-    TERRACE_CHECK(auto_pad == "NOTSET" || auto_pad == "VALID", InvalidModel, node.describe(), ": unknown auto_pad '",
-                  auto_pad, "'");
-    if (auto_pad == "NOTSET") {
-      d.pad_begin = pads[i];
-      d.pad_end = pads[i + n];
-    }
-    const int64_t span = d.in + d.pad_begin + d.pad_end - extent;
-    TERRACE_CHECK(span >= 0, InvalidArgument, node.describe(), ": the pooling window (extent ", extent,
-                  ") is larger than the padded input (", d.in + d.pad_begin + d.pad_end, ")");
-    d.out = (ceil_mode ? (span + d.stride - 1) / d.stride : span / d.stride) + 1;
-    if (ceil_mode && (d.out - 1) * d.stride >= d.in + d.pad_begin) --d.out;
-  }
-  return dims;
-}
-
-// The pool's output shape on x: its batch and channels, then each spatial dim's window count.
-Shape pool_out_shape(const Node& node, const Shape& x) {
-  Shape out{x[0], x[1]};
-  for (const PoolDim& d : pool_dims(node, x)) out.push_back(d.out);
-  return out;
-}
-
-// What oneDNN's pooling primitive takes for `node` on x: the window per spatial dim, with the end
-// padding that gives the interpreter's output size by floor division (see Pool below), refusing
-// the forms oneDNN cannot match.
-struct PoolSpec {
-  Dims strides, kernel, dilation, pad_l, pad_r;
-  double taps = 1;
-  dnnl::algorithm alg = dnnl::algorithm::pooling_max;
-  bool include_pad = false;
-};
-PoolSpec pool_spec(const Node& node, const Shape& x) {
-  const std::vector<PoolDim> dims = pool_dims(node, x);
-  PoolSpec p;
-  const bool max = node.op == Op::MaxPool || node.op == Op::GlobalMaxPool;
-  p.include_pad = !max && node.attr_int("count_include_pad", 0) != 0;
-  p.alg = max ? dnnl::algorithm::pooling_max
-              : p.include_pad ? dnnl::algorithm::pooling_avg_include_padding : dnnl::algorithm::pooling_avg_exclude_padding;
-  for (const PoolDim& d : dims) {
-    TERRACE_CHECK(d.kernel >= 1, NotImplemented, node.describe(), ": tier 1 does not pool an empty window");
-    const int64_t extent = (d.kernel - 1) * d.dilation + 1;
-    // The end padding oneDNN needs for d.out windows by floor division.
-    const int64_t end = (d.out - 1) * d.stride + extent - d.in - d.pad_begin;
-    TERRACE_CHECK(!p.include_pad || end == d.pad_end, NotImplemented, node.describe(),
-                  ": tier 1 does not run an AveragePool counting padding whose last window (ceil_mode) passes the pads");
-    for (int64_t o = 0; o < d.out; ++o) {  // each window has a tap inside the input
-      bool inside = false;
-      for (int64_t k = 0; k < d.kernel && !inside; ++k) {
-        const int64_t at = o * d.stride - d.pad_begin + k * d.dilation;
-        inside = at >= 0 && at < d.in;
-      }
-      TERRACE_CHECK(inside, NotImplemented, node.describe(), ": tier 1 does not run a pool with a window in the padding only");
-    }
-    TERRACE_CHECK(end >= 0, NotImplemented, node.describe(), ": tier 1 does not run a pool whose pads pass its windows");
-    p.strides.push_back(d.stride);
-    p.kernel.push_back(d.kernel);
-    p.dilation.push_back(d.dilation - 1);  // oneDNN counts the gaps
-    p.pad_l.push_back(d.pad_begin);
-    p.pad_r.push_back(end);
-    p.taps *= double(d.kernel);
-  }
-  return p;
-}
 
 // ---- Conv ----
 
@@ -159,56 +49,6 @@ Reorder make_reorder(const Node& node, const memory::desc& from, const memory::d
     return Reorder{dnnl::reorder(pd), pd.scratchpad_desc()};
   });
 }
-
-// x times one value per channel, on a layout of dense spatial dims and at most one inner block
-// of channels (plain, nhwc, nChw8c, nChw16c), for where oneDNN's binary is its reference code
-// (below AVX2), which is orders of magnitude slower. Padding channels stay zero.
-class ChannelScaleLoop {
- public:
-  // nullopt where `x`'s layout is not of that form.
-  static std::optional<ChannelScaleLoop> of(const memory::desc& x, int64_t scale_batch) {
-    const dnnl_memory_desc_t& d = x.data;
-    if (d.format_kind != dnnl_blocked || d.ndims < 3) return std::nullopt;
-    const dnnl_blocking_desc_t& b = d.format_desc.blocking;
-    if (b.inner_nblks > 1 || (b.inner_nblks == 1 && b.inner_idxs[0] != 1)) return std::nullopt;
-    ChannelScaleLoop l;
-    l.block_ = b.inner_nblks == 1 ? b.inner_blks[0] : 1;
-    l.n_ = d.dims[0];
-    l.c_ = d.dims[1];
-    l.blocks_ = d.padded_dims[1] / l.block_;
-    l.batch_stride_ = b.strides[0];
-    l.block_stride_ = b.strides[1];
-    l.pixel_stride_ = b.strides[d.ndims - 1];
-    l.pixels_ = 1;
-    for (int i = 2; i < d.ndims; ++i) {
-      l.pixels_ *= d.padded_dims[i];
-      if (i + 1 < d.ndims && b.strides[i] != b.strides[i + 1] * d.padded_dims[i + 1]) return std::nullopt;
-    }
-    l.scale_batch_ = scale_batch;
-    return l;
-  }
-
-  // y = x * s, s plain [scale_batch, C]; x and y in the layout `of` took.
-  void run(const float* x, const float* s, float* y, int threads) const {
-    const int64_t items = n_ * blocks_ * pixels_;
-    const bool channels_inner = block_stride_ < pixel_stride_;  // nhwc: go pixel by pixel
-#pragma omp parallel for num_threads(threads) if (threads > 1) schedule(static)
-    for (int64_t i = 0; i < items; ++i) {
-      const int64_t n = i / (blocks_ * pixels_), r = i % (blocks_ * pixels_);
-      const int64_t cb = channels_inner ? r % blocks_ : r / pixels_, p = channels_inner ? r / blocks_ : r % pixels_;
-      const int64_t at = n * batch_stride_ + cb * block_stride_ + p * pixel_stride_;
-      const float* sc = s + (scale_batch_ == 1 ? 0 : n) * c_;
-      for (int64_t j = 0; j < block_; ++j) {
-        const int64_t ch = cb * block_ + j;
-        y[at + j] = ch < c_ ? x[at + j] * sc[ch] : 0.0f;
-      }
-    }
-  }
-
- private:
-  int64_t n_ = 0, c_ = 0, blocks_ = 0, block_ = 1, pixels_ = 1, scale_batch_ = 1;
-  int64_t batch_stride_ = 0, block_stride_ = 0, pixel_stride_ = 0;
-};
 
 class ConvChain : public DnnlPrimitive {
  public:
@@ -235,7 +75,8 @@ class ConvChain : public DnnlPrimitive {
       return;
     }
     for (size_t i = 0; i < constants.size() && i < shapes.size(); ++i)
-      if (constants[i] && checks_finite() && !all_finite(constants[i]->data<float>(), size_t(constants[i]->numel()), 1))
+      if (constants[i] && constants[i]->dtype() == DType::Float32 && checks_finite() &&  // not a Split's sizes
+          !all_finite(constants[i]->data<float>(), size_t(constants[i]->numel()), 1))
         reference_only_ = true;  // non-finite weights: the fused activations or a max would differ
     // A lone 1x1 convolution of stride 1 keeps plain layouts: the reorders at its edges cost about
     // what the blocked kernel saves. Depthwise, dense 3x3 and strided ones gain from blocking.
@@ -275,50 +116,10 @@ class ConvChain : public DnnlPrimitive {
     std::vector<memory> result(steps_.size());  // each step's result, in its buffer
     for (size_t k = 0; k < steps_.size(); ++k) {
       const Step& s = steps_[k];
-      memory src;
-      if (s.in_reorder) {  // a chain input, from plain NCHW
-        src = memory(s.src, cpu_engine(), thread_buffer(n_slots_ + 1 + k, s.src.get_size()));
-        (*s.in_reorder)(wrap(s.in_user, in[size_t(s.x)]), src, s.threads);
-      } else if (s.step_reorder) {  // an earlier step's result, in another layout
-        src = memory(s.src, cpu_engine(), thread_buffer(n_slots_ + 1 + k, s.src.get_size()));
-        (*s.step_reorder)(result[size_t(s.x_step)], src, s.threads);
-      } else {
-        src = s.x >= 0 ? wrap(s.src, in[size_t(s.x)]) : result[size_t(s.x_step)];
-      }
       memory dst = s.direct_output >= 0 ? wrap(s.dst, out[size_t(s.direct_output)])
                                         : memory(s.dst, cpu_engine(), thread_buffer(size_t(s.slot), s.dst.get_size()));
-      if (s.kind == StepKind::Pool) {
-        execute(s.conv, s.scratch, {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}}, s.threads);
-      } else if (s.kind == StepKind::Scale && s.own_scale) {
-        s.own_scale->run(static_cast<const float*>(src.get_data_handle()),
-                         static_cast<const float*>(scale_source(s, k, in, result).get_data_handle()),
-                         static_cast<float*>(dst.get_data_handle()), threads_to_run(s.threads));
-      } else if (s.kind == StepKind::Scale) {
-        execute(s.conv, s.scratch, {{DNNL_ARG_SRC_0, src}, {DNNL_ARG_SRC_1, scale_source(s, k, in, result)}, {DNNL_ARG_DST, dst}},
-                s.threads);
-      } else {
-        if (s.sum_input >= 0) s.sum_reorder(wrap(s.sum_user, in[size_t(s.sum_input)]), dst, s.threads);
-        if (s.sum_step >= 0 && !s.sum_in_place) s.sum_reorder(result[size_t(s.sum_step)], dst, s.threads);
-        if (s.winograd) {  // its blocks in the slot after the chain's own (those above)
-          s.winograd->run(static_cast<const float*>(src.get_data_handle()), s.b >= 0 ? in[size_t(s.b)] : nullptr,
-                          static_cast<float*>(dst.get_data_handle()), threads_to_run(s.threads),
-                          n_slots_ + 1 + steps_.size());
-        } else {
-          memory w = s.weights;
-          if (!w) {
-            memory user = wrap(s.user_w, in[size_t(s.w)]);
-            if (s.w_reorder) {
-              w = memory(s.w_desc, cpu_engine(), thread_buffer(n_slots_, s.w_desc.get_size()));
-              (*s.w_reorder)(user, w, s.threads);
-            } else {
-              w = user;
-            }
-          }
-          std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_DST, dst}};
-          if (s.b >= 0) args.emplace(DNNL_ARG_BIAS, wrap(s.bias, in[size_t(s.b)]));
-          execute(s.conv, s.scratch, args, s.threads);
-        }
-      }
+      if (s.kind == StepKind::Concat) run_concat(s, k, in, result, dst);
+      else run_step(s, k, source(s, k, in, result), dst, in, result);
       result[k] = dst;
       for (size_t j = 0; j < outputs_.size(); ++j)  // results read outside, to plain NCHW now
         if (outputs_[j] == int(k) && s.direct_output != int(j)) {
@@ -329,15 +130,119 @@ class ConvChain : public DnnlPrimitive {
   }
 
  private:
-  // A Conv with its post-ops; a pool; a Scale, x times a per-channel s (binary_mul). A pool's and
-  // a Scale's `conv` holds their primitive; they have no weights.
-  enum class StepKind { Conv, Pool, Scale };
+  struct Step;
+
+  // Step k's x for this call, in the layout its primitive reads.
+  memory source(const Step& s, size_t k, const std::vector<const float*>& in, const std::vector<memory>& result) const {
+    if (s.in_reorder) {  // a chain input, from plain NCHW
+      memory src(s.src, cpu_engine(), thread_buffer(n_slots_ + 1 + k, s.src.get_size()));
+      (*s.in_reorder)(wrap(s.in_user, in[size_t(s.x)]), src, s.threads);
+      return src;
+    }
+    if (s.step_reorder) {  // an earlier step's result, in another layout
+      memory src(s.src, cpu_engine(), thread_buffer(n_slots_ + 1 + k, s.src.get_size()));
+      (*s.step_reorder)(result[size_t(s.x_step)], src, s.threads);
+      return src;
+    }
+    return s.x >= 0 ? wrap(s.src, in[size_t(s.x)]) : result[size_t(s.x_step)];
+  }
+
+  // Step k (all kinds but Concat) from src into dst.
+  void run_step(const Step& s, size_t k, const memory& src, const memory& dst, const std::vector<const float*>& in,
+                const std::vector<memory>& result) const {
+    if (s.kind == StepKind::Slice) {  // a run of channels from each run of x (build_slice_step)
+      const int64_t kept = (s.end - s.begin) * s.unit;
+      copy_runs(static_cast<float*>(dst.get_data_handle()), kept,
+                static_cast<const float*>(src.get_data_handle()) + s.begin * s.unit, s.x_shape[1] * s.unit, s.copy_rows,
+                kept, threads_to_run(s.threads));
+    } else if (s.kind == StepKind::Pool) {
+      execute(s.conv, s.scratch, {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}}, s.threads);
+    } else if (s.kind == StepKind::Scale && s.own_scale) {
+      s.own_scale->run(static_cast<const float*>(src.get_data_handle()),
+                       static_cast<const float*>(scale_source(s, k, in, result).get_data_handle()),
+                       static_cast<float*>(dst.get_data_handle()), threads_to_run(s.threads));
+    } else if (s.kind == StepKind::Scale) {
+      execute(s.conv, s.scratch, {{DNNL_ARG_SRC_0, src}, {DNNL_ARG_SRC_1, scale_source(s, k, in, result)}, {DNNL_ARG_DST, dst}},
+              s.threads);
+    } else {
+      run_conv(s, k, src, dst, in, result);
+    }
+  }
+
+  void run_conv(const Step& s, size_t k, const memory& src, const memory& dst, const std::vector<const float*>& in,
+                const std::vector<memory>& result) const {
+    if (s.add_after) {  // the addend in dst's layout, in src's buffer once the primitive read it
+      run_primitive(s, src, dst, in);
+      memory addend(s.dst, cpu_engine(), thread_buffer(n_slots_ + 1 + k, s.dst.get_size()));
+      if (s.sum_input >= 0) s.sum_reorder(wrap(s.sum_user, in[size_t(s.sum_input)]), addend, s.threads);
+      else s.sum_reorder(result[size_t(s.sum_step)], addend, s.threads);
+      add_into(static_cast<float*>(dst.get_data_handle()), static_cast<const float*>(addend.get_data_handle()),
+               int64_t(s.dst.get_size() / sizeof(float)), threads_to_run(s.threads));
+      return;
+    }
+    if (s.sum_input >= 0) s.sum_reorder(wrap(s.sum_user, in[size_t(s.sum_input)]), dst, s.threads);
+    if (s.sum_step >= 0 && !s.sum_in_place) s.sum_reorder(result[size_t(s.sum_step)], dst, s.threads);
+    run_primitive(s, src, dst, in);
+  }
+
+  // Step s's convolution (oneDNN's, or Terrace's Winograd) with its post-ops.
+  void run_primitive(const Step& s, const memory& src, const memory& dst, const std::vector<const float*>& in) const {
+    if (s.winograd) {  // its blocks in the slot after the chain's own (those above)
+      s.winograd->run(static_cast<const float*>(src.get_data_handle()), s.b >= 0 ? in[size_t(s.b)] : nullptr,
+                      static_cast<float*>(dst.get_data_handle()), threads_to_run(s.threads), n_slots_ + 1 + steps_.size());
+      return;
+    }
+    memory w = s.weights;
+    if (!w) {
+      memory user = wrap(s.user_w, in[size_t(s.w)]);
+      if (s.w_reorder) {
+        w = memory(s.w_desc, cpu_engine(), thread_buffer(n_slots_, s.w_desc.get_size()));
+        (*s.w_reorder)(user, w, s.threads);
+      } else {
+        w = user;
+      }
+    }
+    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_DST, dst}};
+    if (s.b >= 0) args.emplace(DNNL_ARG_BIAS, wrap(s.bias, in[size_t(s.b)]));
+    execute(s.conv, s.scratch, args, s.threads);
+  }
+
+  // A Concat: each value, in the result's layout (reordered into the step's own buffer where its
+  // layout differs), copied run by run into its place in the result's runs.
+  void run_concat(const Step& s, size_t k, const std::vector<const float*>& in, const std::vector<memory>& result,
+                  const memory& dst) const {
+    for (size_t j = 0; j < s.parts.size(); ++j) {
+      const int v = s.parts[j];
+      memory part = v >= 0 ? wrap(plain(dims_of(input_shapes_[size_t(v)])), in[size_t(v)]) : result[size_t(-1 - v)];
+      if (s.part_reorder[j]) {
+        memory m(s.part_desc[j], cpu_engine(), thread_buffer(n_slots_ + 1 + k, s.part_desc[j].get_size()));
+        (*s.part_reorder[j])(part, m, s.threads);
+        part = m;
+      }
+      const int64_t len = s.part_channels[j] * s.unit;
+      copy_runs(static_cast<float*>(dst.get_data_handle()) + s.part_at[j] * s.unit, s.out_shape[1] * s.unit,
+                static_cast<const float*>(part.get_data_handle()), len, s.copy_rows, len, threads_to_run(s.threads));
+    }
+  }
+
+  // A Conv with its post-ops; a pool; a Scale, x times a per-channel s (binary_mul); a Concat or
+  // Slice of channels (Terrace's copies). A pool's and a Scale's `conv` holds their primitive;
+  // they have no weights.
+  enum class StepKind { Conv, Pool, Scale, Concat, Slice };
   struct Step {
-    Node node;                   // the Conv, the pool or the Mul
+    Node node;                   // the Conv, the pool, the Mul, the Concat or the Split
     StepKind kind = StepKind::Conv;
     int x = -1, w = -1, b = -1;  // chain inputs (x: -1 when it is an earlier step's result)
     int x_step = -1;             // the step whose result is x
     int s = -1, s_step = -1;     // a Scale's s: a chain input, or the step whose result it is
+    // A Concat's values (chain input i, or -1 - the step whose result it is), each in the
+    // result's layout (reordered where its own differs): its channels, and its first one's.
+    std::vector<int> parts;
+    std::vector<memory::desc> part_desc;
+    std::vector<std::optional<Reorder>> part_reorder;
+    std::vector<int64_t> part_channels, part_at;
+    int64_t begin = 0, end = 0;  // a Slice's channels of x
+    int64_t unit = 0, copy_rows = 0;  // a Concat's or Slice's ChannelRuns: floats a channel; runs
     bool s_first = false;        // the Mul's first input is s (for the reference path)
     memory::desc s_desc;         // s in the layout the binary primitive reads
     std::optional<Reorder> s_reorder;  // step s_step's result into s_desc
@@ -351,6 +256,7 @@ class ConvChain : public DnnlPrimitive {
     std::vector<DnnlActivation> post;
     int sum_input = -1, sum_step = -1;
     bool sum_in_place = false;  // dst is the summed result's own buffer (its last use)
+    bool add_after = false;     // the last sum, after an activation, is added after the primitive
     int threads = 1;
     dnnl::primitive conv;
     memory::desc scratch, src, dst, user_w, w_desc, bias, sum_user;
@@ -370,7 +276,9 @@ class ConvChain : public DnnlPrimitive {
     TERRACE_CHECK(k >= 0 && size_t(k) < op_step_.size() &&
                       (size_t(k) + 1 == ops.size() || ops[size_t(k) + 1].kind == DnnlChainOp::Kind::Conv ||
                        ops[size_t(k) + 1].kind == DnnlChainOp::Kind::Pool ||
-                       ops[size_t(k) + 1].kind == DnnlChainOp::Kind::Scale),
+                       ops[size_t(k) + 1].kind == DnnlChainOp::Kind::Scale ||
+                       ops[size_t(k) + 1].kind == DnnlChainOp::Kind::Concat ||
+                       ops[size_t(k) + 1].kind == DnnlChainOp::Kind::Slice),
                   Internal, "tier 1: a convolution chain reads op ", k, "'s result, which is no step's last");
     return op_step_[size_t(k)];
   }
@@ -385,24 +293,9 @@ class ConvChain : public DnnlPrimitive {
     for (size_t k = 0; k < ops.size(); ++k) {
       const DnnlChainOp& op = ops[k];
       if (op.kind == DnnlChainOp::Kind::Conv) {
-        TERRACE_CHECK(op.inputs.size() == 2 || op.inputs.size() == 3, InvalidArgument, op.node.describe(),
-                      ": Conv takes 2 or 3 inputs");
-        TERRACE_CHECK((k > 0 || op.inputs[0] >= 0) && op.inputs[1] >= 0 && (op.inputs.size() == 2 || op.inputs[2] >= 0),
-                      Internal, op.node.describe(), ": a chained Conv reads an earlier result as x only");
-        Step s;
-        s.node = op.node;
-        s.x = op.inputs[0];
-        s.w = op.inputs[1];
-        s.b = op.inputs.size() == 3 ? op.inputs[2] : -1;
-        if (s.x < 0) s.x_step = step_of_result(ops, -1 - s.x);
-        s.x_shape = s.x >= 0 ? input_shape(op, s.x) : steps_[size_t(s.x_step)].out_shape;
-        s.w_shape = input_shape(op, s.w);
-        const ops::ConvGeometry g = ops::conv_geometry(op.node, s.x_shape, s.w_shape);
-        s.out_shape = g.out_shape();
-        if (s.b >= 0)
-          TERRACE_CHECK(input_shape(op, s.b) == Shape{g.cout}, InvalidArgument, op.node.describe(), ": bias ",
-                        shape_str(input_shape(op, s.b)), ", expected [", g.cout, "]");
-        steps_.push_back(std::move(s));
+        TERRACE_CHECK(k > 0 || (!op.inputs.empty() && op.inputs[0] >= 0), Internal, op.node.describe(),
+                      ": a chain starts with a Conv of a chain input");
+        steps_.push_back(parse_conv(ops, op, input_shape));
         op_step_.push_back(int(steps_.size()) - 1);
         continue;
       }
@@ -422,6 +315,11 @@ class ConvChain : public DnnlPrimitive {
         continue;
       }
       TERRACE_CHECK(k > 0, Internal, op.node.describe(), ": a chain starts with a Conv");
+      if (op.kind == DnnlChainOp::Kind::Concat || op.kind == DnnlChainOp::Kind::Slice) {
+        steps_.push_back(parse_copy(ops, op, input_shape));
+        op_step_.push_back(int(steps_.size()) - 1);
+        continue;
+      }
       if (op.kind == DnnlChainOp::Kind::Scale) {
         steps_.push_back(parse_scale(ops, op, input_shape));
         op_step_.push_back(int(steps_.size()) - 1);
@@ -437,9 +335,8 @@ class ConvChain : public DnnlPrimitive {
         has_activation_ = true;
         continue;
       }
-      TERRACE_CHECK(ops[k - 1].kind == DnnlChainOp::Kind::Conv && s.sum_input < 0 && s.sum_step < 0 &&
-                        op.inputs.size() == 1,
-                    Internal, op.node.describe(), ": a chained Add follows a Conv and reads one other value");
+      TERRACE_CHECK(s.sum_input < 0 && s.sum_step < 0 && op.inputs.size() == 1, Internal, op.node.describe(),
+                    ": a chained Add follows a Conv (or its activation) and reads one other value");
       const int addend = op.inputs[0];
       const Shape& shape = addend >= 0 ? input_shape(op, addend) : steps_[size_t(step_of_result(ops, -1 - addend))].out_shape;
       TERRACE_CHECK(shape == s.out_shape, NotImplemented, op.node.describe(), ": tier 1 fuses an Add of equal shapes only, not ",
@@ -450,6 +347,29 @@ class ConvChain : public DnnlPrimitive {
       else s.sum_step = step_of_result(ops, -1 - addend);
       s.post.push_back({});  // the sum's place among the post-ops
     }
+  }
+
+  // A Conv step: x a chain input or an earlier result, w and b chain inputs.
+  template <typename InputShape>
+  Step parse_conv(const std::vector<DnnlChainOp>& ops, const DnnlChainOp& op, const InputShape& input_shape) {
+    TERRACE_CHECK(op.inputs.size() == 2 || op.inputs.size() == 3, InvalidArgument, op.node.describe(),
+                  ": Conv takes 2 or 3 inputs");
+    TERRACE_CHECK(op.inputs[1] >= 0 && (op.inputs.size() == 2 || op.inputs[2] >= 0), Internal, op.node.describe(),
+                  ": a chained Conv reads an earlier result as x only");
+    Step s;
+    s.node = op.node;
+    s.x = op.inputs[0];
+    s.w = op.inputs[1];
+    s.b = op.inputs.size() == 3 ? op.inputs[2] : -1;
+    if (s.x < 0) s.x_step = step_of_result(ops, -1 - s.x);
+    s.x_shape = s.x >= 0 ? input_shape(op, s.x) : steps_[size_t(s.x_step)].out_shape;
+    s.w_shape = input_shape(op, s.w);
+    const ops::ConvGeometry g = ops::conv_geometry(op.node, s.x_shape, s.w_shape);
+    s.out_shape = g.out_shape();
+    if (s.b >= 0)
+      TERRACE_CHECK(input_shape(op, s.b) == Shape{g.cout}, InvalidArgument, op.node.describe(), ": bias ",
+                    shape_str(input_shape(op, s.b)), ", expected [", g.cout, "]");
+    return s;
   }
 
   // A Scale step from its Mul: x is the operand of the result's shape, s the per-channel one
@@ -530,6 +450,111 @@ class ConvChain : public DnnlPrimitive {
     return m;
   }
 
+  // A Concat step (its values along channels) or a Slice step (channels [begin, end) of x), 4-D.
+  template <typename InputShape>
+  Step parse_copy(const std::vector<DnnlChainOp>& ops, const DnnlChainOp& op, const InputShape& input_shape) {
+    Step st;
+    st.node = op.node;
+    auto shape_of = [&](int v) -> const Shape& {
+      return v >= 0 ? input_shape(op, v) : steps_[size_t(step_of_result(ops, -1 - v))].out_shape;
+    };
+    if (op.kind == DnnlChainOp::Kind::Slice) {
+      TERRACE_CHECK(op.inputs.size() == 1, Internal, op.node.describe(), ": a chained Slice reads one value");
+      st.kind = StepKind::Slice;
+      st.x = op.inputs[0] >= 0 ? op.inputs[0] : -1;
+      if (op.inputs[0] < 0) st.x_step = step_of_result(ops, -1 - op.inputs[0]);
+      st.x_shape = shape_of(op.inputs[0]);
+      TERRACE_CHECK(st.x_shape.size() == 4 && 0 <= op.begin && op.begin < op.end && op.end <= st.x_shape[1], Internal,
+                    op.node.describe(), ": a chained Slice keeps channels [", op.begin, ", ", op.end, ") of ",
+                    shape_str(st.x_shape));
+      st.begin = op.begin;
+      st.end = op.end;
+      st.out_shape = st.x_shape;
+      st.out_shape[1] = op.end - op.begin;
+      return st;
+    }
+    TERRACE_CHECK(!op.inputs.empty(), Internal, op.node.describe(), ": a chained Concat reads values");
+    st.kind = StepKind::Concat;
+    for (int v : op.inputs) {
+      st.parts.push_back(v >= 0 ? v : -1 - step_of_result(ops, -1 - v));
+      const Shape& p = shape_of(v);
+      if (st.out_shape.empty() && p.size() == 4) st.out_shape = {p[0], 0, p[2], p[3]};
+      TERRACE_CHECK(p.size() == 4 && p[0] == st.out_shape[0] && p[2] == st.out_shape[2] && p[3] == st.out_shape[3],
+                    NotImplemented, op.node.describe(), ": tier 1 chains a Concat of 4-D values along channels, not ",
+                    shape_str(p));
+      st.out_shape[1] += p[1];
+    }
+    return st;
+  }
+
+  // The layout of a chained copy: the first of `layouts` that is a ChannelRuns whose block divides
+  // every count in `channels`, else nChw8c where 8 does (others reordered into it), else NCHW.
+  static ChannelRuns copy_layout(const std::vector<memory::desc>& layouts, const std::vector<int64_t>& channels,
+                                 const Dims& dims) {
+    auto divides = [&](int64_t b) {
+      return std::all_of(channels.begin(), channels.end(), [&](int64_t c) { return c % b == 0; });
+    };
+    for (const memory::desc& d : layouts)
+      if (auto l = ChannelRuns::of(d); l && divides(l->block)) return *ChannelRuns::of(ChannelRuns::desc(dims, l->tag));
+    const memory::format_tag tag = divides(8) ? memory::format_tag::aBcd8b : memory::format_tag::abcd;
+    return *ChannelRuns::of(ChannelRuns::desc(dims, tag));
+  }
+
+  // A Concat step: its values in one layout (copy_layout; those in another reordered into it),
+  // copied run by run.
+  void build_concat_step(size_t k) {
+    Step& s = steps_[k];
+    s.threads = threads_for(double(shape_numel(s.out_shape)) / 16);  // a copy per element
+    std::vector<memory::desc> given, steps_first;  // a chain input's plain layout comes last
+    for (int v : s.parts) {
+      given.push_back(v >= 0 ? plain(dims_of(input_shapes_[size_t(v)])) : steps_[size_t(-1 - v)].dst);
+      s.part_channels.push_back(given.back().data.dims[1]);
+      steps_first.insert(v >= 0 ? steps_first.end() : steps_first.begin(), given.back());
+    }
+    const ChannelRuns l = copy_layout(steps_first, s.part_channels, dims_of(s.out_shape));
+    s.dst = ChannelRuns::desc(dims_of(s.out_shape), l.tag);
+    s.unit = l.unit;
+    s.copy_rows = s.out_shape[0] * l.runs;
+    int64_t at = 0, reordered = 0;
+    for (size_t j = 0; j < s.parts.size(); ++j) {
+      Dims dims = dims_of(s.out_shape);
+      dims[1] = s.part_channels[j];
+      s.part_desc.push_back(ChannelRuns::desc(dims, l.tag));
+      s.part_reorder.push_back(std::nullopt);
+      if (given[j] != s.part_desc[j]) s.part_reorder.back() = make_reorder(s.node, given[j], s.part_desc[j], s.threads);
+      reordered += s.part_reorder.back() ? 1 : 0;
+      s.part_at.push_back(at);
+      at += s.part_channels[j];
+    }
+    s.text = "concat (" + s.node.describe() + ", Terrace's copy in " + l.name() + "): " + std::to_string(s.parts.size()) +
+             " values, " + std::to_string(reordered) + " reordered -> dst " + dims_str(dims_of(s.out_shape)) + "; " +
+             std::to_string(s.threads) + " OpenMP threads";
+  }
+
+  // A Slice step: x in its producer's layout where that is a ChannelRuns whose block divides the
+  // slice's ends, else reordered (copy_layout); the kept channels copied run by run.
+  void build_slice_step(size_t k) {
+    Step& s = steps_[k];
+    s.threads = threads_for(double(shape_numel(s.out_shape)) / 16);
+    const memory::desc given = s.x < 0 ? steps_[size_t(s.x_step)].dst : plain(dims_of(s.x_shape));
+    const ChannelRuns l = copy_layout({given}, {s.begin, s.end, s.x_shape[1]}, dims_of(s.x_shape));
+    s.src = ChannelRuns::desc(dims_of(s.x_shape), l.tag);
+    s.dst = ChannelRuns::desc(dims_of(s.out_shape), l.tag);
+    s.unit = l.unit;
+    s.copy_rows = s.x_shape[0] * l.runs;
+    if (s.x >= 0) {
+      s.in_user = given;
+      if (s.src != given) s.in_reorder = make_reorder(s.node, given, s.src, s.threads);
+    } else if (s.src != given) {
+      s.step_reorder = make_reorder(s.node, given, s.src, s.threads);
+    }
+    s.text = "slice (" + s.node.describe() + ", Terrace's copy in " + l.name() + "): x " +
+             (s.x >= 0 ? "input " + std::to_string(s.x) : "step " + std::to_string(s.x_step)) + " " +
+             dims_str(dims_of(s.x_shape)) + (s.src != given ? " (reordered)" : "") + ", channels [" +
+             std::to_string(s.begin) + ", " + std::to_string(s.end) + "); " + std::to_string(s.threads) +
+             " OpenMP threads";
+  }
+
   // A pool step: reads its source in the layout its producer wrote (a chain input: plain NCHW) and
   // writes what oneDNN picks for it (the same layout).
   void build_pool_step(size_t k) {
@@ -555,9 +580,37 @@ class ConvChain : public DnnlPrimitive {
              dims_str(spec.pad_r) + "; " + std::to_string(s.threads) + " OpenMP threads";
   }
 
+  // Step s's primitive from `primitive(src, dst, with_last_sum)`, avoiding oneDNN's reference code
+  // for the layouts given (a grouped convolution reading the NHWC its producer wrote: 10-50 ms
+  // against well under 1 on RegNet's) by the layouts it picks itself, with a reorder from the
+  // producer's, where that gets an optimised implementation.
+  template <typename Primitive>
+  static auto pick_primitive(Step& s, const Primitive& primitive, const memory::desc& src, const memory::desc& dst) {
+    const memory::desc any_src(dims_of(s.x_shape), memory::data_type::f32, memory::format_tag::any),
+        any_dst(dims_of(s.out_shape), memory::data_type::f32, memory::format_tag::any);
+    auto best = [&](bool with_last_sum) {
+      auto pd = primitive(src, dst, with_last_sum);
+      if (is_reference(pd) && (src != any_src || dst != any_dst))
+        if (auto free = primitive(any_src, any_dst, with_last_sum); !is_reference(free)) pd = free;
+      return pd;
+    };
+    auto pd = best(true);
+    // Below AVX-512 no oneDNN kernel takes a sum after an activation (YOLO's bottleneck: SiLU, then
+    // the residual Add): the convolution without it, the Add after it (add_after).
+    if (is_reference(pd) && s.post.size() > 1 && s.post.back().kind == DnnlActivation::Kind::None &&
+        s.post[s.post.size() - 2].kind != DnnlActivation::Kind::None)
+      if (auto p = best(false); !is_reference(p)) {
+        pd = p;
+        s.add_after = true;
+      }
+    return pd;
+  }
+
   void build_step(size_t k, bool plain_edges, const std::vector<const Tensor*>& constants) {
     if (steps_[k].kind == StepKind::Pool) return build_pool_step(k);
     if (steps_[k].kind == StepKind::Scale) return build_scale_step(k);
+    if (steps_[k].kind == StepKind::Concat) return build_concat_step(k);
+    if (steps_[k].kind == StepKind::Slice) return build_slice_step(k);
     Step& s = steps_[k];
     const ops::ConvGeometry g = ops::conv_geometry(s.node, s.x_shape, s.w_shape);
     Dims w = dims_of(s.w_shape);
@@ -576,7 +629,7 @@ class ConvChain : public DnnlPrimitive {
     const memory::desc src = s.x < 0 ? steps_[size_t(s.x_step)].dst : plain_edges ? plain(dims_of(s.x_shape)) : any(dims_of(s.x_shape));
     const memory::desc dst = plain_edges ? plain(dims_of(s.out_shape)) : any(dims_of(s.out_shape));
     const Tensor* constant_w = size_t(s.w) < constants.size() ? constants[size_t(s.w)] : nullptr;
-    auto primitive = [&](const memory::desc& src, const memory::desc& dst) {
+    auto primitive = [&](const memory::desc& src, const memory::desc& dst, bool with_last_sum) {
       return building(s.node, s.threads, "primitive", [&] {
         const memory::desc weights = any(w);
         dnnl::convolution_forward::desc d =
@@ -587,21 +640,16 @@ class ConvChain : public DnnlPrimitive {
                                                        dnnl::algorithm::convolution_direct, src, weights, dst, strides,
                                                        dil, pad_l, pad_r);
         dnnl::post_ops post;
-        for (const DnnlActivation& a : s.post) {
-          if (a.kind == DnnlActivation::Kind::None) post.append_sum(1.0f);  // dst = conv + dst, dst holding the addend
-          else append_activation(post, a);
+        for (size_t i = 0; i < s.post.size() - (with_last_sum ? 0 : 1); ++i) {
+          if (s.post[i].kind == DnnlActivation::Kind::None) post.append_sum(1.0f);  // dst = conv + dst, dst holding the addend
+          else append_activation(post, s.post[i]);
         }
         dnnl::primitive_attr attr = user_scratchpad();
         attr.set_post_ops(post);
         return dnnl::convolution_forward::primitive_desc(d, attr, cpu_engine());
       });
     };
-    auto pd = primitive(src, dst);
-    // oneDNN's reference code for the layouts given (a grouped convolution reading the NHWC its
-    // producer wrote: 10-50 ms against well under 1 on RegNet's): the layouts it picks itself,
-    // with a reorder from the producer's, where that gets an optimised implementation.
-    if (is_reference(pd) && (src != any(dims_of(s.x_shape)) || dst != any(dims_of(s.out_shape))))
-      if (auto free = primitive(any(dims_of(s.x_shape)), any(dims_of(s.out_shape))); !is_reference(free)) pd = free;
+    auto pd = pick_primitive(s, primitive, src, dst);
     s.conv = dnnl::convolution_forward(pd);
     s.scratch = pd.scratchpad_desc();
     s.src = pd.src_desc();
@@ -624,6 +672,7 @@ class ConvChain : public DnnlPrimitive {
                 : s.sum_input >= 0                    ? " sum(input " + std::to_string(s.sum_input) + ")"
                                                       : " sum(step " + std::to_string(s.sum_step) + ")";
     if (s.post.empty()) s.text += " none";
+    if (s.add_after) s.text += " (the sum after the primitive, Terrace's loop)";
     s.text += "; " + std::to_string(s.threads) + " OpenMP threads";
   }
 
@@ -690,6 +739,8 @@ class ConvChain : public DnnlPrimitive {
       if (steps_[k].x_step >= 0) last_use[size_t(steps_[k].x_step)] = std::max(last_use[size_t(steps_[k].x_step)], int(k));
       if (steps_[k].sum_step >= 0) last_use[size_t(steps_[k].sum_step)] = std::max(last_use[size_t(steps_[k].sum_step)], int(k));
       if (steps_[k].s_step >= 0) last_use[size_t(steps_[k].s_step)] = std::max(last_use[size_t(steps_[k].s_step)], int(k));
+      for (int v : steps_[k].parts)
+        if (v < 0) last_use[size_t(-1 - v)] = std::max(last_use[size_t(-1 - v)], int(k));
     }
     std::vector<int> holder;  // per slot: the step whose result it holds, or -1
     for (size_t k = 0; k < n; ++k) {
@@ -700,7 +751,7 @@ class ConvChain : public DnnlPrimitive {
         s.direct_output = 0;
         continue;
       }
-      if (s.sum_step >= 0 && s.sum_step != s.x_step && last_use[size_t(s.sum_step)] == int(k) &&
+      if (s.sum_step >= 0 && s.sum_step != s.x_step && !s.add_after && last_use[size_t(s.sum_step)] == int(k) &&
           steps_[size_t(s.sum_step)].dst == s.dst && steps_[size_t(s.sum_step)].slot >= 0) {  // not the source itself
         s.sum_in_place = true;
         s.slot = steps_[size_t(s.sum_step)].slot;
@@ -752,6 +803,10 @@ class ConvChain : public DnnlPrimitive {
         result[k] = interpret_node(s.node, {&x}).at(0).tensor;
         continue;
       }
+      if (s.kind == StepKind::Concat || s.kind == StepKind::Slice) {
+        result[k] = reference_copy(s, tensor_of, result);
+        continue;
+      }
       if (s.kind == StepKind::Scale) {
         RValue x = s.x >= 0 ? tensor_of(s.x) : RValue(result[size_t(s.x_step)]);
         RValue c = s.s >= 0 ? tensor_of(s.s) : RValue(result[size_t(s.s_step)]);
@@ -785,6 +840,27 @@ class ConvChain : public DnnlPrimitive {
     }
   }
 
+  // A Concat (the interpreter's) or a Slice (its channels copied) on the reference path.
+  template <typename TensorOf>
+  Tensor reference_copy(const Step& s, const TensorOf& tensor_of, const std::vector<Tensor>& result) const {
+    if (s.kind == StepKind::Concat) {
+      std::vector<RValue> parts;
+      parts.reserve(s.parts.size());
+      for (int v : s.parts) parts.push_back(v >= 0 ? tensor_of(v) : RValue(result[size_t(-1 - v)]));
+      std::vector<const RValue*> args;
+      for (const RValue& p : parts) args.push_back(&p);
+      return interpret_node(s.node, args).at(0).tensor;
+    }
+    const Tensor x = s.x >= 0 ? tensor_of(s.x).tensor : result[size_t(s.x_step)];
+    Tensor y = Tensor::empty(DType::Float32, s.out_shape);
+    const int64_t image = shape_numel(s.out_shape) / std::max<int64_t>(1, s.out_shape[0]);
+    const int64_t plane = s.x_shape[2] * s.x_shape[3];
+    for (int64_t n = 0; n < s.out_shape[0] && image > 0; ++n)
+      std::memcpy(y.data<float>() + n * image, x.data<float>() + (n * s.x_shape[1] + s.begin) * plane,
+                  size_t(image) * sizeof(float));
+    return y;
+  }
+
   std::vector<Shape> input_shapes_;
   std::vector<bool> constant_;
   std::vector<Step> steps_;
@@ -797,65 +873,6 @@ class ConvChain : public DnnlPrimitive {
   std::vector<std::optional<Reorder>> out_reorder_;
 };
 
-// A pool on plain NCHW buffers. oneDNN's windows must all touch the input (a window in the padding
-// only has no value in oneDNN and -inf or 0 in the interpreter), and its output size comes from
-// its pads by floor division, so ceil_mode's last window gets extra end padding: for a max or an
-// average that excludes padding this changes nothing, for an average that counts padding it would
-// change the divisor, and such nodes are refused. Non-finite inputs (NaN: the interpreter's max
-// passes over it as ONNX's reference does, oneDNN's need not) and zero-sized tensors run the interpreter's kernel.
-class Pool : public DnnlPrimitive {
- public:
-  Pool(const Node& node, const Shape& x) : node_(node), x_(x), out_(pool_out_shape(node, x)) {
-    const bool max = node.op == Op::MaxPool;
-    const bool include_pad = !max && node.attr_int("count_include_pad", 0) != 0;
-    description_ = std::string("oneDNN pooling (") + node.describe() + "): " + (max ? "max" : include_pad ? "average, padding counted" : "average") +
-                   ", src " + shape_str(x) + " -> dst " + shape_str(out_);
-    if (has_zero_dim(x) || has_zero_dim(out_)) {
-      reference_only_ = true;
-      description_ += "; a zero-sized tensor, run by the interpreter's kernel, no library call";
-      return;
-    }
-    const PoolSpec spec = pool_spec(node, x);
-    const Dims &strides = spec.strides, &kernel = spec.kernel, &dilation = spec.dilation, &pad_l = spec.pad_l,
-               &pad_r = spec.pad_r;
-    const double taps = spec.taps;
-    src_ = plain(Dims(x.begin(), x.end()));
-    dst_ = plain(Dims(out_.begin(), out_.end()));
-    threads_ = threads_for(double(shape_numel(out_)) * taps / 4);  // compares and adds are cheaper than multiply-adds
-    const dnnl::algorithm alg = spec.alg;
-    auto pd = building(node, threads_, "primitive", [&] {
-      dnnl::pooling_v2_forward::desc d(dnnl::prop_kind::forward_inference, alg, src_, dst_, strides, kernel, dilation,
-                                       pad_l, pad_r);
-      return dnnl::pooling_v2_forward::primitive_desc(d, user_scratchpad(), cpu_engine());
-    });
-    prim_ = dnnl::pooling_v2_forward(pd);
-    scratch_ = pd.scratchpad_desc();
-    description_ += "; kernel " + dims_str(kernel) + ", strides " + dims_str(strides) + ", dilations (gaps) " +
-                    dims_str(dilation) + ", pads " + dims_str(pad_l) + " " + dims_str(pad_r) + " (" +
-                    pd.impl_info_str() + "); " + std::to_string(threads_) + " OpenMP threads";
-  }
-  const Shape& output_shape() const override { return out_; }
-  void run(const std::vector<const float*>& in, float* out) const override {
-    if (reference_only_ || !all_finite(in.at(0), size_t(shape_numel(x_)), threads_)) {
-      Tensor x = Tensor::empty(DType::Float32, x_);
-      if (x.numel() > 0) std::memcpy(x.data<float>(), in[0], x.nbytes());
-      RValue rx(std::move(x));
-      Tensor y = interpret_node(node_, {&rx}).at(0).tensor;
-      if (y.numel() > 0) std::memcpy(out, y.data<float>(), y.nbytes());
-      return;
-    }
-    execute(prim_, scratch_, {{DNNL_ARG_SRC, wrap(src_, in[0])}, {DNNL_ARG_DST, wrap(dst_, out)}}, threads_);
-  }
-
- private:
-  Node node_;
-  Shape x_, out_;
-  bool reference_only_ = false;
-  int threads_ = 1;
-  memory::desc src_, dst_, scratch_;
-  dnnl::primitive prim_;
-};
-
 }  // namespace
 
 std::unique_ptr<DnnlPrimitive> make_dnnl_conv_chain(const std::vector<DnnlChainOp>& ops,
@@ -863,10 +880,6 @@ std::unique_ptr<DnnlPrimitive> make_dnnl_conv_chain(const std::vector<DnnlChainO
                                                     const std::vector<const Tensor*>& constants,
                                                     const std::vector<int>& outputs) {
   return std::make_unique<ConvChain>(ops, input_shapes, constants, outputs);
-}
-
-std::unique_ptr<DnnlPrimitive> dnnl_detail::make_pool(const Node& node, const Shape& x) {
-  return std::make_unique<Pool>(node, x);
 }
 
 }  // namespace terrace::jit

@@ -5,6 +5,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <memory>
+#include <vector>
 #include <string>
 
 #include "interp/graph.h"
@@ -40,8 +41,21 @@ size_t floats_of(const memory::desc& d);
 bool has_zero_dim(const Shape& s);
 // True for a layout with blocks (oneDNN's packed weights, nChw16c), false for plain strides.
 bool is_blocked(const memory::desc& d);
-// A MaxPool or AveragePool alone on plain NCHW buffers (dnnl_conv.cpp).
+// A MaxPool or AveragePool alone on plain NCHW buffers (dnnl_pool.cpp).
 std::unique_ptr<DnnlPrimitive> make_pool(const Node& node, const Shape& x);
+
+// What oneDNN's pooling primitive takes for `node` on x: the window per spatial dim, with the end
+// padding that gives the interpreter's output size by floor division (see Pool, dnnl_pool.cpp), refusing
+// the forms oneDNN cannot match.
+struct PoolSpec {
+  memory::dims strides, kernel, dilation, pad_l, pad_r;
+  double taps = 1;
+  dnnl::algorithm alg = dnnl::algorithm::pooling_max;
+  bool include_pad = false;
+};
+PoolSpec pool_spec(const Node& node, const Shape& x);
+// The pool's output shape on x (the interpreter's rules, interp/ops/nn_pool.cpp).
+Shape pool_out_shape(const Node& node, const Shape& x);
 
 // A product or convolution as run: built with its activation as a post-op (`fused`) and, when it
 // has one, also without (`plain`, the activation then applied after it with the interpreter's

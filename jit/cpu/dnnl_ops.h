@@ -65,12 +65,14 @@ std::unique_ptr<DnnlPrimitive> make_dnnl_primitive(const Node& node, const std::
 // One op of a convolution chain (make_dnnl_conv_chain). `inputs` name chain inputs by index
 // (>= 0) or op k's result (-1 - k): a Conv's x, w and optional b; an Add's other operand; a
 // Scale's two operands in the Mul's order, one of them per channel ([N or 1, C, 1, ...]: a
-// squeeze-and-excitation block's Mul).
+// squeeze-and-excitation block's Mul); a Concat's values along channels (4-D); a Slice's one
+// value, of which it keeps channels [begin, end) (one output of a channel Split, 4-D).
 struct DnnlChainOp {
-  enum class Kind { Conv, Activation, Add, Pool, Scale } kind = Kind::Conv;
+  enum class Kind { Conv, Activation, Add, Pool, Scale, Concat, Slice } kind = Kind::Conv;
   Node node;                    // the ONNX node (a Conv's attributes; names in errors)
   std::vector<int> inputs;
   DnnlActivation activation;    // Kind::Activation
+  int64_t begin = 0, end = 0;   // Kind::Slice
 };
 
 // Convolutions, each with the activations and the residual Add that follow it as post-ops
@@ -84,7 +86,10 @@ struct DnnlChainOp {
 // result of its shape. A pool runs in the layout its producer wrote (ResNet's stem: Conv, Relu,
 // MaxPool, then the first block's two Convs reading the pool, all in one chain). A Scale multiplies
 // an earlier result (or a chain input) by a per-channel value in the blocked layout, so that a
-// squeeze-and-excitation block (pool, two 1x1 Convs, the Mul) stays in the chain. `outputs`: the
+// squeeze-and-excitation block (pool, two 1x1 Convs, the Mul) stays in the chain. A Concat of
+// channels and a Slice of them (YOLO's C2f: Split, branches, Concat) copy whole channel blocks in
+// the blocked layout (jit/cpu/channel_loops.h). An Add may also follow a Conv's activation (a
+// bottleneck's residual after SiLU: a sum post-op after the eltwise one). `outputs`: the
 // ops whose results run() writes, in order (empty: the last op's). A single Conv whose kernel is
 // 1x1 keeps plain layouts (as fast as reordering at its edges, measured). A chain
 // with a zero-sized tensor never reaches oneDNN, and one whose inputs are not all finite runs

@@ -130,10 +130,69 @@ bool starts_swish(const Graph& g, const Node& last, const Node& next) {
          swish_mul(g, next) != nullptr;
 }
 
+// True when v is one of `last`'s results (a Split has several).
+bool produces(const Node& last, int v) {
+  return v >= 0 && std::find(last.outputs.begin(), last.outputs.end(), v) != last.outputs.end();
+}
+
+// The channel count of a float32 value of rank 4 whose dim 1 is known, else 0.
+int64_t channels_of(const Graph& g, int v) {
+  if (v < 0 || !is_float32(g, v)) return 0;
+  const ValueInfo& info = g.values[size_t(v)].info;
+  return info.shape && info.shape->size() == 4 && (*info.shape)[1] > 0 ? (*info.shape)[1] : 0;
+}
+
+// For a Split of a 4-D float32 value along channels (axis 1) into pieces whose sizes are known
+// (a constant `split` input, the opset-11 attribute, or equal parts), those sizes; else empty.
+std::vector<int64_t> channel_split(const Graph& g, const Node& split) {
+  if (split.op != Op::Split || split.inputs.empty() || split.outputs.empty()) return {};
+  const int64_t c = channels_of(g, split.inputs[0]);
+  if (c == 0 || (split.attr_int("axis", 0) != 1 && split.attr_int("axis", 0) != -3)) return {};
+  std::vector<int64_t> sizes;
+  if (split.inputs.size() > 1 && split.inputs[1] >= 0) {
+    const Tensor* t = constant_of(g, split.inputs[1]);
+    if (!t || t->dtype() != DType::Int64) return {};
+    sizes.assign(t->data<int64_t>(), t->data<int64_t>() + t->numel());
+  } else if (split.has_attr("split")) {
+    sizes = split.attr_ints("split", {});
+  } else {
+    const int64_t n = int64_t(split.outputs.size());
+    if (c % n != 0) return {};
+    sizes.assign(size_t(n), c / n);
+  }
+  int64_t sum = 0;
+  for (int64_t e : sizes) sum += e > 0 ? e : -c;  // an empty or negative piece: not chained
+  if (sizes.size() != split.outputs.size() || sum != c) return {};
+  return sizes;
+}
+
+// True for a Concat of 4-D float32 values along channels (axis 1), each one's channels known.
+bool channel_concat(const Graph& g, const Node& concat) {
+  if (concat.op != Op::Concat || concat.inputs.empty() || concat.outputs.size() != 1) return false;
+  const int64_t axis = concat.attr_int("axis", 0);
+  if (axis != 1 && axis != -3) return false;
+  return std::all_of(concat.inputs.begin(), concat.inputs.end(), [&](int v) { return channels_of(g, v) > 0; });
+}
+
+// True when `next` is a channel Split or Concat reading a result of `last`: a step of the chain
+// that copies channel runs in the chain's layout (YOLO's C2f, Inception's branches), instead of
+// the region's end, a reorder of each branch to NCHW and one back.
+bool chains_step(const Graph& g, const Node& last, const Node& next);
+bool chains_copy(const Graph& g, const Node& last, const Node& next) {
+  if (!channel_split(g, next).empty()) {
+    // Only where the chain goes on after it: a Split whose pieces all leave the region (a
+    // detection head's boxes and scores) would cost its Conv the plain layouts of a lone 1x1.
+    auto continues = [&](const Node& reader) { return chains_step(g, next, reader); };
+    return produces(last, next.inputs[0]) && std::any_of(g.nodes.begin(), g.nodes.end(), continues);
+  }
+  return channel_concat(g, next) &&
+         std::any_of(next.inputs.begin(), next.inputs.end(), [&](int v) { return produces(last, v); });
+}
+
 // True when `next`, reading `last`'s result as its data input, can be the next Conv of a chain:
 // constant weights and bias, float32, a shape tier 1 runs.
 bool chains_conv(const Graph& g, const Node& last, const Node& next) {
-  if (next.op != Op::Conv || next.inputs.size() < 2 || next.inputs[0] != last.outputs[0] || next.outputs.size() != 1)
+  if (next.op != Op::Conv || next.inputs.size() < 2 || !produces(last, next.inputs[0]) || next.outputs.size() != 1)
     return false;
   for (size_t i = 1; i < next.inputs.size(); ++i)
     if (next.inputs[i] >= 0 && (!constant_of(g, next.inputs[i]) || next.inputs[i] == next.inputs[0])) return false;
@@ -145,7 +204,7 @@ bool chains_conv(const Graph& g, const Node& last, const Node& next) {
 // first block, which otherwise cost two reorders and a pool in plain layout; the GlobalAveragePool
 // that ends a CNN, which was a generated kernel of its own).
 bool chains_pool(const Graph& g, const Node& last, const Node& next) {
-  return is_pool(next.op) && !next.inputs.empty() && next.inputs[0] == last.outputs[0] && next.outputs.size() == 1 &&
+  return is_pool(next.op) && !next.inputs.empty() && produces(last, next.inputs[0]) && next.outputs.size() == 1 &&
          is_float32(g, next.inputs[0]) && can_compile(g, next).empty();
 }
 
@@ -198,7 +257,14 @@ int channel_scale(const Graph& g, const Node& mul) {
 // True when `next` is a per-channel Mul (channel_scale) reading `last`'s result: a step of the
 // chain in its blocked layout, instead of the region's end and a reorder each way.
 bool chains_scale(const Graph& g, const Node& last, const Node& next) {
-  return channel_scale(g, next) >= 0 && (next.inputs[0] == last.outputs[0] || next.inputs[1] == last.outputs[0]);
+  return channel_scale(g, next) >= 0 && (produces(last, next.inputs[0]) || produces(last, next.inputs[1]));
+}
+
+// A step that may follow a chain's step (a Conv with its post-ops, a pool, a Scale, a Concat or a
+// Split): the next Conv, pool, Scale, Concat or Split.
+bool chains_step(const Graph& g, const Node& last, const Node& next) {
+  return chains_conv(g, last, next) || chains_pool(g, last, next) || chains_scale(g, last, next) ||
+         chains_copy(g, last, next);
 }
 
 // True when `next` adds a bias to `matmul`'s result: an Add whose other operand is a constant
@@ -265,32 +331,35 @@ std::string can_compile(const Graph& g, const Node& node) {
 }
 
 // A library region grows from its op: a MatMul takes a bias Add and then the activation after
-// them, a Gemm the activation after it; a Conv takes activations, the next Conv or pool, and a
-// residual Add after a Conv; a pool takes the next Conv. An activation or an Add becomes a post-op
-// of the op before it, so it must be that op's result's only reader (the partition also asks about
+// them, a Gemm the activation after it; a Conv takes activations, the next Conv, pool, Scale,
+// channel Concat or Split, and a residual Add after a Conv or its activation; a pool, Scale,
+// Concat or Split takes the next of those steps. An activation or an Add becomes a post-op of the
+// op before it, so it must be that op's result's only reader (the partition also asks about
 // readers that are not).
 bool absorbs(const Graph& g, const Node& last, const Node& next) {
+  if (!channel_split(g, last).empty() || channel_concat(g, last)) return chains_step(g, last, next);
   if (last.outputs.size() != 1 || last.outputs[0] < 0) return false;
   const bool activation = activation_of(g, next).has_value() && only_reader(g, last.outputs[0]);
-  if (is_pool(last.op)) return chains_conv(g, last, next);
+  if (is_pool(last.op)) return chains_step(g, last, next);  // YOLO's SPPF: pool, pool, pool, Concat
   if (last.op == Op::MatMul) return activation || (matmul_bias(g, last, next) && only_reader(g, last.outputs[0]));
   if (last.op == Op::Gemm || last.op == Op::ConvTranspose) return activation;
   if (last.op == Op::Conv)
-    return activation || starts_swish(g, last, next) || chains_conv(g, last, next) || chains_pool(g, last, next) ||
-           chains_scale(g, last, next) || (chains_add(g, last, next) && only_reader(g, last.outputs[0]));
-  if (channel_scale(g, last) >= 0)  // a Scale step ends like a pool: the next Conv, pool or Scale
-    return chains_conv(g, last, next) || chains_pool(g, last, next) || chains_scale(g, last, next);
+    return activation || starts_swish(g, last, next) || chains_step(g, last, next) ||
+           (chains_add(g, last, next) && only_reader(g, last.outputs[0]));
+  if (channel_scale(g, last) >= 0) return chains_step(g, last, next);  // a Scale step ends like a pool
   // `last` is an activation or an Add already in a Conv's region: the next Conv, or an
   // activation after an Add; a SiLU's Sigmoid takes its Mul.
   if (last.op == Op::Sigmoid && swish_mul(g, last) == &next) return true;
   const Node* x_of = last.op == Op::Mul ? swish_sigmoid(g, last) : &last;  // a SiLU's Mul: its Sigmoid
   const Node* before = x_of ? producer_of(g, x_of->inputs.empty() ? -1 : x_of->inputs[0]) : nullptr;
   if (last.op == Op::Add)
-    return activation || (!biased_matmul(g, last) && (starts_swish(g, last, next) || chains_conv(g, last, next) ||
-                                                      chains_pool(g, last, next) || chains_scale(g, last, next)));
-  if ((activation_of(g, last) || x_of != &last) && x_of && before && (before->op == Op::Conv || before->op == Op::Add))
-    return chains_conv(g, last, next) || chains_pool(g, last, next) || chains_scale(g, last, next);
-  return false;
+    return activation || (!biased_matmul(g, last) && (starts_swish(g, last, next) || chains_step(g, last, next)));
+  const bool after_activation = (activation_of(g, last) || x_of != &last) && x_of && before;
+  if (!after_activation || (before->op != Op::Conv && before->op != Op::Add)) return false;
+  // A residual Add after a Conv's activation (YOLO's bottleneck: Conv, SiLU, Add): a sum post-op
+  // after the eltwise one, where the Conv has no sum yet.
+  if (before->op == Op::Conv && chains_add(g, last, next) && only_reader(g, last.outputs[0])) return true;
+  return chains_step(g, last, next);
 }
 
 // The allowance of a library region, computed op by op on the interpreter's values of the
@@ -445,6 +514,36 @@ struct BoundWalk {
     return e;
   }
 
+  // A Split or Concat: the node run on the values, and on the bounds (zero where a value has
+  // none), for its results' values and bounds.
+  void copy(const Node& node) {
+    std::vector<RValue> values, bounds;
+    values.reserve(node.inputs.size());
+    bounds.reserve(node.inputs.size());
+    std::vector<const RValue*> v_ptrs, b_ptrs;
+    for (int v : node.inputs) {
+      if (v < 0) {
+        v_ptrs.push_back(nullptr);
+        b_ptrs.push_back(nullptr);
+        continue;
+      }
+      values.emplace_back(value_of(v));
+      v_ptrs.push_back(&values.back());
+      auto e = bound.find(v);
+      // The split sizes (an int64 input) are read as given; float values' bounds in float64.
+      bounds.emplace_back(e != bound.end()                          ? e->second
+                          : value_of(v).dtype() == DType::Float32 ? Tensor::zeros(DType::Float64, value_of(v).shape())
+                                                                   : value_of(v));
+      b_ptrs.push_back(&bounds.back());
+    }
+    std::vector<RValue> vs = interpret_node(node, v_ptrs), bs = interpret_node(node, b_ptrs);
+    for (size_t j = 0; j < node.outputs.size(); ++j) {
+      if (node.outputs[j] < 0) continue;
+      value[node.outputs[j]] = vs.at(j).tensor;
+      bound[node.outputs[j]] = bs.at(j).tensor;
+    }
+  }
+
   // The interpreter's value of the node's result, for the ops after it.
   void set_value(const Node& node) {
     std::vector<RValue> args;
@@ -486,6 +585,10 @@ std::vector<Tensor> error_allowance(const Graph& g, const Region& region, const 
     release_before(k);
     const Node& node = g.nodes[size_t(region.nodes[k])];
     const int result = node.outputs[0];
+    if (node.op == Op::Split || node.op == Op::Concat) {  // copies: each bound moves with its value
+      w.copy(node);
+      continue;
+    }
     if (node.op == Op::Add) {
       w.bound[result] = w.add(node);  // its value set too
       continue;
@@ -623,6 +726,21 @@ LibraryPart chain_part(const Graph& g, const Region& region, const Node& node, s
       c.kind = op.op == Op::Conv ? jit::DnnlChainOp::Kind::Conv : jit::DnnlChainOp::Kind::Pool;
       for (int v : op.inputs)
         if (v >= 0) c.inputs.push_back(index(v));
+    } else if (op.op == Op::Split) {  // one Slice per piece, each a step (its result)
+      const std::vector<int64_t> sizes = channel_split(g, op);
+      TERRACE_ASSERT(sizes.size() == op.outputs.size(), "tier 1: a chained Split is no channel split");
+      int64_t begin = 0;
+      for (size_t j = 0; j < sizes.size(); begin += sizes[j++]) {
+        if (op.outputs[j] < 0) continue;
+        jit::DnnlChainOp piece{jit::DnnlChainOp::Kind::Slice, op, {index(op.inputs[0])}, {}, begin, begin + sizes[j]};
+        op_of[op.outputs[j]] = int(ops.size());
+        ops.push_back(std::move(piece));
+      }
+      previous = -1;  // no post-op follows a Split
+      continue;
+    } else if (op.op == Op::Concat) {
+      c.kind = jit::DnnlChainOp::Kind::Concat;
+      for (int v : op.inputs) c.inputs.push_back(index(v));
     } else if (op.op == Op::Add) {
       c.kind = jit::DnnlChainOp::Kind::Add;
       follows(op, op.inputs[0] == previous || op.inputs[1] == previous);

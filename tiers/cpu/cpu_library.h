@@ -28,8 +28,9 @@ std::string can_compile(const Graph& g, const Node& node);
 // True when `next`, the only reader of `last`'s result, joins the library region `last` ends:
 // after a MatMul, Gemm or ConvTranspose its activation (Relu, Clip, Sigmoid, Tanh, LeakyRelu, Elu,
 // HardSwish, Gelu: jit/cpu/dnnl_activation.h); after a Conv its activation, the next Conv (constant
-// weights), a pool, or a residual Add of a value of the same static shape; after those, as after a
-// Conv; after a pool, the next Conv.
+// weights), a pool, a per-channel Mul, a Concat or Split along channels (4-D), or a residual Add of
+// a value of the same static shape (also after the Conv's activation); after those, as after a
+// Conv; after a pool, a Mul, a Concat or a Split, the next Conv, pool, Mul, Concat or Split.
 bool absorbs(const Graph& g, const Node& last, const Node& next);
 
 // Per region output, the error allowance of a library region (see Backend::error_allowance);
