@@ -236,6 +236,24 @@ void check_input_sets_args(const ParsedArgs& args) {
       throw UsageError{std::string("--input-sets gives every call's inputs and expected outputs: no ") + other};
 }
 
+// The session's options: the environment's, then the command line's.
+Options session_options(const ParsedArgs& args) {
+  Options options = Options::from_env();
+  bool asked = tier_from_env();
+  if (auto t = args.get("--tier")) options.max_tier = parse_tier(*t), asked = true;
+  options.max_tier = effective_tier("run", options.max_tier, asked);
+  apply_session_options(args, options);
+  return options;
+}
+
+// --profile: the Chrome trace, once the compiles in flight have ended (their spans end in it).
+void write_profile(Session& session, const Options& options) {
+  if (options.profile_file.empty()) return;
+  session.wait_for_compiles();
+  session.write_profile();
+  std::printf("profile: %s (Chrome trace: Perfetto, chrome://tracing)\n", options.profile_file.c_str());
+}
+
 }  // namespace
 
 int cmd_run(const ParsedArgs& args) {
@@ -256,12 +274,7 @@ int cmd_run(const ParsedArgs& args) {
   check_input_sets_args(args);
   const std::string sets_dir = args.get("--input-sets").value_or("");
   const int64_t rounds = args.get("--rounds") ? parse_positive("--rounds", *args.get("--rounds")) : 1;
-  Options options = Options::from_env();
-  bool asked = tier_from_env();
-  if (auto t = args.get("--tier")) options.max_tier = parse_tier(*t), asked = true;
-  options.max_tier = effective_tier("run", options.max_tier, asked);
-  apply_session_options(args, options);
-
+  const Options options = session_options(args);
   auto session = Session::load(model, options);
   const Graph& graph = session->graph();
   check_dim_names(graph, dims);
@@ -303,11 +316,7 @@ int cmd_run(const ParsedArgs& args) {
   }
   for (int64_t c = 0; c < (serve || !sets.empty() ? 0 : repeat); ++c) call();
   if (!quiet) std::fputs(session->report().c_str(), stdout);
-  if (!options.profile_file.empty()) {
-    session->wait_for_compiles();  // their spans end in the trace
-    session->write_profile();
-    std::printf("profile: %s (Chrome trace: Perfetto, chrome://tracing)\n", options.profile_file.c_str());
-  }
+  write_profile(*session, options);
   for (auto& [name, t] : outputs)
     std::printf("output %s: %s%s  %s\n", name.c_str(), dtype_name(t.dtype()), shape_str(t.shape()).c_str(),
                 summary_text(summarize_values(t)).c_str());
@@ -318,13 +327,8 @@ int cmd_run(const ParsedArgs& args) {
 
   if (!output_dir.empty()) write_output_files(output_dir, outputs, output_format);
   if (!json_path.empty()) {
-    Json j;
-    j["model"] = model;
-    j["tier"] = tier_name(options.max_tier);
-    j["tiers_ran"] = ran;
-    j["warm_calls"] = warm;
-    j["outputs"] = outputs_json(outputs);
-    j["checks"] = checks;
+    Json j{{"model", model}, {"tier", tier_name(options.max_tier)}, {"tiers_ran", ran}, {"warm_calls", warm},
+           {"outputs", outputs_json(outputs)}, {"checks", checks}};
     if (!sets.empty()) j["rounds"] = round_results;
     j["report"] = Json::parse(session->report_json());
     j["passed"] = ok;
