@@ -158,15 +158,26 @@ std::shared_ptr<Graph> a_view_that_outlives_its_source() {
   return b.build();
 }
 
-TEST(CallPlan, values_between_regions_share_one_block_by_liveness) {
-  if (!have_tier1()) GTEST_SKIP() << "no tier-1 JIT in this build";
+// The graph above's x for call k: signs and values that differ from call to call.
+Tensor varied(int k) {
+  Tensor x = Tensor::empty(DType::Float32, {4, 6});
+  for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = float((i * 7 + k) % 11) - 5.0f;
+  return x;
+}
+
+// Every op a region of its own (the graph above), on tier 1.
+std::unique_ptr<Session> one_region_per_op(const std::shared_ptr<Graph>& g) {
   Options o = tier1();
   o.max_region_nodes = 1;
+  return Session::from_graph(g, o);
+}
+
+TEST(CallPlan, values_between_regions_share_one_block_by_liveness) {
+  if (!have_tier1()) GTEST_SKIP() << "no tier-1 JIT in this build";
   auto g = a_view_that_outlives_its_source();
-  auto s = Session::from_graph(g, o);
+  auto s = one_region_per_op(g);
   for (int call = 0; call < 12; ++call) {
-    Tensor x = Tensor::empty(DType::Float32, {4, 6});
-    for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = float((i * 7 + call) % 11) - 5.0f;
+    const Tensor x = varied(call);
     expect_same(interpreted(g, x), s->run({{"x", x}}), "call " + std::to_string(call));
     s->wait_for_compiles();
   }
@@ -186,15 +197,9 @@ TEST(CallPlan, values_between_regions_share_one_block_by_liveness) {
 // Calls in flight at once each lease a block of their own: no call sees another's values.
 TEST(CallPlan, concurrent_calls_each_lease_a_block) {
   if (!have_tier1()) GTEST_SKIP() << "no tier-1 JIT in this build";
-  Options o = tier1();
-  o.max_region_nodes = 1;
   auto g = a_view_that_outlives_its_source();
-  auto s = Session::from_graph(g, o);
-  auto input = [](int k) {
-    Tensor x = Tensor::empty(DType::Float32, {4, 6});
-    for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = float((i * 5 + k) % 13) - 6.0f;
-    return x;
-  };
+  auto s = one_region_per_op(g);
+  auto input = varied;
   for (int call = 0; call < 8; ++call) {
     s->run({{"x", input(call)}});
     s->wait_for_compiles();
