@@ -112,6 +112,24 @@ TEST(LibraryRegions, a_concat_along_another_axis_ends_the_chain) {
   expect_calls_match_and_regions_validated_on_tier1(*s, in, want, 2);
 }
 
+// Tier 2's chains are cuDNN convolutions with their epilogues: a session planned for tier 2 ends
+// the chain at a channel Concat, as before it joined tier 1's.
+TEST(LibraryRegions, planned_for_tier2_a_concat_ends_the_chain) {
+  GraphBuilder g;
+  int x = g.input("x", DType::Float32, kInput);
+  int w = g.constant("w", random_tensor({8, 8, 1, 1}, 3, -0.4f, 0.4f));
+  int r = g.node(Op::Relu, {g.node(Op::Conv, {x, w})});
+  int w2 = g.constant("w2", random_tensor({8, 16, 1, 1}, 4, -0.4f, 0.4f));
+  g.output(g.node(Op::Conv, {g.node(Op::Concat, {r, x}, {{"axis", GraphBuilder::attr_int(1)}}), w2}));
+  auto graph = g.build();
+  EXPECT_EQ(region_ops(*Session::from_graph(graph, on_tier(Tier::Cpu))),
+            (std::vector<std::string>{"Conv,Relu,Concat,Conv"}));
+  Options gpu = on_tier(Tier::Cpu);
+  gpu.plan_for = Tier::Gpu;
+  for (const std::string& ops : region_ops(*Session::from_graph(graph, gpu)))
+    EXPECT_EQ(ops.find("Relu,Concat"), std::string::npos) << ops;
+}
+
 #else
 TEST(LibraryRegions, ConcatSkipped) { GTEST_SKIP() << "built without oneDNN"; }
 #endif

@@ -47,6 +47,9 @@ namespace terrace {
 bool gpu_fuses(const Node& last, const Node& next) {
   if (last.op == Op::MatMul && next.op == Op::Add) return false;  // tier 2 runs a MatMul alone or with a Relu
   if (cpu_library::is_pool(last.op) || cpu_library::is_pool(next.op)) return false;  // cuDNN regions hold no pool
+  // A cuDNN chain is convolutions each with its epilogue act(y + bias + z): tier 1's channel copies
+  // (Concat, Split) are not among its steps.
+  if (next.op == Op::Concat || next.op == Op::Split) return false;
 #ifdef TERRACE_HAVE_DNNL
   return !jit::dnnl_activation_of(next).has_value();  // Relu and Clip are not among these
 #else
