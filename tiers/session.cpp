@@ -380,7 +380,7 @@ std::string Session::report_json() const {
     j.key("versions").begin_array();
     for (const RegionReport::VersionInfo& v : r.version_list)
       j.begin_object().field("backend", std::string(tier_name(v.tier))).field("kind", v.kind).field("signature", v.signature)
-          .field("guards", v.guards).field("calls", v.calls).field("demoted", v.demoted).end_object();
+          .field("guards", v.guards).field("calls", v.calls).field("in_use", !v.demoted).end_object();
     j.end_array().end_object();
   }
   j.end_array();
