@@ -343,8 +343,46 @@ TEST(BatchNormFolding, not_when_the_conv_result_is_read_elsewhere_or_is_an_outpu
   auto g = conv_bn_graph({1, true}, &y);
   g->outputs.push_back(y);
   auto opt = optimized(g);
-  EXPECT_EQ(count_ops(*opt, Op::BatchNormalization), 1);
-  expect_same_outputs(*g, *opt, {RValue(random_tensor({2, 4, 6, 6}, 9))});
+  // The Conv keeps its weights (its result is an output); the BN becomes a per-channel Mul, Add.
+  EXPECT_EQ(count_ops(*opt, Op::BatchNormalization), 0);
+  EXPECT_EQ(count_ops(*opt, Op::Mul), 1);
+  EXPECT_EQ(count_ops(*opt, Op::Add), 1);
+  expect_same_outputs(*g, *opt, {RValue(random_tensor({2, 4, 6, 6}, 9))}, /*exact=*/false);
+}
+
+// A BN after a Relu (PaddleOCR's detector, openWakeWord's embedding) folds into no producer: it
+// becomes x * s + shift per channel, which tier 1 compiles, where it was a graph break.
+TEST(BatchNormFolding, one_no_producer_takes_becomes_a_per_channel_mul_and_add) {
+  for (Shape shape : {Shape{2, 3, 4, 5}, Shape{2, 3}, Shape{1, 3, 7}}) {
+    GraphBuilder b;
+    int x = b.input("x", DType::Float32, shape);
+    int bn = b.node(Op::BatchNormalization,
+                    {b.node(Op::Relu, {x}), b.constant("scale", random_tensor({3}, 3, 0.5, 2)),
+                     b.constant("shift", random_tensor({3}, 4)), b.constant("mean", random_tensor({3}, 5)),
+                     b.constant("var", random_tensor({3}, 6, 0.1, 2))},
+                    {{"epsilon", float_attr(1e-3f)}});
+    b.output(b.node(Op::Sigmoid, {bn}));
+    auto g = b.build();
+    auto opt = optimized(g);
+    EXPECT_EQ(count_ops(*opt, Op::BatchNormalization), 0) << passes::graph_text(*opt);
+    ASSERT_EQ(opt->nodes.size(), 4u) << passes::graph_text(*opt);  // Relu, Mul, Add, Sigmoid, in order
+    EXPECT_EQ(opt->nodes[1].op, Op::Mul);
+    EXPECT_EQ(opt->nodes[2].op, Op::Add);
+    for (size_t n = 0; n < opt->nodes.size(); ++n)
+      for (int v : opt->nodes[n].outputs) EXPECT_EQ(opt->value(v).producer, int(n)) << passes::graph_text(*opt);
+    expect_same_outputs(*g, *opt, {RValue(random_tensor(shape, 9))}, /*exact=*/false);
+    EXPECT_EQ(count_ops(*optimized(g, OptimizeLevel::Basic), Op::BatchNormalization), 1);
+  }
+}
+
+TEST(BatchNormFolding, a_bn_whose_parameters_are_not_constants_stays) {
+  GraphBuilder b;
+  int x = b.input("x", DType::Float32, {2, 3, 4});
+  int scale = b.input("scale", DType::Float32, {3});
+  b.output(b.node(Op::BatchNormalization, {x, scale, b.constant("shift", random_tensor({3}, 4)),
+                                           b.constant("mean", random_tensor({3}, 5)),
+                                           b.constant("var", random_tensor({3}, 6, 0.1, 2))}));
+  EXPECT_EQ(count_ops(*optimized(b.build()), Op::BatchNormalization), 1);
 }
 
 TEST(BatchNormFolding, folds_into_a_gemm_with_either_weight_layout) {

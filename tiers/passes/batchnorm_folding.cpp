@@ -7,7 +7,10 @@
 // Folded: float32 and float64 weights that are initializers, BN parameters that are initializers;
 // new initializers are made (the old ones may be read elsewhere). The result differs from the
 // unfolded graph's by rounding only (ARCHITECTURE.md's tolerances), hence OptimizeLevel::Extended.
+// A BN with constant parameters that no Conv or Gemm takes becomes a per-channel Mul and Add.
+#include <algorithm>
 #include <cmath>
+#include <string>
 
 #include "tiers/passes/graph_edit.h"
 #include "tiers/passes/passes.h"
@@ -118,6 +121,52 @@ std::vector<int> fold_into_gemm(Graph& g, Node& gemm, const Node& bn, const std:
   return {gemm.inputs[0], nw, nc};
 }
 
+// A new value named after `base`, made unique, with `info`, written by node `producer`.
+int new_value(Graph& g, const std::string& base, ValueInfo info, int producer) {
+  std::string name = base;
+  for (int k = 1; g.find_value(name) >= 0; ++k) name = base + "_" + std::to_string(k);
+  const int id = g.add_value(name, std::move(info));
+  g.values[size_t(id)].producer = producer;
+  return id;
+}
+
+// A BN no producer takes becomes y = x * s + shift, s and shift constants of shape [C, 1, ...]
+// (broadcast over the dims after the channel's): elementwise ops every tier compiles, where the BN
+// was a graph break. Node n becomes the Mul; the Add goes right after it.
+bool make_affine(Graph& g, size_t n, const std::vector<int>& uses) {
+  const Node& bn = g.nodes[n];
+  const int x = bn.inputs.empty() ? -1 : bn.inputs[0], y = bn.outputs.empty() ? -1 : bn.outputs[0];
+  if (x < 0 || y < 0 || bn.inputs.size() < 5 || !is_constant(g, bn.inputs[1])) return false;
+  const ValueInfo info = g.values[size_t(x)].info;
+  const int64_t channels = constant(g, bn.inputs[1]).numel();
+  if (!info.dtype || !float_weights(*info.dtype) || !info.shape || info.shape->size() < 2 ||
+      ((*info.shape)[1] >= 0 && (*info.shape)[1] != channels))
+    return false;
+  auto p = bn_params(g, bn, uses, channels);
+  if (!p) return false;
+  Shape per_channel(info.shape->size() - 1, 1);
+  per_channel[0] = channels;
+  const std::string base = g.values[size_t(y)].name;
+  const int s = add_constant(g, base + "_bn_scale", from_doubles(*info.dtype, per_channel, p->s));
+  const int shift = add_constant(g, base + "_bn_shift", from_doubles(*info.dtype, per_channel, p->shift));
+  for (Value& v : g.values)
+    if (v.producer > int(n)) ++v.producer;
+  Node add;
+  add.op = Op::Add;
+  add.name = g.nodes[n].name.empty() ? "" : g.nodes[n].name + "/shift";
+  const int scaled = new_value(g, base + "_bn_scaled", g.values[size_t(y)].info, int(n));
+  add.inputs = {scaled, shift};
+  add.outputs = {y};
+  Node& mul = g.nodes[n];
+  mul.op = Op::Mul;
+  mul.attrs.clear();
+  mul.inputs = {x, s};
+  mul.outputs = {scaled};
+  g.nodes.insert(g.nodes.begin() + std::ptrdiff_t(n) + 1, std::move(add));
+  g.values[size_t(y)].producer = int(n) + 1;
+  return true;
+}
+
 }  // namespace
 
 int fold_batchnorm(Graph& g, const PassConfig&) {
@@ -148,6 +197,14 @@ int fold_batchnorm(Graph& g, const PassConfig&) {
     ++folded;
   }
   if (folded) remove_nodes(g, std::move(dead));
+  // The BNs left: from the last, so that inserting an Add moves none still to come. Their inputs'
+  // ranks and dtypes come from shape inference (not yet run when no shape folded).
+  if (std::none_of(g.nodes.begin(), g.nodes.end(), [](const Node& n) { return n.op == Op::BatchNormalization; }))
+    return folded;
+  infer_static_shapes(g);
+  uses = use_counts(g);
+  for (size_t i = g.nodes.size(); i-- > 0;)
+    if (g.nodes[i].op == Op::BatchNormalization) folded += make_affine(g, i, uses);
   return folded;
 }
 

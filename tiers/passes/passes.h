@@ -47,7 +47,7 @@ int eliminate_noops(Graph& g, const PassConfig& config = {});
 
 // batchnorm_folding.cpp: an inference BatchNormalization whose input is read only by it and
 // comes from a Conv or Gemm with constant weights is folded into that Conv's or Gemm's weights
-// and bias.
+// and bias; one with constant parameters otherwise becomes a per-channel Mul and Add.
 int fold_batchnorm(Graph& g, const PassConfig& config = {});
 
 // layernorm_fusion.cpp: the exporters' decomposed layer normalization (ReduceMean, Sub, Pow,
