@@ -141,15 +141,6 @@ bool fusible(const PatternView& p, const AttentionBlock& b, const PassConfig& co
   return true;
 }
 
-// A new value named after `base`, made unique, with `info`, written by node `producer`.
-int new_value(Graph& g, const std::string& base, ValueInfo info, int producer) {
-  std::string name = base;
-  for (int k = 1; g.find_value(name) >= 0; ++k) name = base + "_" + std::to_string(k);
-  const int id = g.add_value(name, std::move(info));
-  g.values[size_t(id)].producer = producer;
-  return id;
-}
-
 }  // namespace
 
 // Attention's mask for the block: an additive one as it is; a Where's condition negated (true:

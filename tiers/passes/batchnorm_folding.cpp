@@ -121,15 +121,6 @@ std::vector<int> fold_into_gemm(Graph& g, Node& gemm, const Node& bn, const std:
   return {gemm.inputs[0], nw, nc};
 }
 
-// A new value named after `base`, made unique, with `info`, written by node `producer`.
-int new_value(Graph& g, const std::string& base, ValueInfo info, int producer) {
-  std::string name = base;
-  for (int k = 1; g.find_value(name) >= 0; ++k) name = base + "_" + std::to_string(k);
-  const int id = g.add_value(name, std::move(info));
-  g.values[size_t(id)].producer = producer;
-  return id;
-}
-
 // A BN no producer takes becomes y = x * s + shift, s and shift constants of shape [C, 1, ...]
 // (broadcast over the dims after the channel's): elementwise ops every tier compiles, where the BN
 // was a graph break. Node n becomes the Mul; the Add goes right after it.

@@ -55,6 +55,14 @@ int add_constant(Graph& g, const std::string& base, Tensor t) {
   return id;
 }
 
+int new_value(Graph& g, const std::string& base, ValueInfo info, int producer) {
+  std::string name = base;
+  for (int k = 1; g.find_value(name) >= 0; ++k) name = base + "_" + std::to_string(k);
+  const int id = g.add_value(name, std::move(info));
+  g.values[size_t(id)].producer = producer;
+  return id;
+}
+
 void replace_uses(Graph& g, int from, int to) {
   for (Node& n : g.nodes)
     for (int& v : n.inputs)

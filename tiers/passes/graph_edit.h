@@ -32,6 +32,9 @@ void make_constant(Graph& g, int v, Tensor t);
 // Adds a new initializer named after `base` (made unique) and returns its id.
 int add_constant(Graph& g, const std::string& base, Tensor t);
 
+// A new value named after `base` (made unique), with `info`, written by node `producer`.
+int new_value(Graph& g, const std::string& base, ValueInfo info, int producer);
+
 // Every read of `from` by a node becomes a read of `to` (graph outputs are left alone).
 void replace_uses(Graph& g, int from, int to);
 
