@@ -12,6 +12,8 @@ parts=${*:-tests validate ab compare}
 out=${OUT:-/tmp/gpu-attention}; mkdir -p "$out"
 . "$(dirname "$0")/gpu_common.sh"  # /tmp/terrace, $models exported to /tmp/m, io
 IO=${IO---device-io}  # the A/B's calls as compare.py's: inputs and outputs on the device (IO= for host copies)
+# A bench run's output as one cell: the first match of pattern $2, and NOT-PASSED when its check failed.
+summary() { echo "$(echo "$1" | grep -oE "$2" | head -1)$(echo "$1" | grep -q 'PASSED' || echo ' NOT-PASSED')"; }
 for part in $parts; do case "$part" in
 tests)
   timeout 300 .gpu/run test_gpu > "$out/test_gpu.txt" 2>&1; echo "test_gpu rc=$?"
@@ -37,7 +39,7 @@ ab)  # the same bench with attention fused and not, interleaved
         r=$(TERRACE_GPU_ATTENTION=$fuse timeout 120 /tmp/terrace bench $d --tier gpu --steady-calls 300 --quiet $IO \
               --input $in=$d/test_data_set_0/input_0.pb --expect $on=$d/test_data_set_0/output_0.pb \
               --json "$out/ab_${m}_${fuse}_$round.json" 2>&1)
-        line="$line attention=$fuse $(echo "$r" | grep -oE 'p50 [0-9.]+ ms, p90 [0-9.]+ ms' | head -1)$(echo "$r" | grep -q 'PASSED' || echo ' NOT-PASSED')"
+        line="$line attention=$fuse $(summary "$r" 'p50 [0-9.]+ ms, p90 [0-9.]+ ms')"
       done
       echo "$line"
     done
@@ -63,7 +65,7 @@ before-after)  # tier 2 at an earlier commit (bundled as terrace_old) and now, h
         r=$(TERRACE_CALL_PLANS=${PLANS:-whole} timeout 120 $t bench $d --tier gpu --steady-calls 200 --quiet \
               --input $in=$d/test_data_set_0/input_0.pb --expect $on=$d/test_data_set_0/output_0.pb \
               --json "$out/ba_${m}_$(basename $t)_${PLANS:-whole}_$round.json" 2>&1)
-        line="$line $(basename $t) $(echo "$r" | grep -oE 'p50 [0-9.]+ ms' | head -1)$(echo "$r" | grep -q 'PASSED' || echo ' NOT-PASSED')"
+        line="$line $(basename $t) $(summary "$r" 'p50 [0-9.]+ ms')"
       done
       echo "$line"
     done
