@@ -172,6 +172,31 @@ float Event::elapsed_ms(const Event& start, const Event& end) {
   return ms;
 }
 
+CapturedGraph::CapturedGraph(const Stream& stream, int times, const std::function<void()>& enqueue) {
+  TERRACE_CU(cuStreamBeginCapture, stream.get(), CU_STREAM_CAPTURE_MODE_RELAXED);
+  try {
+    for (int i = 0; i < times; ++i) enqueue();
+  } catch (...) {
+    CUgraph partial = nullptr;  // the stream leaves capture mode either way
+    if (driver().cuStreamEndCapture(stream.get(), &partial) == CUDA_SUCCESS && partial) driver().cuGraphDestroy(partial);
+    throw;
+  }
+  TERRACE_CU(cuStreamEndCapture, stream.get(), &graph_);
+  try {
+    TERRACE_CU(cuGraphInstantiateWithFlags, &exec_, graph_, 0);
+  } catch (...) {
+    driver().cuGraphDestroy(graph_);
+    throw;
+  }
+}
+
+CapturedGraph::~CapturedGraph() {
+  if (exec_) driver().cuGraphExecDestroy(exec_);
+  if (graph_) driver().cuGraphDestroy(graph_);
+}
+
+void CapturedGraph::launch(const Stream& stream) const { TERRACE_CU(cuGraphLaunch, exec_, stream.get()); }
+
 void launch(CUfunction f, const LaunchConfig& c, const Stream& stream, void** args) {
   TERRACE_CU(cuLaunchKernel, f, c.grid, 1, 1, c.block, 1, 1, c.shared_bytes, stream.get(), args, nullptr);
 }

@@ -9,6 +9,7 @@
 #pragma once
 #include <cuda.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -108,6 +109,21 @@ class Event {
 
  private:
   CUevent event_ = nullptr;
+};
+
+// A CUDA graph of what `enqueue` puts on `stream` (captured `times` times in a row, relaxed mode),
+// instantiated; replayed by launch.
+class CapturedGraph {
+ public:
+  CapturedGraph(const Stream& stream, int times, const std::function<void()>& enqueue);
+  ~CapturedGraph();
+  CapturedGraph(const CapturedGraph&) = delete;
+  CapturedGraph& operator=(const CapturedGraph&) = delete;
+  void launch(const Stream& stream) const;
+
+ private:
+  CUgraph graph_ = nullptr;
+  CUgraphExec exec_ = nullptr;
 };
 
 struct LaunchConfig {

@@ -140,6 +140,31 @@ TEST(CudaMemory, pinned_round_trip_through_the_device) {
   for (size_t i = 0; i < n; ++i) ASSERT_EQ(back[i], int32_t(i * 7)) << i;
 }
 
+// A captured graph replays its work on each launch (reading what the buffers hold then); a capture
+// whose enqueue throws leaves the stream out of capture mode, usable.
+TEST(CudaGraph, a_captured_copy_replays_on_each_launch_and_a_failed_capture_ends) {
+  SKIP_WITHOUT_GPU();
+  Stream stream;
+  const size_t n = 4096, bytes = n * sizeof(int32_t);
+  DeviceBuffer a(bytes, stream.get()), b(bytes, stream.get());
+  TERRACE_CU(cuMemsetD8Async, b.ptr(), 0, bytes, stream.get());
+  CapturedGraph copy(stream, 1, [&] { TERRACE_CU(cuMemcpyDtoDAsync, b.ptr(), a.ptr(), bytes, stream.get()); });
+  std::vector<int32_t> in(n), back(n);
+  for (int32_t round = 1; round <= 2; ++round) {
+    for (size_t i = 0; i < n; ++i) in[i] = int32_t(i) * round;
+    copy_to_device(a.ptr(), in.data(), bytes, stream);
+    copy.launch(stream);
+    copy_to_host(back.data(), b.ptr(), bytes, stream);
+    stream.synchronize();
+    ASSERT_EQ(back, in) << "round " << round;
+  }
+  EXPECT_THROW(CapturedGraph(stream, 2, [] { throw Error(ErrorCode::RuntimeError, "enqueue failed"); }), Error);
+  copy_to_device(a.ptr(), in.data(), bytes, stream);  // fails if the stream were still capturing
+  copy_to_host(back.data(), a.ptr(), bytes, stream);
+  stream.synchronize();
+  EXPECT_EQ(back, in);
+}
+
 }  // namespace
 }  // namespace terrace::jit::cuda
 #endif
