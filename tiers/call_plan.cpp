@@ -14,7 +14,7 @@ namespace terrace {
 CallPlans::CallPlans(const Graph& graph, const Plan& plan, const std::vector<int>& last_use, TierManager& tiers,
                      const Options& options)
     : graph_(graph), plan_(plan), last_use_(last_use), tiers_(tiers), mode_(options.call_plans),
-      max_plans_(size_t(std::max(1, options.max_specializations))) {}
+      judge_(tiers, options.judge_climbs && options.call_plans != CallPlanMode::Off), max_plans_(size_t(std::max(1, options.max_specializations))) {}
 
 std::shared_ptr<CallPlan> CallPlans::find(const std::vector<Tensor>& inputs) {
   if (mode_ == CallPlanMode::Off) return nullptr;
@@ -187,6 +187,13 @@ std::shared_ptr<CallPlan> CallPlans::make(const PlanRecording& rec, const std::v
     p->steps.push_back(std::move(ps));
   }
   p->recheck_period = tiers_.recheck_period(p->regions, call_ms);
+  Tier top = Tier::Interp;
+  for (const PlanStep& ps : p->steps)
+    if (ps.version) {
+      top = std::max(top, ps.version->tier);
+      p->versions.push_back(ps.version);
+    }
+  p->timing = judge_.timing(p->signature.str(), top);
   place(*p, rec);
   return p;
 }
@@ -322,8 +329,11 @@ void CallPlans::offer_whole(const std::shared_ptr<CallPlan>& plan, const std::ve
   for (const Tensor& t : outputs) out.push_back(t.on_device() ? t.to_host() : t.clone());
   std::weak_ptr<CallPlan> weak = plan;
   const std::string sig = plan->signature.str();
+  std::shared_ptr<ClimbJudge::Timing> timing = plan->timing;
+  timing->whole_pending.fetch_add(1);
   tiers_.take_whole(rung, std::move(whole), std::move(out),
-                    [weak, sig](std::shared_ptr<TakenPlan> taken, const std::string& why) {
+                    [weak, sig, timing](std::shared_ptr<TakenPlan> taken, const std::string& why) {
+                      timing->whole_pending.fetch_sub(1);
                       const std::string what = taken ? "taken: " + taken->describe() : "not taken: " + why;
                       log_event(LogTopic::Promotions, LogLevel::Info, "call plan for ", sig, " ", what);
                       if (auto p = weak.lock()) {
@@ -341,6 +351,23 @@ void CallPlans::credit(CallPlan& plan) {
       tiers_.credit(ps.index, calls, ps.ms);
       ps.version->calls.fetch_add(calls);
     }
+}
+
+void CallPlans::timed(CallPlan& plan, double ms, bool whole) { judge_.timed(*plan.timing, ms, whole, plan.versions); }
+
+void CallPlans::walked(const std::vector<Tensor>& inputs, const PlanRecording& rec, const bool* tiers_used,
+                       double ms) {
+  if (!judge_.on()) return;
+  int tiers = 0;
+  Tier top = Tier::Interp;
+  for (int t = int(Tier::Interp) + 1; t < kMaxTiers; ++t)
+    if (tiers_used[t]) {
+      ++tiers;
+      top = Tier(t);
+    }
+  const bool settled = rec.complete && !rec.versions.empty();  // every region's version settled
+  if (tiers == 0 || (tiers > 1 && !settled)) return;
+  judge_.timed(*judge_.timing(Signature(inputs).str(), top), ms, false, rec.versions);
 }
 
 void CallPlans::credit_all() {
@@ -363,6 +390,7 @@ std::vector<PlanReport> CallPlans::report() const {
     r.left = p->left.load();
     r.whole_calls = p->whole_calls.load();
     r.whole = p->whole();
+    r.judged = judge_.judged(*p->timing);
     for (const CallPlan::Pool& pool : p->pools)
       r.memory.push_back({tier_name(pool.tier), pool.values, pool.blocks->bytes(), pool.blocks->blocks()});
     out.push_back(std::move(r));

@@ -8,6 +8,7 @@
 // version's guards. A tier may take a whole plan (Backend::take_plan; tier 2: one CUDA graph).
 // Plans keep continuous validation: a call walks through dispatch every
 // TierManager::recheck_period calls, after the plan's calls are credited to the regions' profiles.
+// Calls are timed for judging climbs (tiers/climb_judge.h).
 #pragma once
 #include <atomic>
 #include <cstdint>
@@ -20,6 +21,7 @@
 
 #include "guards/guard.h"
 #include "interp/interpreter.h"
+#include "tiers/climb_judge.h"
 #include "tiers/plan_memory.h"
 #include "tiers/tier_manager.h"
 
@@ -64,6 +66,10 @@ class CallPlan {
   double call_ms = 0;        // the recorded call's time
   bool tiers_used[kMaxTiers] = {};  // the tiers its steps run on (the interpreter: a graph break)
   int64_t recheck_period = 0;
+  // Its calls' timing, by its signature and the highest tier its steps run on; and its versions
+  // (what judging a climb takes out of service).
+  std::shared_ptr<ClimbJudge::Timing> timing;
+  std::vector<std::shared_ptr<Version>> versions;
   std::atomic<int64_t> uncredited{0};  // calls served since the regions' profiles were last credited
   std::atomic<int64_t> since_walk{0};  // calls served since a call last walked through dispatch
   std::atomic<int64_t> calls{0};       // calls served, step by step or whole
@@ -95,6 +101,7 @@ struct PlanReport {
   int regions = 0, graph_breaks = 0, copies = 0;  // its steps, by kind
   int64_t calls = 0, whole_calls = 0, left = 0;
   std::string whole;  // "taken: <what>", "not taken: <why>", or "" (not offered, or pending)
+  std::string judged;  // its tier's climb, timed against the tier below (ClimbJudge), or ""
   struct Memory {
     std::string device;  // the tier whose memory: "cpu", "gpu"
     int values = 0;      // placed in a block
@@ -137,6 +144,13 @@ class CallPlans {
   void finish(const PlanRecording& rec, const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs,
               double call_ms);
 
+  // A call `plan` served straight through took `ms` (`whole`: its tier ran it as one).
+  void timed(CallPlan& plan, double ms, bool whole);
+  // A walked call with these inputs, recorded in `rec`, took `ms`, on the tiers `tiers_used`
+  // says, interpreting no region. Timed by its highest tier when its regions ran on one tier, or
+  // every one on a settled version (not mid-climb, where copies between tiers would count).
+  void walked(const std::vector<Tensor>& inputs, const PlanRecording& rec, const bool* tiers_used, double ms);
+
   // Credits every plan's served calls to its regions' profiles (before a report).
   void credit_all();
   std::vector<PlanReport> report() const;
@@ -161,6 +175,7 @@ class CallPlans {
   const std::vector<int>& last_use_;
   TierManager& tiers_;
   const CallPlanMode mode_;
+  mutable ClimbJudge judge_;  // synchronised within
   const size_t max_plans_;
   mutable std::mutex mu_;
   std::vector<std::shared_ptr<CallPlan>> plans_;  // guarded by mu_; most recent first

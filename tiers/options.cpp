@@ -71,6 +71,7 @@ Options Options::from_env() {
   o.strict = env_flag("TERRACE_STRICT", false);
   o.adapt_threads = env_flag("TERRACE_ADAPT_THREADS", true);
   o.compile_bodies = env_flag("TERRACE_COMPILE_BODIES", true);
+  o.judge_climbs = env_flag("TERRACE_JUDGE_CLIMBS", true);
   if (const char* p = std::getenv("TERRACE_PROFILE")) o.profile_file = p;
   return o;
 }

@@ -72,6 +72,11 @@ struct Options {
   // VAD's LSTM and convolutions, chosen by its sample rate) is not interpreted. Off: the
   // interpreter runs every body. $TERRACE_COMPILE_BODIES (on|off).
   bool compile_bodies = true;
+  // A climb is judged by the calls it serves: once a signature's calls run a plan on a higher tier,
+  // their median time is compared with the plan below's; clearly slower (call_plan.h says by how
+  // much), the higher versions are taken out of service and the region stays below, the report
+  // saying why. Off: every region climbs as far as it can. $TERRACE_JUDGE_CLIMBS (on|off).
+  bool judge_climbs = true;
   int compile_threads = 1;      // background compile threads
   // How long a session's destructor waits for a compile still running before it abandons it (the
   // compile ends on its own thread and its result is dropped): a compile cannot be interrupted.
@@ -115,8 +120,8 @@ struct Options {
   std::shared_ptr<Trace> trace;
 
   // Options with TERRACE_MAX_TIER, TERRACE_CACHE_DIR, TERRACE_RECHECK, TERRACE_OPTIMIZE,
-  // TERRACE_MODE, TERRACE_STRICT, TERRACE_ADAPT_THREADS, TERRACE_COMPILE_BODIES and TERRACE_PROFILE
-  // applied over the defaults.
+  // TERRACE_MODE, TERRACE_STRICT, TERRACE_ADAPT_THREADS, TERRACE_COMPILE_BODIES,
+  // TERRACE_JUDGE_CLIMBS and TERRACE_PROFILE applied over the defaults.
   static Options from_env();
   // These options with `mode` applied to the fields it sets (what a session runs with).
   Options resolved() const;

@@ -261,7 +261,7 @@ NamedTensors Session::run(const NamedTensors& inputs, const RunOptions& run_opti
       NamedTensors result;
       for (size_t i = 0; i < g.outputs.size(); ++i)
         result.emplace_back(g.values[size_t(g.outputs[i])].name, std::move((*out)[i]));
-      record_call(c);
+      im.plans->timed(*plan, record_call(c), true);
       return result;
     }
   Frame frame = make_frame(g, std::move(bound), nullptr);
@@ -291,6 +291,8 @@ NamedTensors Session::run(const NamedTensors& inputs, const RunOptions& run_opti
     result.emplace_back(name, std::move(t));
   }
   const double ms = record_call(c);
+  if (plan && from == im.plan.steps.size()) im.plans->timed(*plan, ms, false);
+  if (recording && c.tally.interpreted == 0) im.plans->walked(in, rec, c.tiers_used, ms);
   if (recording) {
     std::vector<Tensor> outs;
     for (const auto& [name, t] : result) outs.push_back(t);
@@ -388,7 +390,7 @@ std::string Session::report_json() const {
   for (const PlanReport& p : plan_reports()) {
     j.begin_object().field("signature", p.signature).field("regions", p.regions).field("graph_breaks", p.graph_breaks)
         .field("copies", p.copies).field("calls", p.calls).field("whole_calls", p.whole_calls).field("whole", p.whole)
-        .field("left", p.left);
+        .field("left", p.left).field("judged", p.judged);
     j.key("memory").begin_array();
     for (const PlanReport::Memory& m : p.memory)
       j.begin_object().field("device", m.device).field("values", m.values).field("bytes", int64_t(m.bytes))
@@ -440,6 +442,7 @@ std::string Session::report() const {
     if (p.whole_calls) os << " (" << p.whole_calls << " whole)";
     if (p.left) os << ", " << p.left << " left it at a step";
     if (!p.whole.empty()) os << "; " << p.whole;
+    if (!p.judged.empty()) os << "; climb " << p.judged;
     for (const PlanReport::Memory& m : p.memory)
       os << "; " << m.values << " values in a " << m.bytes << "-byte " << m.device << " block (" << m.blocks
          << " made)";

@@ -52,6 +52,24 @@ RegionRun TierManager::execute(int r, Frame& frame, int64_t call) { return core_
 std::vector<RegionReport> TierManager::report() const { return core_->report(); }
 uint64_t TierManager::epoch() const { return core_->epoch_.load(); }
 
+void TierManager::keep_below(const std::shared_ptr<Version>& v, const std::string& why) {
+  Core& c = *core_;
+  auto holds = [&](const std::unique_ptr<RegionState>& st) {
+    const std::shared_ptr<const VersionList> vs = st->load();
+    return std::find(vs->begin(), vs->end(), v) != vs->end();
+  };
+  auto it = std::find_if(c.regions_.begin(), c.regions_.end(), holds);
+  if (it == c.regions_.end()) return;
+  RegionState& st = **it;
+  std::lock_guard<std::mutex> lock(st.mu);
+  if (v->demoted.exchange(true)) return;
+  c.epoch_.fetch_add(1);
+  if (v->code) v->code->forget_cached();
+  st.failed.insert({v->rung, v->signature});
+  st.climb = "back on " + c.below(st, v->rung) + ": " + why;
+  log_event(LogTopic::Promotions, LogLevel::Info, "region ", st.region->id, " (", st.region->ops(), "): ", st.climb);
+}
+
 void TierManager::credit(int r, int64_t calls, double ms) {
   if (calls <= 0) return;
   RegionState& st = *core_->regions_[size_t(r)];

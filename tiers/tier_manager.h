@@ -111,6 +111,10 @@ class TierManager {
   // Calls a call plan served without dispatch, counted into region `r`'s profile (calls, time,
   // and the served time that continuous validation's budget reads) at `ms` a call.
   void credit(int r, int64_t calls, double ms);
+  // Takes `v`, a published version, out of service: the calls it served ran slower than the tier
+  // below ran them (`why`, tiers/climb_judge.h). Its region's signature stays on the rung below,
+  // never compiled above again; validation stands (the answers were right). Bumps the epoch.
+  void keep_below(const std::shared_ptr<Version>& v, const std::string& why);
   // How many calls a call plan over `regions` (each at its recorded time) may serve between two
   // calls walked through dispatch, so that continuous validation samples those regions as often as
   // its budget allows (Options::recheck_budget); 0: no re-checks, never walk for them.

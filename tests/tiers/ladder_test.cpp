@@ -4,12 +4,15 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "interp/compare.h"
 #include "interp/interpreter.h"
 #include "tests/support/graph_builder.h"
+#include "tiers/call_plan.h"
 #include "tiers/cpu/cpu_backend.h"
 #include "tiers/session.h"
 #include "tiers/tier_manager.h"
@@ -22,14 +25,14 @@ using testing::random_tensor;
 
 constexpr Tier kFakeTier = Tier(3);
 
-// Tier 1's compiler under another name, which runs no Neg, and compiles wrongly or not at all
-// when told to.
+// Tier 1's compiler under another name, which runs no Neg, and compiles wrongly, slowly or not at
+// all when told to.
 class FakeTier : public Backend {
  public:
-  enum class Mode { Healthy, FailsToCompile, AddsOne };
-  explicit FakeTier(Mode mode) : mode_(mode), inner_(make_cpu_backend()) {}
+  enum class Mode { Healthy, FailsToCompile, AddsOne, Slow };
+  explicit FakeTier(Mode mode, int climb_after = 2) : mode_(mode), climb_after_(climb_after), inner_(make_cpu_backend()) {}
   Tier tier() const override { return kFakeTier; }
-  int promotion_threshold(const Options&) const override { return 2; }
+  int promotion_threshold(const Options&) const override { return climb_after_; }
   std::string can_compile(const Graph& g, const Node& n) const override {
     if (n.op == Op::Attention) return "";  // which tier 1 does not compile
     return n.op == Op::Neg ? "the fake tier runs no Neg" : inner_->can_compile(g, n);
@@ -41,7 +44,7 @@ class FakeTier : public Backend {
     if (mode_ == Mode::FailsToCompile) fail(ErrorCode::CompileFailed, "the fake tier fails on purpose");
     if (r.nodes.size() == 1 && g.nodes[size_t(r.nodes[0])].op == Op::Attention)
       return std::make_unique<ByInterpreter>(g.nodes[size_t(r.nodes[0])]);
-    return std::make_unique<Wrapped>(inner_->compile(g, r, in), mode_ == Mode::AddsOne);
+    return std::make_unique<Wrapped>(inner_->compile(g, r, in), mode_);
   }
 
  private:
@@ -59,18 +62,21 @@ class FakeTier : public Backend {
     Node node;
   };
   struct Wrapped : CompiledRegion {
-    Wrapped(std::unique_ptr<CompiledRegion> c, bool wrong) : code(std::move(c)), add_one(wrong) {}
+    Wrapped(std::unique_ptr<CompiledRegion> c, Mode m) : code(std::move(c)), mode(m) {}
     std::vector<Tensor> run(const std::vector<Tensor>& in, CallTally& tally) override {
       std::vector<Tensor> out = code->run(in, tally);
-      if (add_one)
+      // Right answers, 3 ms late: a tier slower than the one below (tier 1 takes microseconds).
+      if (mode == Mode::Slow) std::this_thread::sleep_for(std::chrono::milliseconds(3));
+      if (mode == Mode::AddsOne)
         for (Tensor& t : out)
           for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] += 1.0f;
       return out;
     }
     std::unique_ptr<CompiledRegion> code;
-    bool add_one;
+    Mode mode;
   };
   Mode mode_;
+  int climb_after_;
   std::unique_ptr<Backend> inner_;
 };
 
@@ -89,18 +95,20 @@ struct Climb {
 };
 
 // A session whose ladder is the built-in tiers up to 1 (whatever the machine) and the fake above,
-// after twelve calls, waiting for compiles after each; every answer the interpreter's.
-std::unique_ptr<Session> twelve_calls(const std::shared_ptr<Graph>& g, FakeTier::Mode mode, const NamedTensors& in) {
+// after `calls` calls, waiting for compiles after each; every answer the interpreter's. The fake
+// tier takes a region after `climb_after` calls on tier 1.
+std::unique_ptr<Session> twelve_calls(const std::shared_ptr<Graph>& g, FakeTier::Mode mode, const NamedTensors& in,
+                                      int calls = 12, int climb_after = 2) {
   Options o;
   o.max_tier = Tier::Cpu;
   o.cache_dir = "";
   o.hot_threshold = 1;
-  o.extra_tiers.push_back([mode] { return std::make_unique<FakeTier>(mode); });
+  o.extra_tiers.push_back([mode, climb_after] { return std::make_unique<FakeTier>(mode, climb_after); });
   auto s = Session::from_graph(g, o);
   Options interp;
   interp.max_tier = Tier::Interp;
   const NamedTensors want = Session::from_graph(g, interp)->run(in);
-  for (int call = 0; call < 12; ++call) {
+  for (int call = 0; call < calls; ++call) {
     const NamedTensors got = s->run(in);
     s->wait_for_compiles();
     const Comparison c = compare_tensors(want[0].second, got[0].second, Tolerance::for_dtype(DType::Float32));
@@ -109,8 +117,8 @@ std::unique_ptr<Session> twelve_calls(const std::shared_ptr<Graph>& g, FakeTier:
   return s;
 }
 
-Climb run_with(FakeTier::Mode mode, bool neg) {
-  auto s = twelve_calls(model(neg), mode, {{"x", random_tensor({8, 8}, 5)}});
+Climb run_with(FakeTier::Mode mode, bool neg, int calls = 12, int climb_after = 2) {
+  auto s = twelve_calls(model(neg), mode, {{"x", random_tensor({8, 8}, 5)}}, calls, climb_after);
   const std::vector<RegionReport> regions = s->region_reports();
   EXPECT_EQ(regions.size(), 1u) << s->report();
   return {s->last_call().tiers, regions.at(0)};
@@ -144,6 +152,34 @@ TEST(Ladder, a_wrong_plug_in_version_is_demoted_back_to_tier1) {
   EXPECT_EQ(r.region.tier, Tier::Cpu);
   EXPECT_NE(r.region.climb.find("back on tier 1: the tier3 version was demoted"), std::string::npos)
       << r.region.climb;
+}
+
+// Judging a climb (call_plan.h): the fake tier's plan, timed over its first calls against tier 1's
+// calls before it climbed (12, 3 of them warm-up), is taken out of service when it is slower, and
+// kept when it is not.
+TEST(Ladder, a_plug_in_tier_slower_than_tier1_is_not_kept_and_says_why) {
+  const Climb r = run_with(FakeTier::Mode::Slow, false, 50, 12);
+  EXPECT_TRUE(ran(r, "cpu"));
+  EXPECT_FALSE(ran(r, "tier3"));
+  EXPECT_EQ(r.region.tier, Tier::Cpu);
+  EXPECT_EQ(r.region.validation, "passed");  // right answers, only slow
+  EXPECT_NE(r.region.climb.find("back on tier 1: tier3 ran the calls of float32[8,8] slower than cpu: "),
+            std::string::npos) << r.region.climb;
+  ASSERT_EQ(r.region.version_list.size(), 2u);
+  for (const RegionReport::VersionInfo& v : r.region.version_list)
+    EXPECT_EQ(v.demoted, v.tier == kFakeTier) << tier_name(v.tier);
+}
+
+TEST(Ladder, a_plug_in_tier_as_fast_as_tier1_is_kept_after_judging) {
+  Options unused;
+  ASSERT_TRUE(unused.judge_climbs);  // on by default
+  auto s = twelve_calls(model(false), FakeTier::Mode::Healthy, {{"x", random_tensor({8, 8}, 5)}}, 50, 12);
+  const std::vector<RegionReport> regions = s->region_reports();
+  ASSERT_EQ(regions.size(), 1u);
+  EXPECT_EQ(regions[0].tier, kFakeTier) << s->report();
+  bool judged = false;
+  for (const PlanReport& p : s->plan_reports()) judged = judged || p.judged.rfind("kept: ", 0) == 0;
+  EXPECT_TRUE(judged) << s->report();
 }
 
 TEST(Ladder, a_region_a_plug_in_tier_cannot_run_stays_below_and_says_why) {
