@@ -35,6 +35,11 @@ std::shared_ptr<CallPlan> CallPlans::find(const std::vector<Tensor>& inputs) {
     }
   }
   if (!found) return nullptr;
+  if (std::shared_ptr<CallPlan> probe = std::atomic_load(&found->probe)) {
+    probe->uncredited.fetch_add(1);
+    probe->calls.fetch_add(1);
+    return probe;
+  }
   if (found->recheck_period > 0 && found->since_walk.fetch_add(1) + 1 >= found->recheck_period) {
     found->since_walk = 0;
     credit(*found);
@@ -147,7 +152,7 @@ void CallPlans::record(PlanRecording& rec, size_t step, const RegionRun& ran, co
 // Steps in the session's order, with a copy to the host wherever a host step (a graph break, a
 // host tier's version) reads a value only a device version made, the device copy kept for later
 // device steps: decided here once, as the walk decides it call by call.
-std::shared_ptr<CallPlan> CallPlans::make(const PlanRecording& rec, const std::vector<Tensor>& inputs,
+std::shared_ptr<CallPlan> CallPlans::make(const PlanRecording& rec, const Signature& signature,
                                           double call_ms) const {
   enum Where : uint8_t { Host, Device, Both };
   std::vector<uint8_t> where(graph_.values.size(), Host);
@@ -155,7 +160,7 @@ std::shared_ptr<CallPlan> CallPlans::make(const PlanRecording& rec, const std::v
   // the host is planned, and does nothing for a host tensor.
   for (int v : graph_.inputs) where[size_t(v)] = Device;
   auto p = std::make_shared<CallPlan>();
-  p->signature = Signature(inputs);
+  p->signature = signature;
   p->epoch = rec.epoch;
   p->call_ms = call_ms;
   auto to_host = [&](int v, int step) {
@@ -193,6 +198,7 @@ std::shared_ptr<CallPlan> CallPlans::make(const PlanRecording& rec, const std::v
       top = std::max(top, ps.version->tier);
       p->versions.push_back(ps.version);
     }
+  p->recording = rec;
   p->timing = judge_.timing(p->signature.str(), top);
   place(*p, rec);
   return p;
@@ -278,7 +284,7 @@ void CallPlans::finish(const PlanRecording& rec, const std::vector<Tensor>& inpu
                        double call_ms) {
   if (mode_ == CallPlanMode::Off || !rec.complete || rec.versions.empty() || rec.epoch != tiers_.epoch()) return;
   if (std::none_of(rec.versions.begin(), rec.versions.end(), [](const auto& v) { return v != nullptr; })) return;
-  std::shared_ptr<CallPlan> p = make(rec, inputs, call_ms);
+  std::shared_ptr<CallPlan> p = make(rec, Signature(inputs), call_ms);
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (const auto& q : plans_)
@@ -353,7 +359,43 @@ void CallPlans::credit(CallPlan& plan) {
     }
 }
 
-void CallPlans::timed(CallPlan& plan, double ms, bool whole) { judge_.timed(*plan.timing, ms, whole, plan.versions); }
+void CallPlans::timed(CallPlan& plan, double ms, bool whole) {
+  if (!plan.probing.expired()) return probe_timed(plan, ms);
+  if (judge_.timed(*plan.timing, ms, whole, plan.versions) == ClimbJudge::Verdict::NoBaseline) start_probe(plan);
+}
+
+void CallPlans::start_probe(CallPlan& plan) {
+  PlanRecording rec = plan.recording;
+  for (size_t s = 0; s < rec.versions.size(); ++s) {
+    std::shared_ptr<Version>& v = rec.versions[s];
+    if (!v || v->tier != plan.timing->tier) continue;
+    v = tiers_.version_below(v);
+    if (!v) {
+      judge_.set_judged(*plan.timing, "kept: a region has no version below " + std::string(tier_name(plan.timing->tier)) +
+                                          " to time against");
+      return;
+    }
+  }
+  std::shared_ptr<CallPlan> probe = make(rec, plan.signature, plan.call_ms);
+  probe->probing = plan.weak_from_this();
+  log_event(LogTopic::Promotions, LogLevel::Info, "call plan for ", plan.signature.str(), ": no calls timed below ",
+            tier_name(plan.timing->tier), "; timing ", tier_name(probe->timing->tier), " on the next calls");
+  std::atomic_store(&plan.probe, std::move(probe));
+}
+
+void CallPlans::probe_timed(CallPlan& probe, double ms) {
+  std::shared_ptr<CallPlan> plan = probe.probing.lock();
+  if (!plan || probe.probe_done.load()) return;
+  const bool far = judge_.far_slower(*plan->timing, ms);
+  const bool full = !far && judge_.timed(*probe.timing, ms, false, probe.versions) != ClimbJudge::Verdict::Pending;
+  if ((!far && !full) || probe.probe_done.exchange(true)) return;
+  if (far)
+    judge_.set_judged(*plan->timing, "kept: a call on " + std::string(tier_name(probe.timing->tier)) + " took " +
+                                         std::to_string(ms) + " ms, more than twice the plan's");
+  else
+    judge_.judge(*plan->timing, plan->versions);
+  if (std::shared_ptr<CallPlan> ended = std::atomic_exchange(&plan->probe, std::shared_ptr<CallPlan>())) credit(*ended);
+}
 
 void CallPlans::walked(const std::vector<Tensor>& inputs, const PlanRecording& rec, const bool* tiers_used,
                        double ms) {
@@ -367,7 +409,18 @@ void CallPlans::walked(const std::vector<Tensor>& inputs, const PlanRecording& r
     }
   const bool settled = rec.complete && !rec.versions.empty();  // every region's version settled
   if (tiers == 0 || (tiers > 1 && !settled)) return;
-  judge_.timed(*judge_.timing(Signature(inputs).str(), top), ms, false, rec.versions);
+  const Signature sig(inputs);
+  if (judge_.timed(*judge_.timing(sig.str(), top), ms, false, rec.versions) != ClimbJudge::Verdict::NoBaseline) return;
+  std::shared_ptr<CallPlan> plan;  // the signature's plan, probed as if it had served the calls
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& p : plans_)
+      if (p->epoch == tiers_.epoch() && p->signature == sig && p->timing->tier == top) {
+        plan = p;
+        break;
+      }
+  }
+  if (plan) start_probe(*plan);
 }
 
 void CallPlans::credit_all() {

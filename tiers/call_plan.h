@@ -8,7 +8,10 @@
 // version's guards. A tier may take a whole plan (Backend::take_plan; tier 2: one CUDA graph).
 // Plans keep continuous validation: a call walks through dispatch every
 // TierManager::recheck_period calls, after the plan's calls are credited to the regions' profiles.
-// Calls are timed for judging climbs (tiers/climb_judge.h).
+// Calls are timed for judging climbs (tiers/climb_judge.h). Where the judge finds no calls timed on
+// the tier below, the plan is probed: its next calls (at most CallTimes::kWarm + kKept) run a copy
+// whose versions are the tier below's, are timed, and the climb is judged; a probe call more than
+// twice as slow as the plan's calls ends the probe at once, the climb kept.
 #pragma once
 #include <atomic>
 #include <cstdint>
@@ -48,7 +51,16 @@ struct PlanStep {
   std::vector<Placed> placed;        // Region: its outputs the memory plan places
 };
 
-class CallPlan {
+// What a walked call did, step by step: a plan once every region step was settled.
+struct PlanRecording {
+  std::vector<std::shared_ptr<Version>> versions;  // per session step; null for a graph break
+  std::vector<double> ms;
+  std::vector<std::vector<std::pair<DType, Shape>>> outputs;  // per session step: its region's outputs
+  uint64_t epoch = 0;  // TierManager::epoch when the call began
+  bool complete = true;
+};
+
+class CallPlan : public std::enable_shared_from_this<CallPlan> {
  public:
   Signature signature;  // the graph inputs'
   uint64_t epoch = 0;   // TierManager::epoch when made
@@ -70,6 +82,11 @@ class CallPlan {
   // (what judging a climb takes out of service).
   std::shared_ptr<ClimbJudge::Timing> timing;
   std::vector<std::shared_ptr<Version>> versions;
+  PlanRecording recording;  // what it was made from (a probe is made from a copy)
+  // While set (atomic access), the signature's calls run this plan's probe instead of it.
+  std::shared_ptr<CallPlan> probe;
+  std::weak_ptr<CallPlan> probing;  // on a probe: the plan whose climb it times the tier below for
+  std::atomic<bool> probe_done{false};  // on a probe: its verdict given
   std::atomic<int64_t> uncredited{0};  // calls served since the regions' profiles were last credited
   std::atomic<int64_t> since_walk{0};  // calls served since a call last walked through dispatch
   std::atomic<int64_t> calls{0};       // calls served, step by step or whole
@@ -111,14 +128,6 @@ struct PlanReport {
   std::vector<Memory> memory;  // the plan's memory plan, per device
 };
 
-// What a walked call did, step by step: a plan once every region step was settled.
-struct PlanRecording {
-  std::vector<std::shared_ptr<Version>> versions;  // per session step; null for a graph break
-  std::vector<double> ms;
-  std::vector<std::vector<std::pair<DType, Shape>>> outputs;  // per session step: its region's outputs
-  uint64_t epoch = 0;  // TierManager::epoch when the call began
-  bool complete = true;
-};
 
 // A session's call plans: made from walked calls, found for later ones, run.
 class CallPlans {
@@ -157,7 +166,11 @@ class CallPlans {
   size_t size() const;
 
  private:
-  std::shared_ptr<CallPlan> make(const PlanRecording& rec, const std::vector<Tensor>& inputs, double call_ms) const;
+  std::shared_ptr<CallPlan> make(const PlanRecording& rec, const Signature& signature, double call_ms) const;
+  // Starts timing the tier below `plan`'s top tier on its signature's next calls, or says why not.
+  void start_probe(CallPlan& plan);
+  // A call of `probe` took `ms`.
+  void probe_timed(CallPlan& probe, double ms);
   // Lays out the plan's memory: the region outputs it may place (whose storage no graph break,
   // graph output or view outliving them can reach), packed by liveness per device.
   void place(CallPlan& plan, const PlanRecording& rec) const;

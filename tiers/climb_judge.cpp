@@ -62,14 +62,15 @@ std::shared_ptr<ClimbJudge::Timing> ClimbJudge::timing(const std::string& signat
   return t;
 }
 
-void ClimbJudge::timed(Timing& t, double ms, bool whole, const std::vector<std::shared_ptr<Version>>& versions) {
-  if (!on_ || t.whole_pending.load() > 0) return;
+ClimbJudge::Verdict ClimbJudge::timed(Timing& t, double ms, bool whole,
+                                      const std::vector<std::shared_ptr<Version>>& versions) {
+  if (!on_ || t.whole_pending.load() > 0) return Verdict::Pending;
   if (whole) {
     if (!t.whole.exchange(true)) t.times.reset();  // from here on, the whole plan's calls
   } else if (t.whole.load()) {
-    return;
+    return Verdict::Pending;
   }
-  if (t.times.add(ms)) judge(t, versions);
+  return t.times.add(ms) ? judge(t, versions) : Verdict::Pending;
 }
 
 std::string ClimbJudge::judged(const Timing& t) const {
@@ -77,7 +78,17 @@ std::string ClimbJudge::judged(const Timing& t) const {
   return t.judged;
 }
 
-void ClimbJudge::judge(Timing& t, const std::vector<std::shared_ptr<Version>>& versions) {
+void ClimbJudge::set_judged(Timing& t, std::string what) {
+  std::lock_guard<std::mutex> lock(mu_);
+  t.judged = std::move(what);
+}
+
+bool ClimbJudge::far_slower(const Timing& t, double ms) const {
+  const double top = t.times.median(CallTimes::kKept);
+  return top > 0 && ms > 2 * top && ms - top > kSlowerMs;
+}
+
+ClimbJudge::Verdict ClimbJudge::judge(Timing& t, const std::vector<std::shared_ptr<Version>>& versions) {
   std::shared_ptr<Timing> below;
   double before = 0;
   {
@@ -88,7 +99,7 @@ void ClimbJudge::judge(Timing& t, const std::vector<std::shared_ptr<Version>>& v
         before = below->times.median(kBelowAtLeast);
       }
   }
-  if (before <= 0) return;  // nothing timed below: the climb stands
+  if (before <= 0) return Verdict::NoBaseline;
   const double after = t.times.median(CallTimes::kKept);
   const std::string on = tier_name(t.tier), under = tier_name(below->tier);
   const std::string figures = ms_text(after) + " a call on " + on + " against " + ms_text(before) + " on " + under +
@@ -100,10 +111,11 @@ void ClimbJudge::judge(Timing& t, const std::vector<std::shared_ptr<Version>>& v
   }
   log_event(LogTopic::Promotions, LogLevel::Info, "climb of ", t.signature, " to ", on, (slower ? " undone: " : " kept: "),
             figures);
-  if (!slower) return;
+  if (!slower) return Verdict::Kept;
   const std::string why = on + " ran the calls of " + t.signature + " slower than " + under + ": " + figures;
   for (const std::shared_ptr<Version>& v : versions)
     if (v && v->tier > below->tier) tiers_.keep_below(v, why);
+  return Verdict::Slower;
 }
 
 }  // namespace terrace

@@ -5,7 +5,9 @@
 // nothing: no validation, no region below its compiled versions); once a tier's first calls are
 // timed, they are compared with the tier below's, and when they are clearly slower, the versions
 // above that tier are taken out of service (TierManager::keep_below): the region stays below, its
-// report says why, and the signature's next plan is made from the faster versions.
+// report says why, and the signature's next plan is made from the faster versions. Where no call
+// ran on the tier below alone (regions climb one by one), the call plans time a few calls on it
+// (a probe, tiers/call_plan.h).
 #pragma once
 #include <atomic>
 #include <map>
@@ -52,21 +54,28 @@ class ClimbJudge {
     std::string judged;              // how judging came out ("kept: ...", "slower: ..."), "" before
   };
 
+  enum class Verdict { Pending, Kept, Slower, NoBaseline };
+
   ClimbJudge(TierManager& tiers, bool on) : tiers_(tiers), on_(on) {}
   bool on() const { return on_; }
 
   // `signature`'s timing on `tier`, made if new (at most kKeptTimings, the oldest dropped).
   std::shared_ptr<Timing> timing(const std::string& signature, Tier tier);
   // A call of `t`'s signature and tier took `ms`; `whole`: a tier ran it as one plan; `versions`:
-  // what served its regions (null entries skipped). Judges once `t`'s times are in.
-  void timed(Timing& t, double ms, bool whole, const std::vector<std::shared_ptr<Version>>& versions);
+  // what served its regions (null entries skipped). Judges once `t`'s times are in: Pending
+  // before and after.
+  Verdict timed(Timing& t, double ms, bool whole, const std::vector<std::shared_ptr<Version>>& versions);
+  // Compares `t`'s calls with the highest tier below it that has times; clearly slower, `versions`
+  // above that tier are kept below. NoBaseline: no tier below has enough times.
+  Verdict judge(Timing& t, const std::vector<std::shared_ptr<Version>>& versions);
   std::string judged(const Timing& t) const;
+  void set_judged(Timing& t, std::string what);
+  // A call on the tier below this much slower than `t`'s median ends a probe at once (the climb
+  // stands): one slow call is the probe's cost where the higher tier is far faster.
+  bool far_slower(const Timing& t, double ms) const;
 
  private:
   static constexpr size_t kKeptTimings = 64;
-  // Compares `t`'s calls with the highest tier below it that has times; clearly slower, `versions`
-  // above that tier are kept below.
-  void judge(Timing& t, const std::vector<std::shared_ptr<Version>>& versions);
 
   TierManager& tiers_;
   const bool on_;

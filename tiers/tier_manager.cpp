@@ -52,15 +52,27 @@ RegionRun TierManager::execute(int r, Frame& frame, int64_t call) { return core_
 std::vector<RegionReport> TierManager::report() const { return core_->report(); }
 uint64_t TierManager::epoch() const { return core_->epoch_.load(); }
 
+TierManager::RegionState* TierManager::Core::holder(const std::shared_ptr<Version>& v) const {
+  for (const auto& st : regions_) {
+    const std::shared_ptr<const VersionList> vs = st->load();
+    if (std::find(vs->begin(), vs->end(), v) != vs->end()) return st.get();
+  }
+  return nullptr;
+}
+
+std::shared_ptr<Version> TierManager::version_below(const std::shared_ptr<Version>& v) const {
+  const RegionState* st = core_->holder(v);
+  if (!st) return nullptr;
+  for (const std::shared_ptr<Version>& o : *st->load())  // highest rung first
+    if (o->rung < v->rung && !o->demoted && o->signature == v->signature) return o;
+  return nullptr;
+}
+
 void TierManager::keep_below(const std::shared_ptr<Version>& v, const std::string& why) {
   Core& c = *core_;
-  auto holds = [&](const std::unique_ptr<RegionState>& st) {
-    const std::shared_ptr<const VersionList> vs = st->load();
-    return std::find(vs->begin(), vs->end(), v) != vs->end();
-  };
-  auto it = std::find_if(c.regions_.begin(), c.regions_.end(), holds);
-  if (it == c.regions_.end()) return;
-  RegionState& st = **it;
+  RegionState* found = c.holder(v);
+  if (!found) return;
+  RegionState& st = *found;
   std::lock_guard<std::mutex> lock(st.mu);
   if (v->demoted.exchange(true)) return;
   c.epoch_.fetch_add(1);

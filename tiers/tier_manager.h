@@ -115,6 +115,9 @@ class TierManager {
   // below ran them (`why`, tiers/climb_judge.h). Its region's signature stays on the rung below,
   // never compiled above again; validation stands (the answers were right). Bumps the epoch.
   void keep_below(const std::shared_ptr<Version>& v, const std::string& why);
+  // The version of `v`'s region and signature on the highest rung below `v`'s that is in service,
+  // or null.
+  std::shared_ptr<Version> version_below(const std::shared_ptr<Version>& v) const;
   // How many calls a call plan over `regions` (each at its recorded time) may serve between two
   // calls walked through dispatch, so that continuous validation samples those regions as often as
   // its budget allows (Options::recheck_budget); 0: no re-checks, never walk for them.

@@ -161,6 +161,8 @@ struct TierManager::Core : std::enable_shared_from_this<Core> {
                      const std::vector<Tensor>& out, double run_ms, int64_t call);
   void recheck_job(RegionState& st, std::shared_ptr<Version> v, std::vector<Tensor> in,
                    std::vector<Tensor> out, int64_t call);
+  // The region whose published versions hold `v`, or null.
+  RegionState* holder(const std::shared_ptr<Version>& v) const;
   // Marks v demoted with the reason (st.mu held by the caller).
   void demote(RegionState& st, Version& v, const std::string& why);
   std::vector<RegionReport> report() const;

@@ -154,32 +154,39 @@ TEST(Ladder, a_wrong_plug_in_version_is_demoted_back_to_tier1) {
       << r.region.climb;
 }
 
-// Judging a climb (call_plan.h): the fake tier's plan, timed over its first calls against tier 1's
-// calls before it climbed (12, 3 of them warm-up), is taken out of service when it is slower, and
-// kept when it is not.
+// Judging a climb (tiers/climb_judge.h): the fake tier's calls, timed against tier 1's calls before
+// it climbed (after 12 calls on tier 1, 3 of them warm-up) or against a probe of tier 1 (after 2:
+// too few timed), are taken out of service when slower, and kept when not.
 TEST(Ladder, a_plug_in_tier_slower_than_tier1_is_not_kept_and_says_why) {
-  const Climb r = run_with(FakeTier::Mode::Slow, false, 50, 12);
-  EXPECT_TRUE(ran(r, "cpu"));
-  EXPECT_FALSE(ran(r, "tier3"));
-  EXPECT_EQ(r.region.tier, Tier::Cpu);
-  EXPECT_EQ(r.region.validation, "passed");  // right answers, only slow
-  EXPECT_NE(r.region.climb.find("back on tier 1: tier3 ran the calls of float32[8,8] slower than cpu: "),
-            std::string::npos) << r.region.climb;
-  ASSERT_EQ(r.region.version_list.size(), 2u);
-  for (const RegionReport::VersionInfo& v : r.region.version_list)
-    EXPECT_EQ(v.demoted, v.tier == kFakeTier) << tier_name(v.tier);
+  for (int climb_after : {12, 2}) {
+    SCOPED_TRACE("climb after " + std::to_string(climb_after));
+    const Climb r = run_with(FakeTier::Mode::Slow, false, 50, climb_after);
+    EXPECT_TRUE(ran(r, "cpu"));
+    EXPECT_FALSE(ran(r, "tier3"));
+    EXPECT_EQ(r.region.tier, Tier::Cpu);
+    EXPECT_EQ(r.region.validation, "passed");  // right answers, only slow
+    EXPECT_NE(r.region.climb.find("back on tier 1: tier3 ran the calls of float32[8,8] slower than cpu: "),
+              std::string::npos) << r.region.climb;
+    ASSERT_EQ(r.region.version_list.size(), 2u);
+    for (const RegionReport::VersionInfo& v : r.region.version_list)
+      EXPECT_EQ(v.demoted, v.tier == kFakeTier) << tier_name(v.tier);
+  }
 }
 
 TEST(Ladder, a_plug_in_tier_as_fast_as_tier1_is_kept_after_judging) {
   Options unused;
   ASSERT_TRUE(unused.judge_climbs);  // on by default
-  auto s = twelve_calls(model(false), FakeTier::Mode::Healthy, {{"x", random_tensor({8, 8}, 5)}}, 50, 12);
-  const std::vector<RegionReport> regions = s->region_reports();
-  ASSERT_EQ(regions.size(), 1u);
-  EXPECT_EQ(regions[0].tier, kFakeTier) << s->report();
-  bool judged = false;
-  for (const PlanReport& p : s->plan_reports()) judged = judged || p.judged.rfind("kept: ", 0) == 0;
-  EXPECT_TRUE(judged) << s->report();
+  for (int climb_after : {12, 2}) {
+    SCOPED_TRACE("climb after " + std::to_string(climb_after));
+    auto s = twelve_calls(model(false), FakeTier::Mode::Healthy, {{"x", random_tensor({8, 8}, 5)}}, 50, climb_after);
+    const std::vector<RegionReport> regions = s->region_reports();
+    ASSERT_EQ(regions.size(), 1u);
+    EXPECT_EQ(regions[0].tier, kFakeTier) << s->report();
+    EXPECT_EQ(s->last_call().tiers, std::vector<std::string>{"tier3"}) << "the probe ended";
+    bool judged = false;
+    for (const PlanReport& p : s->plan_reports()) judged = judged || p.judged.rfind("kept: ", 0) == 0;
+    EXPECT_TRUE(judged) << s->report();
+  }
 }
 
 TEST(Ladder, a_region_a_plug_in_tier_cannot_run_stays_below_and_says_why) {
