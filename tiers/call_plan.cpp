@@ -378,6 +378,9 @@ void CallPlans::start_probe(CallPlan& plan) {
   }
   std::shared_ptr<CallPlan> probe = make(rec, plan.signature, plan.call_ms);
   probe->probing = plan.weak_from_this();
+  probe->probe_timing = std::make_shared<ClimbJudge::Timing>();
+  probe->probe_timing->signature = probe->timing->signature;
+  probe->probe_timing->tier = probe->timing->tier;
   log_event(LogTopic::Promotions, LogLevel::Info, "call plan for ", plan.signature.str(), ": no calls timed below ",
             tier_name(plan.timing->tier), "; timing ", tier_name(probe->timing->tier), " on the next calls");
   std::atomic_store(&plan.probe, std::move(probe));
@@ -386,15 +389,35 @@ void CallPlans::start_probe(CallPlan& plan) {
 void CallPlans::probe_timed(CallPlan& probe, double ms) {
   std::shared_ptr<CallPlan> plan = probe.probing.lock();
   if (!plan || probe.probe_done.load()) return;
-  const bool far = judge_.far_slower(*plan->timing, ms);
-  const bool full = !far && judge_.timed(*probe.timing, ms, false, probe.versions) != ClimbJudge::Verdict::Pending;
-  if ((!far && !full) || probe.probe_done.exchange(true)) return;
-  if (far)
-    judge_.set_judged(*plan->timing, "kept: a call on " + std::string(tier_name(probe.timing->tier)) + " took " +
-                                         std::to_string(ms) + " ms, more than twice the plan's");
-  else
-    judge_.judge(*plan->timing, plan->versions);
-  if (std::shared_ptr<CallPlan> ended = std::atomic_exchange(&plan->probe, std::shared_ptr<CallPlan>())) credit(*ended);
+  const std::string below = tier_name(probe.probe_timing->tier);
+  if (judge_.far_slower(*plan->timing, ms)) {
+    char figure[32];
+    std::snprintf(figure, sizeof figure, "%.3g ms", ms);
+    return end_probe(*plan, "kept: a call on " + below + " took " + figure + ", more than twice this plan's");
+  }
+  if (!probe.probe_timing->times.add(ms)) {
+    // Calls left uncounted (another thread's, a whole-plan answer awaited): a bound on the probe.
+    if (probe.calls.load() > CallTimes::kWarm + int64_t(CallTimes::kKept) + 16)
+      end_probe(*plan, "kept: too few calls timed on " + below);
+    return;
+  }
+  if (probe.probe_done.exchange(true)) return;
+  judge_.judge(*plan->timing, plan->versions, probe.probe_timing);
+  end_probe(*plan, "");
+}
+
+void CallPlans::end_probe(CallPlan& plan, const std::string& why) {
+  std::shared_ptr<CallPlan> ended = std::atomic_exchange(&plan.probe, std::shared_ptr<CallPlan>());
+  if (!ended) return;
+  ended->probe_done = true;
+  if (!why.empty()) judge_.set_judged(*plan.timing, why);
+  credit(*ended);
+}
+
+void CallPlans::left(CallPlan& plan) {
+  plan.left.fetch_add(1);
+  if (std::shared_ptr<CallPlan> top = plan.probing.lock())
+    end_probe(*top, "kept: a call left the probe of " + std::string(tier_name(plan.probe_timing->tier)) + " at a step");
 }
 
 void CallPlans::walked(const std::vector<Tensor>& inputs, const PlanRecording& rec, const bool* tiers_used,

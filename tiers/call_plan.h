@@ -87,6 +87,9 @@ class CallPlan : public std::enable_shared_from_this<CallPlan> {
   std::shared_ptr<CallPlan> probe;
   std::weak_ptr<CallPlan> probing;  // on a probe: the plan whose climb it times the tier below for
   std::atomic<bool> probe_done{false};  // on a probe: its verdict given
+  // On a probe: its own timing (the tier below's calls on this signature may be waiting for a
+  // whole plan's answer, or be another plan's).
+  std::shared_ptr<ClimbJudge::Timing> probe_timing;
   std::atomic<int64_t> uncredited{0};  // calls served since the regions' profiles were last credited
   std::atomic<int64_t> since_walk{0};  // calls served since a call last walked through dispatch
   std::atomic<int64_t> calls{0};       // calls served, step by step or whole
@@ -155,6 +158,8 @@ class CallPlans {
 
   // A call `plan` served straight through took `ms` (`whole`: its tier ran it as one).
   void timed(CallPlan& plan, double ms, bool whole);
+  // A call of `plan` left it at a step: a probe ends there.
+  void left(CallPlan& plan);
   // A walked call with these inputs, recorded in `rec`, took `ms`, on the tiers `tiers_used`
   // says, interpreting no region. Timed by its highest tier when its regions ran on one tier, or
   // every one on a settled version (not mid-climb, where copies between tiers would count).
@@ -171,6 +176,8 @@ class CallPlans {
   void start_probe(CallPlan& plan);
   // A call of `probe` took `ms`.
   void probe_timed(CallPlan& probe, double ms);
+  // Ends `plan`'s probe, if any, `why` what judging says when the probe gave no verdict.
+  void end_probe(CallPlan& plan, const std::string& why);
   // Lays out the plan's memory: the region outputs it may place (whose storage no graph break,
   // graph output or view outliving them can reach), packed by liveness per device.
   void place(CallPlan& plan, const PlanRecording& rec) const;

@@ -88,10 +88,10 @@ bool ClimbJudge::far_slower(const Timing& t, double ms) const {
   return top > 0 && ms > 2 * top && ms - top > kSlowerMs;
 }
 
-ClimbJudge::Verdict ClimbJudge::judge(Timing& t, const std::vector<std::shared_ptr<Version>>& versions) {
-  std::shared_ptr<Timing> below;
-  double before = 0;
-  {
+ClimbJudge::Verdict ClimbJudge::judge(Timing& t, const std::vector<std::shared_ptr<Version>>& versions,
+                                      std::shared_ptr<Timing> below) {
+  double before = below ? below->times.median(kBelowAtLeast) : 0;
+  if (!below) {
     std::lock_guard<std::mutex> lock(mu_);
     for (int tier = int(t.tier) - 1; tier > int(Tier::Interp) && before <= 0; --tier)
       if (auto it = timings_.find({t.signature, tier}); it != timings_.end()) {

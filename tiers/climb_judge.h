@@ -65,9 +65,11 @@ class ClimbJudge {
   // what served its regions (null entries skipped). Judges once `t`'s times are in: Pending
   // before and after.
   Verdict timed(Timing& t, double ms, bool whole, const std::vector<std::shared_ptr<Version>>& versions);
-  // Compares `t`'s calls with the highest tier below it that has times; clearly slower, `versions`
-  // above that tier are kept below. NoBaseline: no tier below has enough times.
-  Verdict judge(Timing& t, const std::vector<std::shared_ptr<Version>>& versions);
+  // Compares `t`'s calls with `below`'s (by default the highest tier below `t`'s with times);
+  // clearly slower, `versions` above that tier are kept below. NoBaseline: no tier below has
+  // enough times.
+  Verdict judge(Timing& t, const std::vector<std::shared_ptr<Version>>& versions,
+                std::shared_ptr<Timing> below = nullptr);
   std::string judged(const Timing& t) const;
   void set_judged(Timing& t, std::string what);
   // A call on the tier below this much slower than `t`'s median ends a probe at once (the climb

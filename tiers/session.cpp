@@ -269,7 +269,7 @@ NamedTensors Session::run(const NamedTensors& inputs, const RunOptions& run_opti
   size_t from = 0;
   if (plan) {
     from = im.plans->run(*plan, frame, c.device_copies, c.tally, im.options.trace.get(), c.tiers_used);
-    if (from < im.plan.steps.size()) plan->left.fetch_add(1);
+    if (from < im.plan.steps.size()) im.plans->left(*plan);
   }
   // Only a call walked from its first step is recorded for a plan.
   PlanRecording rec;
