@@ -278,15 +278,35 @@ std::string checker_message(const std::string& raw) {
   return context.empty() ? main : main + " [" + context + "]";
 }
 
+// ONNX's checker wants every main-graph input, output and value_info tensor to carry a shape
+// field; ONNX Runtime loads models without one (exporters leave a computed output's rank
+// unknown), and so does Terrace: such fields get an empty shape for the checker only, which
+// checks its presence, and lose it again after (an empty shape would say rank 0).
+std::vector<onnx::TypeProto_Tensor*> shapes_for_checker(onnx::GraphProto& g) {
+  std::vector<onnx::TypeProto_Tensor*> lent;
+  auto lend = [&](onnx::ValueInfoProto& v) {
+    if (!v.has_type() || !v.type().has_tensor_type() || v.type().tensor_type().has_shape()) return;
+    onnx::TypeProto_Tensor* t = v.mutable_type()->mutable_tensor_type();
+    t->mutable_shape();
+    lent.push_back(t);
+  };
+  for (auto& v : *g.mutable_input()) lend(v);
+  for (auto& v : *g.mutable_output()) lend(v);
+  for (auto& v : *g.mutable_value_info()) lend(v);
+  return lent;
+}
+
 void run_onnx_checker(onnx::ModelProto& m) {
   int64_t ir_version = m.ir_version();
   if (ir_version > onnx::IR_VERSION) m.set_ir_version(onnx::IR_VERSION);
+  const std::vector<onnx::TypeProto_Tensor*> lent = shapes_for_checker(*m.mutable_graph());
   std::string error;
   try {
     onnx::checker::check_model(m);
   } catch (const std::exception& e) {
     error = e.what();
   }
+  for (onnx::TypeProto_Tensor* t : lent) t->clear_shape();
   m.set_ir_version(ir_version);
   TERRACE_CHECK(error.empty(), InvalidModel, "ONNX checker: ", checker_message(error));
 }

@@ -263,15 +263,6 @@ std::string can_lower_reduction(const Graph& g, const Node& node) {
   if (is_reduce_family(node.op) && node.inputs.size() > 1 && node.inputs[1] >= 0 &&
       !known_at_compile_time(g, node.inputs[1]))
     return std::string(op_name(node.op)) + " with axes computed at run time: tier 1 needs them constant";
-  if ((node.op == Op::Softmax || node.op == Op::LogSoftmax || node.op == Op::Hardmax) && g.opset < 13) {
-    // The opset < 13 form flattens dims from `axis` on; it is the same lanes as the opset 13 form
-    // (which the lowering gets: lower_op knows no opset) only when both axes are the last dim.
-    if (!xi.shape) return std::string(op_name(node.op)) + " at opset < 13 with an unknown rank";
-    const int64_t rank = int64_t(xi.shape->size());
-    auto last = [&](int64_t a) { return (a < 0 ? a + rank : a) == rank - 1; };
-    if (!last(node.attr_int("axis", 1)) || !last(node.attr_int("axis", -1)))
-      return std::string(op_name(node.op)) + " at opset < 13 over more than the last axis (its 2-D form)";
-  }
   if (node.op == Op::InstanceNormalization) {
     for (size_t i = 1; i < node.inputs.size() && i < 3; ++i) {
       if (node.inputs[i] < 0) continue;

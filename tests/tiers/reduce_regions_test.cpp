@@ -102,6 +102,20 @@ TEST(ReduceRegions, global_pool_and_log_softmax_head_compiles) {
   expect_one_compiled_region(b.build(), {{"x", random_tensor({2, 32, 7, 7}, 8, -2, 2)}}, "Relu, GlobalAveragePool, GlobalMaxPool, Add, LogSoftmax");
 }
 
+// Before opset 13, Softmax, LogSoftmax and Hardmax take every dim from `axis` on as one lane (the
+// 2-D view): tier 1 compiles that form too, default axis 1 of a rank-4 input included.
+TEST(ReduceRegions, opset_11_softmax_family_over_flattened_trailing_dims_compiles) {
+  GraphBuilder b;
+  int x = b.input("x", DType::Float32, {2, 3, 4, 5});
+  int sm = b.node(Op::Softmax, {x});
+  int lsm = b.node(Op::LogSoftmax, {b.node(Op::Relu, {x})}, {{"axis", GraphBuilder::attr_int(2)}});
+  int hm = b.node(Op::Hardmax, {x}, {{"axis", GraphBuilder::attr_int(-2)}});
+  b.output(b.node(Op::Add, {b.node(Op::Add, {sm, lsm}), hm}));
+  auto g = b.build();
+  g->opset = 11;
+  expect_one_compiled_region(g, {{"x", random_tensor({2, 3, 4, 5}, 10, -3, 3)}}, "opset 11 Softmax, LogSoftmax, Hardmax");
+}
+
 // Axes computed in the graph (a Constant node, or arithmetic on Shape) are known at compile time.
 TEST(ReduceRegions, axes_computed_from_constants_and_shapes_compile) {
   GraphBuilder b;
