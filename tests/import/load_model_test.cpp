@@ -43,6 +43,25 @@ TEST(Import, symbolic_dims_are_minus_one_with_their_names) {
   EXPECT_EQ(x.dtype, DType::Float32);
 }
 
+// ONNX's checker wants a shape field on the graph's inputs and outputs; ONNX Runtime loads a model
+// whose output has none (rank unknown), and so does Terrace, leaving the rank unknown where
+// inference cannot tell it (a Reshape by data) and running it.
+TEST(Import, an_output_without_a_shape_field_loads_with_its_rank_unknown) {
+  onnx::ModelProto mp = parse_model(R"(
+<ir_version: 8, opset_import: ["" : 11]>
+g (float[6, 4] X, int64[3] S) => (float Y)
+{
+  R = Reshape(X, S)
+  Y = Softmax(R)
+}
+)");
+  mp.mutable_graph()->mutable_output(0)->mutable_type()->mutable_tensor_type()->clear_shape();
+  Model m = load_onnx_bytes(bytes_of(mp));
+  const ValueInfo& y = value_named(*m.graph, "Y").info;
+  EXPECT_EQ(y.dtype, DType::Float32);
+  EXPECT_FALSE(y.shape.has_value()) << "a Reshape by data leaves the rank unknown";
+}
+
 TEST(Import, shape_inference_fills_intermediate_values) {
   Model m = load_onnx_bytes(bytes_of(parse_model(kSmallModel)));
   const ValueInfo& t = value_named(*m.graph, "T").info;
