@@ -224,14 +224,11 @@ std::shared_ptr<Graph> GraphBuilder::build(onnx::GraphProto& gp, const std::stri
   for (const auto& v : gp.output()) types_[v.name()] = &v.type();
   for (auto& t : *gp.mutable_initializer()) {
     std::string what = where + "initializer '" + t.name() + "'";
-    Tensor value = tensor_from_proto(t, what);
-    release_data(t);  // the proto's copy is no longer needed: peak memory stays near one copy
     // A large one in a file's pages, which the OS may take back once a compiled tier has its own
     // copy (packed weights) and nothing reads this one: resident memory stays near one copy.
-    if (value.nbytes() >= kFileBackedBytes) {
-      value = Tensor::file_backed(value);
-      value.drop_resident_pages();  // read back from the page cache by the first call
-    }
+    Tensor value = tensor_from_proto(t, what, kFileBackedBytes);
+    release_data(t);  // the proto's copy is no longer needed: peak memory stays near one copy
+    value.drop_resident_pages();  // read back from the page cache by the first call
     ValueInfo info;
     info.dtype = value.dtype();
     info.shape = value.shape();

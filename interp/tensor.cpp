@@ -252,21 +252,32 @@ int spill_file(size_t bytes) {
 }
 }  // namespace
 
-Tensor Tensor::file_backed(const Tensor& t) {
-  if (!t.defined() || t.on_device() || t.dtype() == DType::String || t.nbytes() == 0 || t.is_file_backed()) return t;
+namespace {
+// A shared mapping of a spill file holding `bytes` of `data`, or null.
+void* spill(const void* data, size_t bytes, size_t* mapped) {
   const size_t page = size_t(::sysconf(_SC_PAGESIZE));
-  const size_t length = (t.nbytes() + page - 1) / page * page;
+  const size_t length = (bytes + page - 1) / page * page;
   const int fd = spill_file(length);
-  if (fd < 0) return t;
+  if (fd < 0) return nullptr;
   void* p = ::mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   ::close(fd);  // the mapping keeps the file
-  if (p == MAP_FAILED) return t;
+  if (p == MAP_FAILED) return nullptr;
   // No readahead, so that the page cache holds the values in small pages: Linux 6.x maps a large
   // folio whole on a fault, and a reader that walks the values by blocks of columns (the
   // interpreter's product, which lets each block's pages go behind it: ops/linalg.cpp) mapped
   // 103 of a 128 MiB weight's pages on its first of 16 blocks (16 MiB with this).
   ::madvise(p, length, MADV_RANDOM);
-  std::memcpy(p, t.raw(), t.nbytes());
+  std::memcpy(p, data, bytes);
+  *mapped = length;
+  return p;
+}
+}  // namespace
+
+Tensor Tensor::file_backed(const Tensor& t) {
+  if (!t.defined() || t.on_device() || t.dtype() == DType::String || t.nbytes() == 0 || t.is_file_backed()) return t;
+  size_t mapped = 0;
+  void* p = spill(t.raw(), t.nbytes(), &mapped);
+  if (!p) return t;
   Tensor c;
   c.numel_ = t.numel_;
   c.dtype_ = t.dtype_;
@@ -275,9 +286,34 @@ Tensor Tensor::file_backed(const Tensor& t) {
   st->dtype = t.dtype_;
   st->data = p;
   st->bytes = t.nbytes();
-  st->mapped = length;
+  st->mapped = mapped;
   c.state_ = std::move(st);
   return c;
+}
+
+Tensor Tensor::file_backed(DType dtype, Shape shape, const void* bytes) {
+  TERRACE_ASSERT(dtype != DType::String && dtype != DType::Bool && dtype != DType::Int4 && dtype != DType::UInt4 &&
+                     dtype != DType::Float4E2M1,
+                 "file_backed(bytes) of ", dtype_name(dtype));
+  Tensor t;
+  t.numel_ = shape_numel(shape);
+  t.dtype_ = dtype;
+  t.shape_ = std::move(shape);
+  const size_t n = size_t(t.numel_) * dtype_size(dtype);
+  size_t mapped = 0;
+  void* p = n ? spill(bytes, n, &mapped) : nullptr;
+  if (!p) {
+    Tensor heap = empty(dtype, t.shape_);
+    if (n) std::memcpy(heap.raw(), bytes, n);
+    return heap;
+  }
+  auto st = std::make_shared<State>();
+  st->dtype = dtype;
+  st->data = p;
+  st->bytes = n;
+  st->mapped = mapped;
+  t.state_ = std::move(st);
+  return t;
 }
 
 void Tensor::drop_resident_pages() const {

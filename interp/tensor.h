@@ -84,6 +84,10 @@ class Tensor {
   // the file cannot be made, reserved or mapped, nor any when TERRACE_SPILL_DIR is set empty:
   // `t` itself is returned then. Not for strings.
   static Tensor file_backed(const Tensor& t);
+  // The same for `bytes` (exactly nbytes of a tensor of `dtype` and `shape`, not strings, not
+  // bool, not 4-bit types), written into the file without a heap copy first: the loader's path
+  // for large raw_data. Where no file can be had, a heap tensor holding a copy.
+  static Tensor file_backed(DType dtype, Shape shape, const void* bytes);
   // Over a file's shared mapping (file_backed()).
   bool is_file_backed() const;
   // Lets the OS take back the resident pages of a file-backed tensor (madvise MADV_DONTNEED; its

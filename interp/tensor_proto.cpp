@@ -174,6 +174,18 @@ Tensor tensor_from_proto(const onnx::TensorProto& p, const std::string& what) {
   return t;
 }
 
+Tensor tensor_from_proto(const onnx::TensorProto& p, const std::string& what, size_t file_backed_from) {
+  check_tensor_proto(p, what);
+  const DType dt = dtype_from_proto_code(p.data_type(), what);
+  const Shape shape(p.dims().begin(), p.dims().end());
+  if (dt == DType::String || size_t(shape_numel(shape)) * dtype_size(dt) < file_backed_from)
+    return tensor_from_proto(p, what);
+  // raw_data is the values as they lie in memory here (little-endian) but for bool (normalised to
+  // 0/1) and the 4-bit types (two to a byte).
+  if (p.has_raw_data() && dt != DType::Bool && !is_packed4(dt)) return Tensor::file_backed(dt, shape, p.raw_data().data());
+  return Tensor::file_backed(tensor_from_proto(p, what));
+}
+
 void tensor_to_proto(const Tensor& t, onnx::TensorProto* p, const std::string& name) {
   TERRACE_CHECK(t.defined(), InvalidArgument, "cannot serialize an undefined tensor");
   p->Clear();

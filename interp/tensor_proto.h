@@ -21,6 +21,9 @@ void check_tensor_proto(const onnx::TensorProto& p, const std::string& what);
 // Converts a TensorProto (checked first) into a new Tensor. External data must already have been
 // moved into raw_data by load_external_data; otherwise it is an InvalidModel error.
 Tensor tensor_from_proto(const onnx::TensorProto& p, const std::string& what);
+// The same, its values in a file's pages (Tensor::file_backed) when they take at least
+// `file_backed_from` bytes: raw_data goes to the file without a heap copy first.
+Tensor tensor_from_proto(const onnx::TensorProto& p, const std::string& what, size_t file_backed_from);
 
 // Fills `p` with the tensor (raw_data for numbers and bools, string_data for strings).
 void tensor_to_proto(const Tensor& t, onnx::TensorProto* p, const std::string& name = "");
