@@ -162,27 +162,13 @@ std::optional<Match> match_at(const PatternView& p, size_t i) {
 }  // namespace
 
 int fuse_gelu(Graph& g, const PassConfig&) {
-  PatternView p(g);
-  std::vector<bool> taken(g.nodes.size(), false), dead(g.nodes.size(), false);
-  int fused = 0;
-  for (size_t i = 0; i < g.nodes.size(); ++i) {
-    auto m = match_at(p, i);
-    if (!m) continue;
-    bool overlaps = taken[size_t(m->last)];
-    for (int n : m->nodes) overlaps = overlaps || taken[size_t(n)];
-    if (overlaps) continue;
-    for (int n : m->nodes) taken[size_t(n)] = dead[size_t(n)] = true;
-    taken[size_t(m->last)] = true;
-    Node& n = g.nodes[size_t(m->last)];
+  return fuse_matches(g, match_at, [&](const Match& m, Node& n) {
     n.name = fused_name(g, n, "Gelu");
     n.op = Op::Gelu;
-    n.inputs = {m->x};
+    n.inputs = {m.x};
     n.attrs.clear();
-    n.attrs["approximate"] = string_attribute(m->tanh ? "tanh" : "none");
-    ++fused;
-  }
-  if (fused) remove_nodes(g, std::move(dead));
-  return fused;
+    n.attrs["approximate"] = string_attribute(m.tanh ? "tanh" : "none");
+  });
 }
 
 }  // namespace terrace::passes

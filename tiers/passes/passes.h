@@ -58,6 +58,10 @@ int fuse_layernorm(Graph& g, const PassConfig& config = {});
 // orderings, and the tanh approximation) becomes one Gelu.
 int fuse_gelu(Graph& g, const PassConfig& config = {});
 
+// hardswish_fusion.cpp: the exporters' decomposed HardSwish (x * Clip(x + 3, 0, 6) / 6, in its
+// orderings) becomes one HardSwish.
+int fuse_hardswish(Graph& g, const PassConfig& config = {});
+
 // attention.cpp: scaled dot-product attention blocks, Softmax(MatMul(Q, Kt) [scaled] [masked]) @ V
 // with every value in between read by the block alone, found and rewritten into Attention (run by
 // the pipeline only with PassConfig::fuse_attention: no tier compiles Attention yet).

@@ -1,6 +1,6 @@
-// What the pattern passes (layernorm_fusion, gelu_fusion, attention) share: a view of a graph
-// that answers "which node makes this value, read by whom", constant scalars, and the rules for
-// when a matched value may disappear into a fused op.
+// What the pattern passes (layernorm_fusion, gelu_fusion, hardswish_fusion, attention) share: a
+// view of a graph that answers "which node makes this value, read by whom", constant scalars, the
+// rules for when a matched value may disappear into a fused op, and the rewrite of the matches.
 #pragma once
 #include <optional>
 #include <string>
@@ -50,5 +50,29 @@ Attribute ints_attribute(std::vector<int64_t> v);
 
 // A name for a fused node made from nodes around `base` (its name, or its first output's).
 std::string fused_name(const Graph& g, const Node& base, const char* op);
+
+// The pattern passes' rewrite: each match `match_at(view, i)` gives (an optional of a struct with
+// `nodes`, the pattern's nodes but the last, and `last`, the node that becomes the fused op)
+// that overlaps no earlier match is rewritten by `rewrite(match, last node)`, and its other nodes
+// are removed. Returns how many were fused.
+template <typename MatchAt, typename Rewrite>
+int fuse_matches(Graph& g, MatchAt match_at, Rewrite rewrite) {
+  PatternView p(g);
+  std::vector<bool> taken(g.nodes.size(), false), dead(g.nodes.size(), false);
+  int fused = 0;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    auto m = match_at(p, i);
+    if (!m) continue;
+    bool overlaps = taken[size_t(m->last)];
+    for (int n : m->nodes) overlaps = overlaps || taken[size_t(n)];
+    if (overlaps) continue;
+    for (int n : m->nodes) taken[size_t(n)] = dead[size_t(n)] = true;
+    taken[size_t(m->last)] = true;
+    rewrite(*m, g.nodes[size_t(m->last)]);
+    ++fused;
+  }
+  if (fused) remove_nodes(g, std::move(dead));
+  return fused;
+}
 
 }  // namespace terrace::passes

@@ -101,6 +101,7 @@ std::shared_ptr<const Graph> optimize_graph(std::shared_ptr<const Graph> graph, 
     run("batchnorm_folding", passes::fold_batchnorm);
     run("layernorm_fusion", passes::fuse_layernorm);
     run("gelu_fusion", passes::fuse_gelu);
+    run("hardswish_fusion", passes::fuse_hardswish);
     if (config.fuse_attention) run("attention_fusion", passes::fuse_attention);
     else if (log_enabled(LogLevel::Debug))
       log(LogLevel::Debug, "passes: attention: ", passes::find_attention(*g).size(),
