@@ -273,28 +273,7 @@ void* spill(const void* data, size_t bytes, size_t* mapped) {
 }
 }  // namespace
 
-Tensor Tensor::file_backed(const Tensor& t) {
-  if (!t.defined() || t.on_device() || t.dtype() == DType::String || t.nbytes() == 0 || t.is_file_backed()) return t;
-  size_t mapped = 0;
-  void* p = spill(t.raw(), t.nbytes(), &mapped);
-  if (!p) return t;
-  Tensor c;
-  c.numel_ = t.numel_;
-  c.dtype_ = t.dtype_;
-  c.shape_ = t.shape_;
-  auto st = std::make_shared<State>();
-  st->dtype = t.dtype_;
-  st->data = p;
-  st->bytes = t.nbytes();
-  st->mapped = mapped;
-  c.state_ = std::move(st);
-  return c;
-}
-
-Tensor Tensor::file_backed(DType dtype, Shape shape, const void* bytes) {
-  TERRACE_ASSERT(dtype != DType::String && dtype != DType::Bool && dtype != DType::Int4 && dtype != DType::UInt4 &&
-                     dtype != DType::Float4E2M1,
-                 "file_backed(bytes) of ", dtype_name(dtype));
+std::optional<Tensor> Tensor::spilled(DType dtype, Shape shape, const void* bytes) {
   Tensor t;
   t.numel_ = shape_numel(shape);
   t.dtype_ = dtype;
@@ -302,11 +281,7 @@ Tensor Tensor::file_backed(DType dtype, Shape shape, const void* bytes) {
   const size_t n = size_t(t.numel_) * dtype_size(dtype);
   size_t mapped = 0;
   void* p = n ? spill(bytes, n, &mapped) : nullptr;
-  if (!p) {
-    Tensor heap = empty(dtype, t.shape_);
-    if (n) std::memcpy(heap.raw(), bytes, n);
-    return heap;
-  }
+  if (!p) return std::nullopt;
   auto st = std::make_shared<State>();
   st->dtype = dtype;
   st->data = p;
@@ -314,6 +289,22 @@ Tensor Tensor::file_backed(DType dtype, Shape shape, const void* bytes) {
   st->mapped = mapped;
   t.state_ = std::move(st);
   return t;
+}
+
+Tensor Tensor::file_backed(const Tensor& t) {
+  if (!t.defined() || t.on_device() || t.dtype() == DType::String || t.nbytes() == 0 || t.is_file_backed()) return t;
+  std::optional<Tensor> c = spilled(t.dtype_, t.shape_, t.raw());
+  return c ? *std::move(c) : t;
+}
+
+Tensor Tensor::file_backed(DType dtype, Shape shape, const void* bytes) {
+  TERRACE_ASSERT(dtype != DType::String && dtype != DType::Bool && dtype != DType::Int4 && dtype != DType::UInt4 &&
+                     dtype != DType::Float4E2M1,
+                 "file_backed(bytes) of ", dtype_name(dtype));
+  if (std::optional<Tensor> t = spilled(dtype, shape, bytes)) return *std::move(t);
+  Tensor heap = empty(dtype, std::move(shape));
+  if (heap.nbytes()) std::memcpy(heap.raw(), bytes, heap.nbytes());
+  return heap;
 }
 
 void Tensor::drop_resident_pages() const {

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <type_traits>
@@ -157,6 +158,9 @@ class Tensor {
   std::string str(int64_t max_elems = 8) const;  // "float32[2,3] {1, 2, ...}"
 
  private:
+  // A tensor over a spill file's mapping holding `bytes` (nbytes of dtype and shape), or nullopt
+  // where none can be had (file_backed).
+  static std::optional<Tensor> spilled(DType dtype, Shape shape, const void* bytes);
   struct State;
   void check_type(DType want) const;
   DType dtype_ = DType::Float32;

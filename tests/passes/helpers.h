@@ -62,4 +62,20 @@ inline std::shared_ptr<Graph> optimized(const std::shared_ptr<Graph>& g, Optimiz
   return std::const_pointer_cast<Graph>(optimize_graph(g, level, config));
 }
 
+// A fusion pass's checks: `g` optimized holds one `op` among `nodes` nodes and gives the
+// interpreter's answers within tolerance (returned, for more checks); or none, bitwise the same.
+inline std::shared_ptr<Graph> expect_fused_into(const std::shared_ptr<Graph>& g, Op op, size_t nodes,
+                                                const std::vector<RValue>& inputs) {
+  auto opt = optimized(g);
+  EXPECT_EQ(count_ops(*opt, op), 1) << passes::graph_text(*opt);
+  EXPECT_EQ(opt->nodes.size(), nodes) << passes::graph_text(*opt);
+  expect_same_outputs(*g, *opt, inputs, /*exact=*/false);
+  return opt;
+}
+inline void expect_not_fused_into(const std::shared_ptr<Graph>& g, Op op, const std::vector<RValue>& inputs) {
+  auto opt = optimized(g);
+  EXPECT_EQ(count_ops(*opt, op), 0) << passes::graph_text(*opt);
+  expect_same_outputs(*g, *opt, inputs);
+}
+
 }  // namespace terrace::testing

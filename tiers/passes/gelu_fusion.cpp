@@ -162,7 +162,7 @@ std::optional<Match> match_at(const PatternView& p, size_t i) {
 }  // namespace
 
 int fuse_gelu(Graph& g, const PassConfig&) {
-  return fuse_matches(g, match_at, [&](const Match& m, Node& n) {
+  return fuse_matches(g, match_at, [&](const Match& m, const PatternView&, Node& n) {
     n.name = fused_name(g, n, "Gelu");
     n.op = Op::Gelu;
     n.inputs = {m.x};

@@ -76,7 +76,7 @@ std::optional<Match> match_at(const PatternView& p, size_t i) {
 }  // namespace
 
 int fuse_hardswish(Graph& g, const PassConfig&) {
-  return fuse_matches(g, match_at, [&](const Match& m, Node& n) {
+  return fuse_matches(g, match_at, [&](const Match& m, const PatternView&, Node& n) {
     n.name = fused_name(g, n, "HardSwish");
     n.op = Op::HardSwish;
     n.inputs = {m.x};

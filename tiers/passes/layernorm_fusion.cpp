@@ -151,25 +151,10 @@ std::optional<Match> match_at(const PatternView& p, size_t i) {
 }  // namespace
 
 int fuse_layernorm(Graph& g, const PassConfig& config) {
-  PatternView p(g);
-  std::vector<Match> matches;
-  std::vector<bool> taken(g.nodes.size(), false);
-  for (size_t i = 0; i < g.nodes.size(); ++i) {
-    auto m = match_at(p, i);
-    if (!m) continue;
-    bool overlaps = taken[size_t(m->last)];
-    for (int n : m->nodes) overlaps = overlaps || taken[size_t(n)];
-    if (overlaps) continue;
-    for (int n : m->nodes) taken[size_t(n)] = true;
-    taken[size_t(m->last)] = true;
-    matches.push_back(*m);
-  }
-  if (matches.empty()) return 0;
-  std::vector<bool> dead(g.nodes.size(), false);
-  for (const Match& m : matches) {
+  return fuse_matches(g, match_at, [&](const Match& m, const PatternView& p, Node& last) {
     const DType dtype = *p.dtype(m.x);
     const int gamma = m.gamma >= 0 ? m.gamma : add_constant(g, g.values[size_t(m.x)].name + "_ln_scale", ones(dtype));
-    Node& n = g.nodes[size_t(m.last)];
+    Node& n = last;
     n.name = fused_name(g, n, "LayerNormalization");
     n.op = Op::LayerNormalization;
     n.inputs = {m.x, gamma};
@@ -178,10 +163,7 @@ int fuse_layernorm(Graph& g, const PassConfig& config) {
     n.attrs["axis"] = int_attribute(-m.k);
     // A deliberately wrong rewrite (TERRACE_FAULT=wrong-pass:layernorm_fusion): epsilon 1.
     n.attrs["epsilon"] = float_attribute(config.deliberately_wrong ? 1.0f : float(m.eps));
-    for (int k : m.nodes) dead[size_t(k)] = true;
-  }
-  remove_nodes(g, std::move(dead));
-  return int(matches.size());
+  });
 }
 
 }  // namespace terrace::passes

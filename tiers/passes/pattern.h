@@ -4,6 +4,7 @@
 #pragma once
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "interp/graph.h"
@@ -51,15 +52,16 @@ Attribute ints_attribute(std::vector<int64_t> v);
 // A name for a fused node made from nodes around `base` (its name, or its first output's).
 std::string fused_name(const Graph& g, const Node& base, const char* op);
 
-// The pattern passes' rewrite: each match `match_at(view, i)` gives (an optional of a struct with
-// `nodes`, the pattern's nodes but the last, and `last`, the node that becomes the fused op)
-// that overlaps no earlier match is rewritten by `rewrite(match, last node)`, and its other nodes
-// are removed. Returns how many were fused.
+// The pattern passes' rewrite: the matches `match_at(view, i)` gives (an optional of a struct
+// with `nodes`, the pattern's nodes but the last, and `last`, the node that becomes the fused op)
+// that overlap no earlier one are found on the graph as it is; then each is rewritten by
+// `rewrite(match, view, last node)`, which may add values but not nodes, and its other nodes are
+// removed. Returns how many were fused.
 template <typename MatchAt, typename Rewrite>
 int fuse_matches(Graph& g, MatchAt match_at, Rewrite rewrite) {
   PatternView p(g);
+  std::vector<std::decay_t<decltype(*match_at(p, 0))>> matches;
   std::vector<bool> taken(g.nodes.size(), false), dead(g.nodes.size(), false);
-  int fused = 0;
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     auto m = match_at(p, i);
     if (!m) continue;
@@ -68,11 +70,11 @@ int fuse_matches(Graph& g, MatchAt match_at, Rewrite rewrite) {
     if (overlaps) continue;
     for (int n : m->nodes) taken[size_t(n)] = dead[size_t(n)] = true;
     taken[size_t(m->last)] = true;
-    rewrite(*m, g.nodes[size_t(m->last)]);
-    ++fused;
+    matches.push_back(std::move(*m));
   }
-  if (fused) remove_nodes(g, std::move(dead));
-  return fused;
+  for (const auto& m : matches) rewrite(m, p, g.nodes[size_t(m.last)]);
+  if (!matches.empty()) remove_nodes(g, std::move(dead));
+  return int(matches.size());
 }
 
 }  // namespace terrace::passes
