@@ -28,6 +28,7 @@
 #include "jit/cpu/dnnl_internal.h"
 #include "jit/cpu/packed_gemm.h"
 #include "jit/cpu/winograd_conv.h"
+#include "jit/tuning.h"
 
 namespace terrace::jit {
 
@@ -485,6 +486,7 @@ class MatMul : public DnnlPrimitive {
   // 3/4 of the time of those as given (`given`), both run here on zeroed inputs.
   bool other_order_faster(const Node& node, const Tensor& w, dnnl::primitive given, memory::desc given_scratch,
                           const memory& copy, const memory::desc& other) const {
+    TuningTimer timer;  // compile time spent choosing, for the region's report
     std::vector<float> src(floats_of(a_)), dst(floats_of(dst_)), bias(bias_ ? floats_of(*bias_) : 0);
     // Timed with the threads this thread may run (threads_to_run: one on the compile thread).
     // A oneDNN primitive starts a team of the count it was built with whatever the caller's

@@ -17,6 +17,7 @@
 #include "interp/tensor.h"
 #include "jit/cuda/cuda_memory.h"
 #include "jit/cuda/dynlib.h"
+#include "jit/tuning.h"
 
 namespace terrace::jit::cuda {
 
@@ -236,6 +237,14 @@ bool any_algorithm() {
   return any;
 }
 
+// What a timed choice depends on: the GPU, the driver, cuDNN, the problem and which algorithms
+// are admitted (FMA math is fixed).
+std::string tuning_key(const ConvSpec& spec) {
+  const Device& d = device();
+  return "cudnn-conv-fwd|" + d.name + "|" + d.arch() + "|driver " + std::to_string(driver().version) + "|cudnn " +
+         dnn().version + "|" + spec.describe() + (any_algorithm() ? "|any" : "|direct");
+}
+
 }  // namespace
 
 bool cudnn_available(std::string* why) {
@@ -275,6 +284,7 @@ struct CudnnConv::Impl {
   cudnnConvolutionFwdAlgo_t algo = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
   size_t workspace = 0;
   bool timed = false;  // chosen by timing the candidates (else the heuristic's first)
+  bool recorded = false;  // chosen by an earlier process's timing (jit/tuning.h)
   float ms = 0;        // its time, when timed
   const ConvSpec& spec_;  // the owner's, named for TERRACE_DNN
   ~Impl() {            // also where planning failed half-way
@@ -397,7 +407,7 @@ struct CudnnConv::Impl {
   }
 };
 
-CudnnConv::CudnnConv(const ConvSpec& spec) : spec_(spec), impl_(std::make_unique<Impl>(spec_)) {
+CudnnConv::CudnnConv(const ConvSpec& spec, const CodeCache* tuning) : spec_(spec), impl_(std::make_unique<Impl>(spec_)) {
   std::string why;
   TERRACE_CHECK(cudnn_available(&why), NotImplemented, "cuDNN is not available: ", why);
   device();  // the primary context current on this (compile) thread, for cuDNN's runtime
@@ -406,8 +416,22 @@ CudnnConv::CudnnConv(const ConvSpec& spec) : spec_(spec), impl_(std::make_unique
   p.set_descriptors(s);
   Handle h(spec.describe());
   std::vector<Candidate> candidates = p.candidates(h.h);
-  // Timed where there is a choice; TERRACE_CUDNN_TUNE=0 keeps the heuristic's first.
-  const size_t best = candidates.size() > 1 && env_flag("TERRACE_CUDNN_TUNE", true) ? p.fastest(h.h, s, candidates) : 0;
+  // Timed where there is a choice, unless an earlier process's record names a candidate on offer;
+  // TERRACE_CUDNN_TUNE=0 keeps the heuristic's first.
+  size_t best = 0;
+  if (candidates.size() > 1 && env_flag("TERRACE_CUDNN_TUNE", true)) {
+    const std::string key = tuning_key(spec);
+    best = candidates.size();
+    if (std::optional<std::string> kept = find_tuned(tuning, key))
+      for (size_t i = 0; i < candidates.size() && best == candidates.size(); ++i)
+        if (*kept == algo_name(candidates[i].algo)) best = i;
+    p.recorded = best < candidates.size();
+    if (!p.recorded) {
+      TuningTimer timer;
+      best = p.fastest(h.h, s, candidates);
+      if (p.timed) keep_tuned(tuning, key, algo_name(candidates[best].algo));
+    }
+  }
   p.algo = candidates[best].algo;
   p.workspace = candidates[best].workspace;
   p.ms = candidates[best].ms;
@@ -419,6 +443,7 @@ CudnnConv::~CudnnConv() = default;
 std::string CudnnConv::algorithm() const {
   std::string s = std::string(algo_name(impl_->algo)) + ", workspace " + std::to_string(impl_->workspace) + " B";
   if (impl_->timed) s += ", timed " + std::to_string(impl_->ms) + " ms";
+  if (impl_->recorded) s += ", from the tuning record";
   return s;
 }
 

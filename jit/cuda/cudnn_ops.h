@@ -18,6 +18,10 @@
 
 #include "jit/cuda/cuda_driver.h"
 
+namespace terrace::jit {
+class CodeCache;
+}
+
 namespace terrace::jit::cuda {
 
 // True when there is a GPU and libcudnn (major version 9) loads with every entry point Terrace
@@ -45,14 +49,15 @@ struct ConvSpec {
 // (IMPLICIT_GEMM, IMPLICIT_PRECOMP_GEMM, GEMM, DIRECT), whose rounding the fp32 bound of any
 // summation order covers; FFT and Winograd transforms, whose errors scale with the whole tile's or
 // tensor's magnitudes rather than each output's own terms, are never chosen. Where several
-// remain, each is timed (3 runs after a warm-up, on zeroed scratch tensors) and the fastest kept;
+// remain, each is timed (captured into a CUDA graph and replayed, on zeroed scratch tensors) and
+// the fastest kept, unless the tuning record in `tuning` (jit/tuning.h) names one on offer;
 // TERRACE_CUDNN_TUNE=0 takes the heuristic's first instead. Planning runs at compile time.
 class CudnnConv {
  public:
   // Throws Error(NotImplemented) without cuDNN, Error(CompileFailed) for a problem cuDNN refuses
   // or that is too large for its 32-bit dims, naming the call and cuDNN's message. Needs
   // N > 0 and a non-empty output (an empty problem is the caller's: no cuDNN call).
-  explicit CudnnConv(const ConvSpec& spec);
+  explicit CudnnConv(const ConvSpec& spec, const CodeCache* tuning = nullptr);
   ~CudnnConv();
   CudnnConv(const CudnnConv&) = delete;
   CudnnConv& operator=(const CudnnConv&) = delete;

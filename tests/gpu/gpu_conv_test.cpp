@@ -449,6 +449,34 @@ TEST(GpuConv, an_empty_batch_plans_no_call) {
   EXPECT_EQ(p.slots.at(3).shape, (Shape{0, 6, 8, 8}));
 }
 
+// A timed choice goes into the tuning records; a later plan of the same problem takes it without
+// timing; a corrupt record is a miss, timed again.
+TEST(CudnnTuning, a_timed_choice_is_recorded_and_a_later_plan_takes_it) {
+  SKIP_WITHOUT_CUDNN();
+  jit::cuda::ConvSpec spec;
+  spec.x = {1, 64, 56, 56};
+  spec.w = {64, 64, 3, 3};
+  spec.strides = spec.dilations = {1, 1};
+  spec.pads = {1, 1};
+  const std::filesystem::path dir = scratch("tuning");
+  std::filesystem::remove_all(dir);
+  jit::CodeCache cache(dir);
+  auto algo = [](const jit::cuda::CudnnConv& c) { return c.algorithm().substr(0, c.algorithm().find(',')); };
+  const jit::cuda::CudnnConv first(spec, &cache);
+  if (first.algorithm().find(", timed ") == std::string::npos)
+    GTEST_SKIP() << "cuDNN offers one candidate here, so nothing is timed: " << first.algorithm();
+  ASSERT_EQ(cache.info().entries, 1u);
+  const jit::cuda::CudnnConv second(spec, &cache);
+  EXPECT_NE(second.algorithm().find("from the tuning record"), std::string::npos) << second.algorithm();
+  EXPECT_EQ(second.algorithm().find(", timed "), std::string::npos) << second.algorithm();
+  EXPECT_EQ(algo(second), algo(first));
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir))
+    if (e.is_regular_file()) std::filesystem::resize_file(e.path(), std::filesystem::file_size(e.path()) - 1);
+  const jit::cuda::CudnnConv third(spec, &cache);
+  EXPECT_NE(third.algorithm().find(", timed "), std::string::npos) << "a truncated record is a miss: " << third.algorithm();
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace terrace
 

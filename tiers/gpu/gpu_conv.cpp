@@ -323,7 +323,8 @@ struct Slots {
 };
 
 // `kernels` null: the plan only (slots and steps, no cuDNN object, no library call).
-void build_conv_chain(const Graph& g, const Region& region, Slots& slots, const ConvKernels* kernels) {
+void build_conv_chain(const Graph& g, const Region& region, Slots& slots, const ConvKernels* kernels,
+                      const jit::CodeCache* tuning) {
   GpuProgram& p = slots.p;
   // The chain: each Conv opens a stage; each other node reads the node before it.
   std::vector<std::vector<const Node*>> stages;
@@ -421,7 +422,7 @@ void build_conv_chain(const Graph& g, const Region& region, Slots& slots, const 
                     " differs from ONNX's ", shape_text(y_shape));
       what = "cuDNN " + spec.describe();
       if (kernels) {
-        st.conv = std::make_shared<jit::cuda::CudnnConv>(spec);
+        st.conv = std::make_shared<jit::cuda::CudnnConv>(spec, tuning);
         what += " (" + st.conv->algorithm() + ")";
       }
       if (st.pad) what = "pad (asymmetric pads), " + what;
@@ -588,16 +589,17 @@ std::vector<std::string> gpu_conv_kernel_names() {
 
 namespace {
 
-// The program, with its library objects and kernels where `kernels` is given.
+// The program, with its library objects and kernels where `kernels` is given (null: the plan
+// only, no NVRTC and no cuDNN); `tuning` keeps cuDNN's timed choices.
 GpuProgram make_program(const Graph& g, const Region& region, const std::vector<Tensor>& inputs,
-                        const ConvKernels* kernels) {
+                        const ConvKernels* kernels, const jit::CodeCache* tuning = nullptr) {
   TERRACE_CHECK(is_gpu_conv_region(g, region), Internal, "tier 2: region ", region.id, " (", region.ops(),
                 ") does not start with a Conv or a pool");
   TERRACE_CHECK(inputs.size() == region.inputs.size(), Internal, "region ", region.id, ": ", inputs.size(),
                 " inputs for ", region.inputs.size());
   GpuProgram p;
   Slots slots(p, region, inputs);
-  if (g.nodes[size_t(region.nodes[0])].op == Op::Conv) build_conv_chain(g, region, slots, kernels);
+  if (g.nodes[size_t(region.nodes[0])].op == Op::Conv) build_conv_chain(g, region, slots, kernels, tuning);
   else build_pool(g, region, slots, kernels);
   for (size_t j = 0; j < region.outputs.size(); ++j) {
     auto it = slots.of.find(region.outputs[j]);
@@ -627,7 +629,7 @@ GpuProgram build_gpu_conv_program(const Graph& g, const Region& region, const st
   }
   make_program(g, region, inputs, nullptr);  // what it refuses, before any NVRTC or cuDNN work
   const ConvKernels kernels = conv_kernels(cache, arch);
-  return make_program(g, region, inputs, &kernels);
+  return make_program(g, region, inputs, &kernels, &cache);
 }
 
 }  // namespace terrace
