@@ -374,6 +374,7 @@ std::string Session::report_json() const {
   for (const RegionReport& r : region_reports()) {
     j.begin_object().field("id", r.id).field("ops", r.ops).field("tier", tier_name(r.tier))
         .field("state", r.state).field("calls", r.calls).field("total_ms", r.total_ms).field("compile_ms", r.compile_ms)
+        .field("tune_ms", r.tune_ms).field("validate_ms", r.validate_ms).field("recheck_ms", r.recheck_ms)
         .field("promoted_at_call", r.promoted_at_call).field("deopts", r.deopts)
         .field("guard_failures", r.guard_failures).field("validation", r.validation)
         .field("transfers", r.transfers).field("device_ms", r.device_ms).field("climb", r.climb)
@@ -425,8 +426,9 @@ std::string Session::report() const {
   for (const std::string& w : impl_->graph->warnings) os << "warning: " << w << "\n";
   for (const RegionReport& r : region_reports()) {
     os << "region " << r.id << " [" << r.ops << "]: " << tier_name(r.tier) << ", " << r.state
-       << ", " << r.calls << " calls, " << r.deopts << " deopts, compile " << r.compile_ms
-       << " ms, validation " << r.validation;
+       << ", " << r.calls << " calls, " << r.deopts << " deopts, compile " << r.compile_ms << " ms";
+    if (r.tune_ms > 0) os << " (tuning " << r.tune_ms << " ms of it)";
+    os << ", validation " << r.validation;
     if (r.rechecks) os << " (" << r.rechecks << " later calls re-checked)";
     if (r.transfers) os << ", " << r.transfers << " host<->device transfers";
     os << "\n";

@@ -12,6 +12,7 @@
 #include "interp/compare.h"
 #include "interp/log.h"
 #include "interp/omp_threads.h"
+#include "jit/tuning.h"
 #include "tiers/jobs.h"
 #include "tiers/tier_manager_core.h"
 #include "tiers/trace.h"
@@ -213,6 +214,7 @@ void TierManager::Core::compile_job(RegionState& st, VersionKey key, std::vector
   Backend& backend = *ladder_[key.rung];
   const std::string tier = tier_name(backend.tier());
   auto t0 = std::chrono::steady_clock::now();
+  const double tuned_before = jit::tuning_ms_on_this_thread();
   std::unique_ptr<CompiledRegion> code;
   std::string error;
   const std::string what = "compile (" + tier + ") region";
@@ -237,6 +239,7 @@ void TierManager::Core::compile_job(RegionState& st, VersionKey key, std::vector
   std::lock_guard<std::mutex> lock(st.mu);
   st.compiling.erase(key);
   st.compile_ms += ms;
+  st.tune_ms += jit::tuning_ms_on_this_thread() - tuned_before;
   if (!code) {
     st.failed.insert(key);  // never retried: a failed compile must not loop
     log(LogLevel::Warn, "region ", st.region->id, " (", st.region->ops(), "): ", rung_name(key.rung),
@@ -279,6 +282,9 @@ std::vector<RegionReport> TierManager::Core::report() const {
     r.calls = st.profile.calls;
     r.total_ms = st.profile.total_ms;
     r.compile_ms = st.compile_ms;
+    r.tune_ms = st.tune_ms;
+    r.validate_ms = st.profile.validate_ms;
+    r.recheck_ms = st.profile.recheck_ms;
     r.promoted_at_call = st.promoted_at_call;
     r.deopts = st.profile.deopts;
     r.guard_failures = st.profile.guard_failures;

@@ -44,7 +44,10 @@ struct RegionReport {
   Tier tier = Tier::Interp;  // best published, non-demoted tier
   int64_t calls = 0;
   double total_ms = 0;  // time spent in the region over all calls, on any tier
-  double compile_ms = 0;
+  double compile_ms = 0;  // every compile of the region, on any tier, failed ones too
+  double tune_ms = 0;     // of compile_ms, timing candidates (jit/tuning.h)
+  double validate_ms = 0;  // calls' time spent shadow-validating its new versions
+  double recheck_ms = 0;   // background time re-checking later calls
   int64_t promoted_at_call = -1;
   int64_t deopts = 0;
   std::vector<std::string> guard_failures;  // most recent first, capped

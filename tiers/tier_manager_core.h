@@ -46,6 +46,7 @@ struct RegionProfile {
   double interp_ms = 0;  // the interpreter's latest time for the region (a re-check's cost)
   // Continuous validation: compiled time served, and interpreter time spent re-checking.
   double served_ms = 0, recheck_ms = 0;
+  double validate_ms = 0;  // spent in calls shadow-validating new versions (TierManager::Core::validate)
 };
 
 struct TierManager::RegionState {
@@ -63,6 +64,7 @@ struct TierManager::RegionState {
   enum class Compiles { Open, Stopped } compiles = Compiles::Open;
   std::string stopped;  // the reason, when Stopped
   double compile_ms = 0;
+  double tune_ms = 0;  // of compile_ms, timing candidates (jit/tuning.h)
   int64_t promoted_at_call = -1;
   bool recheck_queued = false;  // continuous validation: one re-check at a time per region
   int64_t rechecks = 0;

@@ -47,6 +47,7 @@ bool TierManager::Core::validate(RegionState& st, Version& v, Frame& frame, Call
                                  const std::vector<Tensor>& device_in,
                            const std::vector<Tensor>& device_out) {
   TraceSpan span(options_.trace.get(), "validation", "validate region", st.region->id);
+  const auto t0 = std::chrono::steady_clock::now();
   const Region& region = *st.region;
   std::vector<Tensor> in = device_in;
   inputs_to_host(region, frame, in, tally);
@@ -60,6 +61,7 @@ bool TierManager::Core::validate(RegionState& st, Version& v, Frame& frame, Call
     std::string dump = dump_repro(graph_, region, in, expected, ladder_[v.rung]->error_allowance(graph_, region, in),
                                   v.code.get(), *why);
     std::lock_guard<std::mutex> lock(st.mu);
+    st.profile.validate_ms += ms_since(t0);
     demote(st, v, *why + (dump.empty() ? "" : " (repro in " + dump + ")"));
     span.arg("result", "failed: " + *why);
     return false;
@@ -68,6 +70,7 @@ bool TierManager::Core::validate(RegionState& st, Version& v, Frame& frame, Call
   log_event(LogTopic::Validation, LogLevel::Debug, "region ", region.id, " (", region.ops(), "): ", tier_name(v.tier),
             " version for ", v.signature.str(), " agrees with the interpreter (shadow validation)");
   std::lock_guard<std::mutex> lock(st.mu);
+  st.profile.validate_ms += ms_since(t0);
   if (st.validation == RegionState::Validation::Pending && v.validations_left.load() <= 0)
     st.validation = RegionState::Validation::Passed;
   return true;

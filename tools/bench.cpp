@@ -39,6 +39,8 @@ void update_regions(std::vector<RegionTimeline>& regions, const Session& session
     r.tier = tier_name(f.tier);
     r.state = f.state;
     r.compile_ms = f.compile_ms;
+    r.tune_ms = f.tune_ms;
+    r.validate_ms = f.validate_ms;
     r.promoted_at_call = f.promoted_at_call;
     if (r.ready_at_call < 0 && f.versions > 0) r.ready_at_call = call + 1;
   }
@@ -223,6 +225,22 @@ int64_t steady_start(const TimedRun& run) {
   return 0;
 }
 
+SteadyTime time_to_steady(const TimedRun& run) {
+  SteadyTime t;
+  const int64_t n = int64_t(run.calls.size());
+  const int64_t first = steady_from(run);
+  t.reached = first < n && last_ready(run) >= 0;
+  t.call = std::min(first, n);
+  if (t.call > 0 && size_t(t.call) <= run.done_at_ms.size()) t.ms = run.done_at_ms[size_t(t.call - 1)];
+  for (int64_t k = 0; k < t.call; ++k) t.calls_ms += run.calls[size_t(k)].ms;
+  for (const RegionTimeline& r : run.regions) {
+    t.compile_ms += r.compile_ms - r.tune_ms;
+    t.tune_ms += r.tune_ms;
+    t.validate_ms += r.validate_ms;
+  }
+  return t;
+}
+
 // The first call from which the tiered run's cumulative time (compile time charged when the code
 // became ready) stays below the interpreter's. Interpreter calls past the baseline's length are
 // estimated by its steady median. nullopt: never within the run.
@@ -346,6 +364,7 @@ BenchResult run_bench(const BenchSpec& spec_in) {
   r.base_steady = stats_from(latencies(r.base.calls), r.base.calls.size() > 1 ? 1 : 0);
   r.base_steady.per_s = throughput(r.base, r.base_steady.first_call);
   r.break_even = break_even(r.run, latencies(r.base.calls), r.base_steady.median);
+  r.to_steady = time_to_steady(r.run);
   r.checks = check_outputs(spec, inputs, r.run.outputs, r.base.outputs);
   return r;
 }
@@ -398,7 +417,8 @@ std::string bench_json(const BenchSpec& spec, const BenchResult& r) {
   j["regions"] = Json::array();
   for (auto& r : run.regions)
     j["regions"].push_back({{"id", r.id}, {"ops", r.ops}, {"tier", r.tier}, {"state", r.state},
-                            {"compile_ms", r.compile_ms}, {"promoted_at_call", r.promoted_at_call},
+                            {"compile_ms", r.compile_ms}, {"tune_ms", r.tune_ms}, {"validate_ms", r.validate_ms},
+                            {"promoted_at_call", r.promoted_at_call},
                             {"ready_at_call", r.ready_at_call}});
   j["steady"] = stats_json(steady);
   Json calls_ms = Json::array();
@@ -406,6 +426,11 @@ std::string bench_json(const BenchSpec& spec, const BenchResult& r) {
   j["baseline"] = {{"tier", "interp"}, {"load_ms", base.load_ms}, {"calls_ms", calls_ms}, {"steady", stats_json(base_steady)}};
   j["speedup"] = base_steady.median / steady.median;
   j["break_even_call"] = even ? Json(*even) : Json("never");
+  const SteadyTime& ts = r.to_steady;
+  j["time_to_steady"] = {{"reached", ts.reached},         {"call", ts.call},
+                         {"ms", ts.ms},                   {"compile_ms", ts.compile_ms},
+                         {"tune_ms", ts.tune_ms},         {"validate_ms", ts.validate_ms},
+                         {"calls_ms", ts.calls_ms}};
   j["checks"] = Json::array();
   for (const Check& c : checks)
     j["checks"].push_back({{"output", c.output}, {"against", c.against}, {"equal", c.result.equal},

@@ -52,7 +52,8 @@ struct RoundStats {
 struct RegionTimeline {
   int64_t id = 0;
   std::string ops, tier, state;
-  double compile_ms = 0;
+  double compile_ms = 0, tune_ms = 0;  // every compile's time, and the part of it spent tuning
+  double validate_ms = 0;              // calls' time shadow-validating its new versions
   int64_t promoted_at_call = -1;  // the call that triggered the compile
   int64_t ready_at_call = -1;     // the first call after the compiled version was published
   int64_t changed_at_call = -1;   // the first call after its tier last changed (e.g. cpu -> gpu)
@@ -83,11 +84,22 @@ struct Check {
   std::string line;  // what the CLI prints for it ("check y: DIFFERS from ..."), or ""
 };
 
+// From the first call's start to the steady state's first call (steady_from), and the work done
+// by then: compiles (background, so beside the calls), the part of them spent tuning, the calls'
+// shadow validation, and the calls themselves.
+struct SteadyTime {
+  bool reached = false;  // false: the run ended first (the figures are the run's)
+  int64_t call = 0;      // the steady state's first call
+  double ms = 0;
+  double compile_ms = 0, tune_ms = 0, validate_ms = 0, calls_ms = 0;
+};
+
 struct BenchResult {
   NamedTensors inputs;
   TimedRun run, base;  // the tiered run and the interpreter baseline (the same, on the interpreter)
   Stats steady, base_steady;
   std::optional<int64_t> break_even;  // none: never within the run
+  SteadyTime to_steady;
   std::vector<Check> checks;
   bool passed() const;  // every check equal
 };

@@ -133,10 +133,21 @@ void print_timeline(const TimedRun& run) {
   }
 }
 
-void print_summary(const BenchArgs& b, const TimedRun& run, const Stats& steady, const Stats& base_steady,
-                   std::optional<int64_t> even) {
+// Compiles run in the background, beside the calls: their sum may pass the wall time.
+void print_time_to_steady(const SteadyTime& t) {
+  if (t.reached) std::printf("time to steady state: %.1f ms (to call %lld)", t.ms, (long long)t.call);
+  else std::printf("time to steady state: not reached within the run's %lld calls (%.1f ms)", (long long)t.call, t.ms);
+  std::printf("; work by then: compiles %.1f ms and tuning %.1f ms (background), shadow validation %.1f ms, "
+              "calls %.1f ms\n", t.compile_ms, t.tune_ms, t.validate_ms, t.calls_ms);
+}
+
+void print_summary(const BenchArgs& b, const BenchResult& r) {
+  const TimedRun& run = r.run;
+  const Stats &steady = r.steady, &base_steady = r.base_steady;
+  const std::optional<int64_t>& even = r.break_even;
   std::printf("load %.1f ms, first call %.3f ms, time to first result %.1f ms\n", run.load_ms,
               run.calls[0].ms, run.load_ms + run.calls[0].ms);
+  if (b.options.max_tier != Tier::Interp) print_time_to_steady(r.to_steady);
   if (b.concurrency > 1 || b.duration_s > 0)
     std::printf("%lld calls in %.3g s from %lld thread%s\n", (long long)run.calls.size(),
                 run.done_at_ms.empty() ? 0.0 : run.done_at_ms.back() / 1e3, (long long)b.concurrency,
@@ -244,7 +255,7 @@ int cmd_bench(const ParsedArgs& args) {
     if (!c.line.empty()) std::printf("%s\n", c.line.c_str());
 
   if (!b.quiet) print_timeline(r.run);
-  print_summary(b, r.run, r.steady, r.base_steady, r.break_even);
+  print_summary(b, r);
   std::printf("tiers: up to %s allowed; ran on %s\n", tier_name(b.options.max_tier), joined(tiers_ran(r.run)).c_str());
   const bool ok = r.passed();
   std::printf("check: outputs %s the interpreter%s\n", ok ? "match" : "DIFFER from",

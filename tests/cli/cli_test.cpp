@@ -143,6 +143,26 @@ TEST(CliTiers, run_and_bench_without_tier_report_the_tier_that_ran_not_gpu) {
   EXPECT_NE(b.out.find("tiers: up to cpu allowed; ran on interp+cpu"), std::string::npos) << show(b);
 }
 
+TEST(CliTiers, bench_splits_the_time_to_steady_state_into_its_parts) {
+  fs::path json = scratch() / "bench_steady.json";
+  Result b = terrace("bench " + elementwise_model() + " --tier cpu --calls 6 --steady-calls 3 --quiet --json " + json.string(),
+                     "TERRACE_CACHE_DIR=");  // no cache: the compile is timed
+  ASSERT_EQ(b.code, 0) << show(b);
+  EXPECT_NE(b.out.find("time to steady state: "), std::string::npos) << show(b);
+  const nlohmann::json j = nlohmann::json::parse(slurp(json));
+  const nlohmann::json& t = j.at("time_to_steady");
+  ASSERT_TRUE(t.at("reached").get<bool>()) << t.dump();
+  EXPECT_EQ(t.at("call"), j.at("steady").at("first_call")) << t.dump();
+  double before = 0;  // the calls before the steady state's first
+  for (const auto& c : j.at("calls"))
+    if (c.at("index").get<int64_t>() < t.at("call").get<int64_t>()) before += c.at("ms").get<double>();
+  EXPECT_NEAR(t.at("calls_ms").get<double>(), before, 1e-6) << t.dump();
+  EXPECT_GE(t.at("ms").get<double>(), before) << "the wall time holds the calls: " << t.dump();
+  EXPECT_GT(t.at("compile_ms").get<double>(), 0.0) << t.dump();
+  EXPECT_GT(t.at("validate_ms").get<double>(), 0.0) << t.dump();
+  EXPECT_EQ(t.at("tune_ms").get<double>(), 0.0) << "nothing here is tuned: " << t.dump();
+}
+
 TEST(CliThreads, run_and_bench_take_a_thread_count_and_refuse_zero) {
   for (const char* cmd : {"run", "bench"}) {
     const std::string args = std::string(cmd) + " " + elementwise_model() +

@@ -11,6 +11,7 @@
 
 #include "interp/compare.h"
 #include "interp/interpreter.h"
+#include "jit/tuning.h"
 #include "tests/support/graph_builder.h"
 #include "tiers/call_plan.h"
 #include "tiers/cpu/cpu_backend.h"
@@ -29,7 +30,7 @@ constexpr Tier kFakeTier = Tier(3);
 // all when told to.
 class FakeTier : public Backend {
  public:
-  enum class Mode { Healthy, FailsToCompile, AddsOne, Slow };
+  enum class Mode { Healthy, FailsToCompile, AddsOne, Slow, Tunes };
   explicit FakeTier(Mode mode, int climb_after = 2) : mode_(mode), climb_after_(climb_after), inner_(make_cpu_backend()) {}
   Tier tier() const override { return kFakeTier; }
   int promotion_threshold(const Options&) const override { return climb_after_; }
@@ -42,6 +43,10 @@ class FakeTier : public Backend {
   }
   std::unique_ptr<CompiledRegion> compile(const Graph& g, const Region& r, const std::vector<Tensor>& in) override {
     if (mode_ == Mode::FailsToCompile) fail(ErrorCode::CompileFailed, "the fake tier fails on purpose");
+    if (mode_ == Mode::Tunes) {  // 30 ms timing candidates, as tier 2's cuDNN plans do
+      jit::TuningTimer timer;
+      std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    }
     if (r.nodes.size() == 1 && g.nodes[size_t(r.nodes[0])].op == Op::Attention)
       return std::make_unique<ByInterpreter>(g.nodes[size_t(r.nodes[0])]);
     return std::make_unique<Wrapped>(inner_->compile(g, r, in), mode_);
@@ -126,6 +131,17 @@ Climb run_with(FakeTier::Mode mode, bool neg, int calls = 12, int climb_after = 
 
 bool ran(const Climb& r, const char* tier) {
   return std::find(r.last_tiers.begin(), r.last_tiers.end(), tier) != r.last_tiers.end();
+}
+
+TEST(Ladder, time_spent_tuning_and_validating_is_reported_apart_from_compiling) {
+  const Climb tuned = run_with(FakeTier::Mode::Tunes, false);
+  EXPECT_EQ(tuned.region.tier, kFakeTier);
+  EXPECT_GE(tuned.region.tune_ms, 30.0);
+  EXPECT_GE(tuned.region.compile_ms, tuned.region.tune_ms);
+  EXPECT_GT(tuned.region.validate_ms, 0.0);  // each new version's first call ran beside the interpreter
+  const Climb plain = run_with(FakeTier::Mode::Healthy, false);
+  EXPECT_EQ(plain.region.tune_ms, 0.0);
+  EXPECT_GT(plain.region.compile_ms, 0.0);
 }
 
 TEST(Ladder, a_region_climbs_from_tier1_to_a_plug_in_tier_validated) {
