@@ -5,6 +5,7 @@
 # tests. Results under $OUT. Bundle terrace, test_gpu, test_gpu_kernels and libterrace_clang_jit.so
 # as bench/gpu_tier2.sh says, then in a device call (carry .gpu):
 #   bash bench/gpu_steady.sh [tests] [steady]    # default: both
+#   RUNS="cold warm ro-cold ro-warm" bash bench/gpu_steady.sh steady   # ro: --mode reduce-overhead
 set -uo pipefail
 parts=${*:-tests steady}
 out=${OUT:-/tmp/gpu-steady}; mkdir -p "$out"
@@ -31,10 +32,12 @@ steady)
   wait
   for m in $models; do
     d=/tmp/m/$m; read -r in on < <(io $d); cache=/tmp/cache_$m; rm -rf "$cache"
-    for run in cold warm untuned; do
-      env=(TERRACE_CACHE_DIR="$cache")
+    for run in ${RUNS:-cold warm untuned}; do
+      env=(TERRACE_CACHE_DIR="$cache"); mode=default
       [ "$run" = untuned ] && { rm -rf "$cache"; env+=(TERRACE_CUDNN_TUNE=0); }
-      env "${env[@]}" timeout 150 /tmp/terrace bench "$d" --tier gpu --calls 20 --steady-calls 50 --quiet \
+      [ "$run" = ro-cold ] && { rm -rf "$cache"; mode=reduce-overhead; }
+      [ "$run" = ro-warm ] && mode=reduce-overhead
+      env "${env[@]}" timeout 150 /tmp/terrace bench "$d" --tier gpu --mode $mode --calls 20 --steady-calls 50 --quiet \
         --input "$in=$d/test_data_set_0/input_0.pb" --expect "$on=$d/test_data_set_0/output_0.pb" \
         --json "$out/steady_${m}_$run.json" > "$out/steady_${m}_$run.txt" 2>&1
       echo "$m $run rc=$?: $(line "$out/steady_${m}_$run.json" 2>&1 | tail -1)"

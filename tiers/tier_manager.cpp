@@ -171,8 +171,11 @@ void TierManager::Core::maybe_promote(RegionState& st, const VersionKey& key, co
   const bool first = key.rung == st.entry;  // from the interpreter: a failure stops the region's compiles
   if (first ? st.compiles == RegionState::Compiles::Stopped : !st.unable[key.rung].empty()) return;
   const int count = ++st.profile.served[key];
-  if (count < ladder_[key.rung]->promotion_threshold(options_) || st.compiling.count(key) || st.failed.count(key))
-    return;
+  // From the interpreter, hotness is all a compile waits for, whichever rung the region enters
+  // at: tier 2's Attention waited for climb_threshold interpreted calls (BERT on the H200: calls
+  // 2-19 at 300-600 ms where tier 1 alone takes 10).
+  const int threshold = first ? options_.hot_threshold : ladder_[key.rung]->promotion_threshold(options_);
+  if (count < threshold || st.compiling.count(key) || st.failed.count(key)) return;
   for (const auto& v : *st.load())  // st.mu held: no publish meanwhile
     if (v->rung == key.rung && v->signature == key.signature) return;  // published (a demoted one is in `failed`)
   if (first && int(st.load()->size() + st.compiling.size()) >= options_.max_specializations) {

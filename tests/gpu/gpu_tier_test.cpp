@@ -205,7 +205,11 @@ TEST(GpuTier, gpu_out_of_memory_sends_the_call_to_tier1) {
 TEST(GpuTier, outputs_the_caller_holds_are_never_reused_for_later_calls) {
   SKIP_WITHOUT_GPU();
   auto g = one_region_model();
-  auto s = Session::from_graph(g, gpu_options());
+  Options o = gpu_options();
+  // Buffers, not the climb policy, are under test: judged by time, this small region went back to
+  // tier 1 midway on the H200 (tiers/climb_judge.h).
+  o.judge_climbs = false;
+  auto s = Session::from_graph(g, o);
   const NamedTensors in = inputs(), want = reference(g, in);
   ASSERT_EQ(run_calls(*s, in, want, 10), std::vector<std::string>{"gpu"}) << s->report();
   RunOptions keep;

@@ -225,12 +225,16 @@ TEST(Ladder, a_node_only_a_plug_in_tier_compiles_climbs_to_it_from_the_interpret
   b.output(b.node(Op::Tanh, {a}));
   auto g = b.build();
   g->opset = 23;
+  constexpr int kClimbAfter = 5;  // calls on tier 1 before its neighbours climb
   auto s = twelve_calls(g, FakeTier::Mode::Healthy,
                         {{"q", random_tensor({1, 2, 4, 8}, 1)}, {"k", random_tensor({1, 2, 6, 8}, 2)},
-                         {"v", random_tensor({1, 2, 6, 8}, 3)}});
+                         {"v", random_tensor({1, 2, 6, 8}, 3)}},
+                        12, kClimbAfter);
   const std::vector<RegionReport> regions = s->region_reports();
   ASSERT_EQ(regions.size(), 3u) << s->report();
   EXPECT_EQ(regions[1].ops, "Attention");
+  // Hot after its first interpreted call (hot_threshold 1), as any region leaving the interpreter.
+  EXPECT_EQ(regions[1].promoted_at_call, 0) << s->report();
   EXPECT_EQ(regions[1].tier, kFakeTier) << s->report();
   EXPECT_EQ(regions[1].versions, 1) << "no tier-1 version below it";
   EXPECT_EQ(regions[1].validation, "passed");
