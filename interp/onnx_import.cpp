@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <optional>
 #include <unordered_map>
 
 #include <onnx/checker.h>
@@ -10,6 +11,7 @@
 
 #include "interp/log.h"
 #include "interp/op_versions.h"
+#include "interp/raw_data_split.h"
 #include "interp/shape_infer.h"
 #include "interp/tensor_proto.h"
 #include "interp/verify.h"
@@ -227,6 +229,7 @@ std::shared_ptr<Graph> GraphBuilder::build(onnx::GraphProto& gp, const std::stri
     // A large one in a file's pages, which the OS may take back once a compiled tier has its own
     // copy (packed weights) and nothing reads this one: resident memory stays near one copy.
     Tensor value = tensor_from_proto(t, what, kFileBackedBytes);
+    CutRawData::done(t);
     release_data(t);  // the proto's copy is no longer needed: peak memory stays near one copy
     value.drop_resident_pages();  // read back from the page cache by the first call
     ValueInfo info;
@@ -430,13 +433,21 @@ Model load_onnx_file(const std::string& path) {
   std::string dir = std::filesystem::path(path).parent_path().string();
   try {
     onnx::ModelProto mp;
-    size_t size = 0;
-    auto parse = [&](onnx::ModelProto* m, int limit) {
-      const bool ok = parse_proto_file(path, m, &size, limit);
-      TERRACE_CHECK(size > 0, InvalidModel, "the model is empty (0 bytes)");
-      return ok;
-    };
-    parse_model(parse, mp);
+    // Large weights are read from the file's mapping, not copied by protobuf first
+    // (interp/raw_data_split.h); a model with none is parsed from the file in blocks.
+    const FileMapping file(path);
+    TERRACE_CHECK(!file.bytes().empty(), InvalidModel, "the model is empty (0 bytes)");
+    std::optional<SplitModel> split = split_large_raw_data(file.bytes(), kFileBackedBytes);
+    CutRawData cut(true);
+    if (split) {
+      parse_model([&](onnx::ModelProto* m, int limit) { return parse_proto(split->parsed, m, limit); }, mp);
+      std::string().swap(split->parsed);
+      for (const auto& [k, bytes] : split->cut)
+        if (k < size_t(mp.graph().initializer_size())) cut.add(&mp.graph().initializer(int(k)), bytes);
+    } else {
+      size_t size = 0;
+      parse_model([&](onnx::ModelProto* m, int limit) { return parse_proto_file(path, m, &size, limit); }, mp);
+    }
     // A model file that is a symbolic link (the Hugging Face cache's snapshots/REV/model.onnx):
     // its external data may also lie in the folder the link resolves into.
     std::error_code ec;

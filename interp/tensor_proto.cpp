@@ -18,10 +18,12 @@
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 #include <onnx/onnx-data_pb.h>
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "interp/onnx_import.h"
+#include "interp/raw_data_split.h"
 
 namespace terrace {
 
@@ -112,7 +114,7 @@ void copy_typed_field(const onnx::TensorProto& p, Tensor& t) {
   });
 }
 
-void copy_raw_data(const std::string& raw, Tensor& t) {
+void copy_raw_data(std::string_view raw, Tensor& t) {
   if (is_packed4(t.dtype())) {
     dispatch_dtype<false, true>(t.dtype(), [&](auto tag) {
       using T = decltype(tag);
@@ -129,6 +131,11 @@ void copy_raw_data(const std::string& raw, Tensor& t) {
 
 }  // namespace
 
+std::string_view raw_data_of(const onnx::TensorProto& p) {
+  if (std::optional<std::string_view> cut = CutRawData::find(p)) return *cut;
+  return p.raw_data();
+}
+
 void check_tensor_proto(const onnx::TensorProto& p, const std::string& what) {
   TERRACE_CHECK(p.data_location() != onnx::TensorProto_DataLocation_EXTERNAL, InvalidModel, what,
                 ": external data is not allowed here");
@@ -137,7 +144,7 @@ void check_tensor_proto(const onnx::TensorProto& p, const std::string& what) {
   int64_t n = proto_numel(p, what);
   if (p.has_raw_data()) {
     TERRACE_CHECK(t != DType::String, InvalidModel, what, ": string tensors cannot use raw_data");
-    size_t size = dtype_size(t), bytes = p.raw_data().size();
+    size_t size = dtype_size(t), bytes = raw_data_of(p).size();
     if (is_packed4(t)) {
       TERRACE_CHECK(uint64_t(n) / 2 + uint64_t(n) % 2 == bytes, InvalidModel, what, ": raw_data holds ",
                     bytes, " bytes, but ", dtype_name(t), " dims ",
@@ -168,7 +175,7 @@ Tensor tensor_from_proto(const onnx::TensorProto& p, const std::string& what) {
   DType dt = dtype_from_proto_code(p.data_type(), what);
   Tensor t = Tensor::empty(dt, Shape(p.dims().begin(), p.dims().end()));
   if (p.has_raw_data())
-    copy_raw_data(p.raw_data(), t);
+    copy_raw_data(raw_data_of(p), t);
   else
     copy_typed_field(p, t);
   return t;
@@ -182,7 +189,7 @@ Tensor tensor_from_proto(const onnx::TensorProto& p, const std::string& what, si
     return tensor_from_proto(p, what);
   // raw_data is the values as they lie in memory here (little-endian) but for bool (normalised to
   // 0/1) and the 4-bit types (two to a byte).
-  if (p.has_raw_data() && dt != DType::Bool && !is_packed4(dt)) return Tensor::file_backed(dt, shape, p.raw_data().data());
+  if (p.has_raw_data() && dt != DType::Bool && !is_packed4(dt)) return Tensor::file_backed(dt, shape, raw_data_of(p).data());
   return Tensor::file_backed(tensor_from_proto(p, what));
 }
 
@@ -403,6 +410,19 @@ std::string read_file_bytes(const std::string& path, uint64_t max_bytes) {
   ::close(fd);
   TERRACE_CHECK(done == size, IoError, "short read from '", path, "': ", std::strerror(err));
   return bytes;
+}
+
+FileMapping::FileMapping(const std::string& path) {
+  auto [fd, size] = open_regular(path, std::numeric_limits<uint64_t>::max());
+  void* p = size ? ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0) : nullptr;
+  const int err = errno;
+  ::close(fd);
+  TERRACE_CHECK(!size || p != MAP_FAILED, IoError, "cannot map '", path, "': ", std::strerror(err));
+  if (size) bytes_ = {static_cast<const char*>(p), size};
+}
+
+FileMapping::~FileMapping() {
+  if (!bytes_.empty()) ::munmap(const_cast<char*>(bytes_.data()), bytes_.size());
 }
 
 bool parse_proto_file(const std::string& path, google::protobuf::MessageLite* msg, size_t* size, int recursion_limit) {

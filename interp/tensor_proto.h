@@ -14,6 +14,10 @@ namespace terrace {
 // ONNX types Terrace lacks (complex, ...) NotImplemented; `what` names the offending object.
 DType dtype_from_proto_code(int code, const std::string& what);
 
+// A TensorProto's raw_data: the field's, or where loading cut it from the parsed bytes
+// (interp/raw_data_split.h), the bytes in the model file's mapping.
+std::string_view raw_data_of(const onnx::TensorProto& p);
+
 // Checks a TensorProto's type, dims and data size against each other without allocating anything
 // proportional to the claimed size, so a hostile file cannot make Terrace allocate.
 void check_tensor_proto(const onnx::TensorProto& p, const std::string& what);
@@ -51,6 +55,20 @@ bool parse_proto(std::string_view bytes, google::protobuf::MessageLite* msg, int
 // parse_proto_file.
 inline constexpr uint64_t kMaxTensorFileBytes = uint64_t(1) << 31;  // protobuf parses no more
 std::string read_file_bytes(const std::string& path, uint64_t max_bytes = kMaxTensorFileBytes);
+
+// A read-only private mapping of the regular file at `path` (opened as read_file_bytes opens
+// it), unmapped when it goes; IoError naming the path where it cannot be.
+class FileMapping {
+ public:
+  explicit FileMapping(const std::string& path);
+  ~FileMapping();
+  FileMapping(const FileMapping&) = delete;
+  FileMapping& operator=(const FileMapping&) = delete;
+  std::string_view bytes() const { return bytes_; }
+
+ private:
+  std::string_view bytes_;
+};
 
 // Parses the protobuf message in the regular file at `path` (at most 2 GiB), reading it in blocks
 // so that no copy of the whole file is held beside the message (a mapping's pages stay resident:
