@@ -4,6 +4,7 @@
 # tier 2). Bundle terrace as bench/gpu_tier2.sh says, copy tools/fetch_real_models.sh's folders
 # under .gpu/models, then in a device call (carry .gpu):
 #   bash bench/gpu_climbs.sh            # REAL="magika ..." and MODELS="mlp ..." choose the models
+#   ROUNDS=400 JUDGES=1 ZOO=0 bash bench/gpu_climbs.sh   # longer runs, judging on only, no zoo
 set -uo pipefail
 out=${OUT:-/tmp/gpu-climbs}; mkdir -p "$out"
 MODELS=${MODELS:-mlp mobilenetv2 bert}
@@ -29,13 +30,14 @@ PY
 for m in ${REAL:-magika silero_vad_v6_batch oww_embedding ppocr_cls silero_vad}; do
   d=.gpu/models/$m
   [ -f "$d/model.onnx" ] || { echo "$m: not bundled"; continue; }
-  for judge in 1 0; do
+  for judge in ${JUDGES:-1 0}; do
     TERRACE_JUDGE_CLIMBS=$judge timeout 150 /tmp/terrace bench "$d" --tier gpu --input-sets "$d" --rounds ${ROUNDS:-100} \
       --quiet --json "$out/${m}_$judge.json" > "$out/${m}_$judge.txt" 2>&1
     echo "$m judge=$judge rc=$?: $(summary "$out/${m}_$judge.json" 2>&1 | tail -1)"
   done
 done
 wait
+[ "${ZOO:-1}" = 0 ] && models=
 for m in $models; do
   d=/tmp/m/$m; read -r in on < <(io "$d")
   timeout 150 /tmp/terrace bench "$d" --tier gpu --steady-calls 200 --quiet --input "$in=$d/test_data_set_0/input_0.pb" \
