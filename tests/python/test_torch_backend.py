@@ -179,9 +179,23 @@ class ParityTest(BackendTest):
                 x = torch.randint(0, 100, shape) if input_name == "ids" else torch.randn(*shape)
                 self.check_parity(spread_batchnorm(model), x)
 
+    def test_the_dynamo_exporter_gives_the_same_answers(self):
+        import importlib.util
+        import inspect
+        if "dynamo" not in inspect.signature(torch.onnx.export).parameters:
+            self.skipTest(f"torch {torch.__version__} has no dynamo ONNX exporter")
+        if importlib.util.find_spec("onnxscript") is None:
+            self.skipTest("the dynamo ONNX exporter needs onnxscript, which is not installed")
+        for model, x in ((MLP(), torch.randn(2, 64)), (Block(), torch.randn(2, 8, 32))):
+            with self.subTest(model=type(model).__name__):
+                torch._dynamo.reset()
+                torch_backend.reset_report()
+                self.check_parity(model, x, options={"exporter": "dynamo"})
+                self.assertEqual([g["exporter"] for g in torch_backend.report()["graphs"]], ["dynamo"])
+
     def test_outputs_keep_their_dtypes_devices_and_structure(self):
         def f(x):
-            return {"argmax": x.argmax(-1), "positive": x > 0, "wide": (x * 2).double(), "pair": (x.sum(0), x - 1)}
+            return {"argmax": x.argmax(-1), "positive": x > 0, "wide": (x * 2).double(), "pair": (x.sum(0), x - 1, x.mean())}
 
         x = torch.randn(3, 5)
         with torch.no_grad():
