@@ -260,7 +260,7 @@ class _Compiled:
             with self.lock:
                 self.sessions.clear()
                 self.versions = [t._version for t in self.held]
-        key = tuple((tuple(a.shape), a.dtype, a.device.type) if hasattr(a, "shape") else int(a) for a in args)
+        key = tuple((tuple(a.shape), a.dtype, str(a.device)) if hasattr(a, "shape") else int(a) for a in args)
         try:
             entry = self._session(key, args)
             outs = self._run(entry, args)
