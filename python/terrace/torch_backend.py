@@ -170,8 +170,8 @@ def _check(gm, example_inputs):
     params = [p for p in gm.parameters() if p.requires_grad]
     if torch.is_grad_enabled() and (params or any(isinstance(x, torch.Tensor) and x.requires_grad
                                                   for x in example_inputs)):
-        raise _Unsupported("check", "autograd is needed (grad mode is on and inputs or parameters require "
-                                    "grad); Terrace runs inference: call under torch.no_grad() or torch.inference_mode()")
+        raise _Unsupported("check", "autograd is needed (grad mode is on and inputs or parameters require grad); "
+                                    "Terrace runs inference: call under torch.no_grad() or torch.inference_mode()")
     _check_nodes(gm)
     output = next(n for n in gm.graph.nodes if n.op == "output")
     leaves, spec = pytree.tree_flatten(output.args[0])

@@ -16,7 +16,6 @@ import unittest
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 try:
-    import numpy as np  # noqa: F401 (the backend feeds numpy arrays)
     import torch
 
     import terrace
@@ -195,7 +194,8 @@ class ParityTest(BackendTest):
 
     def test_outputs_keep_their_dtypes_devices_and_structure(self):
         def f(x):
-            return {"argmax": x.argmax(-1), "positive": x > 0, "wide": (x * 2).double(), "pair": (x.sum(0), x - 1, x.mean())}
+            return {"argmax": x.argmax(-1), "positive": x > 0, "wide": (x * 2).double(),
+                    "pair": (x.sum(0), x - 1, x.mean())}
 
         x = torch.randn(3, 5)
         with torch.no_grad():
