@@ -12,8 +12,10 @@ Errors are terrace.TerraceError (a RuntimeError) with .code, Terrace's name for 
 ("InvalidArgument", ...); terrace.errors has a subclass per code.
 """
 import json
+import logging
 import os
 import pkgutil
+import sys
 
 # In a build tree the compiled module is in BUILD/python/terrace/, beside this folder's copy on
 # PYTHONPATH: the package spans both. Installed, both are one folder and this changes nothing.
@@ -179,3 +181,16 @@ class IOBinding:
     def copy_outputs_to_cpu(self):
         """The last run's outputs as numpy arrays (copied from a device)."""
         return [t.numpy() for t in self.get_outputs()]
+
+
+# torch.compile(model, backend="terrace"): an installed package is found through torch's
+# "torch_dynamo_backends" entry point; from a build tree (no entry point), or before torch looked
+# for entry points, registering here makes the name known. Only where torch is already imported:
+# importing terrace never imports torch. Registering imports torch._dynamo where nothing did yet
+# (about 1 s once, measured with torch 2.11).
+if "torch" in sys.modules:
+    try:
+        from . import torch_backend
+        torch_backend.register()
+    except Exception as _e:  # torch without torch._dynamo (before 2.0): InferenceSession works on
+        logging.getLogger("terrace.torch").debug("backend 'terrace' not registered: %s", _e)

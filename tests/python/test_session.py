@@ -244,6 +244,33 @@ class MainTest(unittest.TestCase):
             self.assertIn("the model has no input of that name", r.stderr)
 
 
+class ImportTest(unittest.TestCase):
+    """import terrace never imports torch (terrace.torch_backend neither, until it compiles), and
+    works after any torch was imported: Debian 12's 1.13 has no torch.compile to register with."""
+
+    def python(self, code):
+        # From this folder: "-c" puts the working directory on sys.path, for test_session.
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                           cwd=os.path.dirname(os.path.abspath(__file__)))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return r.stdout.strip()
+
+    def test_importing_terrace_does_not_import_torch(self):
+        self.assertEqual(self.python("import sys, terrace, terrace.torch_backend; print('torch' in sys.modules)"),
+                         "False")
+
+    def test_terrace_imports_after_torch(self):
+        import importlib.util
+        if importlib.util.find_spec("torch") is None:
+            self.skipTest("torch is not installed")
+        out = self.python("import torch, terrace, numpy as np\n"
+                          "from test_session import add_relu_model\n"
+                          "(y, s) = terrace.InferenceSession(add_relu_model()).run(None, "
+                          "{'x': -np.ones((1, 4), np.float32), 'b': np.full(4, 2, np.float32)})\n"
+                          "print(y.tolist())")
+        self.assertEqual(out, "[[1.0, 1.0, 1.0, 1.0]]")
+
+
 if __name__ == "__main__":
     if MISSING is not None:
         print(f"skipped: {MISSING} (the test needs numpy, onnx and the module terrace._terrace on PYTHONPATH)")
