@@ -9,3 +9,11 @@ models=${MODELS:-mlp resnet50 mobilenetv2 bert gpt2}
 io() {
   python3 -c "import onnx;g=onnx.load('$1/model.onnx').graph;print(g.input[0].name, g.output[0].name)"
 }
+# Tier 2's test binaries (bundled as bench/gpu_tier2.sh says), their outputs under $out; `gpu_tests
+# PATTERN` also shows the lines matching PATTERN.
+gpu_tests() {
+  timeout 300 .gpu/run test_gpu > "$out/test_gpu.txt" 2>&1; echo "test_gpu rc=$?"
+  grep -E "^\[  (PASSED|FAILED|SKIPPED) |FAILED  \]${1:+|$1}" "$out/test_gpu.txt" | head -20
+  timeout 120 .gpu/run test_gpu_kernels > "$out/test_gpu_kernels.txt" 2>&1; echo "test_gpu_kernels rc=$?"
+  grep -E "^\[  (PASSED|FAILED) |FAILED  \]" "$out/test_gpu_kernels.txt" | head -10
+}

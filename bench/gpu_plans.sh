@@ -9,11 +9,7 @@ parts=${*:-tests runs bench}
 out=${OUT:-/tmp/gpu-plans}; mkdir -p "$out"
 . "$(dirname "$0")/gpu_common.sh"  # /tmp/terrace, $models exported to /tmp/m, io
 for part in $parts; do case "$part" in
-tests)
-  timeout 240 .gpu/run test_gpu > "$out/test_gpu.txt" 2>&1; echo "test_gpu rc=$?"
-  grep -E "^\[  (PASSED|FAILED|SKIPPED) |FAILED  \]" "$out/test_gpu.txt" | head -20
-  timeout 90 .gpu/run test_gpu_kernels > "$out/test_gpu_kernels.txt" 2>&1; echo "test_gpu_kernels rc=$?"
-  grep -E "^\[  (PASSED|FAILED) |FAILED  \]" "$out/test_gpu_kernels.txt" | head -10 ;;
+tests) gpu_tests ;;
 runs)
   wait
   for m in $models; do

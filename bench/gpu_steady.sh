@@ -9,7 +9,7 @@
 set -uo pipefail
 parts=${*:-tests steady}
 out=${OUT:-/tmp/gpu-steady}; mkdir -p "$out"
-. "$(dirname "$0")/gpu_common.sh"  # /tmp/terrace, $models exported to /tmp/m, io
+. "$(dirname "$0")/gpu_common.sh"  # /tmp/terrace, $models exported to /tmp/m, io, gpu_tests
 # One bench JSON as a line: time to steady (ms, call) and its parts, steady p50, the check.
 line() {
   python3 - "$1" <<'PY'
@@ -23,11 +23,7 @@ print(f"steady {'at' if t['reached'] else 'NOT reached by'} {t['ms']:.0f} ms (ca
 PY
 }
 for part in $parts; do case "$part" in
-tests)
-  timeout 300 .gpu/run test_gpu > "$out/test_gpu.txt" 2>&1; echo "test_gpu rc=$?"
-  grep -E "^\[  (PASSED|FAILED|SKIPPED) |FAILED  \]|CudnnTuning|CudaGraph" "$out/test_gpu.txt" | head -20
-  timeout 120 .gpu/run test_gpu_kernels > "$out/test_gpu_kernels.txt" 2>&1; echo "test_gpu_kernels rc=$?"
-  grep -E "^\[  (PASSED|FAILED) |FAILED  \]" "$out/test_gpu_kernels.txt" | head -10 ;;
+tests) gpu_tests "CudnnTuning|CudaGraph" ;;
 steady)
   wait
   for m in $models; do
