@@ -21,7 +21,7 @@ bool env_flag(const char* var, bool fallback) {
 }
 
 void check_env_flags() {
-  for (const char* var : {"TERRACE_STRICT", "TERRACE_PACKED_GEMM", "TERRACE_WINOGRAD", "TERRACE_CUDNN_TUNE",
+  for (const char* var : {"TERRACE_STRICT", "TERRACE_PACKED_GEMM", "TERRACE_WINOGRAD", "TERRACE_CUDNN_TUNE", "TERRACE_GEMM_TUNE",
                           "TERRACE_DEVICE_TIMING", "TERRACE_ADAPT_THREADS",
                           "TERRACE_COMPILE_BODIES", "TERRACE_JUDGE_CLIMBS"})
     env_flag(var, false);

@@ -4,13 +4,17 @@
 
 #include <cublasLt.h>
 
+#include <cstring>
 #include <mutex>
 #include <optional>
 #include <vector>
 
+#include "interp/env_flag.h"
 #include "interp/error.h"
+#include "interp/log.h"
 #include "jit/cuda/cuda_memory.h"
 #include "jit/cuda/dynlib.h"
+#include "jit/tuning.h"
 
 namespace terrace::jit::cuda {
 
@@ -21,7 +25,8 @@ namespace {
   X(cublasLtMatmulDescDestroy) X(cublasLtMatmulDescSetAttribute) X(cublasLtMatrixLayoutCreate)     \
   X(cublasLtMatrixLayoutDestroy) X(cublasLtMatrixLayoutSetAttribute)                               \
   X(cublasLtMatmulPreferenceCreate) X(cublasLtMatmulPreferenceDestroy)                             \
-  X(cublasLtMatmulPreferenceSetAttribute) X(cublasLtMatmulAlgoGetHeuristic) X(cublasLtMatmul)
+  X(cublasLtMatmulPreferenceSetAttribute) X(cublasLtMatmulAlgoGetHeuristic) X(cublasLtMatmul)        \
+  X(cublasLtGetVersion)
 
 struct Lt {
 #define TERRACE_LT_FIELD(name) decltype(&::name) name = nullptr;
@@ -73,6 +78,28 @@ Lt& lt() {
 
 // Hopper's recommended cuBLAS workspace (GPU-NOTES.md).
 constexpr size_t kWorkspaceBytes = size_t(32) << 20;
+// The heuristic's candidates timed per GEMM where tuning is on.
+constexpr int kCandidates = 8;
+
+// What a timed choice depends on: the GPU, the driver, cuBLASLt and the problem.
+std::string tuning_key(const GemmSpec& spec) {
+  const Device& d = device();
+  return "cublaslt-gemm|" + d.name + "|" + d.arch() + "|driver " + std::to_string(driver().version) + "|cublasLt " +
+         std::to_string(lt().cublasLtGetVersion()) + "|" + spec.describe() + " strides " +
+         std::to_string(spec.stride_a) + "," + std::to_string(spec.stride_b);
+}
+
+// An algorithm as the record keeps it: its opaque bytes in hex.
+std::string algo_text(const cublasLtMatmulAlgo_t& a) {
+  static const char* digits = "0123456789abcdef";
+  std::string s;
+  for (size_t i = 0; i < sizeof a; ++i) {
+    const uint8_t b = reinterpret_cast<const uint8_t*>(&a)[i];
+    s += digits[b >> 4];
+    s += digits[b & 15];
+  }
+  return s;
+}
 
 }  // namespace
 
@@ -99,9 +126,84 @@ struct CublasLtGemm::Impl {
   cublasLtMatmulAlgo_t algo{};
   std::optional<DeviceBuffer> workspace;
   size_t workspace_bytes = 0;
+  std::string chosen = "the heuristic's first";  // or "timed ..." / "from the tuning record"
+
+  // The heuristic's candidates whose workspace fits, best first (at least one).
+  std::vector<cublasLtMatmulHeuristicResult_t> candidates(const GemmSpec& spec) const {
+    cublasLtMatmulPreference_t pref = nullptr;
+    cublasStatus_t s = lt().cublasLtMatmulPreferenceCreate(&pref);
+    size_t ws = kWorkspaceBytes;
+    std::vector<cublasLtMatmulHeuristicResult_t> found(kCandidates);
+    int n = 0;
+    if (s == CUBLAS_STATUS_SUCCESS)
+      s = lt().cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+    if (s == CUBLAS_STATUS_SUCCESS)
+      s = lt().cublasLtMatmulAlgoGetHeuristic(lt().handle, desc, first, second, out, out, pref, kCandidates,
+                                              found.data(), &n);
+    if (pref) lt().cublasLtMatmulPreferenceDestroy(pref);
+    found.resize(size_t(std::max(n, 0)));
+    std::erase_if(found, [](const auto& r) { return r.state != CUBLAS_STATUS_SUCCESS || r.workspaceSize > kWorkspaceBytes; });
+    if (s != CUBLAS_STATUS_SUCCESS || found.empty())
+      fail(ErrorCode::RuntimeError, "cublasLtMatmulAlgoGetHeuristic: ",
+           s != CUBLAS_STATUS_SUCCESS ? lt().cublasLtGetStatusString(s) : "no algorithm", " (", spec.describe(), ")");
+    return found;
+  }
+
+  // The candidate to run: the fastest by device time, but the heuristic's first unless another is
+  // more than 5% faster; timed as cuDNN's are (jit/cuda/cudnn_ops.cpp), captured into a CUDA graph
+  // on zeroed scratch operands. The heuristic's first where timing fails.
+  size_t fastest(const GemmSpec& spec, const std::vector<cublasLtMatmulHeuristicResult_t>& found) {
+    constexpr int kCaptured = 8, kReplays = 3;
+    try {
+      Stream stream;
+      const CUstream cs = stream.get();
+      auto zeroed = [&](int64_t elements) {
+        DeviceBuffer b(size_t(std::max<int64_t>(elements, 1)) * sizeof(float), cs);
+        TERRACE_CU(cuMemsetD8Async, b.ptr(), 0, b.bytes(), cs);
+        return b;
+      };
+      const int64_t batch_a = spec.stride_a ? spec.batch : 1, batch_b = spec.stride_b ? spec.batch : 1;
+      DeviceBuffer a = zeroed(batch_a * spec.m * spec.k), b = zeroed(batch_b * spec.k * spec.n),
+                   c = zeroed(spec.m * spec.n), bias = zeroed(spec.n), y = zeroed(spec.batch * spec.m * spec.n);
+      Event start, end;
+      std::vector<float> ms(found.size());
+      for (size_t i = 0; i < found.size(); ++i) {
+        DeviceBuffer workspace(found[i].workspaceSize, cs);
+        auto multiply = [&] {
+          enqueue(spec, found[i].algo, workspace.ptr(), found[i].workspaceSize, a.ptr(), b.ptr(), c.ptr(), bias.ptr(),
+                  y.ptr(), cs);
+        };
+        multiply();  // loads its kernel outside the capture
+        stream.synchronize();
+        CapturedGraph graph(stream, kCaptured, multiply);
+        graph.launch(stream);  // warm
+        start.record(stream);
+        for (int rep = 0; rep < kReplays; ++rep) graph.launch(stream);
+        end.record(stream);
+        end.synchronize();
+        ms[i] = Event::elapsed_ms(start, end) / float(kCaptured * kReplays);
+      }
+      stream.synchronize();  // the scratch buffers are freed in order before the stream goes
+      size_t best = 0;
+      for (size_t i = 1; i < ms.size(); ++i)
+        if (ms[i] < ms[best]) best = i;
+      if (ms[0] <= ms[best] * 1.05f) best = 0;
+      chosen = "timed " + std::to_string(ms[best]) + " ms, candidate " + std::to_string(best + 1) + " of " +
+               std::to_string(found.size()) + " (the heuristic's first " + std::to_string(ms[0]) + " ms)";
+      return best;
+    } catch (const Error& e) {
+      if (e.code() == ErrorCode::OutOfMemory) throw;
+      log(LogLevel::Info, "tier 2: ", spec.describe(), ": timing cuBLASLt's algorithms failed (", e.message(),
+          "); the heuristic's first is used");
+      return 0;
+    }
+  }
+
+  void enqueue(const GemmSpec& spec, const cublasLtMatmulAlgo_t& with, CUdeviceptr workspace, size_t workspace_bytes,
+               CUdeviceptr a, CUdeviceptr b, CUdeviceptr c, CUdeviceptr bias, CUdeviceptr y, CUstream stream) const;
 };
 
-CublasLtGemm::CublasLtGemm(const GemmSpec& spec) : spec_(spec), impl_(std::make_unique<Impl>()) {
+CublasLtGemm::CublasLtGemm(const GemmSpec& spec, const CodeCache* tuning) : spec_(spec), impl_(std::make_unique<Impl>()) {
   std::string why;
   TERRACE_CHECK(cublaslt_available(&why), NotImplemented, "cuBLASLt is not available: ", why);
   TERRACE_CHECK(!(spec.has_c && spec.batch > 1), InvalidArgument, spec.describe(), ": C with a batch");
@@ -130,22 +232,27 @@ CublasLtGemm::CublasLtGemm(const GemmSpec& spec) : spec_(spec), impl_(std::make_
                  sizeof stride);
     }
   }
-  cublasLtMatmulPreference_t pref = nullptr;
-  TERRACE_LT(cublasLtMatmulPreferenceCreate, &pref);
-  size_t ws = kWorkspaceBytes;
-  cublasLtMatmulHeuristicResult_t result{};
-  int found = 0;
-  cublasStatus_t s = lt().cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
-                                                              sizeof ws);
-  if (s == CUBLAS_STATUS_SUCCESS)
-    s = lt().cublasLtMatmulAlgoGetHeuristic(lt().handle, p.desc, p.first, p.second, p.out, p.out, pref, 1, &result,
-                                           &found);
-  lt().cublasLtMatmulPreferenceDestroy(pref);
-  if (s != CUBLAS_STATUS_SUCCESS || found == 0)
-    fail(ErrorCode::RuntimeError, "cublasLtMatmulAlgoGetHeuristic: ",
-         s != CUBLAS_STATUS_SUCCESS ? lt().cublasLtGetStatusString(s) : "no algorithm", " (", spec.describe(), ")");
-  p.algo = result.algo;
-  p.workspace_bytes = result.workspaceSize;
+  const std::vector<cublasLtMatmulHeuristicResult_t> found = p.candidates(spec);
+  // Timed where there is a choice, unless an earlier process's record names a candidate on offer;
+  // TERRACE_GEMM_TUNE=0 keeps the heuristic's first.
+  size_t best = 0;
+  if (found.size() > 1 && env_flag("TERRACE_GEMM_TUNE", true)) {
+    const std::string key = tuning_key(spec);
+    best = found.size();
+    if (std::optional<std::string> kept = find_tuned(tuning, key))
+      for (size_t i = 0; i < found.size() && best == found.size(); ++i)
+        if (*kept == algo_text(found[i].algo)) best = i;
+    if (best < found.size()) {
+      p.chosen = "from the tuning record";
+    } else {
+      TuningTimer timer;
+      best = p.fastest(spec, found);
+      if (p.chosen.rfind("timed", 0) == 0) keep_tuned(tuning, key, algo_text(found[best].algo));
+    }
+  }
+  p.algo = found[best].algo;
+  p.workspace_bytes = found[best].workspaceSize;
+  log(LogLevel::Debug, "tier 2: ", spec.describe(), ": cuBLASLt ", p.chosen);
 }
 
 CublasLtGemm::~CublasLtGemm() {
@@ -155,19 +262,30 @@ CublasLtGemm::~CublasLtGemm() {
   if (p.desc) lt().cublasLtMatmulDescDestroy(p.desc);
 }
 
+// Sets the bias pointer on the shared descriptor: runs of one GEMM are serialised by its version's
+// stream, as before.
+void CublasLtGemm::Impl::enqueue(const GemmSpec& spec, const cublasLtMatmulAlgo_t& with, CUdeviceptr workspace,
+                                 size_t workspace_bytes, CUdeviceptr a, CUdeviceptr b, CUdeviceptr c, CUdeviceptr bias,
+                                 CUdeviceptr y, CUstream stream) const {
+  const GemmSpec& spec_ = spec;  // named for TERRACE_LT's message
+  if (spec.has_bias) {
+    void* ptr = reinterpret_cast<void*>(bias);
+    TERRACE_LT(cublasLtMatmulDescSetAttribute, desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &ptr, sizeof ptr);
+  }
+  const float beta = spec.has_c ? spec.beta : 0.0f;
+  const void* c_ptr = spec.has_c ? reinterpret_cast<const void*>(c) : reinterpret_cast<const void*>(y);
+  TERRACE_LT(cublasLtMatmul, lt().handle, desc, &spec.alpha, reinterpret_cast<const void*>(b), first,
+             reinterpret_cast<const void*>(a), second, &beta, c_ptr, out, reinterpret_cast<void*>(y), out, &with,
+             reinterpret_cast<void*>(workspace), workspace_bytes, stream);
+}
+
 void CublasLtGemm::run(CUdeviceptr a, CUdeviceptr b, CUdeviceptr c, CUdeviceptr bias, CUdeviceptr y,
                        CUstream stream) const {
   Impl& p = *impl_;
-  if (spec_.has_bias) {
-    void* ptr = reinterpret_cast<void*>(bias);
-    TERRACE_LT(cublasLtMatmulDescSetAttribute, p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &ptr, sizeof ptr);
-  }
   DeviceBuffer workspace(p.workspace_bytes, stream);  // from the stream-ordered pool: about a microsecond
-  const float beta = spec_.has_c ? spec_.beta : 0.0f;
-  const void* c_ptr = spec_.has_c ? reinterpret_cast<const void*>(c) : reinterpret_cast<const void*>(y);
-  TERRACE_LT(cublasLtMatmul, lt().handle, p.desc, &spec_.alpha, reinterpret_cast<const void*>(b), p.first,
-             reinterpret_cast<const void*>(a), p.second, &beta, c_ptr, p.out, reinterpret_cast<void*>(y), p.out,
-             &p.algo, reinterpret_cast<void*>(workspace.ptr()), p.workspace_bytes, stream);
+  p.enqueue(spec_, p.algo, workspace.ptr(), p.workspace_bytes, a, b, c, bias, y, stream);
 }
+
+std::string CublasLtGemm::algorithm() const { return impl_->chosen; }
 
 }  // namespace terrace::jit::cuda

@@ -11,6 +11,10 @@
 
 #include "jit/cuda/cuda_driver.h"
 
+namespace terrace::jit {
+class CodeCache;
+}
+
 namespace terrace::jit::cuda {
 
 // True when libcublasLt loads (and a GPU is there); otherwise false with the reason.
@@ -29,18 +33,24 @@ struct GemmSpec {
   std::string describe() const;  // "gemm 1x512x784 +bias relu"
 };
 
-// A GEMM planned once (layouts, the heuristic's first algorithm, its workspace) and run often.
+// A GEMM planned once (layouts, an algorithm, its workspace) and run often. The algorithm: of the
+// heuristic's first 8 whose workspace fits, the fastest by device time (captured into a CUDA graph
+// on zeroed scratch operands, as cuDNN's are timed) where another beats the heuristic's first by
+// more than 5%, unless the tuning record in `tuning` (jit/tuning.h) names one on offer;
+// TERRACE_GEMM_TUNE=0 takes the heuristic's first. Every candidate sums in fp32 (CUBLAS_COMPUTE_32F),
+// within the validator's bound for any summation order, split-K included.
 class CublasLtGemm {
  public:
   // Throws Error(NotImplemented) where cuBLASLt is missing, Error(RuntimeError) naming the call
   // where it refuses the problem.
-  explicit CublasLtGemm(const GemmSpec& spec);
+  explicit CublasLtGemm(const GemmSpec& spec, const CodeCache* tuning = nullptr);
   ~CublasLtGemm();
   CublasLtGemm(const CublasLtGemm&) = delete;
   CublasLtGemm& operator=(const CublasLtGemm&) = delete;
   // Device pointers; `c` and `bias` only where the spec has them. Asynchronous on `stream`.
   void run(CUdeviceptr a, CUdeviceptr b, CUdeviceptr c, CUdeviceptr bias, CUdeviceptr y, CUstream stream) const;
   const GemmSpec& spec() const { return spec_; }
+  std::string algorithm() const;  // how the algorithm was chosen: "timed ...", "from the tuning record", ...
 
  private:
   struct Impl;

@@ -5,11 +5,15 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cmath>
+#include <filesystem>
 #include <random>
 #include <vector>
 
 #include "interp/error.h"
+#include "jit/code_cache.h"
 #include "jit/cuda/cuda_memory.h"
 
 namespace terrace::jit::cuda {
@@ -42,7 +46,7 @@ CUdeviceptr upload(const std::vector<float>& v, std::vector<DeviceBuffer>& keep,
   return keep.back().ptr();
 }
 
-void check_gemm(const GemmSpec& spec) {
+void check_gemm(const GemmSpec& spec, const CodeCache* tuning = nullptr) {
   const int64_t m = spec.m, n = spec.n, k = spec.k, batch = spec.batch;
   auto a = random_floats(size_t(batch * m * k), 1), b = random_floats(size_t((spec.stride_b ? batch : 1) * k * n), 2);
   auto c = random_floats(size_t(m * n), 3), bias = random_floats(size_t(n), 4);
@@ -50,7 +54,7 @@ void check_gemm(const GemmSpec& spec) {
   std::vector<DeviceBuffer> keep;
   CUdeviceptr da = upload(a, keep, s), db = upload(b, keep, s), dc = upload(c, keep, s), dbias = upload(bias, keep, s);
   DeviceBuffer dy(size_t(batch * m * n) * sizeof(float), s.get());
-  CublasLtGemm gemm(spec);
+  CublasLtGemm gemm(spec, tuning);
   gemm.run(da, db, dc, dbias, dy.ptr(), s.get());
   std::vector<float> y(size_t(batch * m * n));
   copy_to_host(y.data(), dy.ptr(), y.size() * sizeof(float), s);
@@ -93,6 +97,27 @@ TEST(CublasLt, c_matrix_with_alpha_and_beta) {
 TEST(CublasLt, strided_batches) {
   SKIP_WITHOUT_CUBLASLT();
   check_gemm({.m = 128, .n = 64, .k = 64, .batch = 12, .stride_a = 128 * 64, .stride_b = 64 * 64});
+}
+
+// A timed choice goes into the tuning records; a later plan of the same product takes it without
+// timing and computes the same product; a corrupt record is a miss, timed again.
+TEST(CublasLt, a_timed_choice_is_recorded_and_a_later_plan_takes_it) {
+  SKIP_WITHOUT_CUBLASLT();
+  const GemmSpec spec{.m = 128, .n = 768, .k = 768, .has_bias = true};
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("terrace-cublaslt-tuning-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  CodeCache cache(dir);
+  const CublasLtGemm first(spec, &cache);
+  if (first.algorithm().rfind("timed", 0) != 0)
+    GTEST_SKIP() << "nothing timed here (one candidate, or TERRACE_GEMM_TUNE=0): " << first.algorithm();
+  ASSERT_EQ(cache.info().entries, 1u);
+  EXPECT_EQ(CublasLtGemm(spec, &cache).algorithm(), "from the tuning record");
+  check_gemm(spec, &cache);  // the recorded algorithm's product
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir))
+    if (e.is_regular_file()) std::filesystem::resize_file(e.path(), std::filesystem::file_size(e.path()) - 1);
+  EXPECT_EQ(CublasLtGemm(spec, &cache).algorithm().rfind("timed", 0), 0u) << "a truncated record is a miss";
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

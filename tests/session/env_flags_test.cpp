@@ -34,7 +34,8 @@ TEST(EnvFlags, anything_else_fails_the_sessions_creation_naming_the_variable) {
   GraphBuilder b;
   b.output(b.op("Relu", {b.input("x", DType::Float32, {2})}));
   auto graph = b.build();
-  for (const char* var : {"TERRACE_STRICT", "TERRACE_PACKED_GEMM", "TERRACE_WINOGRAD", "TERRACE_CUDNN_TUNE"}) {
+  for (const char* var : {"TERRACE_STRICT", "TERRACE_PACKED_GEMM", "TERRACE_WINOGRAD", "TERRACE_CUDNN_TUNE",
+                          "TERRACE_GEMM_TUNE"}) {
     EnvSet e(var, "maybe");
     try {
       Session::from_graph(graph, Options::from_env());

@@ -622,7 +622,8 @@ class GpuBackend : public Backend {
     p.slots.push_back({DType::Float32, out});
     GpuStep step;
     step.work.emplace().name = spec.describe();
-    step.work->gemm = std::make_shared<jit::cuda::CublasLtGemm>(spec);
+    step.work->gemm = std::make_shared<jit::cuda::CublasLtGemm>(spec, &cache_);
+    step.work->name += " (" + step.work->gemm->algorithm() + ")";
     step.slots = {a, b, c, bias, int(inputs.size())};
     p.steps.push_back(std::move(step));
     p.source = "// a library call, no generated code:\n// cuBLASLt " + spec.describe() + "\n";
