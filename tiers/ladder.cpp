@@ -5,6 +5,7 @@
 #include <mutex>
 #include <string>
 
+#include "interp/env_flag.h"
 #include "interp/error.h"
 #include "interp/log.h"
 #include "tiers/cpu/cpu_backend.h"
@@ -16,7 +17,12 @@ const std::vector<TierEntry>& builtin_tiers() {
   static const std::vector<TierEntry> tiers = {
       {Tier::Cpu, [](const Options& o, std::string* why) { return make_cpu_backend(o.cache_dir, why); }, nullptr,
        nullptr},
-      {Tier::Gpu, [](const Options& o, std::string* why) { return make_gpu_backend(o.cache_dir, why); }, gpu_fuses,
+      // max-autotune times cuBLASLt's candidates; TERRACE_GEMM_TUNE says so for any mode.
+      {Tier::Gpu,
+       [](const Options& o, std::string* why) {
+         return make_gpu_backend(o.cache_dir, why, env_flag("TERRACE_GEMM_TUNE", o.mode == Mode::MaxAutotune));
+       },
+       gpu_fuses,
        gpu_configure_passes},
   };
   return tiers;

@@ -32,9 +32,10 @@ enum class OptimizeLevel { None = 0, Basic = 1, Extended = 2 };
 //                   call (hot_threshold 1), climbs to the next tier after at most 2 calls on
 //                   the one below (climb_threshold), and a new version is shadow-validated on 1 call (validate_calls
 //                   at most 1; continuous re-checks stay). Compiled answers are still checked.
-//   MaxAutotune:    reserved for tier 2's autotuning (kernel schedules and cuBLASLt algorithms
-//                   timed per signature), which is not written yet: today it runs as Default and
-//                   the session says so once (log level info).
+//   MaxAutotune:    Default, and tier 2 times the heuristic's first 8 cuBLASLt algorithms of every
+//                   product while compiling it, keeping a faster one (cuDNN's are timed in every
+//                   mode); both kept as tuning records (jit/tuning.h). On the zoo (H200) the first
+//                   won every product: bench/RESULTS.md.
 // $TERRACE_MODE (default|reduce-overhead|max-autotune).
 // Once every step of one input signature runs compiled versions that are validated and at the top
 // of their climb, calls with that signature run a call plan (tiers/call_plan.h) instead of

@@ -203,7 +203,8 @@ struct CublasLtGemm::Impl {
                CUdeviceptr a, CUdeviceptr b, CUdeviceptr c, CUdeviceptr bias, CUdeviceptr y, CUstream stream) const;
 };
 
-CublasLtGemm::CublasLtGemm(const GemmSpec& spec, const CodeCache* tuning) : spec_(spec), impl_(std::make_unique<Impl>()) {
+CublasLtGemm::CublasLtGemm(const GemmSpec& spec, const CodeCache* tuning, bool time_candidates)
+    : spec_(spec), impl_(std::make_unique<Impl>()) {
   std::string why;
   TERRACE_CHECK(cublaslt_available(&why), NotImplemented, "cuBLASLt is not available: ", why);
   TERRACE_CHECK(!(spec.has_c && spec.batch > 1), InvalidArgument, spec.describe(), ": C with a batch");
@@ -233,10 +234,10 @@ CublasLtGemm::CublasLtGemm(const GemmSpec& spec, const CodeCache* tuning) : spec
     }
   }
   const std::vector<cublasLtMatmulHeuristicResult_t> found = p.candidates(spec);
-  // Timed where there is a choice, unless an earlier process's record names a candidate on offer;
-  // TERRACE_GEMM_TUNE=0 keeps the heuristic's first.
+  // Timed where asked and there is a choice, unless an earlier process's record names a candidate
+  // on offer.
   size_t best = 0;
-  if (found.size() > 1 && env_flag("TERRACE_GEMM_TUNE", true)) {
+  if (found.size() > 1 && time_candidates) {
     const std::string key = tuning_key(spec);
     best = found.size();
     if (std::optional<std::string> kept = find_tuned(tuning, key))

@@ -33,17 +33,17 @@ struct GemmSpec {
   std::string describe() const;  // "gemm 1x512x784 +bias relu"
 };
 
-// A GEMM planned once (layouts, an algorithm, its workspace) and run often. The algorithm: of the
-// heuristic's first 8 whose workspace fits, the fastest by device time (captured into a CUDA graph
-// on zeroed scratch operands, as cuDNN's are timed) where another beats the heuristic's first by
-// more than 5%, unless the tuning record in `tuning` (jit/tuning.h) names one on offer;
-// TERRACE_GEMM_TUNE=0 takes the heuristic's first. Every candidate sums in fp32 (CUBLAS_COMPUTE_32F),
-// within the validator's bound for any summation order, split-K included.
+// A GEMM planned once (layouts, an algorithm, its workspace) and run often. The algorithm: the
+// heuristic's first, or with `time_candidates`, of its first 8 whose workspace fits, the fastest
+// by device time (captured into a CUDA graph on zeroed scratch operands, as cuDNN's are timed)
+// where another beats the first by more than 5%, unless the tuning record in `tuning`
+// (jit/tuning.h) names one on offer. Every candidate sums in fp32 (CUBLAS_COMPUTE_32F), within the
+// validator's bound for any summation order, split-K included.
 class CublasLtGemm {
  public:
   // Throws Error(NotImplemented) where cuBLASLt is missing, Error(RuntimeError) naming the call
   // where it refuses the problem.
-  explicit CublasLtGemm(const GemmSpec& spec, const CodeCache* tuning = nullptr);
+  explicit CublasLtGemm(const GemmSpec& spec, const CodeCache* tuning = nullptr, bool time_candidates = true);
   ~CublasLtGemm();
   CublasLtGemm(const CublasLtGemm&) = delete;
   CublasLtGemm& operator=(const CublasLtGemm&) = delete;

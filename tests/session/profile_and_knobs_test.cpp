@@ -229,7 +229,8 @@ TEST(Mode, reduce_overhead_compiles_after_the_first_call_and_validates_one) {
   EXPECT_EQ(d->last_call().tiers, std::vector<std::string>{"interp"});
 }
 
-TEST(Mode, max_autotune_runs_as_default_today_and_the_environment_names_the_modes) {
+// max-autotune's difference is tier 2's (cuBLASLt's candidates timed: tests/gpu/cublaslt_test.cpp).
+TEST(Mode, max_autotune_keeps_defaults_thresholds_and_the_environment_names_the_modes) {
   Options o;
   o.mode = Mode::MaxAutotune;
   Options r = o.resolved();

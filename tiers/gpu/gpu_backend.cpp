@@ -65,7 +65,7 @@ void gpu_configure_passes(passes::PassConfig& config) {
 }
 
 #ifndef TERRACE_HAVE_CUDA
-std::unique_ptr<Backend> make_gpu_backend(const std::string&, std::string* why) {
+std::unique_ptr<Backend> make_gpu_backend(const std::string&, std::string* why, bool) {
   if (why) *why = "this build has no tier 2 (built without TERRACE_WITH_CUDA)";
   return nullptr;
 }
@@ -473,9 +473,9 @@ class DeviceBlock final : public MemoryBlock {
 
 class GpuBackend : public Backend {
  public:
-  GpuBackend(const std::string& cache_dir, std::string arch)
+  GpuBackend(const std::string& cache_dir, std::string arch, bool time_gemms)
       : cache_(cache_dir.empty() ? jit::CodeCache::default_dir() : std::filesystem::path(cache_dir)),
-        arch_(std::move(arch)) {}
+        arch_(std::move(arch)), time_gemms_(time_gemms) {}
   Tier tier() const override { return Tier::Gpu; }
   int promotion_threshold(const Options& o) const override { return o.climb_threshold; }
   bool device_resident() const override { return true; }
@@ -622,7 +622,7 @@ class GpuBackend : public Backend {
     p.slots.push_back({DType::Float32, out});
     GpuStep step;
     step.work.emplace().name = spec.describe();
-    step.work->gemm = std::make_shared<jit::cuda::CublasLtGemm>(spec, &cache_);
+    step.work->gemm = std::make_shared<jit::cuda::CublasLtGemm>(spec, &cache_, time_gemms_);
     step.work->name += " (" + step.work->gemm->algorithm() + ")";
     step.slots = {a, b, c, bias, int(inputs.size())};
     p.steps.push_back(std::move(step));
@@ -633,6 +633,7 @@ class GpuBackend : public Backend {
 
   jit::CodeCache cache_;
   std::string arch_;
+  bool time_gemms_;  // cuBLASLt's candidates timed (max-autotune, TERRACE_GEMM_TUNE)
   std::once_flag stream_once_;
   std::shared_ptr<jit::cuda::Stream> stream_;
 };
@@ -683,14 +684,14 @@ std::vector<char> compile_gpu_cubin(const std::string& source, const std::string
   return cubin;
 }
 
-std::unique_ptr<Backend> make_gpu_backend(const std::string& cache_dir, std::string* why) {
+std::unique_ptr<Backend> make_gpu_backend(const std::string& cache_dir, std::string* why, bool time_gemms) {
   std::string reason;
   if (!jit::cuda::gpu_available(&reason) || !jit::nvrtc_available(&reason)) {
     if (why) *why = reason;
     return nullptr;
   }
   try {
-    return std::make_unique<GpuBackend>(cache_dir, jit::cuda::device().arch());
+    return std::make_unique<GpuBackend>(cache_dir, jit::cuda::device().arch(), time_gemms);
   } catch (const Error& e) {  // a driver that loads but cannot open the device
     if (why) *why = e.what();
     return nullptr;

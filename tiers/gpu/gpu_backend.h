@@ -38,8 +38,10 @@ void gpu_configure_passes(passes::PassConfig& config);
 
 // The tier-2 backend: fused CUDA kernels through NVRTC on device 0; its cubins in the disk cache
 // (`cache_dir`, Options::cache_dir). nullptr, with the reason in `why`, where there is no GPU, no
-// driver or no NVRTC, or in a build without TERRACE_WITH_CUDA.
-std::unique_ptr<Backend> make_gpu_backend(const std::string& cache_dir = "", std::string* why = nullptr);
+// driver or no NVRTC, or in a build without TERRACE_WITH_CUDA. `time_gemms`: each product's
+// cuBLASLt candidates are timed (jit/cuda/cublaslt_ops.h) rather than the heuristic's first taken.
+std::unique_ptr<Backend> make_gpu_backend(const std::string& cache_dir = "", std::string* why = nullptr,
+                                          bool time_gemms = false);
 
 // The cubin of a tier-2 program (`program` names it in NVRTC's messages) for `arch`: from `cache`,
 // or NVRTC's, then stored. Its key holds everything the cubin depends on: the source, the arch,
