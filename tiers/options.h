@@ -59,6 +59,11 @@ struct Options {
   // a mismatch demotes the version for the calls after it. 0 turns it off. $TERRACE_RECHECK.
   double recheck_budget = 0.01;
   int max_specializations = 8;  // compiled versions per region; also call plans per session
+  // Distinct input signatures of a region, differing in one dim, after which it compiles one
+  // symbolic version (that dim a kernel parameter: tiers/symbolic_lowering.h) for the sizes with no
+  // exact version; exact versions are then compiled only for hot sizes (a quarter of the calls).
+  // 0: static versions only. $TERRACE_SYMBOLIC_AFTER.
+  int symbolic_after = 3;
   CallPlanMode call_plans = CallPlanMode::Whole;
   // OpenMP threads a call runs with (the interpreter's and tier 1's parallel work); 0: OMP_NUM_THREADS
   // if set, else chosen per session by measurement between all cores and one (adapt_threads).

@@ -20,6 +20,7 @@
 #include "tiers/cpu/kernel_allowance.h"
 #include "tiers/region_lowering.h"
 #include "tiers/region_program.h"
+#include "tiers/symbolic_lowering.h"
 #endif
 
 namespace terrace {
@@ -38,6 +39,15 @@ namespace {
 // (its slots: its inputs, then its outputs).
 using CpuWork = std::variant<jit::CpuKernel, std::unique_ptr<jit::DnnlPrimitive>>;
 using CpuStep = ProgramStep<CpuWork>;
+
+// A symbolic version's shapes (tiers/symbolic_lowering.h): each a function of one size, read from
+// the call's inputs; the slot table and memory plan are the largest size's.
+struct SymbolicShapes {
+  std::pair<int, int> at;  // the (input, dim) the size is read from
+  int dims_slot = -1;      // the kernels' int64 parameter
+  std::vector<std::vector<Poly>> slot_dims;
+  std::vector<Poly> extents, work;  // per step
+};
 
 class CpuRegion : public CompiledRegion {
  public:
@@ -73,8 +83,9 @@ class CpuRegion : public CompiledRegion {
       std::unique_ptr<Workspace>& ws;
       ~Return() { self->give_back(std::move(ws)); }
     } give_back_on_exit{this, ws};
-    std::vector<Tensor> owned = bind_slots(*ws, inputs, into);
-    Host host{ws->table, *ws, table_};
+    const std::vector<kernels::TensorSig>& sigs = shapes_for(*ws, inputs);
+    std::vector<Tensor> owned = bind_slots(*ws, inputs, into, sigs);
+    Host host{ws->table, *ws, sigs, steps_.data(), sym_ ? sym_->dims_slot : -1};
     run_program(steps_, host);
     if (perturb_ || (perturb_late_ && runs_.fetch_add(1) >= kHonestRuns))
       for (Tensor& t : owned) {
@@ -89,6 +100,7 @@ class CpuRegion : public CompiledRegion {
 
   // Which region outputs are model outputs (their buffers are reused across calls: output_buffer).
   void keep_outputs(std::vector<bool> keep) { keep_outputs_ = std::move(keep); }
+  void set_symbolic(SymbolicShapes s) { sym_ = std::move(s); }
 
  private:
   // What one call needs beyond its inputs and outputs, kept across calls: the intermediates in one
@@ -104,15 +116,43 @@ class CpuRegion : public CompiledRegion {
     // Per region output that is a model output (keep_outputs): the buffers of earlier calls, for
     // reuse once the caller has let go of them (at most kKeptBuffers each).
     std::vector<std::vector<Tensor>> kept;
+    // A symbolic version's: the size the shapes below are for (-1: none yet), the slots' shapes
+    // and each step's range at that size.
+    int64_t d = -1;
+    std::vector<kernels::TensorSig> sigs;
+    std::vector<int64_t> extents, work;
   };
+
+  // The slots' signatures for this call: the table's, or a symbolic version's at the call's size.
+  const std::vector<kernels::TensorSig>& shapes_for(Workspace& ws, const std::vector<Tensor>& inputs) {
+    if (!sym_) return table_.sigs;
+    const int64_t d = inputs.at(size_t(sym_->at.first)).dim(sym_->at.second);
+    if (d == ws.d) return ws.sigs;
+    ws.sigs = table_.sigs;
+    for (size_t s = 0; s < ws.sigs.size(); ++s)
+      for (size_t k = 0; k < ws.sigs[s].shape.size(); ++k) ws.sigs[s].shape[k] = sym_->slot_dims[s][k].at(d);
+    ws.extents.clear();
+    ws.work.clear();
+    for (size_t k = 0; k < steps_.size(); ++k) {
+      ws.extents.push_back(sym_->extents[k].at(d));
+      ws.work.push_back(sym_->work[k].at(d));
+    }
+    ws.d = d;
+    return ws.sigs;
+  }
 
   // Tier 1's side of run_program: host memory through the workspace's slot table.
   struct Host {
     std::vector<void*>& table;
     Workspace& ws;
-    const SlotTable& slots;
+    const std::vector<kernels::TensorSig>& sigs;
+    const CpuStep* first;  // steps_.data(): a step's index picks its range in a symbolic version
+    int dims_slot;         // a symbolic version's size parameter, -1: none
     void zero_word(int slot) { std::memset(table[size_t(slot)], 0, 2 * sizeof(int64_t)); }
-    void copy(int from, int to) { std::memcpy(table[size_t(to)], table[size_t(from)], slots.bytes(size_t(to))); }
+    void copy(int from, int to) {
+      const kernels::TensorSig& sig = sigs[size_t(to)];
+      std::memcpy(table[size_t(to)], table[size_t(from)], size_t(shape_numel(sig.shape)) * dtype_size(sig.dtype));
+    }
     void check(const CpuStep& s) {
       raise_if_set(static_cast<const int64_t*>(table[size_t(s.error_slot)]), s.node, s.error_message);
     }
@@ -120,7 +160,14 @@ class CpuRegion : public CompiledRegion {
       if (const auto* k = std::get_if<jit::CpuKernel>(&*s.work)) {
         ws.buffers.clear();
         for (int slot : s.slots) ws.buffers.push_back(table[size_t(slot)]);
-        jit::run_cpu_kernel(*k, ws.buffers);
+        if (dims_slot < 0) {
+          jit::run_cpu_kernel(*k, ws.buffers);
+          return;
+        }
+        // Written before each kernel: the arena may lend the word to a copy's value between them.
+        *static_cast<int64_t*>(table[size_t(dims_slot)]) = ws.d;
+        const size_t at = size_t(&s - first);
+        jit::run_cpu_kernel(*k, ws.buffers, ws.extents[at], ws.work[at]);
         return;
       }
       const jit::DnnlPrimitive& p = *std::get<std::unique_ptr<jit::DnnlPrimitive>>(*s.work);
@@ -141,7 +188,8 @@ class CpuRegion : public CompiledRegion {
   // Points the workspace's table at this call's inputs, outputs (into[o] where given and fitting)
   // and escaping intermediates (the planned ones and the constants are set once per workspace);
   // returns the outputs.
-  std::vector<Tensor> bind_slots(Workspace& ws, const std::vector<Tensor>& inputs, const std::vector<Tensor>& into) {
+  std::vector<Tensor> bind_slots(Workspace& ws, const std::vector<Tensor>& inputs, const std::vector<Tensor>& into,
+                                 const std::vector<kernels::TensorSig>& sigs) {
     const size_t n_in = table_.n_inputs, n_out = table_.n_outputs;
     std::vector<void*>& table = ws.table;
     std::vector<Tensor> owned(n_out);  // the outputs: they leave the region
@@ -152,12 +200,12 @@ class CpuRegion : public CompiledRegion {
         continue;
       }
       const size_t o = s - n_in;
-      owned[o] = o < into.size() && fits(into[o], table_.sigs[s], false) ? into[o] : output_buffer(ws, o);
+      owned[o] = o < into.size() && fits(into[o], sigs[s], false) ? into[o] : output_buffer(ws, o, sigs[s]);
       table[s] = owned[s - n_in].raw();
     }
     for (size_t s : plan_.escaping) {  // an intermediate an output views: a buffer of this call's own
       Tensor& t = ws.escaping[s];
-      t = Tensor::empty(table_.sigs[s].dtype, table_.sigs[s].shape);
+      t = Tensor::empty(sigs[s].dtype, sigs[s].shape);
       table[s] = t.raw();
     }
     // Views: the buffer of the slot they view (a region output view may come before its source).
@@ -167,7 +215,7 @@ class CpuRegion : public CompiledRegion {
       table[s] = table[root];
       if (table_.output(s))  // a region output: a view of its source tensor
         owned[s - n_in] = (root < n_in ? inputs[root] : table_.output(root) ? owned[root - n_in] : ws.escaping.at(root))
-                              .reshaped(table_.sigs[s].shape);
+                              .reshaped(sigs[s].shape);
     }
     ws.escaping.clear();
     return owned;
@@ -180,16 +228,21 @@ class CpuRegion : public CompiledRegion {
   // next call returns (`out = session.run(in)`), as ONNX Runtime's arena does. Intermediates
   // between regions are not kept: their memory goes back between calls and peak RSS stays the
   // liveness plan's.
-  Tensor output_buffer(Workspace& ws, size_t o) {
-    const kernels::TensorSig& sig = table_.sigs[table_.n_inputs + o];
+  Tensor output_buffer(Workspace& ws, size_t o, const kernels::TensorSig& sig) {
     if (o >= keep_outputs_.size() || !keep_outputs_[o] || sig.dtype == DType::String)
       return Tensor::empty(sig.dtype, sig.shape);
     if (ws.kept.size() != table_.n_outputs) ws.kept.resize(table_.n_outputs);
     std::vector<Tensor>& kept = ws.kept[o];
     for (const Tensor& t : kept)
-      if (t.sole_owner()) return t;
+      if (t.sole_owner() && t.shape() == sig.shape) return t;
     Tensor t = Tensor::empty(sig.dtype, sig.shape);
     if (kept.size() < kKeptBuffers) kept.push_back(t);
+    else if (sym_)  // another size's buffer gives way to this size's
+      for (Tensor& old : kept)
+        if (old.sole_owner()) {
+          old = t;
+          break;
+        }
     return t;
   }
 
@@ -239,6 +292,7 @@ class CpuRegion : public CompiledRegion {
   MemoryPlan plan_;
   static constexpr size_t kKeptBuffers = 2;
   std::vector<bool> keep_outputs_;  // per region output: a model output
+  std::optional<SymbolicShapes> sym_;
   std::mutex pool_mu_;
   std::vector<std::unique_ptr<Workspace>> pool_;
 };
@@ -299,15 +353,48 @@ class CpuBackend : public Backend {
       steps.push_back(std::move(step));
     } else {
       lowered = lower_region(g, region, inputs);
-      for (LoweredStep& s : lowered.steps) {
-        CpuStep step = CpuStep::lowered(s);
-        if (s.kind == LoweredStep::Kind::Kernel) {
-          step.work.emplace(jit::compile_cpu_kernel(s.func, jit::CpuJit::global(), cache_ ? &*cache_ : nullptr));
-          ir += kernels::to_string(s.func);
-        }
-        steps.push_back(std::move(step));
-      }
+      steps = compile_kernels(lowered, ir);
     }
+    return finish(g, region, std::move(steps), lowered, std::move(ir));
+  }
+
+  // A generated-code region only: a library region's primitives are made for one shape (oneDNN's
+  // runtime dims are not used yet), so it keeps static versions.
+  std::unique_ptr<CompiledRegion> compile_symbolic(const Graph& g, const Region& region,
+                                                   const std::vector<Tensor>& inputs, SymbolicDim& sym,
+                                                   std::string& why) override {
+    if (cpu_library::is_library_op(g.nodes[size_t(region.nodes[0])].op)) {
+      why = "a library region (" + g.nodes[size_t(region.nodes[0])].describe() +
+            "): its oneDNN primitive is made for one shape";
+      return nullptr;
+    }
+    std::optional<SymbolicLowering> sl = lower_symbolic(g, region, inputs, sym, why);
+    if (!sl) return nullptr;
+    std::string ir;
+    std::vector<CpuStep> steps = compile_kernels(sl->lowered, ir);
+    const int dims_slot = sl->dims_slot;
+    auto compiled = finish(g, region, std::move(steps), sl->lowered, std::move(ir));
+    compiled->set_symbolic({sym.positions.front(), dims_slot, std::move(sl->slot_dims), std::move(sl->extents),
+                            std::move(sl->work)});
+    return compiled;
+  }
+
+ private:
+  std::vector<CpuStep> compile_kernels(LoweredRegion& lowered, std::string& ir) {
+    std::vector<CpuStep> steps;
+    for (LoweredStep& s : lowered.steps) {
+      CpuStep step = CpuStep::lowered(s);
+      if (s.kind == LoweredStep::Kind::Kernel) {
+        step.work.emplace(jit::compile_cpu_kernel(s.func, jit::CpuJit::global(), cache_ ? &*cache_ : nullptr));
+        ir += kernels::to_string(s.func);
+      }
+      steps.push_back(std::move(step));
+    }
+    return steps;
+  }
+
+  std::unique_ptr<CpuRegion> finish(const Graph& g, const Region& region, std::vector<CpuStep> steps,
+                                    LoweredRegion& lowered, std::string ir) {
     std::vector<int> value_inputs = std::move(lowered.value_inputs);
     auto compiled = std::make_unique<CpuRegion>(
         std::move(steps), slot_table(lowered, region.inputs.size(), region.outputs.size()), fault_enabled("miscompile:cpu"));
@@ -320,7 +407,6 @@ class CpuBackend : public Backend {
     return compiled;
   }
 
- private:
   std::optional<jit::CodeCache> cache_;  // Options::cache_dir, when set
 };
 

@@ -1,0 +1,152 @@
+// Symbolic dims on tier 1 (issue 36): a region fed many sizes of one dim ends with one symbolic
+// version serving them (no interpreter after it is published, every answer the interpreter's),
+// its guards as data, a broken dim equality not served by it, and regions that cannot be made
+// symbolic refusing cleanly.
+#include <gtest/gtest.h>
+
+#include "interp/compare.h"
+#include "tests/support/graph_builder.h"
+#include "tests/support/session_helpers.h"
+#include "tiers/session.h"
+#include "tiers/symbolic_lowering.h"
+#include "tiers/tier_manager.h"
+
+namespace terrace {
+namespace {
+
+using testing::GraphBuilder;
+using testing::random_tensor;
+
+// softmax(a * b + 1, last axis) + relu(a): elementwise ops and a reduction over rows of `cols`,
+// `a` and `b` both [rows, cols] (the code indexes both by one row count).
+std::shared_ptr<Graph> rows_model(int64_t cols) {
+  GraphBuilder g;
+  int a = g.input("a", DType::Float32, {-1, cols});
+  int b = g.input("b", DType::Float32, {-1, cols});
+  int one = g.constant("one", Tensor::scalar<float>(1.0f));
+  int sm = g.node(Op::Softmax, {g.node(Op::Add, {g.node(Op::Mul, {a, b}), one})}, {{"axis", GraphBuilder::attr_int(-1)}});
+  g.output(g.node(Op::Add, {sm, g.node(Op::Relu, {a})}));
+  return g.build();
+}
+
+NamedTensors rows_inputs(int64_t rows_a, int64_t rows_b, int64_t cols, uint64_t seed) {
+  return {{"a", random_tensor({rows_a, cols}, seed, -3, 3)}, {"b", random_tensor({rows_b, cols}, seed + 1, -3, 3)}};
+}
+
+void expect_interpreters_answer(const std::shared_ptr<Graph>& g, const NamedTensors& in, const NamedTensors& got) {
+  const NamedTensors want = Session::from_graph(g, testing::on_tier(Tier::Interp))->run(in);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    Comparison c = compare_tensors(want[i].second, got[i].second, Tolerance::for_dtype(DType::Float32));
+    EXPECT_TRUE(c.equal) << want[i].first << ": " << c.message;
+  }
+}
+
+// The one region's report.
+RegionReport only_region(const Session& s) {
+  std::vector<RegionReport> r = s.region_reports();
+  EXPECT_EQ(r.size(), 1u);
+  return r.empty() ? RegionReport{} : r.front();
+}
+
+TEST(SymbolicDims, many_row_counts_end_with_one_symbolic_version_and_no_interpreter) {
+  if (!testing::have_tier1()) GTEST_SKIP() << "no tier-1 JIT in this build";
+  auto g = rows_model(24);
+  auto s = Session::from_graph(g, testing::on_tier(Tier::Cpu));
+  for (int64_t rows : {3, 4, 5}) {  // the third size makes the region compile its symbolic version
+    s->run(rows_inputs(rows, rows, 24, uint64_t(rows)));
+    s->wait_for_compiles();
+  }
+  ASSERT_EQ(only_region(*s).symbolic, "published") << s->report_json();
+  // Size 1 lowers to another program (its strides folded away): the symbolic version takes 2 and up.
+  for (int64_t rows = 2; rows <= 40; ++rows) {
+    const NamedTensors in = rows_inputs(rows, rows, 24, uint64_t(100 + rows));
+    const NamedTensors got = s->run(in);
+    expect_interpreters_answer(g, in, got);
+    EXPECT_EQ(s->last_call().tiers, std::vector<std::string>{"cpu"}) << "rows " << rows;
+    s->wait_for_compiles();
+  }
+  const RegionReport r = only_region(*s);
+  EXPECT_LE(r.versions, 3) << s->report_json();  // the exact versions of before, and the symbolic one
+  int symbolic = 0;
+  for (const RegionReport::VersionInfo& v : r.version_list)
+    if (v.kind == "symbolic") {
+      ++symbolic;
+      EXPECT_NE(v.guards.find("input 0 dim 0 in [2, "), std::string::npos) << v.guards;
+      EXPECT_NE(v.guards.find("input 1 dim 0 == input 0 dim 0"), std::string::npos) << v.guards;
+      EXPECT_NE(v.signature.find("float32[d,24]"), std::string::npos) << v.signature;
+      EXPECT_GE(v.calls, 35);
+    }
+  EXPECT_EQ(symbolic, 1) << s->report_json();
+  EXPECT_EQ(r.validation, "passed");
+  // Size 1, outside its range, gets an exact version once hot, as before symbolic versions.
+  const NamedTensors one = rows_inputs(1, 1, 24, 7);
+  for (int call = 0; call < 3; ++call) {
+    expect_interpreters_answer(g, one, s->run(one));
+    s->wait_for_compiles();
+  }
+  expect_interpreters_answer(g, one, s->run(one));
+  EXPECT_EQ(s->last_call().tiers, std::vector<std::string>{"cpu"}) << s->report_json();
+}
+
+TEST(SymbolicDims, a_broken_dim_equality_is_not_served_by_the_symbolic_version) {
+  if (!testing::have_tier1()) GTEST_SKIP() << "no tier-1 JIT in this build";
+  auto g = rows_model(8);
+  auto s = Session::from_graph(g, testing::on_tier(Tier::Cpu));
+  for (int64_t rows : {3, 4, 5, 6}) {
+    s->run(rows_inputs(rows, rows, 8, uint64_t(rows)));
+    s->wait_for_compiles();
+  }
+  ASSERT_EQ(only_region(*s).symbolic, "published") << s->report_json();
+  auto symbolic_calls = [&] {
+    for (const RegionReport::VersionInfo& v : only_region(*s).version_list)
+      if (v.kind == "symbolic") return v.calls;
+    return int64_t(-1);
+  };
+  const int64_t before = symbolic_calls();
+  // b broadcast along rows: valid ONNX, but not the equal row counts the symbolic code indexes by.
+  const NamedTensors in = rows_inputs(7, 1, 8, 77);
+  expect_interpreters_answer(g, in, s->run(in));
+  EXPECT_EQ(symbolic_calls(), before) << s->report_json();
+  const RegionReport r = only_region(*s);
+  ASSERT_FALSE(r.guard_failures.empty());
+  EXPECT_NE(r.guard_failures.front().find("input 1 dim 0 == input 0 dim 0: saw 1"), std::string::npos)
+      << r.guard_failures.front();
+}
+
+TEST(SymbolicDims, guards_as_data_check_range_and_equality) {
+  const std::vector<Tensor> in = {Tensor::empty(DType::Float32, {5, 3}), Tensor::empty(DType::Float32, {5, 3})};
+  const GuardSet g = GuardSet::symbolic(in, {{0, 0}, {1, 0}}, 2, 64);
+  EXPECT_FALSE(g.check(in));
+  EXPECT_FALSE(g.check({Tensor::empty(DType::Float32, {64, 3}), Tensor::empty(DType::Float32, {64, 3})}));
+  auto fails = [&](Shape a, Shape b) {
+    return g.check({Tensor::empty(DType::Float32, a), Tensor::empty(DType::Float32, b)}).value_or(GuardFailure{}).describe();
+  };
+  EXPECT_EQ(fails({1, 3}, {1, 3}), "input 0 dim 0 in [2, 64]: saw 1");
+  EXPECT_EQ(fails({65, 3}, {65, 3}), "input 0 dim 0 in [2, 64]: saw 65");
+  EXPECT_EQ(fails({5, 3}, {6, 3}), "input 1 dim 0 == input 0 dim 0: saw 6");
+  EXPECT_EQ(fails({5, 4}, {5, 3}), "input 0 dim 1: expected 3, saw 4");  // the other dims stay exact
+}
+
+TEST(SymbolicDims, two_dims_varying_apart_or_a_library_region_refuse_and_stay_static) {
+  std::string why;
+  const auto sig = [](Shape a) { return Signature({Tensor::empty(DType::Float32, a)}); };
+  EXPECT_FALSE(find_symbolic_dim({sig({2, 3}), sig({3, 3}), sig({3, 4})}, why));
+  EXPECT_NE(why.find("two dims vary independently"), std::string::npos) << why;
+  std::optional<SymbolicDim> one = find_symbolic_dim({sig({2, 3}), sig({3, 3}), sig({9, 3})}, why);
+  ASSERT_TRUE(one);
+  EXPECT_EQ(one->describe(), "input 0 dim 0");
+  if (!testing::have_tier1()) GTEST_SKIP() << "no tier-1 JIT in this build";
+  GraphBuilder b;  // a MatMul: a library (oneDNN) region
+  int x = b.input("x", DType::Float32, {-1, 16});
+  b.output(b.node(Op::MatMul, {x, b.constant("w", random_tensor({16, 4}, 3))}));
+  auto s = Session::from_graph(b.build(), testing::on_tier(Tier::Cpu));
+  for (int64_t rows : {2, 3, 4, 5, 6}) {
+    s->run({{"x", random_tensor({rows, 16}, uint64_t(rows))}});
+    s->wait_for_compiles();
+  }
+  EXPECT_NE(only_region(*s).symbolic.find("refused: a library region"), std::string::npos) << s->report_json();
+}
+
+}  // namespace
+}  // namespace terrace

@@ -1,0 +1,59 @@
+// Symbolic dims for generated-code regions (issue 36): one lowering whose kernels read a dim from a
+// run-time parameter instead of having it folded into their constants. The lowering itself stays
+// static (tiers/region_lowering.h): the region is lowered at many sizes of the dim, and only a
+// region whose lowerings are the same program up to integer constants, each a polynomial of the
+// dim of degree <= 2 that reproduces every sample exactly, gets a symbolic version; those constants
+// become expressions of the parameter. Anything else (a float constant or a schedule that changes
+// with the size, a value input, a lowering that fails at some size) refuses, with the reason.
+#pragma once
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "guards/guard.h"
+#include "tiers/region_lowering.h"
+
+namespace terrace {
+
+// The region inputs' dims one symbol stands for, and the sizes the symbolic code was proven for.
+struct SymbolicDim {
+  std::vector<std::pair<int, int>> positions;  // (input, dim), sorted; all equal at run time
+  int64_t lo = 1, hi = 1;
+  std::vector<int64_t> observed;  // the sizes seen (sampled besides the fixed ones)
+  // "input 0 dim 1, input 1 dim 1"
+  std::string describe() const;
+};
+
+// a2*d^2 + a1*d + a0.
+struct Poly {
+  int64_t a2 = 0, a1 = 0, a0 = 0;
+  int64_t at(int64_t d) const { return (a2 * d + a1) * d + a0; }
+  bool constant() const { return a2 == 0 && a1 == 0; }
+};
+
+// Finds the one dim that varies among `sigs` (distinct signatures of one region's calls): every
+// position whose sizes vary must vary alike (one symbol), dtypes and ranks and every other dim be
+// equal. nullopt, with `why`, otherwise.
+std::optional<SymbolicDim> find_symbolic_dim(const std::vector<Signature>& sigs, std::string& why);
+
+struct SymbolicLowering {
+  // The region lowered at sym.hi, its kernels reading the dim from slot dims_slot (int64[1]), which
+  // the runner fills each call; every kernel takes that slot as its last buffer.
+  LoweredRegion lowered;
+  int dims_slot = -1;
+  std::vector<std::vector<Poly>> slot_dims;  // per slot, per dim: its size as a function of the symbol
+  // Per step: a kernel's parallel extent and work per iteration as functions of it (copies: unused).
+  std::vector<Poly> extents, work;
+  int samples = 0;  // sizes lowered and checked
+};
+
+// Lowers `region` for every size of `sym` in [sym.lo, sym.hi] (the other dims as in `example`), or
+// nullopt and why not. `example`: one call's inputs (dtypes, shapes).
+std::optional<SymbolicLowering> lower_symbolic(const Graph& g, const Region& region, const std::vector<Tensor>& example,
+                                               SymbolicDim& sym, std::string& why);
+
+// The inputs' shapes with the symbol's positions set to `d`.
+std::vector<Tensor> inputs_at(const std::vector<Tensor>& example, const SymbolicDim& sym, int64_t d);
+
+}  // namespace terrace
