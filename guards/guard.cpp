@@ -19,6 +19,8 @@ std::string Guard::describe() const {
     case Kind::DimEqual:
       return in + " dim " + std::to_string(dim) + " == input " + std::to_string(other) + " dim " +
              std::to_string(other_dim);
+    case Kind::DimValue:
+      return in + " value == input " + std::to_string(other) + " dim " + std::to_string(other_dim);
   }
   return "?";
 }
@@ -39,7 +41,8 @@ std::string GuardFailure::describe() const {
       return in + " value: expected " + (guard.value ? guard.value->str() : "?") + ", element " +
              std::to_string(seen) + " differs";
     case Guard::Kind::DimRange:
-    case Guard::Kind::DimEqual: return guard.describe() + ": saw " + std::to_string(seen);
+    case Guard::Kind::DimEqual:
+    case Guard::Kind::DimValue: return guard.describe() + ": saw " + std::to_string(seen);
   }
   return "?";
 }
@@ -68,7 +71,8 @@ GuardSet GuardSet::exact(const std::vector<Tensor>& inputs, const std::vector<in
 }
 
 GuardSet GuardSet::symbolic(const std::vector<Tensor>& inputs, const std::vector<std::pair<int, int>>& symbolic,
-                            int64_t lo, int64_t hi) {
+                            int64_t lo, int64_t hi, const std::vector<int>& values,
+                            const std::vector<int>& by_value) {
   TERRACE_ASSERT(!symbolic.empty(), "GuardSet::symbolic: no symbolic dim");
   GuardSet exact_set = exact(inputs);
   GuardSet s;
@@ -92,7 +96,21 @@ GuardSet GuardSet::symbolic(const std::vector<Tensor>& inputs, const std::vector
     }
     s.guards_.push_back(r);
   }
+  for (int i : values) s.guards_.push_back({Guard::Kind::DimValue, i, 0, 0, nullptr, 0, first_in, first_dim});
+  for (int i : by_value) {
+    Guard g{Guard::Kind::Value, i, 0, 0, nullptr};
+    g.value = std::make_shared<const Tensor>(inputs.at(size_t(i)).clone());
+    s.guards_.push_back(std::move(g));
+  }
   return s;
+}
+
+// The one integer element of `t` (a host tensor), or nullopt.
+static std::optional<int64_t> integer_value(const Tensor& t) {
+  if (t.numel() != 1 || t.on_device()) return std::nullopt;
+  if (t.dtype() == DType::Int64) return t.data<int64_t>()[0];
+  if (t.dtype() == DType::Int32) return t.data<int32_t>()[0];
+  return std::nullopt;
 }
 
 // The first element (as bytes) where `t` differs from `expected`, or -1 when they are equal.
@@ -129,6 +147,13 @@ std::optional<GuardFailure> GuardSet::check(const std::vector<Tensor>& inputs) c
         const Tensor& o = inputs[size_t(g.other)];
         seen = t.dim(g.dim);
         if (o.rank() <= g.other_dim || seen != o.dim(g.other_dim)) return GuardFailure{g, seen};
+        continue;
+      }
+      case Guard::Kind::DimValue: {  // after the DimRange guard on the dim it names
+        const Tensor& o = inputs[size_t(g.other)];
+        const std::optional<int64_t> v = integer_value(t);
+        seen = v.value_or(-1);
+        if (!v || o.rank() <= g.other_dim || *v != o.dim(g.other_dim)) return GuardFailure{g, seen};
         continue;
       }
     }

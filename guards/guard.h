@@ -16,14 +16,16 @@ struct Guard {
   // DimRange: a symbolic dim (a kernel parameter) lies in [expected, upper]: the sizes its code was
   // proven for. DimEqual: the dim equals input `other`'s dim `other_dim` (the code indexes both by
   // one parameter).
-  enum class Kind { Dtype, Rank, Dim, Device, Value, DimRange, DimEqual };
+  // DimValue: the input's one integer element equals input `other`'s dim `other_dim` (a shape
+  // value computed in another region, which the code folded as the symbol).
+  enum class Kind { Dtype, Rank, Dim, Device, Value, DimRange, DimEqual, DimValue };
   Kind kind = Kind::Dtype;
   int input = 0;         // which region input
   int dim = 0;           // Dim guards: which dimension
   int64_t expected = 0;  // DType as an int, the rank, the dim size, or the device index (0 = CPU)
   std::shared_ptr<const Tensor> value;  // Value guards: the contents assumed
   int64_t upper = 0;                    // DimRange: the largest size allowed
-  int other = 0, other_dim = 0;         // DimEqual: the dim it must equal
+  int other = 0, other_dim = 0;         // DimEqual, DimValue: the dim it must equal
 
   std::string describe() const;  // "input 1 dim 0 == 16"
 };
@@ -44,8 +46,10 @@ class GuardSet {
   static GuardSet exact(const std::vector<Tensor>& inputs, const std::vector<int>& by_value);
   // Like exact, but the dims at `symbolic` (input, dim) pairs, which one kernel parameter stands
   // for, are guarded only to lie in [lo, hi] and to equal the first of them.
+  // `values`: inputs of one integer element that hold the symbol's size (DimValue guards).
   static GuardSet symbolic(const std::vector<Tensor>& inputs, const std::vector<std::pair<int, int>>& symbolic,
-                           int64_t lo, int64_t hi);
+                           int64_t lo, int64_t hi, const std::vector<int>& values = {},
+                           const std::vector<int>& by_value = {});
 
   // The first failing guard for these inputs, or nullopt when all pass.
   std::optional<GuardFailure> check(const std::vector<Tensor>& inputs) const;

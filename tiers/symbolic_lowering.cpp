@@ -19,10 +19,23 @@ using kernels::Stmt;
 std::string SymbolicDim::describe() const {
   std::string s;
   for (auto [i, d] : positions) s += (s.empty() ? "" : ", ") + ("input " + std::to_string(i) + " dim " + std::to_string(d));
+  for (int i : values) s += ", the value of input " + std::to_string(i);
   return s;
 }
 
-std::optional<SymbolicDim> find_symbolic_dim(const std::vector<Signature>& sigs, std::string& why) {
+ScalarValues scalar_values(const std::vector<Tensor>& in) {
+  ScalarValues out;
+  for (const Tensor& t : in) {
+    std::optional<int64_t> v;
+    if (t.numel() == 1 && !t.on_device() && t.dtype() == DType::Int64) v = t.data<int64_t>()[0];
+    if (t.numel() == 1 && !t.on_device() && t.dtype() == DType::Int32) v = t.data<int32_t>()[0];
+    out.push_back(v);
+  }
+  return out;
+}
+
+std::optional<SymbolicDim> find_symbolic_dim(const std::vector<Signature>& sigs, const std::vector<ScalarValues>& values,
+                                             std::string& why) {
   if (sigs.size() < 2) {
     why = "fewer than two signatures";
     return std::nullopt;
@@ -64,6 +77,13 @@ std::optional<SymbolicDim> find_symbolic_dim(const std::vector<Signature>& sigs,
   }
   std::sort(sym.positions.begin(), sym.positions.end());
   sym.observed = varying.front().first;
+  if (values.size() == sigs.size())
+    for (size_t i = 0; i < first.size(); ++i) {
+      bool holds = true;
+      for (size_t k = 0; k < sigs.size() && holds; ++k)
+        holds = i < values[k].size() && values[k][i] == sym.observed[k];
+      if (holds) sym.values.push_back(int(i));
+    }
   std::sort(sym.observed.begin(), sym.observed.end());
   return sym;
 }
@@ -75,6 +95,12 @@ std::vector<Tensor> inputs_at(const std::vector<Tensor>& example, const Symbolic
   std::vector<Tensor> out;  // an input the symbol is not in keeps its contents (a small one's are real)
   for (size_t i = 0; i < example.size(); ++i)
     out.push_back(shapes[i] == example[i].shape() ? example[i] : Tensor::empty(example[i].dtype(), shapes[i]));
+  for (int i : sym.values) {  // holds the size itself
+    Tensor& t = out[size_t(i)];
+    t = Tensor::empty(t.dtype(), t.shape());
+    if (t.dtype() == DType::Int64) t.data<int64_t>()[0] = d;
+    else t.data<int32_t>()[0] = int32_t(d);
+  }
   return out;
 }
 
@@ -138,17 +164,30 @@ uint64_t fnv(const void* p, size_t n) {
   return h;
 }
 
-Sample describe(const LoweredRegion& l, int64_t d) {
+bool small_integers(const Tensor& c) {
+  return (c.dtype() == DType::Int64 || c.dtype() == DType::Int32) && c.numel() <= 16;
+}
+
+Sample describe(const LoweredRegion& l, const SymbolicDim& sym, int64_t d) {
   Sample s{d, {}, {}};
   std::ostringstream os;
-  TERRACE_CHECK(l.value_inputs.empty(), NotImplemented, "it reads the contents of input ", l.value_inputs.front(),
-                " (a shape-like value)");
+  // Value inputs other than the size keep the example's contents (the version guards them by value).
+  os << "value inputs";
+  for (int i : l.value_inputs) os << " " << i;
+  os << "\n";
   for (size_t k = 0; k < l.slots.size(); ++k) {
     os << "slot " << dtype_name(l.slots[k].dtype) << " rank " << l.slots[k].shape.size() << " alias " << l.alias[k] << "\n";
     for (int64_t v : l.slots[k].shape) s.ints.push_back(v);
   }
-  for (const Tensor& c : l.constants)
+  for (const Tensor& c : l.constants) {
+    if (small_integers(c)) {  // a shape vector: its elements may be the size's polynomials
+      os << "constant " << dtype_name(c.dtype()) << shape_str(c.shape()) << "\n";
+      for (int64_t k = 0; k < c.numel(); ++k)
+        s.ints.push_back(c.dtype() == DType::Int64 ? c.data<int64_t>()[k] : c.data<int32_t>()[k]);
+      continue;
+    }
     os << "constant " << shape_str(c.shape()) << " " << fnv(c.raw(), size_t(c.numel()) * dtype_size(c.dtype())) << "\n";
+  }
   for (const LoweredStep& st : l.steps) {
     os << "step " << int(st.kind) << " " << st.node << " error " << st.error_slot << st.check_first << st.check_last
        << st.error_message << " slots";
@@ -177,11 +216,11 @@ std::optional<Poly> fit(int64_t x, int64_t f0, int64_t f1, int64_t f2) {
   return p;
 }
 
-// The sizes to lower at: the first four from lo, the powers of two and their neighbours, the
+// The sizes to lower at: every one up to 17, the powers of two and their neighbours, the
 // sizes seen, and hi.
 std::vector<int64_t> sample_sizes(const SymbolicDim& sym) {
   std::set<int64_t> s;
-  for (int64_t k = 0; k < 4; ++k) s.insert(sym.lo + k);
+  for (int64_t v = sym.lo; v <= 17; ++v) s.insert(v);  // contiguous: a schedule may change anywhere here
   for (int64_t p = 4; p <= sym.hi; p *= 2)
     for (int64_t v : {p - 1, p, p + 1}) s.insert(v);
   for (int64_t v : {5, 7, 9, 13, 100}) s.insert(v);
@@ -206,28 +245,33 @@ std::optional<SymbolicLowering> lower_symbolic(const Graph& g, const Region& reg
     why = "sizes beyond [1, 2048]";
     return std::nullopt;
   }
-  auto sample = [&](int64_t d) -> Sample {
+  std::vector<Sample> samples;  // in increasing size; a failed lowering's print says why
+  for (int64_t d : sample_sizes(sym)) {
     try {
-      return describe(lower_region(g, region, inputs_at(example, sym, d)), d);
+      samples.push_back(describe(lower_region(g, region, inputs_at(example, sym, d)), sym, d));
     } catch (const std::exception& e) {
-      why = "lowering at size " + std::to_string(d) + " failed: " + e.what();
-      throw;
+      samples.push_back({d, std::string("failed: ") + e.what(), {}});
     }
-  };
-  std::vector<Sample> samples;
-  try {
-    for (int64_t d : sample_sizes(sym)) samples.push_back(sample(d));
-  } catch (const std::exception&) {
+  }
+  // The sizes from which every sample lowers to the largest one's program (a schedule may change
+  // at small sizes): the version takes those, exact versions the sizes below.
+  const Sample& top_sample = samples.back();
+  if (top_sample.print.rfind("failed: ", 0) == 0) {
+    why = "lowering at size " + std::to_string(top_sample.d) + " " + top_sample.print;
     return std::nullopt;
   }
+  size_t first = samples.size() - 1;
+  while (first > 0 && samples[first - 1].print == top_sample.print && samples[first - 1].ints.size() == top_sample.ints.size())
+    --first;
+  samples.erase(samples.begin(), samples.begin() + long(first));
+  if (samples.size() < 4 || samples[1].d != samples[0].d + 1 || samples[2].d != samples[0].d + 2) {
+    why = "the lowering at size " + std::to_string(first ? samples.front().d - 1 : 0) + " is another program than at " +
+          std::to_string(top_sample.d) + " (a schedule, a float constant or a step that depends on the size)";
+    return std::nullopt;
+  }
+  sym.lo = samples.front().d;
   const Sample& ref = samples.front();
   std::vector<Poly> polys(ref.ints.size());
-  for (const Sample& s : samples)
-    if (s.print != ref.print || s.ints.size() != ref.ints.size()) {
-      why = "the lowering at size " + std::to_string(s.d) + " is another program than at " + std::to_string(ref.d) +
-            " (a schedule, a float constant or a step that depends on the size)";
-      return std::nullopt;
-    }
   for (size_t k = 0; k < polys.size(); ++k) {
     std::optional<Poly> p = fit(samples[0].d, samples[0].ints[k], samples[1].ints[k], samples[2].ints[k]);
     bool ok = p.has_value();
@@ -240,13 +284,13 @@ std::optional<SymbolicLowering> lower_symbolic(const Graph& g, const Region& reg
   }
   // Size 1 joins when it lowers to the same program and constants (a lowering usually folds a
   // size-1 dim's strides away: then size 1 is left to exact versions).
-  try {
-    Sample one = describe(lower_region(g, region, inputs_at(example, sym, 1)), 1);
-    bool same = one.print == ref.print && one.ints.size() == polys.size();
-    for (size_t k = 0; same && k < polys.size(); ++k) same = polys[k].at(1) == one.ints[k];
-    if (same) sym.lo = 1;
-  } catch (const std::exception&) {
-  }
+  if (sym.lo == 2) try {
+      Sample one = describe(lower_region(g, region, inputs_at(example, sym, 1)), sym, 1);
+      bool same = one.print == ref.print && one.ints.size() == polys.size();
+      for (size_t k = 0; same && k < polys.size(); ++k) same = polys[k].at(1) == one.ints[k];
+      if (same) sym.lo = 1;
+    } catch (const std::exception&) {
+    }
 
   SymbolicLowering out;
   out.samples = int(samples.size()) + 1;
@@ -264,6 +308,13 @@ std::optional<SymbolicLowering> lower_symbolic(const Graph& g, const Region& reg
         why = "a value's size decreases as the dim grows";
         return std::nullopt;
       }
+  for (size_t i = 0; i < l.constants.size(); ++i) {
+    if (!small_integers(l.constants[i])) continue;
+    std::vector<Poly> elements(polys.begin() + long(at), polys.begin() + long(at) + l.constants[i].numel());
+    at += size_t(l.constants[i].numel());
+    if (std::any_of(elements.begin(), elements.end(), [](const Poly& p) { return !p.constant(); }))
+      out.constants.emplace_back(int(i), std::move(elements));
+  }
   out.dims_slot = l.add_slot({DType::Int64, {1}});
   out.slot_dims.push_back({Poly{0, 0, 1}});
   for (LoweredStep& st : l.steps) {

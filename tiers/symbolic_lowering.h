@@ -21,6 +21,9 @@ struct SymbolicDim {
   std::vector<std::pair<int, int>> positions;  // (input, dim), sorted; all equal at run time
   int64_t lo = 1, hi = 1;
   std::vector<int64_t> observed;  // the sizes seen (sampled besides the fixed ones)
+  // Inputs of one integer element that held the size in every call seen (a shape value computed
+  // in another region): lowered with the size as their value, guarded to hold it (DimValue).
+  std::vector<int> values;
   // "input 0 dim 1, input 1 dim 1"
   std::string describe() const;
 };
@@ -35,7 +38,15 @@ struct Poly {
 // Finds the one dim that varies among `sigs` (distinct signatures of one region's calls): every
 // position whose sizes vary must vary alike (one symbol), dtypes and ranks and every other dim be
 // equal. nullopt, with `why`, otherwise.
-std::optional<SymbolicDim> find_symbolic_dim(const std::vector<Signature>& sigs, std::string& why);
+// `values[k][i]`: input i's integer value in signature k's call, where it has one element.
+using ScalarValues = std::vector<std::optional<int64_t>>;
+std::optional<SymbolicDim> find_symbolic_dim(const std::vector<Signature>& sigs, const std::vector<ScalarValues>& values,
+                                             std::string& why);
+inline std::optional<SymbolicDim> find_symbolic_dim(const std::vector<Signature>& sigs, std::string& why) {
+  return find_symbolic_dim(sigs, {}, why);
+}
+// The integer values of `in`'s one-element inputs (ScalarValues).
+ScalarValues scalar_values(const std::vector<Tensor>& in);
 
 struct SymbolicLowering {
   // The region lowered at sym.hi, its kernels reading the dim from slot dims_slot (int64[1]), which
@@ -45,6 +56,9 @@ struct SymbolicLowering {
   std::vector<std::vector<Poly>> slot_dims;  // per slot, per dim: its size as a function of the symbol
   // Per step: a kernel's parallel extent and work per iteration as functions of it (copies: unused).
   std::vector<Poly> extents, work;
+  // Integer constants computed at compile time whose elements depend on the size (a shape vector
+  // [1, d, 768]): their index in lowered.constants and each element's polynomial.
+  std::vector<std::pair<int, std::vector<Poly>>> constants;
   int samples = 0;  // sizes lowered and checked
 };
 

@@ -39,12 +39,13 @@ std::string sizes_str(const std::vector<int64_t>& sizes) {
 
 }  // namespace
 
-int64_t TierManager::Core::count_signature(RegionState& st, const Signature& sig) {
+int64_t TierManager::Core::count_signature(RegionState& st, const Signature& sig, const std::vector<Tensor>& in) {
   RegionProfile& p = st.profile;
   auto it = p.seen.find(sig);
   if (it == p.seen.end()) {
     if (p.seen.size() >= kMaxSignaturesKept) return 0;
     it = p.seen.emplace(sig, 0).first;
+    p.seen_values[sig] = scalar_values(in);
   }
   ++p.seen_calls;
   return ++it->second;
@@ -63,16 +64,20 @@ bool TierManager::Core::symbolic_takes(const RegionState& st, const std::vector<
 
 void TierManager::Core::consider_symbolic(RegionState& st, const Signature& sig, const std::vector<Tensor>& in,
                                           int64_t call) {
-  count_signature(st, sig);
+  count_signature(st, sig, in);
   using Sym = RegionState::Symbolic;
   if (options_.symbolic_after <= 0 || st.symbolic != Sym::Open || st.entry >= ladder_.size() ||
       st.compiles == RegionState::Compiles::Stopped || int(st.profile.seen.size()) < options_.symbolic_after)
     return;
   const std::string region = "region " + std::to_string(st.region->id) + " (" + st.region->ops() + ")";
   std::vector<Signature> sigs;
-  for (const auto& [s, n] : st.profile.seen) sigs.push_back(s);
+  std::vector<ScalarValues> values;
+  for (const auto& [s, n] : st.profile.seen) {
+    sigs.push_back(s);
+    values.push_back(st.profile.seen_values.at(s));
+  }
   std::string why;
-  std::optional<SymbolicDim> sym = find_symbolic_dim(sigs, why);
+  std::optional<SymbolicDim> sym = find_symbolic_dim(sigs, values, why);
   if (!sym) {
     st.symbolic = Sym::Refused;
     st.symbolic_why = why;
@@ -97,7 +102,7 @@ void TierManager::Core::consider_symbolic(RegionState& st, const Signature& sig,
 
 void TierManager::Core::note_symbolic_call(RegionState& st, const std::vector<Tensor>& in, int64_t call) {
   const Signature sig(in);
-  count_signature(st, sig);
+  count_signature(st, sig, in);
   if (!hot(st, sig)) return;
   const VersionKey key{st.entry, sig};
   if (st.compiling.count(key) || st.failed.count(key)) return;
@@ -137,7 +142,10 @@ void TierManager::Core::symbolic_job(RegionState& st, SymbolicDim sym, std::vect
   v->tier = backend.tier();
   v->rung = st.entry;
   v->signature = Signature(in);
-  v->guards = GuardSet::symbolic(in, sym.positions, sym.lo, sym.hi);
+  std::vector<int> by_value;  // shape values the lowering read that are not the size: as compiled
+  for (int i : code->value_inputs)
+    if (std::find(sym.values.begin(), sym.values.end(), i) == sym.values.end()) by_value.push_back(i);
+  v->guards = GuardSet::symbolic(in, sym.positions, sym.lo, sym.hi, sym.values, by_value);
   v->symbolic = true;
   v->sym_at = sym.positions.front();
   v->shapes = symbolic_shapes(in, sym);

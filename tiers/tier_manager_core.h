@@ -56,6 +56,8 @@ struct RegionProfile {
   // kMaxSignaturesKept signatures.
   std::map<Signature, int64_t> seen;
   int64_t seen_calls = 0;
+  // Per signature seen, its first call's one-element integer inputs (a symbol's value inputs).
+  std::map<Signature, ScalarValues> seen_values;
 };
 
 struct TierManager::RegionState {
@@ -171,7 +173,7 @@ struct TierManager::Core : std::enable_shared_from_this<Core> {
   // Queues key's compile (st.mu held); "" or why it could not be queued.
   std::string enqueue_compile(RegionState& st, const VersionKey& key, const std::vector<Tensor>& in, int64_t call);
   // The shape histogram (tiers/symbolic_policy.cpp). Counts a call of `sig`; returns its count.
-  int64_t count_signature(RegionState& st, const Signature& sig);
+  int64_t count_signature(RegionState& st, const Signature& sig, const std::vector<Tensor>& in);
   // After an interpreted call: queues the region's symbolic version once its calls took
   // Options::symbolic_after signatures differing in one dim. Caller holds st.mu.
   void consider_symbolic(RegionState& st, const Signature& sig, const std::vector<Tensor>& in, int64_t call);

@@ -47,6 +47,7 @@ struct SymbolicShapes {
   int dims_slot = -1;      // the kernels' int64 parameter
   std::vector<std::vector<Poly>> slot_dims;
   std::vector<Poly> extents, work;  // per step
+  std::vector<std::pair<int, std::vector<Poly>>> constants;  // integer constants that depend on it
 };
 
 class CpuRegion : public CompiledRegion {
@@ -100,7 +101,12 @@ class CpuRegion : public CompiledRegion {
 
   // Which region outputs are model outputs (their buffers are reused across calls: output_buffer).
   void keep_outputs(std::vector<bool> keep) { keep_outputs_ = std::move(keep); }
-  void set_symbolic(SymbolicShapes s) { sym_ = std::move(s); }
+  void set_symbolic(SymbolicShapes s) {
+    sym_ = std::move(s);
+    // A constant an output is a view of would leave with the call: not supported (refused before).
+    TERRACE_CHECK(sym_->constants.empty() || plan_.escaping.empty(), NotImplemented,
+                  "a symbolic region whose outputs view its computed values");
+  }
 
  private:
   // What one call needs beyond its inputs and outputs, kept across calls: the intermediates in one
@@ -121,7 +127,27 @@ class CpuRegion : public CompiledRegion {
     int64_t d = -1;
     std::vector<kernels::TensorSig> sigs;
     std::vector<int64_t> extents, work;
+    std::map<size_t, Tensor> constants;  // by constant index: the size-dependent ones, at d
   };
+
+  // Where constant i lives for this workspace: its own copy where it depends on the size.
+  void* constant_ptr(Workspace& ws, size_t i) const {
+    if (auto it = ws.constants.find(i); it != ws.constants.end()) return it->second.raw();
+    return const_cast<void*>(table_.constants[i].raw());
+  }
+
+  // The size-dependent integer constants at size d, in the workspace's copies.
+  void fill_constants(Workspace& ws, int64_t d) {
+    for (const auto& [i, polys] : sym_->constants) {
+      Tensor& t = ws.constants[size_t(i)];
+      if (!t.defined()) t = table_.constants[size_t(i)].clone();
+      for (size_t k = 0; k < polys.size(); ++k)
+        if (t.dtype() == DType::Int64) t.data<int64_t>()[k] = polys[k].at(d);
+        else t.data<int32_t>()[k] = int32_t(polys[k].at(d));
+    }
+    for (size_t s = table_.n_inputs; s < table_.size(); ++s)
+      if (table_.alias[s] <= -2) ws.table[s] = constant_ptr(ws, size_t(-2 - table_.alias[s]));
+  }
 
   // The slots' signatures for this call: the table's, or a symbolic version's at the call's size.
   const std::vector<kernels::TensorSig>& shapes_for(Workspace& ws, const std::vector<Tensor>& inputs) {
@@ -137,6 +163,7 @@ class CpuRegion : public CompiledRegion {
       ws.extents.push_back(sym_->extents[k].at(d));
       ws.work.push_back(sym_->work[k].at(d));
     }
+    fill_constants(ws, d);
     ws.d = d;
     return ws.sigs;
   }
@@ -196,7 +223,7 @@ class CpuRegion : public CompiledRegion {
     for (size_t s = 0; s < inputs.size(); ++s) table[s] = const_cast<void*>(inputs[s].raw());
     for (size_t s = n_in; s < n_in + n_out; ++s) {
       if (table_.alias[s] != -1) {
-        if (table_.alias[s] <= -2) table[s] = const_cast<void*>(table_.constants[size_t(-2 - table_.alias[s])].raw());
+        if (table_.alias[s] <= -2) table[s] = constant_ptr(ws, size_t(-2 - table_.alias[s]));
         continue;
       }
       const size_t o = s - n_in;
@@ -375,7 +402,7 @@ class CpuBackend : public Backend {
     const int dims_slot = sl->dims_slot;
     auto compiled = finish(g, region, std::move(steps), sl->lowered, std::move(ir));
     compiled->set_symbolic({sym.positions.front(), dims_slot, std::move(sl->slot_dims), std::move(sl->extents),
-                            std::move(sl->work)});
+                            std::move(sl->work), std::move(sl->constants)});
     return compiled;
   }
 
