@@ -253,22 +253,28 @@ std::optional<SymbolicLowering> lower_symbolic(const Graph& g, const Region& reg
       samples.push_back({d, std::string("failed: ") + e.what(), {}});
     }
   }
-  // The sizes from which every sample lowers to the largest one's program (a schedule may change
-  // at small sizes): the version takes those, exact versions the sizes below.
-  const Sample& top_sample = samples.back();
-  if (top_sample.print.rfind("failed: ", 0) == 0) {
-    why = "lowering at size " + std::to_string(top_sample.d) + " " + top_sample.print;
+  // The run of sampled sizes around the largest size seen that lower to its program: a schedule
+  // may change at small sizes, and a model may take no larger ones (a position table's length).
+  // The version takes that run's range; exact versions the sizes outside it.
+  size_t anchor = 0;
+  while (samples[anchor].d != sym.observed.back()) ++anchor;
+  const Sample& seen = samples[anchor];
+  if (seen.print.rfind("failed: ", 0) == 0) {
+    why = "lowering at size " + std::to_string(seen.d) + " " + seen.print;
     return std::nullopt;
   }
-  size_t first = samples.size() - 1;
-  while (first > 0 && samples[first - 1].print == top_sample.print && samples[first - 1].ints.size() == top_sample.ints.size())
-    --first;
-  samples.erase(samples.begin(), samples.begin() + long(first));
+  auto same = [&](const Sample& s) { return s.print == seen.print && s.ints.size() == seen.ints.size(); };
+  size_t first = anchor, last = anchor;
+  while (first > 0 && same(samples[first - 1])) --first;
+  while (last + 1 < samples.size() && same(samples[last + 1])) ++last;
+  const int64_t below = first > 0 ? samples[first - 1].d : 0;
+  samples = std::vector<Sample>(samples.begin() + long(first), samples.begin() + long(last) + 1);
   if (samples.size() < 4 || samples[1].d != samples[0].d + 1 || samples[2].d != samples[0].d + 2) {
-    why = "the lowering at size " + std::to_string(first ? samples.front().d - 1 : 0) + " is another program than at " +
-          std::to_string(top_sample.d) + " (a schedule, a float constant or a step that depends on the size)";
+    why = "the lowering at size " + std::to_string(below) + " is another program than at " + std::to_string(seen.d) +
+          " (a schedule, a float constant or a step that depends on the size)";
     return std::nullopt;
   }
+  sym.hi = samples.back().d;
   sym.lo = samples.front().d;
   const Sample& ref = samples.front();
   std::vector<Poly> polys(ref.ints.size());

@@ -101,12 +101,7 @@ class CpuRegion : public CompiledRegion {
 
   // Which region outputs are model outputs (their buffers are reused across calls: output_buffer).
   void keep_outputs(std::vector<bool> keep) { keep_outputs_ = std::move(keep); }
-  void set_symbolic(SymbolicShapes s) {
-    sym_ = std::move(s);
-    // A constant an output is a view of would leave with the call: not supported (refused before).
-    TERRACE_CHECK(sym_->constants.empty() || plan_.escaping.empty(), NotImplemented,
-                  "a symbolic region whose outputs view its computed values");
-  }
+  void set_symbolic(SymbolicShapes s) { sym_ = std::move(s); }
 
  private:
   // What one call needs beyond its inputs and outputs, kept across calls: the intermediates in one
