@@ -126,7 +126,7 @@ struct Options {
 
   // Options with TERRACE_MAX_TIER, TERRACE_CACHE_DIR, TERRACE_RECHECK, TERRACE_OPTIMIZE,
   // TERRACE_MODE, TERRACE_STRICT, TERRACE_ADAPT_THREADS, TERRACE_COMPILE_BODIES,
-  // TERRACE_JUDGE_CLIMBS and TERRACE_PROFILE applied over the defaults.
+  // TERRACE_JUDGE_CLIMBS, TERRACE_SYMBOLIC_AFTER and TERRACE_PROFILE applied over the defaults.
   static Options from_env();
   // These options with `mode` applied to the fields it sets (what a session runs with).
   Options resolved() const;

@@ -128,7 +128,7 @@ TEST(SymbolicDims, guards_as_data_check_range_and_equality) {
   EXPECT_EQ(fails({5, 4}, {5, 3}), "input 0 dim 1: expected 3, saw 4");  // the other dims stay exact
 }
 
-TEST(SymbolicDims, two_dims_varying_apart_or_a_library_region_refuse_and_stay_static) {
+TEST(SymbolicDims, two_dims_varying_apart_refuse) {
   std::string why;
   const auto sig = [](Shape a) { return Signature({Tensor::empty(DType::Float32, a)}); };
   EXPECT_FALSE(find_symbolic_dim({sig({2, 3}), sig({3, 3}), sig({3, 4})}, why));
@@ -136,16 +136,39 @@ TEST(SymbolicDims, two_dims_varying_apart_or_a_library_region_refuse_and_stay_st
   std::optional<SymbolicDim> one = find_symbolic_dim({sig({2, 3}), sig({3, 3}), sig({9, 3})}, why);
   ASSERT_TRUE(one);
   EXPECT_EQ(one->describe(), "input 0 dim 0");
-  if (!testing::have_tier1()) GTEST_SKIP() << "no tier-1 JIT in this build";
-  GraphBuilder b;  // a MatMul: a library (oneDNN) region
+}
+
+// x [rows, 16] . W (+ Relu when `relu`): a library (oneDNN) region.
+std::shared_ptr<Graph> product_model(bool relu) {
+  GraphBuilder b;
   int x = b.input("x", DType::Float32, {-1, 16});
-  b.output(b.node(Op::MatMul, {x, b.constant("w", random_tensor({16, 4}, 3))}));
-  auto s = Session::from_graph(b.build(), testing::on_tier(Tier::Cpu));
-  for (int64_t rows : {2, 3, 4, 5, 6}) {
-    s->run({{"x", random_tensor({rows, 16}, uint64_t(rows))}});
-    s->wait_for_compiles();
+  int y = b.node(Op::MatMul, {x, b.constant("w", random_tensor({16, 4}, 3))});
+  b.output(relu ? b.node(Op::Relu, {y}) : y);
+  return b.build();
+}
+
+TEST(SymbolicDims, a_product_takes_its_rows_at_run_time_and_one_with_an_activation_stays_static) {
+  if (!testing::have_tier1()) GTEST_SKIP() << "no tier-1 JIT in this build";
+  for (bool relu : {false, true}) {
+    auto g = product_model(relu);
+    auto s = Session::from_graph(g, testing::on_tier(Tier::Cpu));
+    for (int64_t rows : {2, 3, 4}) {
+      s->run({{"x", random_tensor({rows, 16}, uint64_t(rows))}});
+      s->wait_for_compiles();
+    }
+    const std::string state = only_region(*s).symbolic;
+    if (relu) {
+      EXPECT_NE(state.find("refused: a MatMul region with an activation"), std::string::npos) << state;
+      continue;
+    }
+    ASSERT_EQ(state, "published") << s->report_json();
+    for (int64_t rows : {5, 1, 17, 300}) {
+      const NamedTensors in = {{"x", random_tensor({rows, 16}, uint64_t(rows))}};
+      expect_interpreters_answer(g, in, s->run(in));
+      EXPECT_EQ(s->last_call().tiers, std::vector<std::string>{"cpu"}) << "rows " << rows;
+    }
+    EXPECT_EQ(only_region(*s).versions, 1) << s->report_json();
   }
-  EXPECT_NE(only_region(*s).symbolic.find("refused: a library region"), std::string::npos) << s->report_json();
 }
 
 }  // namespace

@@ -200,7 +200,12 @@ class CpuRegion : public CompiledRegion {
         if (i < n_in) ws.args.push_back(static_cast<const float*>(table[size_t(s.slots[i])]));
         else ws.outs.push_back(static_cast<float*>(table[size_t(s.slots[i])]));
       try {
-        p.run_outputs(ws.args, ws.outs);
+        if (p.runtime_rows()) {  // a symbolic version's product: the rows of this call's output
+          const Shape& out = sigs[size_t(s.slots.back())].shape;
+          p.run_rows(ws.args, ws.outs, out.back() > 0 ? shape_numel(out) / out.back() : 0);
+        } else {
+          p.run_outputs(ws.args, ws.outs);
+        }
       } catch (const Error& e) {
         fail(e.code(), s.node, ": ", e.message());
       }
@@ -380,16 +385,13 @@ class CpuBackend : public Backend {
     return finish(g, region, std::move(steps), lowered, std::move(ir));
   }
 
-  // A generated-code region only: a library region's primitives are made for one shape (oneDNN's
-  // runtime dims are not used yet), so it keeps static versions.
+  // A generated-code region (tiers/symbolic_lowering.h), or a MatMul library region whose rows
+  // are the symbol (cpu_library::compile_rows_matmul); other library regions keep static versions.
   std::unique_ptr<CompiledRegion> compile_symbolic(const Graph& g, const Region& region,
                                                    const std::vector<Tensor>& inputs, SymbolicDim& sym,
                                                    std::string& why) override {
-    if (cpu_library::is_library_op(g.nodes[size_t(region.nodes[0])].op)) {
-      why = "a library region (" + g.nodes[size_t(region.nodes[0])].describe() +
-            "): its oneDNN primitive is made for one shape";
-      return nullptr;
-    }
+    if (cpu_library::is_library_op(g.nodes[size_t(region.nodes[0])].op))
+      return compile_symbolic_library(g, region, inputs, sym, why);
     std::optional<SymbolicLowering> sl = lower_symbolic(g, region, inputs, sym, why);
     if (!sl) return nullptr;
     std::string ir;
@@ -402,6 +404,45 @@ class CpuBackend : public Backend {
   }
 
  private:
+  std::unique_ptr<CompiledRegion> compile_symbolic_library(const Graph& g, const Region& region,
+                                                           const std::vector<Tensor>& inputs, SymbolicDim& sym,
+                                                           std::string& why) {
+    if (!sym.values.empty()) {
+      why = "a library region reading the size as a value";
+      return nullptr;
+    }
+    LoweredRegion lowered;
+    for (const Tensor& t : inputs) lowered.add_slot({t.dtype(), t.shape()});
+    cpu_library::LibraryPart lib = cpu_library::compile_rows_matmul(g, region, lowered.slots, sym.positions, why);
+    if (!lib.primitive) return nullptr;
+    sym.lo = 1;  // the primitive takes any row count; the bound keeps products' sizes sane
+    sym.hi = int64_t(1) << 16;
+    lowered.alias.resize(lowered.slots.size(), -1);
+    std::string ir = lib.primitive->describe() + "\n";
+    // Every dim as in the example but the symbol's, and the output's rows, which are the input's.
+    SymbolicShapes shapes;
+    shapes.at = sym.positions.front();
+    for (const kernels::TensorSig& s : lowered.slots) {
+      shapes.slot_dims.emplace_back();
+      for (int64_t d : s.shape) shapes.slot_dims.back().push_back(Poly{0, 0, d});
+    }
+    for (auto [i, d] : sym.positions) shapes.slot_dims[size_t(i)][size_t(d)] = Poly{0, 1, 0};
+    const std::vector<Poly>& a = shapes.slot_dims[size_t(lib.slots.front())];
+    std::vector<Poly>& out = shapes.slot_dims.back();
+    for (size_t k = 0; k + 1 < out.size(); ++k) out[k] = a[k];
+    shapes.extents.assign(1, Poly{});
+    shapes.work.assign(1, Poly{});
+    CpuStep step;
+    step.work.emplace(std::move(lib.primitive));
+    step.slots = std::move(lib.slots);
+    step.node = std::move(lib.node);
+    std::vector<CpuStep> steps;
+    steps.push_back(std::move(step));
+    auto compiled = finish(g, region, std::move(steps), lowered, std::move(ir));
+    compiled->set_symbolic(std::move(shapes));
+    return compiled;
+  }
+
   std::vector<CpuStep> compile_kernels(LoweredRegion& lowered, std::string& ir) {
     std::vector<CpuStep> steps;
     for (LoweredStep& s : lowered.steps) {
