@@ -171,5 +171,29 @@ TEST(SymbolicDims, a_product_takes_its_rows_at_run_time_and_one_with_an_activati
   }
 }
 
+// An attention's product: a [2, rows, 8] . b [2, 8, rows], both computed.
+TEST(SymbolicDims, a_batched_product_of_computed_operands_takes_its_dims_at_run_time) {
+  if (!testing::have_tier1()) GTEST_SKIP() << "no tier-1 JIT in this build";
+  GraphBuilder b;
+  int x = b.input("a", DType::Float32, {2, -1, 8});
+  int y = b.input("b", DType::Float32, {2, 8, -1});
+  b.output(b.node(Op::MatMul, {x, y}));
+  auto g = b.build();
+  auto s = Session::from_graph(g, testing::on_tier(Tier::Cpu));
+  auto inputs = [](int64_t rows) {
+    return NamedTensors{{"a", random_tensor({2, rows, 8}, uint64_t(rows))}, {"b", random_tensor({2, 8, rows}, 9)}};
+  };
+  for (int64_t rows : {2, 3, 4}) {
+    s->run(inputs(rows));
+    s->wait_for_compiles();
+  }
+  ASSERT_EQ(only_region(*s).symbolic, "published") << s->report_json();
+  for (int64_t rows : {1, 5, 33, 130}) {
+    expect_interpreters_answer(g, inputs(rows), s->run(inputs(rows)));
+    EXPECT_EQ(s->last_call().tiers, std::vector<std::string>{"cpu"}) << "rows " << rows;
+  }
+  EXPECT_EQ(only_region(*s).versions, 1) << s->report_json();
+}
+
 }  // namespace
 }  // namespace terrace

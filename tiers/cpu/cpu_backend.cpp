@@ -200,9 +200,8 @@ class CpuRegion : public CompiledRegion {
         if (i < n_in) ws.args.push_back(static_cast<const float*>(table[size_t(s.slots[i])]));
         else ws.outs.push_back(static_cast<float*>(table[size_t(s.slots[i])]));
       try {
-        if (p.runtime_rows()) {  // a symbolic version's product: the rows of this call's output
-          const Shape& out = sigs[size_t(s.slots.back())].shape;
-          p.run_rows(ws.args, ws.outs, out.back() > 0 ? shape_numel(out) / out.back() : 0);
+        if (p.runtime_shapes()) {  // a symbolic version's product: this call's operand shapes
+          p.run_shaped(ws.args, ws.outs, sigs[size_t(s.slots[0])].shape, sigs[size_t(s.slots[1])].shape);
         } else {
           p.run_outputs(ws.args, ws.outs);
         }
@@ -427,9 +426,11 @@ class CpuBackend : public Backend {
       for (int64_t d : s.shape) shapes.slot_dims.back().push_back(Poly{0, 0, d});
     }
     for (auto [i, d] : sym.positions) shapes.slot_dims[size_t(i)][size_t(d)] = Poly{0, 1, 0};
-    const std::vector<Poly>& a = shapes.slot_dims[size_t(lib.slots.front())];
-    std::vector<Poly>& out = shapes.slot_dims.back();
+    const std::vector<Poly>& a = shapes.slot_dims[size_t(lib.slots[0])];
+    const std::vector<Poly>& b = shapes.slot_dims[size_t(lib.slots[1])];
+    std::vector<Poly>& out = shapes.slot_dims.back();  // a's rows, b's columns
     for (size_t k = 0; k + 1 < out.size(); ++k) out[k] = a[k];
+    out.back() = b.back();
     shapes.extents.assign(1, Poly{});
     shapes.work.assign(1, Poly{});
     CpuStep step;

@@ -788,6 +788,41 @@ LibraryPart compile_library(const Graph& g, const Region& region, std::vector<ke
   return chain_part(g, region, node, slots);
 }
 
+namespace {
+
+// A product of two computed operands of one rank >= 3 and equal leading (batch) dims, the symbol
+// in their matrices' dims only: one batched primitive taking m, k and n per call.
+LibraryPart batched_part(const Graph& g, const Region& region, const Node& node,
+                         std::vector<kernels::TensorSig>& slots, const std::vector<std::pair<int, int>>& positions,
+                         std::string& why) {
+  LibraryPart part;
+  const size_t a = region_input_index(region, node.inputs[0]), b = region_input_index(region, node.inputs[1]);
+  const Shape as = slots[a].shape, bs = slots[b].shape;
+  const size_t r = as.size();
+  if (r < 3 || bs.size() != r || !is_float32(g, node.inputs[0]) || !is_float32(g, node.inputs[1]) ||
+      !std::equal(as.begin(), as.end() - 2, bs.begin()) || bs[r - 2] != as[r - 1]) {
+    why = "a product of computed operands that is no batched product of equal batch dims: " + node.describe() +
+          "'s oneDNN primitive is made for one shape";
+    return part;
+  }
+  for (auto [i, d] : positions)
+    if ((size_t(i) != a && size_t(i) != b) || size_t(d) + 2 < r) {
+      why = "a batched product whose symbolic dim is a batch dim: " + node.describe() +
+            "'s oneDNN primitive is made for one shape";
+      return part;
+    }
+  part.node = node.describe();
+  part.slots = {int(a), int(b)};
+  part.primitive = jit::make_batched_matmul(node, shape_numel(Shape(as.begin(), as.end() - 2)));
+  Shape out(as.begin(), as.end() - 1);
+  out.push_back(bs.back());
+  slots.push_back({DType::Float32, out});
+  part.slots.push_back(int(slots.size()) - 1);
+  return part;
+}
+
+}  // namespace
+
 LibraryPart compile_rows_matmul(const Graph& g, const Region& region, std::vector<kernels::TensorSig>& slots,
                                 const std::vector<std::pair<int, int>>& positions, std::string& why) {
   LibraryPart part;
@@ -805,6 +840,7 @@ LibraryPart compile_rows_matmul(const Graph& g, const Region& region, std::vecto
   const Tensor* w = constant_of(g, node.inputs[1]);
   const size_t a = region_input_index(region, node.inputs[0]);
   const Shape& as = slots[a].shape;
+  if (!w && !bias) return batched_part(g, region, node, slots, positions, why);
   if (!w || w->dtype() != DType::Float32 || w->rank() != 2 || as.size() < 2 || !is_float32(g, node.inputs[0]) ||
       w->dim(0) != as.back()) {
     why = "a MatMul whose weights are no constant float32 matrix: " + one_shape;
