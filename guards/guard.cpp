@@ -21,6 +21,8 @@ std::string Guard::describe() const {
              std::to_string(other_dim);
     case Kind::DimValue:
       return in + " value == input " + std::to_string(other) + " dim " + std::to_string(other_dim);
+    case Kind::DimModulo:
+      return in + " dim " + std::to_string(dim) + " % " + std::to_string(expected) + (upper ? " != 0" : " == 0");
   }
   return "?";
 }
@@ -42,7 +44,8 @@ std::string GuardFailure::describe() const {
              std::to_string(seen) + " differs";
     case Guard::Kind::DimRange:
     case Guard::Kind::DimEqual:
-    case Guard::Kind::DimValue: return guard.describe() + ": saw " + std::to_string(seen);
+    case Guard::Kind::DimValue:
+    case Guard::Kind::DimModulo: return guard.describe() + ": saw " + std::to_string(seen);
   }
   return "?";
 }
@@ -72,7 +75,7 @@ GuardSet GuardSet::exact(const std::vector<Tensor>& inputs, const std::vector<in
 
 GuardSet GuardSet::symbolic(const std::vector<Tensor>& inputs, const std::vector<std::pair<int, int>>& symbolic,
                             int64_t lo, int64_t hi, const std::vector<int>& values,
-                            const std::vector<int>& by_value) {
+                            const std::vector<int>& by_value, int64_t modulus, bool divisible) {
   TERRACE_ASSERT(!symbolic.empty(), "GuardSet::symbolic: no symbolic dim");
   GuardSet exact_set = exact(inputs);
   GuardSet s;
@@ -96,6 +99,7 @@ GuardSet GuardSet::symbolic(const std::vector<Tensor>& inputs, const std::vector
     }
     s.guards_.push_back(r);
   }
+  if (modulus > 0) s.guards_.push_back({Guard::Kind::DimModulo, first_in, first_dim, modulus, nullptr, divisible ? 0 : 1});
   for (int i : values) s.guards_.push_back({Guard::Kind::DimValue, i, 0, 0, nullptr, 0, first_in, first_dim});
   for (int i : by_value) {
     Guard g{Guard::Kind::Value, i, 0, 0, nullptr};
@@ -149,6 +153,10 @@ std::optional<GuardFailure> GuardSet::check(const std::vector<Tensor>& inputs) c
         if (o.rank() <= g.other_dim || seen != o.dim(g.other_dim)) return GuardFailure{g, seen};
         continue;
       }
+      case Guard::Kind::DimModulo:  // after its input's rank guard
+        seen = t.dim(g.dim);
+        if ((seen % g.expected == 0) != (g.upper == 0)) return GuardFailure{g, seen};
+        continue;
       case Guard::Kind::DimValue: {  // after the DimRange guard on the dim it names
         const Tensor& o = inputs[size_t(g.other)];
         const std::optional<int64_t> v = integer_value(t);

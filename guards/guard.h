@@ -18,7 +18,9 @@ struct Guard {
   // one parameter).
   // DimValue: the input's one integer element equals input `other`'s dim `other_dim` (a shape
   // value computed in another region, which the code folded as the symbol).
-  enum class Kind { Dtype, Rank, Dim, Device, Value, DimRange, DimEqual, DimValue };
+  // DimModulo: the dim's remainder by `expected` is zero (upper 0) or not (upper 1): the residue
+  // class a tiled schedule's code was proven for.
+  enum class Kind { Dtype, Rank, Dim, Device, Value, DimRange, DimEqual, DimValue, DimModulo };
   Kind kind = Kind::Dtype;
   int input = 0;         // which region input
   int dim = 0;           // Dim guards: which dimension
@@ -49,7 +51,7 @@ class GuardSet {
   // `values`: inputs of one integer element that hold the symbol's size (DimValue guards).
   static GuardSet symbolic(const std::vector<Tensor>& inputs, const std::vector<std::pair<int, int>>& symbolic,
                            int64_t lo, int64_t hi, const std::vector<int>& values = {},
-                           const std::vector<int>& by_value = {});
+                           const std::vector<int>& by_value = {}, int64_t modulus = 0, bool divisible = false);
 
   // The first failing guard for these inputs, or nullopt when all pass.
   std::optional<GuardFailure> check(const std::vector<Tensor>& inputs) const;

@@ -138,10 +138,23 @@ class SymbolizeInts : public kernels::IRMutator {
     if (p.constant()) return self;
     const Expr d = kernels::Var::make(DType::Int64, "sym_d");
     Expr e;
-    auto add = [&](Expr term) { e = e.defined() ? e + term : term; };
-    if (p.a2) add(kernels::make_index(p.a2) * d * d);
-    if (p.a1) add(p.a1 == 1 ? d : kernels::make_index(p.a1) * d);
-    if (p.a0) add(kernels::make_index(p.a0));
+    auto add = [&](int64_t c, Expr term) {
+      if (!c) return;
+      term = c == 1 ? term : kernels::make_index(c) * term;
+      e = e.defined() ? e + term : term;
+    };
+    add(p.a2, d * d);
+    add(p.a1, d);
+    if (p.modulus) {
+      const Expr q = kernels::Binary::make(kernels::BinaryOp::Div, d, kernels::make_index(p.modulus));
+      const Expr r = kernels::Binary::make(kernels::BinaryOp::Mod, d, kernels::make_index(p.modulus));
+      add(p.qq, q * q);
+      add(p.qr, q * r);
+      add(p.rr, r * r);
+      add(p.q1, q);
+      add(p.r1, r);
+    }
+    if (p.a0) e = e + kernels::make_index(p.a0);
     return kernels::Cast::make(op->type, e);
   }
 
@@ -216,6 +229,62 @@ std::optional<Poly> fit(int64_t x, int64_t f0, int64_t f1, int64_t f2) {
   return p;
 }
 
+// The quasi-polynomial of `ints[k]` over `samples` (one residue class by `modulus`): coefficients
+// of q^2, q*r, r^2, q, r, 1 solved exactly over the rationals from all samples (the columns that
+// vanish on the class dropped), integers, and exact at every sample; or nullopt.
+std::optional<Poly> fit_class(const std::vector<Sample>& samples, size_t k, int64_t modulus) {
+  using I = __int128;
+  struct Q {  // a rational
+    I n = 0, d = 1;
+  };
+  auto norm = [](Q x) {
+    if (x.d < 0) x.n = -x.n, x.d = -x.d;
+    I a = x.n < 0 ? -x.n : x.n, b = x.d;
+    while (b) {
+      a %= b;
+      std::swap(a, b);
+    }
+    if (a > 1) x.n /= a, x.d /= a;
+    return x;
+  };
+  auto sub = [&](Q a, Q b) { return norm({a.n * b.d - b.n * a.d, a.d * b.d}); };
+  auto mul = [&](Q a, Q b) { return norm({a.n * b.n, a.d * b.d}); };
+  auto div = [&](Q a, Q b) { return norm({a.n * b.d, a.d * b.n}); };
+  std::vector<std::vector<Q>> rows;
+  for (const Sample& s : samples) {
+    const I q = s.d / modulus, r = s.d % modulus;
+    rows.push_back({{q * q}, {q * r}, {r * r}, {q}, {r}, {1}, {s.ints[k]}});
+  }
+  const size_t cols = 6;
+  std::vector<int> pivot_of(cols, -1);
+  size_t row = 0;
+  for (size_t c = 0; c < cols && row < rows.size(); ++c) {
+    size_t p = row;
+    while (p < rows.size() && rows[p][c].n == 0) ++p;
+    if (p == rows.size()) continue;  // a column that vanishes (or depends on the others): coefficient 0
+    std::swap(rows[p], rows[row]);
+    for (size_t i = 0; i < rows.size(); ++i) {
+      if (i == row || rows[i][c].n == 0) continue;
+      const Q f = div(rows[i][c], rows[row][c]);
+      for (size_t j = c; j <= cols; ++j) rows[i][j] = sub(rows[i][j], mul(f, rows[row][j]));
+    }
+    pivot_of[c] = int(row++);
+  }
+  int64_t coef[6] = {};
+  for (size_t c = 0; c < cols; ++c) {
+    if (pivot_of[c] < 0) continue;
+    const Q v = div(rows[size_t(pivot_of[c])][cols], rows[size_t(pivot_of[c])][c]);
+    if (v.d != 1 || v.n > I(INT64_MAX) || v.n < I(INT64_MIN)) return std::nullopt;
+    coef[c] = int64_t(v.n);
+  }
+  Poly p;
+  p.modulus = modulus;
+  p.qq = coef[0], p.qr = coef[1], p.rr = coef[2], p.q1 = coef[3], p.r1 = coef[4], p.a0 = coef[5];
+  for (const Sample& s : samples)
+    if (p.at(s.d) != s.ints[k]) return std::nullopt;
+  return p;
+}
+
 // The sizes to lower at: every one up to 17, the powers of two and their neighbours, the
 // sizes seen, and hi.
 std::vector<int64_t> sample_sizes(const SymbolicDim& sym) {
@@ -232,7 +301,71 @@ std::vector<int64_t> sample_sizes(const SymbolicDim& sym) {
   return out;
 }
 
+bool is_failed(const Sample& s) { return s.print.rfind("failed: ", 0) == 0; }
+
+// The run of sampled sizes around the largest size seen that lower to its program: a schedule
+// may change at small sizes, and a model may take no larger ones (a position table's length).
+// Empty, and why, when it has no three consecutive sizes to start its fit from.
+std::vector<Sample> contiguous_run(const std::vector<Sample>& samples, SymbolicDim& sym, std::string& why) {
+  size_t anchor = 0;
+  while (samples[anchor].d != sym.observed.back()) ++anchor;
+  const Sample& seen = samples[anchor];
+  if (is_failed(seen)) {
+    why = "lowering at size " + std::to_string(seen.d) + " " + seen.print;
+    return {};
+  }
+  auto same = [&](const Sample& s) { return s.print == seen.print && s.ints.size() == seen.ints.size(); };
+  size_t first = anchor, last = anchor;
+  while (first > 0 && same(samples[first - 1])) --first;
+  while (last + 1 < samples.size() && same(samples[last + 1])) ++last;
+  std::vector<Sample> run(samples.begin() + long(first), samples.begin() + long(last) + 1);
+  if (run.size() < 4 || run[1].d != run[0].d + 1 || run[2].d != run[0].d + 2) {
+    why = "the lowering at size " + std::to_string(first > 0 ? samples[first - 1].d : 0) + " is another program than at " +
+          std::to_string(seen.d) + " (a schedule, a float constant or a step that depends on the size)";
+    return {};
+  }
+  sym.lo = run.front().d;
+  sym.hi = run.back().d;
+  return run;
+}
+
+// A tiled schedule lowers sizes divisible by its tile to one program and the others to another
+// (a remainder loop): the run, among the sizes of one residue class, around the largest size seen
+// in the class that holds most of them, for the smallest modulus that gives one of at least 8.
+std::vector<Sample> class_run(const std::vector<Sample>& samples, SymbolicDim& sym, std::string& why) {
+  for (int64_t t : {2, 4, 8, 16, 32, 64}) {
+    int64_t divisible = 0;
+    for (int64_t d : sym.observed) divisible += d % t == 0;
+    const bool cls = 2 * divisible > int64_t(sym.observed.size());
+    int64_t largest = -1;
+    for (int64_t d : sym.observed)
+      if ((d % t == 0) == cls) largest = d;
+    std::vector<Sample> in;
+    for (const Sample& s : samples)
+      if ((s.d % t == 0) == cls) in.push_back(s);
+    size_t anchor = 0;
+    while (anchor < in.size() && in[anchor].d != largest) ++anchor;
+    if (anchor == in.size() || is_failed(in[anchor])) continue;
+    auto same = [&](const Sample& s) { return s.print == in[anchor].print && s.ints.size() == in[anchor].ints.size(); };
+    size_t first = anchor, last = anchor;
+    while (first > 0 && same(in[first - 1])) --first;
+    while (last + 1 < in.size() && same(in[last + 1])) ++last;
+    if (last - first + 1 < 8) continue;
+    sym.modulus = t;
+    sym.divisible = cls;
+    sym.lo = in[first].d;
+    sym.hi = in[last].d;
+    return std::vector<Sample>(in.begin() + long(first), in.begin() + long(last) + 1);
+  }
+  why = "no residue class of its sizes lowers to one program either";
+  return {};
+}
+
 }  // namespace
+
+bool in_class(const SymbolicDim& sym, int64_t d) {
+  return !sym.modulus || (d % sym.modulus == 0) == sym.divisible;
+}
 
 std::optional<SymbolicLowering> lower_symbolic(const Graph& g, const Region& region, const std::vector<Tensor>& example,
                                                SymbolicDim& sym, std::string& why) {
@@ -253,44 +386,32 @@ std::optional<SymbolicLowering> lower_symbolic(const Graph& g, const Region& reg
       samples.push_back({d, std::string("failed: ") + e.what(), {}});
     }
   }
-  // The run of sampled sizes around the largest size seen that lower to its program: a schedule
-  // may change at small sizes, and a model may take no larger ones (a position table's length).
-  // The version takes that run's range; exact versions the sizes outside it.
-  size_t anchor = 0;
-  while (samples[anchor].d != sym.observed.back()) ++anchor;
-  const Sample& seen = samples[anchor];
-  if (seen.print.rfind("failed: ", 0) == 0) {
-    why = "lowering at size " + std::to_string(seen.d) + " " + seen.print;
-    return std::nullopt;
+  std::vector<Sample> run = contiguous_run(samples, sym, why);
+  if (run.empty()) {
+    std::string class_why;
+    run = class_run(samples, sym, class_why);
+    if (!class_why.empty()) why += "; " + class_why;
   }
-  auto same = [&](const Sample& s) { return s.print == seen.print && s.ints.size() == seen.ints.size(); };
-  size_t first = anchor, last = anchor;
-  while (first > 0 && same(samples[first - 1])) --first;
-  while (last + 1 < samples.size() && same(samples[last + 1])) ++last;
-  const int64_t below = first > 0 ? samples[first - 1].d : 0;
-  samples = std::vector<Sample>(samples.begin() + long(first), samples.begin() + long(last) + 1);
-  if (samples.size() < 4 || samples[1].d != samples[0].d + 1 || samples[2].d != samples[0].d + 2) {
-    why = "the lowering at size " + std::to_string(below) + " is another program than at " + std::to_string(seen.d) +
-          " (a schedule, a float constant or a step that depends on the size)";
-    return std::nullopt;
-  }
-  sym.hi = samples.back().d;
-  sym.lo = samples.front().d;
-  const Sample& ref = samples.front();
+  if (run.empty()) return std::nullopt;
+  why.clear();
+  const Sample& ref = run.front();
   std::vector<Poly> polys(ref.ints.size());
   for (size_t k = 0; k < polys.size(); ++k) {
-    std::optional<Poly> p = fit(samples[0].d, samples[0].ints[k], samples[1].ints[k], samples[2].ints[k]);
+    std::optional<Poly> p = sym.modulus ? fit_class(run, k, sym.modulus)
+                                        : fit(run[0].d, run[0].ints[k], run[1].ints[k], run[2].ints[k]);
     bool ok = p.has_value();
-    for (const Sample& s : samples) ok = ok && p->at(s.d) == s.ints[k];
+    for (const Sample& s : run) ok = ok && p->at(s.d) == s.ints[k];
     if (!ok) {
-      why = "integer constant " + std::to_string(k) + " of the lowering is no polynomial of degree <= 2 of the size";
+      why = "integer constant " + std::to_string(k) + " of the lowering is no polynomial of degree <= 2 of the size" +
+            (sym.modulus ? " and its quotient and remainder by " + std::to_string(sym.modulus) : std::string());
       return std::nullopt;
     }
     polys[k] = *p;
   }
+  const std::vector<Sample>& samples_used = run;
   // Size 1 joins when it lowers to the same program and constants (a lowering usually folds a
   // size-1 dim's strides away: then size 1 is left to exact versions).
-  if (sym.lo == 2) try {
+  if (sym.lo == 2 && !sym.modulus) try {
       Sample one = describe(lower_region(g, region, inputs_at(example, sym, 1)), sym, 1);
       bool same = one.print == ref.print && one.ints.size() == polys.size();
       for (size_t k = 0; same && k < polys.size(); ++k) same = polys[k].at(1) == one.ints[k];
@@ -299,7 +420,7 @@ std::optional<SymbolicLowering> lower_symbolic(const Graph& g, const Region& reg
     }
 
   SymbolicLowering out;
-  out.samples = int(samples.size()) + 1;
+  out.samples = int(samples_used.size()) + 1;
   out.lowered = lower_region(g, region, inputs_at(example, sym, sym.hi));
   LoweredRegion& l = out.lowered;
   size_t at = 0;
@@ -307,13 +428,20 @@ std::optional<SymbolicLowering> lower_symbolic(const Graph& g, const Region& reg
     out.slot_dims.emplace_back(polys.begin() + long(at), polys.begin() + long(at + s.shape.size()));
     at += s.shape.size();
   }
-  // The arena is planned at hi: every size below must need no more (sizes non-decreasing in d).
-  for (const auto& dims : out.slot_dims)
-    for (const Poly& p : dims)
-      if (p.a2 < 0 || p.a1 < 0 || (p.a2 == 0 && p.a1 == 0 && p.a0 < 0)) {
-        why = "a value's size decreases as the dim grows";
+  // The arena is planned at hi: no size the version takes may need more (checked at each of them).
+  for (const auto& dims : out.slot_dims) {
+    int64_t top_size = 1;
+    for (const Poly& p : dims) top_size *= p.at(sym.hi);
+    for (int64_t d = sym.lo; d <= sym.hi; ++d) {
+      if (!in_class(sym, d)) continue;
+      int64_t size = 1;
+      for (const Poly& p : dims) size *= p.at(d);
+      if (size > top_size || size < 0) {
+        why = "a value's size at " + std::to_string(d) + " exceeds its size at " + std::to_string(sym.hi);
         return std::nullopt;
       }
+    }
+  }
   for (size_t i = 0; i < l.constants.size(); ++i) {
     if (!small_integers(l.constants[i])) continue;
     std::vector<Poly> elements(polys.begin() + long(at), polys.begin() + long(at) + l.constants[i].numel());

@@ -20,6 +20,10 @@ namespace terrace {
 struct SymbolicDim {
   std::vector<std::pair<int, int>> positions;  // (input, dim), sorted; all equal at run time
   int64_t lo = 1, hi = 1;
+  // 0, or the sizes taken are those whose remainder by `modulus` is zero (`divisible`) or not:
+  // a tiled schedule lowers the two classes to two programs.
+  int64_t modulus = 0;
+  bool divisible = false;
   std::vector<int64_t> observed;  // the sizes seen (sampled besides the fixed ones)
   // Inputs of one integer element that held the size in every call seen (a shape value computed
   // in another region): lowered with the size as their value, guarded to hold it (DimValue).
@@ -28,11 +32,20 @@ struct SymbolicDim {
   std::string describe() const;
 };
 
-// a2*d^2 + a1*d + a0.
+// a2*d^2 + a1*d + a0; with a modulus T (a tiled schedule's remainder), also
+// qq*q^2 + qr*q*r + rr*r^2 + q1*q + r1*r where q = d / T and r = d % T.
 struct Poly {
   int64_t a2 = 0, a1 = 0, a0 = 0;
-  int64_t at(int64_t d) const { return (a2 * d + a1) * d + a0; }
-  bool constant() const { return a2 == 0 && a1 == 0; }
+  int64_t modulus = 0, qq = 0, qr = 0, rr = 0, q1 = 0, r1 = 0;
+  int64_t at(int64_t d) const {
+    int64_t v = (a2 * d + a1) * d + a0;
+    if (modulus) {
+      const int64_t q = d / modulus, r = d % modulus;
+      v += qq * q * q + qr * q * r + rr * r * r + q1 * q + r1 * r;
+    }
+    return v;
+  }
+  bool constant() const { return a2 == 0 && a1 == 0 && qq == 0 && qr == 0 && rr == 0 && q1 == 0 && r1 == 0; }
 };
 
 // Finds the one dim that varies among `sigs` (distinct signatures of one region's calls): every
@@ -66,6 +79,9 @@ struct SymbolicLowering {
 // nullopt and why not. `example`: one call's inputs (dtypes, shapes).
 std::optional<SymbolicLowering> lower_symbolic(const Graph& g, const Region& region, const std::vector<Tensor>& example,
                                                SymbolicDim& sym, std::string& why);
+
+// True when `sym`'s version takes size d's residue class (always without a modulus).
+bool in_class(const SymbolicDim& sym, int64_t d);
 
 // The inputs' shapes with the symbol's positions set to `d`.
 std::vector<Tensor> inputs_at(const std::vector<Tensor>& example, const SymbolicDim& sym, int64_t d);

@@ -28,7 +28,8 @@ std::string symbolic_shapes(const std::vector<Tensor>& in, const SymbolicDim& sy
     }
     s += "]";
   }
-  return s + " with d in [" + std::to_string(sym.lo) + ", " + std::to_string(sym.hi) + "]";
+  return s + " with d in [" + std::to_string(sym.lo) + ", " + std::to_string(sym.hi) + "]" +
+         (sym.modulus ? ", d % " + std::to_string(sym.modulus) + (sym.divisible ? " == 0" : " != 0") : "");
 }
 
 std::string sizes_str(const std::vector<int64_t>& sizes) {
@@ -145,7 +146,7 @@ void TierManager::Core::symbolic_job(RegionState& st, SymbolicDim sym, std::vect
   std::vector<int> by_value;  // shape values the lowering read that are not the size: as compiled
   for (int i : code->value_inputs)
     if (std::find(sym.values.begin(), sym.values.end(), i) == sym.values.end()) by_value.push_back(i);
-  v->guards = GuardSet::symbolic(in, sym.positions, sym.lo, sym.hi, sym.values, by_value);
+  v->guards = GuardSet::symbolic(in, sym.positions, sym.lo, sym.hi, sym.values, by_value, sym.modulus, sym.divisible);
   v->symbolic = true;
   v->sym_at = sym.positions.front();
   v->shapes = symbolic_shapes(in, sym);
