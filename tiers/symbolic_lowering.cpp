@@ -333,10 +333,12 @@ std::vector<Sample> contiguous_run(const std::vector<Sample>& samples, SymbolicD
 // (a remainder loop): the run, among the sizes of one residue class, around the largest size seen
 // in the class that holds most of them, for the smallest modulus that gives one of at least 8.
 std::vector<Sample> class_run(const std::vector<Sample>& samples, SymbolicDim& sym, std::string& why) {
+  const int64_t forced = sym.modulus;  // the other class of a version already published
   for (int64_t t : {2, 4, 8, 16, 32, 64}) {
+    if (forced && t != forced) continue;
     int64_t divisible = 0;
     for (int64_t d : sym.observed) divisible += d % t == 0;
-    const bool cls = 2 * divisible > int64_t(sym.observed.size());
+    const bool cls = forced ? sym.divisible : 2 * divisible > int64_t(sym.observed.size());
     int64_t largest = -1;
     for (int64_t d : sym.observed)
       if ((d % t == 0) == cls) largest = d;
@@ -386,7 +388,7 @@ std::optional<SymbolicLowering> lower_symbolic(const Graph& g, const Region& reg
       samples.push_back({d, std::string("failed: ") + e.what(), {}});
     }
   }
-  std::vector<Sample> run = contiguous_run(samples, sym, why);
+  std::vector<Sample> run = sym.modulus ? std::vector<Sample>() : contiguous_run(samples, sym, why);
   if (run.empty()) {
     std::string class_why;
     run = class_run(samples, sym, class_why);

@@ -21,7 +21,8 @@ struct SymbolicDim {
   std::vector<std::pair<int, int>> positions;  // (input, dim), sorted; all equal at run time
   int64_t lo = 1, hi = 1;
   // 0, or the sizes taken are those whose remainder by `modulus` is zero (`divisible`) or not:
-  // a tiled schedule lowers the two classes to two programs.
+  // a tiled schedule lowers the two classes to two programs. Set before lower_symbolic: that
+  // class only (the other class's version is published).
   int64_t modulus = 0;
   bool divisible = false;
   std::vector<int64_t> observed;  // the sizes seen (sampled besides the fixed ones)

@@ -58,15 +58,20 @@ bool TierManager::Core::hot(const RegionState& st, const Signature& sig) const {
 }
 
 bool TierManager::Core::symbolic_takes(const RegionState& st, const std::vector<Tensor>& in) const {
+  bool any = false;
   for (const auto& v : *st.load())
-    if (v->symbolic && !v->demoted) return !v->guards.check(in);
-  return true;  // still compiling: assume it will
+    if (v->symbolic && !v->demoted) {
+      if (!v->guards.check(in)) return true;
+      any = true;
+    }
+  return !any;  // none yet (compiling): assume it will
 }
 
 void TierManager::Core::consider_symbolic(RegionState& st, const Signature& sig, const std::vector<Tensor>& in,
                                           int64_t call) {
   count_signature(st, sig, in);
   using Sym = RegionState::Symbolic;
+  if (st.symbolic == Sym::Published) consider_complement(st, in, call);
   if (options_.symbolic_after <= 0 || st.symbolic != Sym::Open || st.entry >= ladder_.size() ||
       st.compiles == RegionState::Compiles::Stopped || int(st.profile.seen.size()) < options_.symbolic_after)
     return;
@@ -94,11 +99,46 @@ void TierManager::Core::consider_symbolic(RegionState& st, const Signature& sig,
   const int team = team_to_build();
   std::string failed = jobs_->enqueue([self = shared_from_this(), sp, s = *sym, shapes = compile_inputs(in), call, team] {
     ScopedOmpThreads threads(team);
-    self->symbolic_job(*sp, s, shapes, call);
+    self->symbolic_job(*sp, s, shapes, call, false);
   });
   if (failed.empty()) return;
   st.symbolic = Sym::Refused;
   st.symbolic_why = "no compile thread: " + failed;
+}
+
+void TierManager::Core::consider_complement(RegionState& st, const std::vector<Tensor>& in, int64_t call) {
+  if (!st.class_modulus || st.complement_tried || options_.symbolic_after <= 0) return;
+  const auto [input, dim] = st.symbolic_at;
+  auto other = [&](const Shape& s) { return (s[size_t(dim)] % st.class_modulus == 0) != st.class_divisible; };
+  std::vector<Signature> sigs;
+  std::vector<ScalarValues> values;
+  for (const auto& [s, n] : st.profile.seen)
+    if (other(s.shape(size_t(input)))) {
+      sigs.push_back(s);
+      values.push_back(st.profile.seen_values.at(s));
+    }
+  if (int(sigs.size()) < options_.symbolic_after || !other(in[size_t(input)].shape())) return;
+  if (int(st.load()->size() + st.compiling.size()) >= options_.max_specializations) return;
+  st.complement_tried = true;
+  std::string why;
+  std::optional<SymbolicDim> sym = find_symbolic_dim(sigs, values, why);
+  const std::string region = "region " + std::to_string(st.region->id) + " (" + st.region->ops() + ")";
+  if (!sym) {
+    log_event(LogTopic::Recompiles, LogLevel::Info, region, ": no symbolic version for the other class: ", why);
+    return;
+  }
+  sym->modulus = st.class_modulus;
+  sym->divisible = !st.class_divisible;
+  log_event(LogTopic::Recompiles, LogLevel::Info, region, ": ", sigs.size(), " sizes (", sizes_str(sym->observed),
+            ") outside its symbolic version's class: compiling one for d % ", sym->modulus,
+            sym->divisible ? " == 0" : " != 0");
+  RegionState* sp = &st;
+  const int team = team_to_build();
+  std::string failed = jobs_->enqueue([self = shared_from_this(), sp, s = *sym, shapes = compile_inputs(in), call, team] {
+    ScopedOmpThreads threads(team);
+    self->symbolic_job(*sp, s, shapes, call, true);
+  });
+  (void)failed;  // no thread: the first version goes on serving its class
 }
 
 void TierManager::Core::note_symbolic_call(RegionState& st, const std::vector<Tensor>& in, int64_t call) {
@@ -116,7 +156,8 @@ void TierManager::Core::note_symbolic_call(RegionState& st, const std::vector<Te
   if (std::string why = enqueue_compile(st, key, in, call); !why.empty()) st.failed.insert(key);
 }
 
-void TierManager::Core::symbolic_job(RegionState& st, SymbolicDim sym, std::vector<Tensor> in, int64_t call) {
+void TierManager::Core::symbolic_job(RegionState& st, SymbolicDim sym, std::vector<Tensor> in, int64_t call,
+                                     bool complement) {
   Backend& backend = *ladder_[st.entry];
   const auto t0 = std::chrono::steady_clock::now();
   TraceSpan span(options_.trace.get(), "compile", "compile symbolic region", st.region->id);
@@ -134,9 +175,12 @@ void TierManager::Core::symbolic_job(RegionState& st, SymbolicDim sym, std::vect
   std::lock_guard<std::mutex> lock(st.mu);
   st.compile_ms += ms;
   if (!code) {
-    st.symbolic = RegionState::Symbolic::Refused;
-    st.symbolic_why = why;
-    log_event(LogTopic::Recompiles, LogLevel::Info, region, ": no symbolic version: ", why, "; static versions go on");
+    if (!complement) {
+      st.symbolic = RegionState::Symbolic::Refused;
+      st.symbolic_why = why;
+    }
+    log_event(LogTopic::Recompiles, LogLevel::Info, region, ": no symbolic version", complement ? " for the other class" : "",
+              ": ", why, "; static versions go on");
     return;
   }
   auto v = std::make_shared<Version>();
@@ -159,6 +203,11 @@ void TierManager::Core::symbolic_job(RegionState& st, SymbolicDim sym, std::vect
   if (options_.validate != ValidateMode::Off) st.validation = RegionState::Validation::Pending;
   const std::string shapes = v->shapes;
   st.symbolic = RegionState::Symbolic::Published;
+  if (!complement) {
+    st.class_modulus = sym.modulus;
+    st.class_divisible = sym.divisible;
+    st.symbolic_at = sym.positions.front();
+  }
   st.publish(std::move(v));
   epoch_.fetch_add(1);
   log_event(LogTopic::Recompiles, LogLevel::Info, region, ": symbolic version for ", shapes, " published (compiled in ",

@@ -88,6 +88,11 @@ struct TierManager::RegionState {
   // or refused (`symbolic_why`: the region keeps static versions).
   enum class Symbolic { Open, Compiling, Published, Refused } symbolic = Symbolic::Open;
   std::string symbolic_why;
+  // A published symbolic version of one residue class (SymbolicDim::modulus): the other class may
+  // get a second one, tried once.
+  int64_t class_modulus = 0;
+  bool class_divisible = false, complement_tried = false;
+  std::pair<int, int> symbolic_at{-1, -1};
 
   std::shared_ptr<const VersionList> load() const { return std::atomic_load(&versions); }
   void stop(std::string why) {  // caller holds mu
@@ -184,7 +189,10 @@ struct TierManager::Core : std::enable_shared_from_this<Core> {
   // True unless the region's published symbolic version's guards refuse `in` (a size outside its
   // range, as 1 often is): those sizes get exact versions as before. Caller holds st.mu.
   bool symbolic_takes(const RegionState& st, const std::vector<Tensor>& in) const;
-  void symbolic_job(RegionState& st, SymbolicDim sym, std::vector<Tensor> in, int64_t call);
+  // `complement`: the second version, for the other residue class (a failure leaves the first).
+  void symbolic_job(RegionState& st, SymbolicDim sym, std::vector<Tensor> in, int64_t call, bool complement);
+  // Queues the other residue class's symbolic version once enough of its sizes were seen.
+  void consider_complement(RegionState& st, const std::vector<Tensor>& in, int64_t call);
   bool validate(RegionState& st, Version& v, Frame& frame, CallTally& tally, const std::vector<Tensor>& in,
                 const std::vector<Tensor>& out);
   // Why `out` (the version's) differs from `expected` (the interpreter's), or nullopt.
