@@ -143,8 +143,11 @@ Tier TierManager::Core::finish_served(RegionState& st, Frame& frame, const std::
   if (check && !passed) return Tier::Interp;  // the frame holds the interpreter's results
   for (size_t i = 0; i < region.outputs.size(); ++i) frame.env[size_t(region.outputs[i])] = RValue(std::move(a.out[i]));
   std::lock_guard<std::mutex> lock(st.mu);
-  if (v.symbolic) note_symbolic_call(st, in, call);  // no climb: tier 2 compiles static versions
-  else if (v.rung + 1 < ladder_.size()) maybe_promote(st, {v.rung + 1, v.signature}, in, call);
+  if (v.symbolic) {  // no climb (tier 2 compiles static versions); a call plan once the size's count is in
+    if (note_symbolic_call(st, in, call) >= kHotCalls && !check) run.settled = a.served;
+    return v.tier;
+  }
+  if (v.rung + 1 < ladder_.size()) maybe_promote(st, {v.rung + 1, v.signature}, in, call);
   if (!check && at_top(st, v)) run.settled = a.served;
   return v.tier;
 }

@@ -44,7 +44,7 @@ int64_t TierManager::Core::count_signature(RegionState& st, const Signature& sig
   RegionProfile& p = st.profile;
   auto it = p.seen.find(sig);
   if (it == p.seen.end()) {
-    if (p.seen.size() >= kMaxSignaturesKept) return 0;
+    if (p.seen.size() >= kMaxSignaturesKept) return kHotCalls;
     it = p.seen.emplace(sig, 0).first;
     p.seen_values[sig] = scalar_values(in);
   }
@@ -141,19 +141,20 @@ void TierManager::Core::consider_complement(RegionState& st, const std::vector<T
   (void)failed;  // no thread: the first version goes on serving its class
 }
 
-void TierManager::Core::note_symbolic_call(RegionState& st, const std::vector<Tensor>& in, int64_t call) {
+int64_t TierManager::Core::note_symbolic_call(RegionState& st, const std::vector<Tensor>& in, int64_t call) {
   const Signature sig(in);
-  count_signature(st, sig, in);
-  if (!hot(st, sig)) return;
+  const int64_t count = count_signature(st, sig, in);
+  if (!hot(st, sig)) return count;
   const VersionKey key{st.entry, sig};
-  if (st.compiling.count(key) || st.failed.count(key)) return;
+  if (st.compiling.count(key) || st.failed.count(key)) return count;
   for (const auto& v : *st.load())
-    if (!v->symbolic && v->rung == key.rung && v->signature == sig) return;
-  if (int(st.load()->size() + st.compiling.size()) >= options_.max_specializations) return;  // the symbolic one serves it
+    if (!v->symbolic && v->rung == key.rung && v->signature == sig) return count;
+  if (int(st.load()->size() + st.compiling.size()) >= options_.max_specializations) return count;  // the symbolic one serves it
   log_event(LogTopic::Recompiles, LogLevel::Info, "region ", st.region->id, " (", st.region->ops(), "): ", sig.str(),
             " is hot (", st.profile.seen.at(sig), " of ", st.profile.seen_calls,
             " counted calls): compiling an exact version beside the symbolic one");
   if (std::string why = enqueue_compile(st, key, in, call); !why.empty()) st.failed.insert(key);
+  return count;
 }
 
 void TierManager::Core::symbolic_job(RegionState& st, SymbolicDim sym, std::vector<Tensor> in, int64_t call,

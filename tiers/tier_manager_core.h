@@ -177,13 +177,16 @@ struct TierManager::Core : std::enable_shared_from_this<Core> {
   void compile_job(RegionState& st, VersionKey key, std::vector<Tensor> in, int64_t call);
   // Queues key's compile (st.mu held); "" or why it could not be queued.
   std::string enqueue_compile(RegionState& st, const VersionKey& key, const std::vector<Tensor>& in, int64_t call);
-  // The shape histogram (tiers/symbolic_policy.cpp). Counts a call of `sig`; returns its count.
+  // The shape histogram (tiers/symbolic_policy.cpp). Counts a call of `sig`; returns its count
+  // (kHotCalls for one the full histogram does not keep).
   int64_t count_signature(RegionState& st, const Signature& sig, const std::vector<Tensor>& in);
   // After an interpreted call: queues the region's symbolic version once its calls took
   // Options::symbolic_after signatures differing in one dim. Caller holds st.mu.
   void consider_symbolic(RegionState& st, const Signature& sig, const std::vector<Tensor>& in, int64_t call);
-  // After a symbolic version served a call: queues an exact version for a hot size. Caller holds st.mu.
-  void note_symbolic_call(RegionState& st, const std::vector<Tensor>& in, int64_t call);
+  // After a symbolic version served a call: queues an exact version for a hot size. Returns the
+  // size's count: a call plan (which the histogram does not see) may serve it once the count
+  // could have made it hot. Caller holds st.mu.
+  int64_t note_symbolic_call(RegionState& st, const std::vector<Tensor>& in, int64_t call);
   // True when `sig`'s calls are hot enough for an exact version beside a symbolic one.
   bool hot(const RegionState& st, const Signature& sig) const;
   // True unless the region's published symbolic version's guards refuse `in` (a size outside its

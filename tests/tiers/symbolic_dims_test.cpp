@@ -126,6 +126,32 @@ TEST(SymbolicDims, guards_as_data_check_range_and_equality) {
   EXPECT_EQ(fails({65, 3}, {65, 3}), "input 0 dim 0 in [2, 64]: saw 65");
   EXPECT_EQ(fails({5, 3}, {6, 3}), "input 1 dim 0 == input 0 dim 0: saw 6");
   EXPECT_EQ(fails({5, 4}, {5, 3}), "input 0 dim 1: expected 3, saw 4");  // the other dims stay exact
+  // A tiled schedule's class: sizes not divisible by 8 only.
+  const GuardSet tiled = GuardSet::symbolic(in, {{0, 0}, {1, 0}}, 2, 64, {}, {}, 8, false);
+  EXPECT_FALSE(tiled.check(in));
+  const std::vector<Tensor> sixteen = {Tensor::empty(DType::Float32, {16, 3}), Tensor::empty(DType::Float32, {16, 3})};
+  EXPECT_EQ(tiled.check(sixteen).value_or(GuardFailure{}).describe(), "input 0 dim 0 % 8 != 0: saw 16");
+}
+
+TEST(SymbolicDims, a_hot_size_gets_an_exact_version_beside_the_symbolic_one) {
+  if (!testing::have_tier1()) GTEST_SKIP() << "no tier-1 JIT in this build";
+  auto g = rows_model(8);
+  auto s = Session::from_graph(g, testing::on_tier(Tier::Cpu));
+  for (int64_t rows : {3, 4, 5}) {
+    s->run(rows_inputs(rows, rows, 8, uint64_t(rows)));
+    s->wait_for_compiles();
+  }
+  ASSERT_EQ(only_region(*s).symbolic, "published") << s->report_json();
+  const NamedTensors seven = rows_inputs(7, 7, 8, 70);
+  for (int call = 0; call < int(20); ++call) {  // 20 of the 23 counted calls: hot (kHotCalls 16, a quarter)
+    expect_interpreters_answer(g, seven, s->run(seven));
+    s->wait_for_compiles();
+  }
+  bool exact = false;
+  for (const RegionReport::VersionInfo& v : only_region(*s).version_list)
+    exact = exact || (v.kind == "static" && v.signature == "float32[7,8],float32[7,8],float32[]" && v.calls > 0);
+  EXPECT_TRUE(exact) << s->report_json();
+  EXPECT_EQ(only_region(*s).versions, 2) << s->report_json();
 }
 
 TEST(SymbolicDims, two_dims_varying_apart_refuse) {
