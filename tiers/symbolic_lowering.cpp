@@ -169,20 +169,15 @@ struct Sample {
   int64_t d = 0;
   std::string print;
   std::vector<int64_t> ints;
+  std::vector<Tensor> constants;  // the lowering's computed constants (compared after the fit)
 };
-
-uint64_t fnv(const void* p, size_t n) {
-  uint64_t h = 1469598103934665603ull;
-  for (size_t i = 0; i < n; ++i) h = (h ^ static_cast<const unsigned char*>(p)[i]) * 1099511628211ull;
-  return h;
-}
 
 bool small_integers(const Tensor& c) {
   return (c.dtype() == DType::Int64 || c.dtype() == DType::Int32) && c.numel() <= 16;
 }
 
 Sample describe(const LoweredRegion& l, const SymbolicDim& sym, int64_t d) {
-  Sample s{d, {}, {}};
+  Sample s{d, {}, {}, {}};
   std::ostringstream os;
   // Value inputs other than the size keep the example's contents (the version guards them by value).
   os << "value inputs";
@@ -199,8 +194,15 @@ Sample describe(const LoweredRegion& l, const SymbolicDim& sym, int64_t d) {
         s.ints.push_back(c.dtype() == DType::Int64 ? c.data<int64_t>()[k] : c.data<int32_t>()[k]);
       continue;
     }
-    os << "constant " << shape_str(c.shape()) << " " << fnv(c.raw(), size_t(c.numel()) * dtype_size(c.dtype())) << "\n";
+    if (c.dtype() == DType::String) {
+      os << "constant string" << shape_str(c.shape()) << "\n";
+      continue;
+    }
+    // Its shape is its slot's (in the ints); its contents are checked once the range is known: a
+    // prefix of the largest size's (the first d rows of a position table, gathered at compile time).
+    os << "constant " << dtype_name(c.dtype()) << " rank " << c.rank() << "\n";
   }
+  s.constants = l.constants;
   for (const LoweredStep& st : l.steps) {
     os << "step " << int(st.kind) << " " << st.node << " error " << st.error_slot << st.check_first << st.check_last
        << st.error_message << " slots";
@@ -385,7 +387,7 @@ std::optional<SymbolicLowering> lower_symbolic(const Graph& g, const Region& reg
     try {
       samples.push_back(describe(lower_region(g, region, inputs_at(example, sym, d)), sym, d));
     } catch (const std::exception& e) {
-      samples.push_back({d, std::string("failed: ") + e.what(), {}});
+      samples.push_back({d, std::string("failed: ") + e.what(), {}, {}});
     }
   }
   std::vector<Sample> run = sym.modulus ? std::vector<Sample>() : contiguous_run(samples, sym, why);
@@ -411,6 +413,21 @@ std::optional<SymbolicLowering> lower_symbolic(const Graph& g, const Region& reg
     polys[k] = *p;
   }
   const std::vector<Sample>& samples_used = run;
+  for (size_t c = 0; c < run.back().constants.size(); ++c) {
+    const Tensor& top = run.back().constants[c];
+    if (small_integers(top)) continue;  // its elements are among the fitted integers
+    for (const Sample& s : run) {
+      const Tensor& t = s.constants.at(c);
+      const bool strings = t.dtype() == DType::String;
+      const size_t bytes = size_t(t.numel()) * dtype_size(t.dtype());
+      if (t.numel() > top.numel() || (strings ? t.numel() != top.numel() || t.str() != top.str()
+                                              : std::memcmp(t.raw(), top.raw(), bytes) != 0)) {
+        why = "a constant computed at compile time at size " + std::to_string(s.d) + " is no prefix of its value at " +
+              std::to_string(run.back().d);
+        return std::nullopt;
+      }
+    }
+  }
   // Size 1 joins when it lowers to the same program and constants (a lowering usually folds a
   // size-1 dim's strides away: then size 1 is left to exact versions).
   if (sym.lo == 2 && !sym.modulus) try {
