@@ -371,35 +371,11 @@ bool in_class(const SymbolicDim& sym, int64_t d) {
   return !sym.modulus || (d % sym.modulus == 0) == sym.divisible;
 }
 
-std::optional<SymbolicLowering> lower_symbolic(const Graph& g, const Region& region, const std::vector<Tensor>& example,
-                                               SymbolicDim& sym, std::string& why) {
-  // Size 1 often lowers as a broadcast of its own; the version then starts at 2 (guarded).
-  sym.lo = 2;
-  int64_t top = 64;
-  while (top < 2 * sym.observed.back()) top *= 2;
-  sym.hi = std::min<int64_t>(top, 2048);  // lowering allocates inputs at each size
-  if (sym.observed.back() > sym.hi || sym.observed.front() < 1) {
-    why = "sizes beyond [1, 2048]";
-    return std::nullopt;
-  }
-  std::vector<Sample> samples;  // in increasing size; a failed lowering's print says why
-  for (int64_t d : sample_sizes(sym)) {
-    try {
-      samples.push_back(describe(lower_region(g, region, inputs_at(example, sym, d)), sym, d));
-    } catch (const std::exception& e) {
-      samples.push_back({d, std::string("failed: ") + e.what(), {}, {}});
-    }
-  }
-  std::vector<Sample> run = sym.modulus ? std::vector<Sample>() : contiguous_run(samples, sym, why);
-  if (run.empty()) {
-    std::string class_why;
-    run = class_run(samples, sym, class_why);
-    if (!class_why.empty()) why += "; " + class_why;
-  }
-  if (run.empty()) return std::nullopt;
-  why.clear();
-  const Sample& ref = run.front();
-  std::vector<Poly> polys(ref.ints.size());
+namespace {
+
+// Each fitted integer of `run` as a function of the size, or nullopt and why.
+std::optional<std::vector<Poly>> fit_all(const std::vector<Sample>& run, const SymbolicDim& sym, std::string& why) {
+  std::vector<Poly> polys(run.front().ints.size());
   for (size_t k = 0; k < polys.size(); ++k) {
     std::optional<Poly> p = sym.modulus ? fit_class(run, k, sym.modulus)
                                         : fit(run[0].d, run[0].ints[k], run[1].ints[k], run[2].ints[k]);
@@ -412,35 +388,36 @@ std::optional<SymbolicLowering> lower_symbolic(const Graph& g, const Region& reg
     }
     polys[k] = *p;
   }
-  const std::vector<Sample>& samples_used = run;
-  for (size_t c = 0; c < run.back().constants.size(); ++c) {
-    const Tensor& top = run.back().constants[c];
-    if (small_integers(top)) continue;  // its elements are among the fitted integers
-    for (const Sample& s : run) {
+  return polys;
+}
+
+// True when every computed constant of `samples` (other than the fitted small integers) is a
+// prefix of its value in `top`, the range's largest size, which the version holds.
+bool prefixes_of(const std::vector<Sample>& samples, const Sample& top, std::string& why) {
+  for (size_t c = 0; c < top.constants.size(); ++c) {
+    const Tensor& big = top.constants[c];
+    if (small_integers(big)) continue;
+    for (const Sample& s : samples) {
       const Tensor& t = s.constants.at(c);
       const bool strings = t.dtype() == DType::String;
       const size_t bytes = size_t(t.numel()) * dtype_size(t.dtype());
-      if (t.numel() > top.numel() || (strings ? t.numel() != top.numel() || t.str() != top.str()
-                                              : std::memcmp(t.raw(), top.raw(), bytes) != 0)) {
+      if (t.numel() > big.numel() || t.dtype() != big.dtype() ||
+          (strings ? t.numel() != big.numel() || t.str() != big.str() : std::memcmp(t.raw(), big.raw(), bytes) != 0)) {
         why = "a constant computed at compile time at size " + std::to_string(s.d) + " is no prefix of its value at " +
-              std::to_string(run.back().d);
-        return std::nullopt;
+              std::to_string(top.d);
+        return false;
       }
     }
   }
-  // Size 1 joins when it lowers to the same program and constants (a lowering usually folds a
-  // size-1 dim's strides away: then size 1 is left to exact versions).
-  if (sym.lo == 2 && !sym.modulus) try {
-      Sample one = describe(lower_region(g, region, inputs_at(example, sym, 1)), sym, 1);
-      bool same = one.print == ref.print && one.ints.size() == polys.size();
-      for (size_t k = 0; same && k < polys.size(); ++k) same = polys[k].at(1) == one.ints[k];
-      if (same) sym.lo = 1;
-    } catch (const std::exception&) {
-    }
+  return true;
+}
 
+// The lowering at sym.hi with its kernels reading the size from a parameter (the fitted integers
+// `polys`, in describe()'s order), or nullopt and why.
+std::optional<SymbolicLowering> symbolize(LoweredRegion lowered, const std::vector<Poly>& polys, const SymbolicDim& sym,
+                                          std::string& why) {
   SymbolicLowering out;
-  out.samples = int(samples_used.size()) + 1;
-  out.lowered = lower_region(g, region, inputs_at(example, sym, sym.hi));
+  out.lowered = std::move(lowered);
   LoweredRegion& l = out.lowered;
   size_t at = 0;
   for (const kernels::TensorSig& s : l.slots) {
@@ -485,6 +462,54 @@ std::optional<SymbolicLowering> lower_symbolic(const Graph& g, const Region& reg
     st.func.body = kernels::LetStmt::make("sym_d", kernels::Load::make(dims, kernels::make_index(0)), body);
   }
   TERRACE_CHECK(at == polys.size(), InvalidArgument, "symbolic lowering: constants left over");
+  return out;
+}
+
+}  // namespace
+
+std::optional<SymbolicLowering> lower_symbolic(const Graph& g, const Region& region, const std::vector<Tensor>& example,
+                                               SymbolicDim& sym, std::string& why) {
+  // Size 1 often lowers as a broadcast of its own; the version then starts at 2 (guarded).
+  sym.lo = 2;
+  int64_t top = 64;
+  while (top < 2 * sym.observed.back()) top *= 2;
+  sym.hi = std::min<int64_t>(top, 2048);  // lowering allocates inputs at each size
+  if (sym.observed.back() > sym.hi || sym.observed.front() < 1) {
+    why = "sizes beyond [1, 2048]";
+    return std::nullopt;
+  }
+  auto sample = [&](int64_t d) { return describe(lower_region(g, region, inputs_at(example, sym, d)), sym, d); };
+  std::vector<Sample> samples;  // in increasing size; a failed lowering's print says why
+  for (int64_t d : sample_sizes(sym)) {
+    try {
+      samples.push_back(sample(d));
+    } catch (const std::exception& e) {
+      samples.push_back({d, std::string("failed: ") + e.what(), {}, {}});
+    }
+  }
+  std::vector<Sample> run = sym.modulus ? std::vector<Sample>() : contiguous_run(samples, sym, why);
+  if (run.empty()) {
+    std::string class_why;
+    run = class_run(samples, sym, class_why);
+    if (!class_why.empty()) why += "; " + class_why;
+  }
+  if (run.empty()) return std::nullopt;
+  why.clear();
+  std::optional<std::vector<Poly>> polys = fit_all(run, sym, why);
+  if (!polys || !prefixes_of(run, run.back(), why)) return std::nullopt;
+  // Size 1 joins when it lowers to the same program and constants (a lowering usually folds a
+  // size-1 dim's strides away: then size 1 is left to exact versions).
+  if (sym.lo == 2 && !sym.modulus) try {
+      Sample one = sample(1);
+      bool same = one.print == run.front().print && one.ints.size() == polys->size();
+      for (size_t k = 0; same && k < polys->size(); ++k) same = (*polys)[k].at(1) == one.ints[k];
+      std::string ignored;
+      if (same && prefixes_of({one}, run.back(), ignored)) sym.lo = 1;
+    } catch (const std::exception&) {
+    }
+  std::optional<SymbolicLowering> out =
+      symbolize(lower_region(g, region, inputs_at(example, sym, sym.hi)), *polys, sym, why);
+  if (out) out->samples = int(run.size()) + 1;
   return out;
 }
 
