@@ -92,6 +92,14 @@ void TierManager::Core::consider_symbolic(RegionState& st, const Signature& sig,
     return;
   }
   if (int(st.load()->size() + st.compiling.size()) >= options_.max_specializations) return;  // the limit stops it
+  // Its code is proven at the sizes it was lowered at; the others rest on the first call at each
+  // size agreeing with the interpreter, which validation off would skip.
+  if (options_.validate == ValidateMode::Off) {
+    st.symbolic = Sym::Refused;
+    st.symbolic_why = "validation is off: a symbolic version's first call at each size is validated";
+    log_event(LogTopic::Recompiles, LogLevel::Info, region, ": no symbolic version: ", st.symbolic_why);
+    return;
+  }
   st.symbolic = Sym::Compiling;
   log_event(LogTopic::Recompiles, LogLevel::Info, region, ": ", sym->describe(), " took ", sym->observed.size(),
             " sizes (", sizes_str(sym->observed), "): compiling a symbolic version");

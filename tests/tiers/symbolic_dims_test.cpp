@@ -164,6 +164,15 @@ TEST(SymbolicDims, two_dims_varying_apart_refuse) {
   EXPECT_EQ(one->describe(), "input 0 dim 0");
 }
 
+TEST(SymbolicDims, with_validation_off_a_region_keeps_static_versions) {
+  if (!testing::have_tier1()) GTEST_SKIP() << "no tier-1 JIT in this build";
+  Options o = testing::on_tier(Tier::Cpu);
+  o.validate = ValidateMode::Off;
+  auto s = Session::from_graph(rows_model(8), o);
+  for (int64_t rows : {3, 4, 5}) s->run(rows_inputs(rows, rows, 8, uint64_t(rows)));
+  EXPECT_NE(only_region(*s).symbolic.find("refused: validation is off"), std::string::npos) << s->report_json();
+}
+
 // x [rows, 16] . W (+ Relu when `relu`): a library (oneDNN) region.
 std::shared_ptr<Graph> product_model(bool relu) {
   GraphBuilder b;
