@@ -799,7 +799,9 @@ LibraryPart batched_part(const Graph& g, const Region& region, const Node& node,
   const size_t a = region_input_index(region, node.inputs[0]), b = region_input_index(region, node.inputs[1]);
   const Shape as = slots[a].shape, bs = slots[b].shape;
   const size_t r = as.size();
-  if (r < 3 || bs.size() != r || !is_float32(g, node.inputs[0]) || !is_float32(g, node.inputs[1]) ||
+  // oneDNN must never see a zero-sized dim (make_matmul's rule): such shapes keep static versions.
+  if (r < 3 || bs.size() != r || shape_numel(as) == 0 || shape_numel(bs) == 0 || !is_float32(g, node.inputs[0]) ||
+      !is_float32(g, node.inputs[1]) ||
       !std::equal(as.begin(), as.end() - 2, bs.begin()) || bs[r - 2] != as[r - 1]) {
     why = "a product of computed operands that is no batched product of equal batch dims: " + node.describe() +
           "'s oneDNN primitive is made for one shape";
@@ -842,7 +844,7 @@ LibraryPart compile_rows_matmul(const Graph& g, const Region& region, std::vecto
   const Shape& as = slots[a].shape;
   if (!w && !bias) return batched_part(g, region, node, slots, positions, why);
   if (!w || w->dtype() != DType::Float32 || w->rank() != 2 || as.size() < 2 || !is_float32(g, node.inputs[0]) ||
-      w->dim(0) != as.back()) {
+      w->dim(0) != as.back() || w->numel() == 0 || shape_numel(as) == 0) {
     why = "a MatMul whose weights are no constant float32 matrix: " + one_shape;
     return part;
   }
