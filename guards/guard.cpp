@@ -1,6 +1,7 @@
 // Guard checks and descriptions.
 #include "guards/guard.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace terrace {
@@ -13,6 +14,15 @@ std::string Guard::describe() const {
     case Kind::Dim: return in + " dim " + std::to_string(dim) + " == " + std::to_string(expected);
     case Kind::Device: return in + " device == " + (expected == 0 ? "cpu" : "gpu:" + std::to_string(expected - 1));
     case Kind::Value: return in + " == " + (value ? value->str() : "?");
+    case Kind::DimRange:
+      return in + " dim " + std::to_string(dim) + " in [" + std::to_string(expected) + ", " + std::to_string(upper) + "]";
+    case Kind::DimEqual:
+      return in + " dim " + std::to_string(dim) + " == input " + std::to_string(other) + " dim " +
+             std::to_string(other_dim);
+    case Kind::DimValue:
+      return in + " value == input " + std::to_string(other) + " dim " + std::to_string(other_dim);
+    case Kind::DimModulo:
+      return in + " dim " + std::to_string(dim) + " % " + std::to_string(expected) + (upper ? " != 0" : " == 0");
   }
   return "?";
 }
@@ -32,6 +42,10 @@ std::string GuardFailure::describe() const {
     case Guard::Kind::Value:
       return in + " value: expected " + (guard.value ? guard.value->str() : "?") + ", element " +
              std::to_string(seen) + " differs";
+    case Guard::Kind::DimRange:
+    case Guard::Kind::DimEqual:
+    case Guard::Kind::DimValue:
+    case Guard::Kind::DimModulo: return guard.describe() + ": saw " + std::to_string(seen);
   }
   return "?";
 }
@@ -57,6 +71,50 @@ GuardSet GuardSet::exact(const std::vector<Tensor>& inputs, const std::vector<in
     s.guards_.push_back(std::move(g));
   }
   return s;
+}
+
+GuardSet GuardSet::symbolic(const std::vector<Tensor>& inputs, const std::vector<std::pair<int, int>>& symbolic,
+                            int64_t lo, int64_t hi, const std::vector<int>& values,
+                            const std::vector<int>& by_value, int64_t modulus, bool divisible) {
+  TERRACE_ASSERT(!symbolic.empty(), "GuardSet::symbolic: no symbolic dim");
+  GuardSet exact_set = exact(inputs);
+  GuardSet s;
+  const auto [first_in, first_dim] = symbolic.front();
+  for (const Guard& g : exact_set.guards_) {
+    const bool sym = g.kind == Guard::Kind::Dim &&
+                     std::find(symbolic.begin(), symbolic.end(), std::make_pair(g.input, g.dim)) != symbolic.end();
+    if (!sym) {
+      s.guards_.push_back(g);
+      continue;
+    }
+    Guard r = g;
+    if (g.input == first_in && g.dim == first_dim) {
+      r.kind = Guard::Kind::DimRange;
+      r.expected = lo;
+      r.upper = hi;
+    } else {
+      r.kind = Guard::Kind::DimEqual;
+      r.other = first_in;
+      r.other_dim = first_dim;
+    }
+    s.guards_.push_back(r);
+  }
+  if (modulus > 0) s.guards_.push_back({Guard::Kind::DimModulo, first_in, first_dim, modulus, nullptr, divisible ? 0 : 1});
+  for (int i : values) s.guards_.push_back({Guard::Kind::DimValue, i, 0, 0, nullptr, 0, first_in, first_dim});
+  for (int i : by_value) {
+    Guard g{Guard::Kind::Value, i, 0, 0, nullptr};
+    g.value = std::make_shared<const Tensor>(inputs.at(size_t(i)).clone());
+    s.guards_.push_back(std::move(g));
+  }
+  return s;
+}
+
+// The one integer element of `t` (a host tensor), or nullopt.
+static std::optional<int64_t> integer_value(const Tensor& t) {
+  if (t.numel() != 1 || t.on_device()) return std::nullopt;
+  if (t.dtype() == DType::Int64) return t.data<int64_t>()[0];
+  if (t.dtype() == DType::Int32) return t.data<int32_t>()[0];
+  return std::nullopt;
 }
 
 // The first element (as bytes) where `t` differs from `expected`, or -1 when they are equal.
@@ -85,6 +143,27 @@ std::optional<GuardFailure> GuardSet::check(const std::vector<Tensor>& inputs) c
       case Guard::Kind::Value:
         if (int64_t at = first_difference(t, *g.value); at >= 0) return GuardFailure{g, at};
         continue;
+      case Guard::Kind::DimRange:  // the rank guard before it has passed
+        seen = t.dim(g.dim);
+        if (seen < g.expected || seen > g.upper) return GuardFailure{g, seen};
+        continue;
+      case Guard::Kind::DimEqual: {
+        const Tensor& o = inputs[size_t(g.other)];
+        seen = t.dim(g.dim);
+        if (o.rank() <= g.other_dim || seen != o.dim(g.other_dim)) return GuardFailure{g, seen};
+        continue;
+      }
+      case Guard::Kind::DimModulo:  // after its input's rank guard
+        seen = t.dim(g.dim);
+        if ((seen % g.expected == 0) != (g.upper == 0)) return GuardFailure{g, seen};
+        continue;
+      case Guard::Kind::DimValue: {  // after the DimRange guard on the dim it names
+        const Tensor& o = inputs[size_t(g.other)];
+        const std::optional<int64_t> v = integer_value(t);
+        seen = v.value_or(-1);
+        if (!v || o.rank() <= g.other_dim || *v != o.dim(g.other_dim)) return GuardFailure{g, seen};
+        continue;
+      }
     }
     if (seen != g.expected) return GuardFailure{g, seen};
   }

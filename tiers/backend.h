@@ -15,6 +15,8 @@
 
 namespace terrace {
 
+struct SymbolicDim;  // tiers/symbolic_lowering.h
+
 // What one call did, counted as it runs: host<->device copies (tier 2's uploads, the tier
 // manager's and the session's downloads) and regions the interpreter ran (a cold region, a
 // validation, a deopt). Session::run keeps one per call, for its CallRecord.
@@ -125,6 +127,15 @@ class Backend {
   // thread; throws Error(CompileFailed) with the compiler's message on failure.
   virtual std::unique_ptr<CompiledRegion> compile(const Graph& graph, const Region& region,
                                                   const std::vector<Tensor>& inputs) = 0;
+  // Compiles `region` with one dim symbolic (tiers/symbolic_lowering.h): one version for every size
+  // of `sym` in [sym.lo, sym.hi], which it sets; null, and why in `why`, where it cannot. Runs on a
+  // background thread. By default a tier compiles static versions only.
+  virtual std::unique_ptr<CompiledRegion> compile_symbolic(const Graph& /*graph*/, const Region& /*region*/,
+                                                           const std::vector<Tensor>& /*inputs*/, SymbolicDim& /*sym*/,
+                                                           std::string& why) {
+    why = std::string("the ") + tier_name(tier()) + " tier compiles static versions only";
+    return nullptr;
+  }
   // Takes `plan` whole, or returns null and says why in `why`. Runs on a background thread; the
   // plan's versions have served calls already. By default a tier takes none.
   virtual std::unique_ptr<TakenPlan> take_plan(const WholePlan& /*plan*/, std::string& why) {

@@ -112,8 +112,9 @@ size_t CallPlans::run(const CallPlan& plan, Frame& frame, std::unordered_map<int
     const Region& region = plan_.regions[size_t(ps.index)];
     const Version& v = *ps.version;
     if (trace) span.arg("tier", tier_name(v.tier));
-    if (v.demoted.load() || !gather_inputs(region, ps, frame, device_copies, in) || !v.signature.matches(in) ||
-        v.guards.check_values(in))
+    // A symbolic version's guards, not its example signature, say which shapes it takes.
+    if (v.demoted.load() || !gather_inputs(region, ps, frame, device_copies, in) ||
+        (v.symbolic ? v.guards.check(in).has_value() : !v.signature.matches(in) || v.guards.check_values(in)))
       return size_t(ps.step);
     std::vector<Tensor> out;
     try {

@@ -79,7 +79,12 @@ TierManager::Core::Attempt TierManager::Core::try_versions(RegionState& st, Fram
     if (v->demoted.load()) continue;
     // The signature compares dtypes and shapes at once; the guards add the value guards, and name
     // the first failure for the report (only the first is kept).
-    if (!v->signature.matches(in)) {
+    if (v->symbolic) {  // its guards, not one signature, say which shapes it takes
+      if (auto f = v->guards.check(in)) {
+        if (!a.failure) a.failure = f;
+        continue;
+      }
+    } else if (!v->signature.matches(in)) {
       if (!a.failure) a.failure = v->guards.check(in);
       continue;
     }
@@ -126,14 +131,22 @@ Tier TierManager::Core::finish_served(RegionState& st, Frame& frame, const std::
   const Region& region = *st.region;
   CallTally& tally = run.tally;
   Version& v = *a.served;
+  // A symbolic version's first call at each size is validated too: its code was proven for the
+  // sizes it was lowered at, and the interpreter confirms each size it meets.
+  const bool new_size = v.symbolic && v.first_call_at(in[size_t(v.sym_at.first)].dim(v.sym_at.second));
   const bool check = options_.validate == ValidateMode::Always ||
-                     (options_.validate == ValidateMode::First && v.validations_left.fetch_sub(1) > 0);
+                     (options_.validate == ValidateMode::First && v.validations_left.fetch_sub(1) > 0) ||
+                     (options_.validate != ValidateMode::Off && new_size);
   if (!check) maybe_recheck(st, a.served, in, a.out, a.run_ms, call);
   const bool passed = check && validate(st, v, frame, tally, in, a.out);
   if (check) drop_constant_pages(region);
   if (check && !passed) return Tier::Interp;  // the frame holds the interpreter's results
   for (size_t i = 0; i < region.outputs.size(); ++i) frame.env[size_t(region.outputs[i])] = RValue(std::move(a.out[i]));
   std::lock_guard<std::mutex> lock(st.mu);
+  if (v.symbolic) {  // no climb (tier 2 compiles static versions); a call plan once the size's count is in
+    if (note_symbolic_call(st, in, call) >= kHotCalls && !check) run.settled = a.served;
+    return v.tier;
+  }
   if (v.rung + 1 < ladder_.size()) maybe_promote(st, {v.rung + 1, v.signature}, in, call);
   if (!check && at_top(st, v)) run.settled = a.served;
   return v.tier;
@@ -141,7 +154,7 @@ Tier TierManager::Core::finish_served(RegionState& st, Frame& frame, const std::
 
 bool TierManager::Core::at_top(const RegionState& st, const Version& v) const {
   const size_t next = v.rung + 1;
-  if (next >= ladder_.size() || !st.unable[next].empty()) return true;
+  if (v.symbolic || next >= ladder_.size() || !st.unable[next].empty()) return true;
   const VersionKey key{next, v.signature};
   if (st.failed.count(key)) return true;
   // The count toward the next rung stops at its threshold only once a compile is queued: a key
@@ -169,7 +182,10 @@ void TierManager::Core::interpret_call(RegionState& st, Frame& frame, std::vecto
     if (Trace* t = options_.trace.get())
       t->instant("deopt", "deopt region " + std::to_string(region.id), {{"reason", failure->describe()}});
   }
-  if (sig && st.entry < ladder_.size()) maybe_promote(st, {st.entry, *sig}, in, call);
+  if (sig && st.entry < ladder_.size()) {
+    consider_symbolic(st, *sig, in, call);
+    maybe_promote(st, {st.entry, *sig}, in, call);
+  }
 }
 
 }  // namespace terrace

@@ -62,6 +62,13 @@ Options Options::from_env() {
                   "': expected a fraction of run time between 0 and 1 (default 0.01)");
     o.recheck_budget = budget;
   }
+  if (const char* r = std::getenv("TERRACE_SYMBOLIC_AFTER")) {
+    char* end = nullptr;
+    const long n = std::strtol(r, &end, 10);
+    TERRACE_CHECK(*r && end && *end == '\0' && n >= 0 && n <= 1000, InvalidArgument, "TERRACE_SYMBOLIC_AFTER='", r,
+                  "': expected a count of signatures, 0 (static versions only) to 1000 (default 3)");
+    o.symbolic_after = int(n);
+  }
   read_level("TERRACE_OPTIMIZE", {"none", "basic", "extended"},
              {OptimizeLevel::None, OptimizeLevel::Basic, OptimizeLevel::Extended}, o.optimize);
   read_level("TERRACE_MODE", {"default", "reduce-overhead", "max-autotune"},

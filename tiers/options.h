@@ -60,6 +60,11 @@ struct Options {
   // a mismatch demotes the version for the calls after it. 0 turns it off. $TERRACE_RECHECK.
   double recheck_budget = 0.01;
   int max_specializations = 8;  // compiled versions per region; also call plans per session
+  // Distinct input signatures of a region, differing in one dim, after which it compiles one
+  // symbolic version (that dim a kernel parameter: tiers/symbolic_lowering.h) for the sizes with no
+  // exact version; exact versions are then compiled only for hot sizes (a quarter of the calls).
+  // 0: static versions only. $TERRACE_SYMBOLIC_AFTER.
+  int symbolic_after = 3;
   CallPlanMode call_plans = CallPlanMode::Whole;
   // OpenMP threads a call runs with (the interpreter's and tier 1's parallel work); 0: OMP_NUM_THREADS
   // if set, else chosen per session by measurement between all cores and one (adapt_threads).
@@ -122,7 +127,7 @@ struct Options {
 
   // Options with TERRACE_MAX_TIER, TERRACE_CACHE_DIR, TERRACE_RECHECK, TERRACE_OPTIMIZE,
   // TERRACE_MODE, TERRACE_STRICT, TERRACE_ADAPT_THREADS, TERRACE_COMPILE_BODIES,
-  // TERRACE_JUDGE_CLIMBS and TERRACE_PROFILE applied over the defaults.
+  // TERRACE_JUDGE_CLIMBS, TERRACE_SYMBOLIC_AFTER and TERRACE_PROFILE applied over the defaults.
   static Options from_env();
   // These options with `mode` applied to the fields it sets (what a session runs with).
   Options resolved() const;

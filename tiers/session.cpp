@@ -378,7 +378,7 @@ std::string Session::report_json() const {
         .field("promoted_at_call", r.promoted_at_call).field("deopts", r.deopts)
         .field("guard_failures", r.guard_failures).field("validation", r.validation)
         .field("transfers", r.transfers).field("device_ms", r.device_ms).field("climb", r.climb)
-        .field("rechecks", r.rechecks).field("version_count", r.versions);
+        .field("rechecks", r.rechecks).field("version_count", r.versions).field("symbolic", r.symbolic);
     if (!r.subgraph.empty()) j.field("subgraph", r.subgraph).field("guard", r.guard);
     j.key("versions").begin_array();
     for (const RegionReport::VersionInfo& v : r.version_list)

@@ -156,7 +156,7 @@ void TierManager::take_whole(size_t rung, WholePlan plan, std::vector<Tensor> ou
 // What a compile job keeps of a call's inputs: their dtypes and shapes, and the contents of small
 // ones only (a backend may compile for the value of a small shape-like input, behind a value
 // guard: CompiledRegion::value_inputs), not the caller's data.
-static std::vector<Tensor> compile_inputs(const std::vector<Tensor>& in) {
+std::vector<Tensor> compile_inputs(const std::vector<Tensor>& in) {
   constexpr int64_t kKeptElements = 1 << 16;
   std::vector<Tensor> kept;
   for (const Tensor& t : in)
@@ -177,12 +177,34 @@ void TierManager::Core::maybe_promote(RegionState& st, const VersionKey& key, co
   const int threshold = first ? options_.hot_threshold : ladder_[key.rung]->promotion_threshold(options_);
   if (count < threshold || st.compiling.count(key) || st.failed.count(key)) return;
   for (const auto& v : *st.load())  // st.mu held: no publish meanwhile
-    if (v->rung == key.rung && v->signature == key.signature) return;  // published (a demoted one is in `failed`)
-  if (first && int(st.load()->size() + st.compiling.size()) >= options_.max_specializations) {
+    if (v->rung == key.rung && v->signature == key.signature && !v->symbolic) return;  // published (a demoted one is in `failed`)
+  // Beside a symbolic version (compiling or serving), only a hot size gets an exact one.
+  using Sym = RegionState::Symbolic;
+  if (first && (st.symbolic == Sym::Compiling || st.symbolic == Sym::Published) && !hot(st, key.signature) &&
+      symbolic_takes(st, in))
+    return;
+  const int pending = int(st.compiling.size()) + (st.symbolic == Sym::Compiling ? 1 : 0);
+  if (first && int(st.load()->size()) + pending >= options_.max_specializations) {
     st.stop("specialization limit (" + std::to_string(options_.max_specializations) + ") reached");
     log(LogLevel::Info, "region ", st.region->id, ": stops compiling: ", st.stopped);
     return;
   }
+  std::string why = enqueue_compile(st, key, in, call);
+  if (why.empty()) return;
+  why = std::string(error_code_name(ErrorCode::RuntimeError)) + ": " + why;
+  if (!first) {
+    st.failed.insert(key);
+    st.climb = "stays on " + below(st, key.rung) + ": " + why;
+    return;
+  }
+  st.stop(why);
+  if (st.validation == RegionState::Validation::Pending && st.load()->empty()) st.validation = RegionState::Validation::Off;
+  log(LogLevel::Warn, "region ", st.region->id, " (", st.region->ops(), "): stays on the interpreter: ", st.stopped);
+}
+
+std::string TierManager::Core::enqueue_compile(RegionState& st, const VersionKey& key, const std::vector<Tensor>& in,
+                                               int64_t call) {
+  const bool first = key.rung == st.entry;
   st.compiling.insert(key);
   if (first && (!st.load()->empty() || !st.failed.empty()))
     log_event(LogTopic::Recompiles, LogLevel::Debug, "region ", st.region->id, " (", st.region->ops(), "): recompiling for ",
@@ -198,17 +220,8 @@ void TierManager::Core::maybe_promote(RegionState& st, const VersionKey& key, co
     ScopedOmpThreads threads(team);
     self->compile_job(*sp, key, shapes, call);
   });
-  if (why.empty()) return;
-  st.compiling.erase(key);  // the region stays where it is, and says why
-  why = std::string(error_code_name(ErrorCode::RuntimeError)) + ": " + why;
-  if (!first) {
-    st.failed.insert(key);
-    st.climb = "stays on " + below(st, key.rung) + ": " + why;
-    return;
-  }
-  st.stop(why);
-  if (st.validation == RegionState::Validation::Pending && st.load()->empty()) st.validation = RegionState::Validation::Off;
-  log(LogLevel::Warn, "region ", st.region->id, " (", st.region->ops(), "): stays on the interpreter: ", st.stopped);
+  if (!why.empty()) st.compiling.erase(key);  // the region stays where it is, and says why
+  return why;
 }
 
 // A version that fails or is demoted above the region's entry rung leaves the lower rungs'
@@ -305,10 +318,16 @@ std::vector<RegionReport> TierManager::Core::report() const {
         r.tier = std::max(r.tier, v->tier);
         ++r.versions;
       }
-      r.version_list.push_back({v->tier, "static", v->signature.str(), v->guards.describe(), v->calls.load(),
+      r.version_list.push_back({v->tier, v->symbolic ? "symbolic" : "static",
+                                v->symbolic ? v->shapes : v->signature.str(), v->guards.describe(), v->calls.load(),
                                 v->demoted.load()});
     }
     r.climb = st.climb;
+    using Sym = RegionState::Symbolic;
+    r.symbolic = st.symbolic == Sym::Open        ? ""
+                 : st.symbolic == Sym::Compiling ? "compiling"
+                 : st.symbolic == Sym::Published ? "published"
+                                                 : "refused: " + st.symbolic_why;
     if (r.tier == Tier::Interp && st.validation == V::Pending && st.compiling.empty()) r.validation = "off";
     r.state = !st.compiling.empty() ? "compiling"
               : st.compiles == RegionState::Compiles::Stopped ? "stopped: " + st.stopped

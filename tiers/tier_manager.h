@@ -35,6 +35,20 @@ struct Version {
   std::atomic<bool> demoted{false};
   bool device = false;  // its tier's Backend::device_resident
   std::atomic<int64_t> calls{0};  // calls it served (through dispatch or a call plan)
+  // A symbolic version (tiers/symbolic_lowering.h): its guards (not its signature, one example's)
+  // say which calls it takes; its size is read at `sym_at` (input, dim).
+  bool symbolic = false;
+  std::pair<int, int> sym_at{-1, -1};
+  std::string shapes;  // "float32[1,d,768],float32[768] with d = input 0 dim 1 in [2, 256]"
+  // True for the first call at size `d`: a symbolic version's first call at each size is validated.
+  bool first_call_at(int64_t d) {
+    std::lock_guard<std::mutex> lock(sizes_mu);
+    return sizes_seen.insert(d).second;
+  }
+
+ private:
+  std::mutex sizes_mu;
+  std::set<int64_t> sizes_seen;
 };
 
 // What the report says about a region (a snapshot).
@@ -67,6 +81,8 @@ struct RegionReport {
   int64_t transfers = 0;  // tensors copied between host and device by the region's versions (tier 2)
   double device_ms = 0;   // the mean device time of its timed calls (CompiledRegion::device_ns), 0: none
   std::string climb;      // why a region with a compiled version is not on the next tier up ("" when it is, or none)
+  // Its symbolic version: "" (none considered yet), "compiling", "published", or "refused: why".
+  std::string symbolic;
   // A region inside a control-flow body (tiers/body_plans.h): which body ("then_branch of If 'x'"),
   // and the guard its versions run behind: the condition's value for an If's branch ("If 'x':
   // condition true"), "Loop 'y': every iteration"; "" for the graph's own regions.

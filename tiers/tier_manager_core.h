@@ -15,6 +15,7 @@
 
 #include "interp/interpreter.h"
 #include "tiers/backend.h"
+#include "tiers/symbolic_lowering.h"
 #include "tiers/tier_manager.h"
 
 namespace terrace {
@@ -22,6 +23,10 @@ namespace terrace {
 class JobPool;
 
 inline constexpr size_t kMaxGuardFailuresKept = 16;
+inline constexpr size_t kMaxSignaturesKept = 64;
+// A size is hot (gets an exact version beside the symbolic one) with this many calls and at least
+// a quarter of the region's counted calls.
+inline constexpr int64_t kHotCalls = 16;
 using VersionList = std::vector<std::shared_ptr<Version>>;
 inline double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -47,6 +52,13 @@ struct RegionProfile {
   // Continuous validation: compiled time served, and interpreter time spent re-checking.
   double served_ms = 0, recheck_ms = 0;
   double validate_ms = 0;  // spent in calls shadow-validating new versions (TierManager::Core::validate)
+  // The shape histogram: calls per input signature, those interpreted and those a symbolic version
+  // served (exact versions' calls are not counted: their dispatch stays allocation-free); at most
+  // kMaxSignaturesKept signatures.
+  std::map<Signature, int64_t> seen;
+  int64_t seen_calls = 0;
+  // Per signature seen, its first call's one-element integer inputs (a symbol's value inputs).
+  std::map<Signature, ScalarValues> seen_values;
 };
 
 struct TierManager::RegionState {
@@ -74,6 +86,15 @@ struct TierManager::RegionState {
   // Attention); the interpreter's calls count toward it.
   size_t entry = 0;
   std::string climb;  // why a region with a compiled version is not on the next rung up
+  // The region's symbolic version on its entry rung: none yet (Open), being compiled, published,
+  // or refused (`symbolic_why`: the region keeps static versions).
+  enum class Symbolic { Open, Compiling, Published, Refused } symbolic = Symbolic::Open;
+  std::string symbolic_why;
+  // A published symbolic version of one residue class (SymbolicDim::modulus): the other class may
+  // get a second one, tried once.
+  int64_t class_modulus = 0;
+  bool class_divisible = false, complement_tried = false;
+  std::pair<int, int> symbolic_at{-1, -1};
 
   std::shared_ptr<const VersionList> load() const { return std::atomic_load(&versions); }
   void stop(std::string why) {  // caller holds mu
@@ -82,8 +103,11 @@ struct TierManager::RegionState {
   }
   void publish(std::shared_ptr<Version> v) {  // caller holds mu
     auto next = std::make_shared<VersionList>(*load());
-    // Highest tier first: dispatch takes the first version whose guards pass.
-    auto at = std::find_if(next->begin(), next->end(), [&](const auto& o) { return o->tier < v->tier; });
+    // Highest tier first, a tier's exact versions before its symbolic one: dispatch takes the first
+    // version whose guards pass.
+    auto at = std::find_if(next->begin(), next->end(), [&](const auto& o) {
+      return o->tier < v->tier || (o->tier == v->tier && o->symbolic && !v->symbolic);
+    });
     next->insert(at, std::move(v));
     std::atomic_store(&versions, std::shared_ptr<const VersionList>(std::move(next)));
   }
@@ -153,6 +177,27 @@ struct TierManager::Core : std::enable_shared_from_this<Core> {
   // region's compile on that rung at its promotion threshold. Caller holds st.mu.
   void maybe_promote(RegionState& st, const VersionKey& key, const std::vector<Tensor>& in, int64_t call);
   void compile_job(RegionState& st, VersionKey key, std::vector<Tensor> in, int64_t call);
+  // Queues key's compile (st.mu held); "" or why it could not be queued.
+  std::string enqueue_compile(RegionState& st, const VersionKey& key, const std::vector<Tensor>& in, int64_t call);
+  // The shape histogram (tiers/symbolic_policy.cpp). Counts a call of `sig`; returns its count
+  // (kHotCalls for one the full histogram does not keep).
+  int64_t count_signature(RegionState& st, const Signature& sig, const std::vector<Tensor>& in);
+  // After an interpreted call: queues the region's symbolic version once its calls took
+  // Options::symbolic_after signatures differing in one dim. Caller holds st.mu.
+  void consider_symbolic(RegionState& st, const Signature& sig, const std::vector<Tensor>& in, int64_t call);
+  // After a symbolic version served a call: queues an exact version for a hot size. Returns the
+  // size's count: a call plan (which the histogram does not see) may serve it once the count
+  // could have made it hot. Caller holds st.mu.
+  int64_t note_symbolic_call(RegionState& st, const std::vector<Tensor>& in, int64_t call);
+  // True when `sig`'s calls are hot enough for an exact version beside a symbolic one.
+  bool hot(const RegionState& st, const Signature& sig) const;
+  // True unless the region's published symbolic version's guards refuse `in` (a size outside its
+  // range, as 1 often is): those sizes get exact versions as before. Caller holds st.mu.
+  bool symbolic_takes(const RegionState& st, const std::vector<Tensor>& in) const;
+  // `complement`: the second version, for the other residue class (a failure leaves the first).
+  void symbolic_job(RegionState& st, SymbolicDim sym, std::vector<Tensor> in, int64_t call, bool complement);
+  // Queues the other residue class's symbolic version once enough of its sizes were seen.
+  void consider_complement(RegionState& st, const std::vector<Tensor>& in, int64_t call);
   bool validate(RegionState& st, Version& v, Frame& frame, CallTally& tally, const std::vector<Tensor>& in,
                 const std::vector<Tensor>& out);
   // Why `out` (the version's) differs from `expected` (the interpreter's), or nullopt.
@@ -194,6 +239,9 @@ inline void inputs_to_host(const Region& region, Frame& frame, std::vector<Tenso
     ++tally.transfers;
   }
 }
+
+// What a compile job keeps of a call's inputs (tier_manager.cpp).
+std::vector<Tensor> compile_inputs(const std::vector<Tensor>& in);
 
 // Host copies of a region's outputs for a comparison (a device tensor is copied; a host one is
 // itself).

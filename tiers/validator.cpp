@@ -34,7 +34,12 @@ void TierManager::Core::demote(RegionState& st, Version& v, const std::string& w
   v.demoted = true;
   epoch_.fetch_add(1);
   if (v.code) v.code->forget_cached();
-  st.failed.insert({v.rung, v.signature});
+  if (v.symbolic) {  // the region keeps static versions; its example signature may still get one
+    st.symbolic = RegionState::Symbolic::Refused;
+    st.symbolic_why = "the symbolic version was demoted: " + why;
+  } else {
+    st.failed.insert({v.rung, v.signature});
+  }
   st.validation = RegionState::Validation::Failed;
   st.failure = why;
   if (v.rung > st.entry)

@@ -58,10 +58,15 @@ CpuKernel compile_cpu_kernel(const kernels::LoweredFunc& f, CpuJit& jit, const C
 }
 
 void run_cpu_kernel(const CpuKernel& kernel, std::span<void* const> buffers) {
+  run_cpu_kernel(kernel, buffers, kernel.parallel_extent, kernel.work_per_iteration);
+}
+
+void run_cpu_kernel(const CpuKernel& kernel, std::span<void* const> buffers, int64_t extent,
+                    int64_t work_per_iteration) {
   TERRACE_CHECK(kernel.fn, InvalidArgument, "run_cpu_kernel: kernel not compiled");
   void** args = const_cast<void**>(buffers.data());
-  const int64_t n = kernel.parallel_extent;
-  const int64_t grain = std::max<int64_t>(1, kMinElementsPerTask / kernel.work_per_iteration);
+  const int64_t n = extent;
+  const int64_t grain = std::max<int64_t>(1, kMinElementsPerTask / std::max<int64_t>(1, work_per_iteration));
   if (n <= grain) {
     if (n > 0) kernel.fn(args, 0, n);
     return;

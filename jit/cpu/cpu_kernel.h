@@ -36,5 +36,9 @@ CpuKernel compile_cpu_kernel(const kernels::LoweredFunc& f, CpuJit& jit = CpuJit
 // elements, then ran on one core each.)
 inline constexpr int64_t kMinElementsPerTask = 1 << 15;
 void run_cpu_kernel(const CpuKernel& kernel, std::span<void* const> buffers);
+// The same over [0, extent) with `work_per_iteration`: a kernel whose range depends on a symbolic
+// dim (tiers/symbolic_lowering.h) gets it per call.
+void run_cpu_kernel(const CpuKernel& kernel, std::span<void* const> buffers, int64_t extent,
+                    int64_t work_per_iteration);
 
 }  // namespace terrace::jit

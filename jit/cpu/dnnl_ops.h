@@ -11,6 +11,14 @@
 
 namespace terrace::jit {
 
+class DnnlPrimitive;
+// dst [rows, n] = src [rows, k] . weights [k, n] (+ bias [n]), plain row-major float32, the rows
+// given per call (run_shaped; oneDNN's runtime dims): one primitive for every size of a symbolic dim.
+std::unique_ptr<DnnlPrimitive> make_rows_matmul(const Node& node, int64_t k, int64_t n, bool bias);
+// dst [batch, m, n] = a [batch, m, k] . b [batch, k, n], both operands computed, m, k and n given
+// per call (an attention's products over a symbolic sequence length).
+std::unique_ptr<DnnlPrimitive> make_batched_matmul(const Node& node, int64_t batch);
+
 class DnnlPrimitive {
  public:
   virtual ~DnnlPrimitive() = default;
@@ -25,6 +33,13 @@ class DnnlPrimitive {
   virtual void run_outputs(const std::vector<const float*>& inputs, const std::vector<float*>& outputs) const {
     run(inputs, outputs.at(0));
   }
+  // A primitive built for shapes known per call (make_rows_matmul, make_batched_matmul): its run
+  // with the call's shapes of its first two inputs.
+  virtual void run_shaped(const std::vector<const float*>& inputs, const std::vector<float*>& outputs,
+                          const Shape& /*a*/, const Shape& /*b*/) const {
+    run_outputs(inputs, outputs);
+  }
+  virtual bool runtime_shapes() const { return false; }
   // What the primitive is, for dumps and repros: the oneDNN primitive, its shapes, attributes and
   // post-ops ("oneDNN matmul: src [5,7] x weights [7,3] -> dst [5,3]; post-ops: relu").
   std::string describe() const { return description_; }

@@ -788,6 +788,85 @@ LibraryPart compile_library(const Graph& g, const Region& region, std::vector<ke
   return chain_part(g, region, node, slots);
 }
 
+namespace {
+
+// A product of two computed operands of one rank >= 3 and equal leading (batch) dims, the symbol
+// in their matrices' dims only: one batched primitive taking m, k and n per call.
+LibraryPart batched_part(const Graph& g, const Region& region, const Node& node,
+                         std::vector<kernels::TensorSig>& slots, const std::vector<std::pair<int, int>>& positions,
+                         std::string& why) {
+  LibraryPart part;
+  const size_t a = region_input_index(region, node.inputs[0]), b = region_input_index(region, node.inputs[1]);
+  const Shape as = slots[a].shape, bs = slots[b].shape;
+  const size_t r = as.size();
+  // oneDNN must never see a zero-sized dim (make_matmul's rule): such shapes keep static versions.
+  if (r < 3 || bs.size() != r || shape_numel(as) == 0 || shape_numel(bs) == 0 || !is_float32(g, node.inputs[0]) ||
+      !is_float32(g, node.inputs[1]) ||
+      !std::equal(as.begin(), as.end() - 2, bs.begin()) || bs[r - 2] != as[r - 1]) {
+    why = "a product of computed operands that is no batched product of equal batch dims: " + node.describe() +
+          "'s oneDNN primitive is made for one shape";
+    return part;
+  }
+  for (auto [i, d] : positions)
+    if ((size_t(i) != a && size_t(i) != b) || size_t(d) + 2 < r) {
+      why = "a batched product whose symbolic dim is a batch dim: " + node.describe() +
+            "'s oneDNN primitive is made for one shape";
+      return part;
+    }
+  part.node = node.describe();
+  part.slots = {int(a), int(b)};
+  part.primitive = jit::make_batched_matmul(node, shape_numel(Shape(as.begin(), as.end() - 2)));
+  Shape out(as.begin(), as.end() - 1);
+  out.push_back(bs.back());
+  slots.push_back({DType::Float32, out});
+  part.slots.push_back(int(slots.size()) - 1);
+  return part;
+}
+
+}  // namespace
+
+LibraryPart compile_rows_matmul(const Graph& g, const Region& region, std::vector<kernels::TensorSig>& slots,
+                                const std::vector<std::pair<int, int>>& positions, std::string& why) {
+  LibraryPart part;
+  const Node& node = g.nodes[size_t(region.nodes[0])];
+  const std::string one_shape = node.describe() + "'s oneDNN primitive is made for one shape";
+  if (node.op != Op::MatMul) {
+    why = "a library region: " + one_shape;
+    return part;
+  }
+  const bool bias = region.nodes.size() == 2 && matmul_bias(g, node, g.nodes[size_t(region.nodes[1])]);
+  if (region.nodes.size() != (bias ? 2u : 1u)) {
+    why = "a MatMul region with an activation: " + one_shape;
+    return part;
+  }
+  const Tensor* w = constant_of(g, node.inputs[1]);
+  const size_t a = region_input_index(region, node.inputs[0]);
+  const Shape& as = slots[a].shape;
+  if (!w && !bias) return batched_part(g, region, node, slots, positions, why);
+  if (!w || w->dtype() != DType::Float32 || w->rank() != 2 || as.size() < 2 || !is_float32(g, node.inputs[0]) ||
+      w->dim(0) != as.back() || w->numel() == 0 || shape_numel(as) == 0) {
+    why = "a MatMul whose weights are no constant float32 matrix: " + one_shape;
+    return part;
+  }
+  for (auto [i, d] : positions)
+    if (size_t(i) != a || size_t(d) + 1 == as.size()) {
+      why = "a MatMul whose symbolic dim is not a row of its first operand: " + one_shape;
+      return part;
+    }
+  part.node = node.describe();
+  part.slots = {int(a), int(region_input_index(region, node.inputs[1]))};
+  if (bias) {
+    const Node& add = g.nodes[size_t(region.nodes[1])];
+    part.slots.push_back(int(region_input_index(region, add.inputs[0] == node.outputs[0] ? add.inputs[1] : add.inputs[0])));
+  }
+  part.primitive = jit::make_rows_matmul(node, as.back(), w->dim(1), bias);
+  Shape out(as.begin(), as.end() - 1);
+  out.push_back(w->dim(1));
+  slots.push_back({DType::Float32, out});
+  part.slots.push_back(int(slots.size()) - 1);
+  return part;
+}
+
 }  // namespace terrace::cpu_library
 #endif  // TERRACE_HAVE_CPU_JIT
 

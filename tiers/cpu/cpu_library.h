@@ -49,4 +49,12 @@ struct LibraryPart {
 // appended.
 LibraryPart compile_library(const Graph& g, const Region& region, std::vector<kernels::TensorSig>& slots);
 
+// A symbolic version of a library region (issue 36): a MatMul (and its bias) of constant float32
+// [K, N] weights whose symbolic dims (`positions`, (input, dim)) are all rows of its first operand,
+// as one primitive taking the rows per call (jit::make_rows_matmul). No primitive, and why in
+// `why`, for any other region (products with an activation or two activations, convolutions,
+// pools, recurrences: their primitives are made for one shape).
+LibraryPart compile_rows_matmul(const Graph& g, const Region& region, std::vector<kernels::TensorSig>& slots,
+                                const std::vector<std::pair<int, int>>& positions, std::string& why);
+
 }  // namespace terrace::cpu_library
