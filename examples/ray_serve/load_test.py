@@ -151,12 +151,14 @@ def load(url, bodies, expected, requests, concurrency, warmup=0, rtol=1e-4, atol
 
     if warmup:
         phase(warmup)
-    warm_replicas, replicas = replicas, Counter()
-    del run_ms[:]
+    # The warm-up's answers are checked too, but kept apart from the timed requests'.
+    warm_failures, warm_replicas, replicas = failures[:], replicas, Counter()
+    del run_ms[:], failures[:]
     latencies, wall = phase(requests)
     ms = sorted(latencies)
     summary = {"url": url, "requests": requests, "concurrency": concurrency, "warmup": warmup,
                "answered": len(ms), "failed": len(failures), "failures": failures[:20],
+               "warmup_failed": len(warm_failures), "warmup_failures": warm_failures[:20],
                "wall_s": wall, "per_s": len(ms) / wall if wall > 0 else 0.0,
                "replicas": dict(replicas), "warmup_replicas": dict(warm_replicas)}
     if ms:
@@ -202,7 +204,9 @@ def main(argv=None):
     s = load(a.url, bodies, expected, a.requests, a.concurrency, a.warmup, a.rtol, a.atol)
     print(f"{s['answered']} of {s['requests']} requests answered, {s['concurrency']} concurrent, {a.format}, "
           f"after {s['warmup']} warm-up; {s['failed']} failed or differed from the local session")
-    for f in s["failures"]:
+    if s["warmup_failed"]:
+        print(f"{s['warmup_failed']} of the {s['warmup']} warm-up requests failed or differed")
+    for f in s["warmup_failures"][:5] + s["failures"]:
         print("  " + f)
     if s["answered"]:
         print(f"latency: p50 {s['p50_ms']:.2f} ms, p90 {s['p90_ms']:.2f} ms, p99 {s['p99_ms']:.2f} ms, "
@@ -213,7 +217,7 @@ def main(argv=None):
     if a.json:
         with open(a.json, "w") as f:
             json.dump(s, f, indent=1)
-    return 1 if s["failed"] or s["answered"] < s["requests"] else 0
+    return 1 if s["failed"] or s["warmup_failed"] or s["answered"] < s["requests"] else 0
 
 
 if __name__ == "__main__":

@@ -140,9 +140,10 @@ def start(model, tier=None, threads=1, replicas=2, host="127.0.0.1", port=8000, 
     returns the URL once every replica has its session loaded."""
     import ray
 
-    # Locally started workers see this PYTHONPATH (terrace from a build tree, and this folder).
-    here = os.path.dirname(os.path.abspath(__file__))
-    path = os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH")) if p)
+    # Workers get this PYTHONPATH (terrace from a build tree, and this folder), made absolute: their
+    # working directory is not ours.
+    paths = [os.path.dirname(os.path.abspath(__file__))] + os.environ.get("PYTHONPATH", "").split(os.pathsep)
+    path = os.pathsep.join(os.path.abspath(p) for p in paths if p)
     ray.init(address=address, num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
              runtime_env={"env_vars": {"PYTHONPATH": path}})
     serve.start(http_options={"host": host, "port": port})
