@@ -8,6 +8,7 @@
 
 #include "interp/log.h"
 #include "interp/omp_threads.h"
+#include "jit/tuning.h"
 #include "tiers/jobs.h"
 #include "tiers/tier_manager_core.h"
 #include "tiers/trace.h"
@@ -169,6 +170,7 @@ void TierManager::Core::symbolic_job(RegionState& st, SymbolicDim sym, std::vect
                                      bool complement) {
   Backend& backend = *ladder_[st.entry];
   const auto t0 = std::chrono::steady_clock::now();
+  const double tuned_before = jit::tuning_ms_on_this_thread();
   TraceSpan span(options_.trace.get(), "compile", "compile symbolic region", st.region->id);
   std::unique_ptr<CompiledRegion> code;
   std::string why;
@@ -183,6 +185,7 @@ void TierManager::Core::symbolic_job(RegionState& st, SymbolicDim sym, std::vect
   const std::string region = "region " + std::to_string(st.region->id) + " (" + st.region->ops() + ")";
   std::lock_guard<std::mutex> lock(st.mu);
   st.compile_ms += ms;
+  st.tune_ms += jit::tuning_ms_on_this_thread() - tuned_before;
   if (!code) {
     if (!complement) {
       st.symbolic = RegionState::Symbolic::Refused;
@@ -193,8 +196,6 @@ void TierManager::Core::symbolic_job(RegionState& st, SymbolicDim sym, std::vect
     return;
   }
   auto v = std::make_shared<Version>();
-  v->tier = backend.tier();
-  v->rung = st.entry;
   v->signature = Signature(in);
   std::vector<int> by_value;  // shape values the lowering read that are not the size: as compiled
   for (int i : code->value_inputs)
@@ -203,13 +204,6 @@ void TierManager::Core::symbolic_job(RegionState& st, SymbolicDim sym, std::vect
   v->symbolic = true;
   v->sym_at = sym.positions.front();
   v->shapes = symbolic_shapes(in, sym);
-  v->code = std::move(code);
-  v->compile_ms = ms;
-  v->device = backend.device_resident();
-  v->promoted_at_call = call;
-  v->validations_left = options_.validate == ValidateMode::First ? options_.validate_calls : 0;
-  if (st.promoted_at_call < 0) st.promoted_at_call = call;
-  if (options_.validate != ValidateMode::Off) st.validation = RegionState::Validation::Pending;
   const std::string shapes = v->shapes;
   st.symbolic = RegionState::Symbolic::Published;
   if (!complement) {
@@ -217,8 +211,7 @@ void TierManager::Core::symbolic_job(RegionState& st, SymbolicDim sym, std::vect
     st.class_divisible = sym.divisible;
     st.symbolic_at = sym.positions.front();
   }
-  st.publish(std::move(v));
-  epoch_.fetch_add(1);
+  publish_version(st, std::move(v), st.entry, std::move(code), ms, call);
   log_event(LogTopic::Recompiles, LogLevel::Info, region, ": symbolic version for ", shapes, " published (compiled in ",
             ms, " ms); exact versions now only for hot sizes");
 }

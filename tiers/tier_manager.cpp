@@ -269,10 +269,19 @@ void TierManager::Core::compile_job(RegionState& st, VersionKey key, std::vector
     return;
   }
   auto v = std::make_shared<Version>();
-  v->tier = backend.tier();
-  v->rung = key.rung;
   v->signature = key.signature;
   v->guards = GuardSet::exact(in, code->value_inputs);
+  publish_version(st, std::move(v), key.rung, std::move(code), ms, call);
+  if (key.rung > st.entry) st.climb = "";
+  log_event(LogTopic::Promotions, LogLevel::Info, "region ", st.region->id, " (", st.region->ops(), "): promoted to ",
+            tier, " for ", key.signature.str(), " after call ", call, ", compiled in ", ms, " ms");
+}
+
+void TierManager::Core::publish_version(RegionState& st, std::shared_ptr<Version> v, size_t rung,
+                                        std::unique_ptr<CompiledRegion> code, double ms, int64_t call) {
+  const Backend& backend = *ladder_[rung];
+  v->tier = backend.tier();
+  v->rung = rung;
   v->code = std::move(code);
   v->compile_ms = ms;
   v->device = backend.device_resident();
@@ -282,9 +291,6 @@ void TierManager::Core::compile_job(RegionState& st, VersionKey key, std::vector
   if (options_.validate != ValidateMode::Off) st.validation = RegionState::Validation::Pending;
   st.publish(std::move(v));
   epoch_.fetch_add(1);
-  if (key.rung > st.entry) st.climb = "";
-  log_event(LogTopic::Promotions, LogLevel::Info, "region ", st.region->id, " (", st.region->ops(), "): promoted to ",
-            tier, " for ", key.signature.str(), " after call ", call, ", compiled in ", ms, " ms");
 }
 
 std::vector<RegionReport> TierManager::Core::report() const {

@@ -177,6 +177,10 @@ struct TierManager::Core : std::enable_shared_from_this<Core> {
   // region's compile on that rung at its promotion threshold. Caller holds st.mu.
   void maybe_promote(RegionState& st, const VersionKey& key, const std::vector<Tensor>& in, int64_t call);
   void compile_job(RegionState& st, VersionKey key, std::vector<Tensor> in, int64_t call);
+  // Publishes `v` (its signature and guards set) with `code`, which rung `rung` compiled in `ms`
+  // for call `call`: its first calls validated as Options say. Caller holds st.mu.
+  void publish_version(RegionState& st, std::shared_ptr<Version> v, size_t rung, std::unique_ptr<CompiledRegion> code,
+                       double ms, int64_t call);
   // Queues key's compile (st.mu held); "" or why it could not be queued.
   std::string enqueue_compile(RegionState& st, const VersionKey& key, const std::vector<Tensor>& in, int64_t call);
   // The shape histogram (tiers/symbolic_policy.cpp). Counts a call of `sig`; returns its count

@@ -149,11 +149,9 @@ struct CublasLtGemm::Impl {
     return found;
   }
 
-  // The candidate to run: the fastest by device time, but the heuristic's first unless another is
-  // more than 5% faster; timed as cuDNN's are (jit/cuda/cudnn_ops.cpp), captured into a CUDA graph
-  // on zeroed scratch operands. The heuristic's first where timing fails.
+  // The candidate to run: as cuDNN's (jit/cuda/cudnn_ops.cpp), by device time on zeroed scratch
+  // operands (fastest_or_first); the heuristic's first where timing fails.
   size_t fastest(const GemmSpec& spec, const std::vector<cublasLtMatmulHeuristicResult_t>& found) {
-    constexpr int kCaptured = 8, kReplays = 3;
     try {
       Stream stream;
       const CUstream cs = stream.get();
@@ -165,29 +163,15 @@ struct CublasLtGemm::Impl {
       const int64_t batch_a = spec.stride_a ? spec.batch : 1, batch_b = spec.stride_b ? spec.batch : 1;
       DeviceBuffer a = zeroed(batch_a * spec.m * spec.k), b = zeroed(batch_b * spec.k * spec.n),
                    c = zeroed(spec.m * spec.n), bias = zeroed(spec.n), y = zeroed(spec.batch * spec.m * spec.n);
-      Event start, end;
-      std::vector<float> ms(found.size());
-      for (size_t i = 0; i < found.size(); ++i) {
-        DeviceBuffer workspace(found[i].workspaceSize, cs);
-        auto multiply = [&] {
-          enqueue(spec, found[i].algo, workspace.ptr(), found[i].workspaceSize, a.ptr(), b.ptr(), c.ptr(), bias.ptr(),
-                  y.ptr(), cs);
-        };
-        multiply();  // loads its kernel outside the capture
-        stream.synchronize();
-        CapturedGraph graph(stream, kCaptured, multiply);
-        graph.launch(stream);  // warm
-        start.record(stream);
-        for (int rep = 0; rep < kReplays; ++rep) graph.launch(stream);
-        end.record(stream);
-        end.synchronize();
-        ms[i] = Event::elapsed_ms(start, end) / float(kCaptured * kReplays);
+      std::vector<float> ms;
+      for (const cublasLtMatmulHeuristicResult_t& r : found) {
+        DeviceBuffer workspace(r.workspaceSize, cs);
+        ms.push_back(graph_time_ms(stream, [&] {
+          enqueue(spec, r.algo, workspace.ptr(), r.workspaceSize, a.ptr(), b.ptr(), c.ptr(), bias.ptr(), y.ptr(), cs);
+        }));
       }
       stream.synchronize();  // the scratch buffers are freed in order before the stream goes
-      size_t best = 0;
-      for (size_t i = 1; i < ms.size(); ++i)
-        if (ms[i] < ms[best]) best = i;
-      if (ms[0] <= ms[best] * 1.05f) best = 0;
+      const size_t best = fastest_or_first(ms);
       chosen = "timed " + std::to_string(ms[best]) + " ms, candidate " + std::to_string(best + 1) + " of " +
                std::to_string(found.size()) + " (the heuristic's first " + std::to_string(ms[0]) + " ms)";
       return best;

@@ -126,6 +126,14 @@ class CapturedGraph {
   CUgraphExec exec_ = nullptr;
 };
 
+// The device time of one `enqueue` on `stream`, as a whole plan's CUDA graph runs it: run once
+// (loading its kernels), captured 8 times into a graph, replayed 3 times after a warm replay.
+// Timed back to back instead, a small library call measures its host work, not its kernel.
+float graph_time_ms(Stream& stream, const std::function<void()>& enqueue);
+// Of candidates timed in `ms` (the heuristic's order), the fastest, unless the first is within 5%
+// of it: a closer race is noise, and would pick differently from run to run.
+size_t fastest_or_first(const std::vector<float>& ms);
+
 struct LaunchConfig {
   unsigned grid = 1, block = 256, shared_bytes = 0;
 };

@@ -347,19 +347,36 @@ struct CudnnConv::Impl {
     return found;
   }
 
-  // The candidate to run: the fastest by device time, but the heuristic's first unless another is
-  // more than 5% faster (a closer race is noise, and would pick differently from run to run). This
-  // runs at compile time, on the background thread, on zeroed scratch tensors of the problem's
-  // sizes; the heuristic's first where timing fails.
+  // The candidate to run: the fastest by device time (fastest_or_first: the heuristic's first
+  // unless another is more than 5% faster). This runs at compile time, on the background thread,
+  // on zeroed scratch tensors of the problem's sizes, each candidate captured into a CUDA graph as
+  // tier 2's whole plans run it (graph_time_ms); the heuristic's first where timing fails.
   size_t fastest(cudnnHandle_t h, const CudnnShapes& s, std::vector<Candidate>& candidates) {
     size_t best = 0;
     try {
       Stream stream;
       TERRACE_DNN(CompileFailed, cudnnSetStream, h, stream.get());
-      time_each(h, s, stream, candidates);
-      for (size_t i = 1; i < candidates.size(); ++i)
-        if (candidates[i].ms < candidates[best].ms) best = i;
-      if (candidates[0].ms <= candidates[best].ms * 1.05f) best = 0;
+      const CUstream cs = stream.get();
+      auto zeroed = [&](const std::vector<int64_t>& shape) {
+        DeviceBuffer b(size_t(shape_numel(shape)) * sizeof(float), cs);
+        TERRACE_CU(cuMemsetD8Async, b.ptr(), 0, b.bytes(), cs);
+        return b;
+      };
+      DeviceBuffer xb = zeroed(s.x), wb = zeroed(s.w), yb = zeroed(s.y);
+      const float alpha = 1.0f, beta = 0.0f;
+      std::vector<float> ms;
+      for (Candidate& c : candidates) {
+        DeviceBuffer workspace(c.workspace, cs);
+        c.ms = graph_time_ms(stream, [&] {
+          TERRACE_DNN(CompileFailed, cudnnConvolutionForward, h, &alpha, xd, reinterpret_cast<const void*>(xb.ptr()),
+                      wd, reinterpret_cast<const void*>(wb.ptr()), cd, c.algo,
+                      reinterpret_cast<void*>(workspace.ptr()), c.workspace, &beta, yd,
+                      reinterpret_cast<void*>(yb.ptr()));
+        });
+        ms.push_back(c.ms);
+      }
+      stream.synchronize();  // the scratch buffers are freed in order before the stream goes
+      best = fastest_or_first(ms);
       timed = true;
     } catch (const Error& e) {
       if (e.code() == ErrorCode::OutOfMemory) throw;
@@ -369,41 +386,6 @@ struct CudnnConv::Impl {
     }
     dnn().cudnnSetStream(h, nullptr);  // the timing stream is gone; every run sets its own
     return best;
-  }
-
-  // Each candidate's device time on `stream`, into its ms: its convolutions captured into a CUDA
-  // graph and the graph replayed, as tier 2's whole plans run them. Timed as back-to-back calls,
-  // a small convolution would measure cuDNN's host work per call instead, and favour algorithms
-  // that run slower on the device.
-  void time_each(cudnnHandle_t h, const CudnnShapes& s, Stream& stream, std::vector<Candidate>& candidates) const {
-    constexpr int kCaptured = 8, kReplays = 3;
-    const CUstream cs = stream.get();
-    auto zeroed = [&](const std::vector<int64_t>& shape) {
-      DeviceBuffer b(size_t(shape_numel(shape)) * sizeof(float), cs);
-      TERRACE_CU(cuMemsetD8Async, b.ptr(), 0, b.bytes(), cs);
-      return b;
-    };
-    DeviceBuffer xb = zeroed(s.x), wb = zeroed(s.w), yb = zeroed(s.y);
-    const float alpha = 1.0f, beta = 0.0f;
-    Event start, end;
-    for (Candidate& c : candidates) {
-      DeviceBuffer workspace(c.workspace, cs);
-      auto convolve = [&] {
-        TERRACE_DNN(CompileFailed, cudnnConvolutionForward, h, &alpha, xd, reinterpret_cast<const void*>(xb.ptr()),
-                    wd, reinterpret_cast<const void*>(wb.ptr()), cd, c.algo, reinterpret_cast<void*>(workspace.ptr()),
-                    c.workspace, &beta, yd, reinterpret_cast<void*>(yb.ptr()));
-      };
-      convolve();  // loads its kernels outside the capture
-      stream.synchronize();
-      CapturedGraph graph(stream, kCaptured, convolve);
-      graph.launch(stream);  // warm
-      start.record(stream);
-      for (int rep = 0; rep < kReplays; ++rep) graph.launch(stream);
-      end.record(stream);
-      end.synchronize();
-      c.ms = Event::elapsed_ms(start, end) / float(kCaptured * kReplays);
-    }
-    stream.synchronize();  // the scratch buffers are freed in order before the stream goes
   }
 };
 
