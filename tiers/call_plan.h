@@ -53,9 +53,9 @@ struct PlanStep {
 
 // What a walked call did, step by step: a plan once every region step was settled.
 struct PlanRecording {
-  std::vector<std::shared_ptr<Version>> versions;  // per session step; null for a graph break
+  std::vector<std::shared_ptr<Version>> versions;  // indexed as Plan::steps; null for a graph break
   std::vector<double> ms;
-  std::vector<std::vector<std::pair<DType, Shape>>> outputs;  // per session step: its region's outputs
+  std::vector<std::vector<std::pair<DType, Shape>>> outputs;  // indexed as Plan::steps: its region's outputs
   uint64_t epoch = 0;  // TierManager::epoch when the call began
   bool complete = true;
 };

@@ -75,11 +75,8 @@ mm (float[N, 256] X) => (float[N, 1024] Y)
   for (float& v : w) v = u(rng);
   for (float& v : b) v = u(rng);
   auto add = [&](const char* name, std::vector<int64_t> dims, const std::vector<float>& v) {
-    onnx::TensorProto* t = m.mutable_graph()->add_initializer();
-    t->set_name(name);
-    t->set_data_type(onnx::TensorProto::FLOAT);
-    for (int64_t d : dims) t->add_dims(d);
-    t->set_raw_data(std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float)));
+    add_raw_initializer(m, name, dims, onnx::TensorProto::FLOAT,
+                        std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float)));
   };
   add("W", {256, 1024}, w);
   add("B", {1024}, b);

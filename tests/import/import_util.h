@@ -2,6 +2,7 @@
 #pragma once
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 #include <onnx/defs/parser.h>
@@ -17,6 +18,16 @@ inline onnx::ModelProto parse_model(const char* text) {
   auto status = onnx::OnnxParser::Parse(m, text);
   EXPECT_TRUE(status.IsOK()) << status.ErrorMessage();
   return m;
+}
+
+// Adds an initializer holding `raw` as its raw_data.
+inline void add_raw_initializer(onnx::ModelProto& m, const std::string& name, const std::vector<int64_t>& dims,
+                                int data_type, std::string raw) {
+  onnx::TensorProto* t = m.mutable_graph()->add_initializer();
+  t->set_name(name);
+  t->set_data_type(data_type);
+  for (int64_t d : dims) t->add_dims(d);
+  t->set_raw_data(std::move(raw));
 }
 
 inline std::string bytes_of(const onnx::ModelProto& m) {

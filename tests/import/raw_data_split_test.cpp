@@ -33,11 +33,7 @@ mm (float[N, 256] X) => (float[N, 1024] Y)
   w.resize(256 * 1024);
   for (size_t i = 0; i < w.size(); ++i) w[i] = float(int(i % 2003) - 1001) / 1024.0f;
   auto add = [&](const char* name, std::vector<int64_t> dims, int type, std::string raw) {
-    onnx::TensorProto* t = m.mutable_graph()->add_initializer();
-    t->set_name(name);
-    t->set_data_type(type);
-    for (int64_t d : dims) t->add_dims(d);
-    t->set_raw_data(std::move(raw));
+    add_raw_initializer(m, name, dims, type, std::move(raw));
   };
   std::string wb(reinterpret_cast<const char*>(w.data()), w.size() * sizeof(float));
   if (wrong_size) wb.push_back('\0');
@@ -108,7 +104,7 @@ TEST(RawDataSplit, a_file_loads_the_values_and_errors_of_the_plain_parse) {
     EXPECT_EQ(e.code(), ErrorCode::InvalidModel);
     EXPECT_NE(e.message().find("initializer 'W': raw_data holds 1048577 bytes"), std::string::npos) << e.message();
   }
-  // A session on the file answers as one on the bytes.
+  // A Session loaded from the file answers as one loaded from the bytes.
   Options interp;
   interp.max_tier = Tier::Interp;
   Tensor x = Tensor::empty(DType::Float32, {2, 256});
